@@ -1,0 +1,55 @@
+"""The one way gpuwatch reads GPUs: the `Backend` interface every backend implements."""
+
+from __future__ import annotations
+
+import abc
+import enum
+from types import TracebackType
+
+from gpuwatch.models import Snapshot
+
+
+class SampleScope(enum.Enum):
+    """How much of each GPU a sample reads.
+
+    Reading less means fewer driver calls: choosing GPUs needs only who they
+    are and how busy they are.
+    """
+
+    FULL = "full"
+    """Every metric, the driver versions and the process list."""
+
+    SELECTION = "selection"
+    """Identity (`uuid`), memory and utilization; no processes. Other fields are `None`."""
+
+
+class Backend(abc.ABC):
+    """A source of `Snapshot`s. Construct one, call `sample()` as often as needed, `close()` it.
+
+    Opening raises `DriverNotFoundError`, `NoGpuError` or `ScenarioError` when
+    there is nothing to read. After that, `sample()` does not raise for a
+    faulty GPU: the fault is reported in that GPU's `GpuSample.error`.
+    Backends are used from one thread at a time.
+    """
+
+    name: str
+    """Short name shown to users: `nvml`, `sim`, ..."""
+
+    @abc.abstractmethod
+    def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
+        """Read every GPU now; fields outside `scope` are `None`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the driver or other resources. Safe to call twice."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,337 @@
+"""The NVML backend: the driver's libnvidia-ml.so.1, through the official bindings.
+
+This is the only module of gpuwatch that imports `pynvml` (the `nvidia-ml-py`
+distribution), and it is imported only when an NVML backend is opened.
+
+Driver calls are what watching a GPU costs, so a sample makes as few as it can:
+- a GPU's identity (uuid, name, PCI bus id) is read once;
+- a field the GPU reports as not supported is not asked for again;
+- a process list is read in one call, into a buffer sized from the last count,
+  where pynvml's wrappers make two (a size probe, then the fill).
+A full sample of a GPU costs 9 calls, 10 with a fan: memory, utilization,
+temperature, power, power limit, SM clock, P-state, fan, compute and graphics
+processes. A selection sample costs 2: memory and utilization.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pynvml
+
+from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.errors import BackendError, DriverNotFoundError, NoGpuError
+from gpuwatch.hostinfo import HostProcess, HostProcessTable
+from gpuwatch.models import GpuSample, ProcessKind, ProcessUsage, Snapshot
+
+T = TypeVar("T")
+
+# The GPU as a whole is gone: none of its other fields is worth asking for.
+_GPU_GONE = (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired)
+# "This GPU or driver does not report that": the field is None, and is not asked for again.
+_NOT_REPORTED = (
+    pynvml.NVMLError_NotSupported,
+    pynvml.NVMLError_FunctionNotFound,
+    pynvml.NVMLError_NoPermission,
+)
+# A versioned call this driver does not know: use the older version from now on.
+_VERSION_UNKNOWN = (
+    pynvml.NVMLError_FunctionNotFound,
+    pynvml.NVMLError_ArgumentVersionMismatch,
+    pynvml.NVMLError_NotSupported,
+)
+_VALUE_NOT_AVAILABLE = 0xFFFF_FFFF_FFFF_FFFF
+_PSTATE_UNKNOWN = 32
+_MAX_PROCESS_LIST_TRIES = 4
+
+# Newest layout first. The unversioned (v1) symbols take a struct that current
+# bindings no longer declare; `_ProcessInfoV1` stands in for it.
+_PROCESS_SYMBOLS = {
+    ProcessKind.COMPUTE: (
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetComputeRunningProcesses",
+    ),
+    ProcessKind.GRAPHICS: (
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+    ),
+}
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    _fields_ = (("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong))
+
+
+@dataclass(slots=True)
+class _Gpu:
+    """What is remembered about one GPU between samples."""
+
+    index: int
+    handle: Any = None
+    uuid: str | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    not_reported: set[str] = field(default_factory=set)
+    process_capacity: int = 64
+
+
+@dataclass(slots=True)
+class _Fields:
+    """Reads one GPU's fields: 'not reported' becomes None, other faults a note in `faults`."""
+
+    gpu: _Gpu
+    faults: list[str] = field(default_factory=list)
+
+    def read(self, name: str, getter: Callable[..., T], *args: Any) -> T | None:
+        if name in self.gpu.not_reported:
+            return None
+        try:
+            return getter(*args)
+        except _GPU_GONE:
+            raise
+        except _NOT_REPORTED:
+            self.gpu.not_reported.add(name)
+        except pynvml.NVMLError as error:
+            self.faults.append(f"{name}: {error}")
+        return None
+
+
+class NvmlBackend(Backend):
+    """Reads the GPUs of this machine through NVML."""
+
+    name = "nvml"
+
+    def __init__(self) -> None:
+        with _init_errors():
+            pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as error:
+            self._shutdown()
+            raise BackendError(f"NVML could not count the GPUs: {error}") from error
+        if count == 0:
+            self._shutdown()
+            raise NoGpuError("the NVIDIA driver is loaded but reports no GPU")
+        self._open = True
+        self._gpus = [_Gpu(index) for index in range(count)]
+        self._memory_v2 = True
+        self._process_symbols = {kind: list(names) for kind, names in _PROCESS_SYMBOLS.items()}
+        self._versions: tuple[str | None, str | None] | None = None
+        self._hosts: HostProcessTable | None = None
+
+    def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
+        taken_at = time.time()
+        full = scope is SampleScope.FULL
+        gpus, used_by = [], []
+        for gpu in self._gpus:
+            sample, processes = self._sample_gpu(gpu, full)
+            gpus.append(sample)
+            used_by.append(processes)
+        driver_version, cuda_version = self._driver_versions() if full else (None, None)
+        return Snapshot(
+            taken_at=taken_at,
+            hostname=os.uname().nodename,
+            driver_version=driver_version,
+            cuda_driver_version=cuda_version,
+            gpus=tuple(gpus),
+            processes=self._with_host_details(used_by) if full else (),
+        )
+
+    def close(self) -> None:
+        if getattr(self, "_open", False):
+            self._open = False
+            self._shutdown()
+
+    def _sample_gpu(self, gpu: _Gpu, full: bool) -> tuple[GpuSample, list[ProcessUsage]]:
+        fields = _Fields(gpu)
+        try:
+            handle = self._handle(gpu, full)
+            memory = fields.read("memory", self._memory_info, handle) or (None,) * 4
+            utilization = fields.read("utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
+            metrics = self._full_metrics(fields, handle) if full else {}
+            processes = self._processes(fields, gpu, handle) if full else []
+        except pynvml.NVMLError as error:
+            gpu.handle = None  # asked for afresh next time, so a GPU that comes back is seen
+            return self._identity(gpu, error=str(error)), []
+        return (
+            self._identity(
+                gpu,
+                memory_total_bytes=memory[0],
+                memory_used_bytes=memory[1],
+                memory_free_bytes=memory[2],
+                memory_reserved_bytes=memory[3],
+                utilization_pct=utilization.gpu if utilization else None,
+                memory_utilization_pct=utilization.memory if utilization else None,
+                error="; ".join(fields.faults) or None,
+                **metrics,
+            ),
+            processes,
+        )
+
+    @staticmethod
+    def _identity(gpu: _Gpu, **values: Any) -> GpuSample:
+        return GpuSample(
+            index=gpu.index, uuid=gpu.uuid, name=gpu.name, pci_bus_id=gpu.pci_bus_id, **values
+        )
+
+    @staticmethod
+    def _handle(gpu: _Gpu, full: bool) -> Any:
+        if gpu.handle is None:
+            gpu.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
+        if gpu.uuid is None:
+            gpu.uuid = pynvml.nvmlDeviceGetUUID(gpu.handle)
+        if full and gpu.name is None:
+            gpu.name = pynvml.nvmlDeviceGetName(gpu.handle)
+            gpu.pci_bus_id = _text(pynvml.nvmlDeviceGetPciInfo_v3(gpu.handle).busId)
+        return gpu.handle
+
+    def _memory_info(self, handle: Any) -> tuple[int, int, int, int | None]:
+        if self._memory_v2:
+            try:
+                info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            except _VERSION_UNKNOWN:
+                self._memory_v2 = False
+            else:
+                return info.total, info.used, info.free, info.reserved
+        # v1 counts the driver's reservation in `used`, and cannot report it apart.
+        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return info.total, info.used, info.free, None
+
+    @staticmethod
+    def _full_metrics(fields: _Fields, handle: Any) -> dict[str, Any]:
+        pstate = fields.read("pstate", pynvml.nvmlDeviceGetPerformanceState, handle)
+        return {
+            "temperature_c": fields.read(
+                "temperature", pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU
+            ),
+            "power_w": _watts(fields.read("power", pynvml.nvmlDeviceGetPowerUsage, handle)),
+            "power_limit_w": _watts(
+                fields.read("power limit", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+            ),
+            "fan_pct": fields.read("fan", pynvml.nvmlDeviceGetFanSpeed, handle),
+            "sm_clock_mhz": fields.read(
+                "SM clock", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM
+            ),
+            "performance_state": None if pstate == _PSTATE_UNKNOWN else pstate,
+        }
+
+    def _processes(self, fields: _Fields, gpu: _Gpu, handle: Any) -> list[ProcessUsage]:
+        kinds: dict[int, ProcessKind] = {}
+        memory: dict[int, int | None] = {}
+        for kind in (ProcessKind.COMPUTE, ProcessKind.GRAPHICS):
+            listed = fields.read(f"{kind} processes", self._process_list, gpu, kind, handle)
+            for pid, used_bytes in listed or ():
+                # A process in both lists is one process using the GPU both ways.
+                kinds[pid] = ProcessKind.COMPUTE_GRAPHICS if pid in kinds else kind
+                memory[pid] = used_bytes if memory.get(pid) is None else memory[pid]
+        return [ProcessUsage(pid, gpu.index, gpu.uuid, memory[pid], kinds[pid]) for pid in kinds]
+
+    def _process_list(
+        self, gpu: _Gpu, kind: ProcessKind, handle: Any
+    ) -> list[tuple[int, int | None]]:
+        symbols = self._process_symbols[kind]
+        while symbols:
+            try:
+                return _read_process_list(symbols[0], handle, gpu)
+            except pynvml.NVMLError_FunctionNotFound:
+                symbols.pop(0)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def _with_host_details(self, used_by: list[list[ProcessUsage]]) -> tuple[ProcessUsage, ...]:
+        processes = [process for listed in used_by for process in listed]
+        if not processes:
+            return ()
+        if self._hosts is None:
+            self._hosts = HostProcessTable()
+        details = self._hosts.lookup({process.pid for process in processes})
+        return tuple(_with_details(process, details.get(process.pid)) for process in processes)
+
+    def _driver_versions(self) -> tuple[str | None, str | None]:
+        if self._versions is None:
+            try:
+                driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            except pynvml.NVMLError:
+                driver = None
+            try:
+                cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+                cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
+            except pynvml.NVMLError:
+                cuda_version = None
+            self._versions = (driver, cuda_version)
+        return self._versions
+
+    @staticmethod
+    def _shutdown() -> None:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def _read_process_list(symbol: str, handle: Any, gpu: _Gpu) -> list[tuple[int, int | None]]:
+    function = pynvml._nvmlGetFunctionPointer(symbol)
+    layout = _ProcessInfoV1 if symbol.endswith("Processes") else pynvml.c_nvmlProcessInfo_v2_t
+    for _ in range(_MAX_PROCESS_LIST_TRIES):
+        count = ctypes.c_uint(gpu.process_capacity)
+        buffer = (layout * gpu.process_capacity)()
+        result = function(handle, ctypes.byref(count), buffer)
+        if result != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            break
+        # More processes than room: `count` now says how many; leave room for newcomers.
+        gpu.process_capacity = count.value * 2
+    if result != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(result)
+    return [
+        (info.pid, None if info.usedGpuMemory == _VALUE_NOT_AVAILABLE else info.usedGpuMemory)
+        for info in buffer[: count.value]
+    ]
+
+
+def _with_details(process: ProcessUsage, host: HostProcess | None) -> ProcessUsage:
+    if host is None:
+        return process
+    return dataclasses.replace(
+        process,
+        user=host.user,
+        command=host.command,
+        cpu_pct=host.cpu_pct,
+        rss_bytes=host.rss_bytes,
+        started_at=host.started_at,
+    )
+
+
+def _watts(milliwatts: int | None) -> float | None:
+    return None if milliwatts is None else milliwatts / 1000
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@contextmanager
+def _init_errors() -> Iterator[None]:
+    """Turns NVML's start-up failures into one clear gpuwatch error."""
+    try:
+        yield
+    except pynvml.NVMLError_LibraryNotFound as error:
+        raise DriverNotFoundError(
+            "NVIDIA driver not found (libnvidia-ml.so.1 could not be loaded)"
+        ) from error
+    except pynvml.NVMLError_DriverNotLoaded as error:
+        raise DriverNotFoundError(
+            "NVIDIA driver not loaded (libnvidia-ml.so.1 is there, the kernel module is not)"
+        ) from error
+    except pynvml.NVMLError_NoPermission as error:
+        raise DriverNotFoundError(
+            "no permission to use the NVIDIA driver: check access to /dev/nvidia*"
+        ) from error
+    except pynvml.NVMLError as error:
+        raise BackendError(f"NVML failed to start: {error}") from error

@@ -1,0 +1,397 @@
+"""Scenarios for the simulated node: parsed and checked, or built from a GPU count.
+
+A scenario is a TOML file (the format is documented in README.md, "Simulated
+GPUs"). Everything here is pure: text in, frozen `Scenario` out, or a
+`ScenarioError` naming the file, the entry and what to write instead.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.errors import InvalidValueError, ScenarioError
+from gpuwatch.models import ProcessKind
+from gpuwatch.units import parse_duration, parse_size
+
+MAX_GPUS = 64
+# Metrics a scenario may declare unsupported (the GPU then reports None for them).
+OPTIONAL_METRICS = frozenset(
+    {
+        "memory_reserved_bytes",
+        "utilization_pct",
+        "memory_utilization_pct",
+        "temperature_c",
+        "power_w",
+        "power_limit_w",
+        "fan_pct",
+        "sm_clock_mhz",
+        "performance_state",
+    }
+)
+
+
+class LoadShape(enum.StrEnum):
+    """How a simulated GPU's utilization moves over time."""
+
+    IDLE = "idle"
+    CONSTANT = "constant"
+    SINE = "sine"
+    SQUARE = "square"
+    RAMP = "ramp"
+    RANDOM = "random"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """A product the simulator knows: what a fresh GPU of that kind reports."""
+
+    name: str
+    memory_total_bytes: int
+    memory_reserved_bytes: int
+    power_limit_w: float
+    idle_power_w: float
+    max_sm_clock_mhz: int
+    has_fan: bool
+
+
+_MIB = 1 << 20
+MODELS = {
+    "H100-80GB": GpuModel("NVIDIA H100 80GB HBM3", 81559 * _MIB, 579 * _MIB, 700, 69, 1980, False),
+    "A100-80GB": GpuModel("NVIDIA A100-SXM4-80GB", 81920 * _MIB, 527 * _MIB, 400, 60, 1410, False),
+    "A100-40GB": GpuModel("NVIDIA A100-SXM4-40GB", 40960 * _MIB, 423 * _MIB, 400, 55, 1410, False),
+    "V100-32GB": GpuModel("Tesla V100-SXM2-32GB", 32768 * _MIB, 0, 300, 40, 1530, False),
+    "L4": GpuModel("NVIDIA L4", 23034 * _MIB, 313 * _MIB, 72, 16, 2040, False),
+    "RTX-4090": GpuModel("NVIDIA GeForce RTX 4090", 24564 * _MIB, 385 * _MIB, 450, 20, 2520, True),
+}
+DEFAULT_MODEL = "H100-80GB"
+# A DGX H100's PCI layout; further GPUs continue at 0xE0.
+_BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """A utilization curve: `shape` between `low_pct` and `high_pct`, repeating every `period_s`."""
+
+    shape: LoadShape
+    low_pct: float = 0.0
+    high_pct: float = 0.0
+    period_s: float = 60.0
+    phase_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SimGpu:
+    model: GpuModel
+    uuid: str
+    pci_bus_id: str
+    load: Load
+    unsupported: frozenset[str] = frozenset()
+    fault: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SimProcess:
+    gpu: int
+    pid: int
+    user: str
+    command: str
+    memory_low_bytes: int
+    memory_high_bytes: int
+    kind: ProcessKind = ProcessKind.COMPUTE
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    hostname: str
+    driver_version: str
+    cuda_driver_version: str
+    seed: int
+    gpus: tuple[SimGpu, ...]
+    processes: tuple[SimProcess, ...]
+
+
+def parse_sim_spec(spec: str) -> int | Path:
+    """`--sim` takes a GPU count or the path of a scenario file."""
+    if spec.strip().isdigit():
+        count = int(spec)
+        if not 1 <= count <= MAX_GPUS:
+            raise ScenarioError(f"--sim {spec}: a simulated node has 1 to {MAX_GPUS} GPUs")
+        return count
+    path = Path(spec)
+    if not path.is_file():
+        raise ScenarioError(
+            f"--sim {spec}: neither a GPU count (1-{MAX_GPUS}) nor a scenario file that exists"
+        )
+    return path
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Reads and checks a scenario file."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"{path}: cannot read the scenario: {error}") from error
+    except tomllib.TOMLDecodeError as error:
+        raise ScenarioError(f"{path}: not valid TOML: {error}") from error
+    try:
+        return scenario_from_dict(data)
+    except (InvalidValueError, ScenarioError) as error:
+        raise ScenarioError(f"{path}: {error}") from error
+
+
+def scenario_from_dict(data: dict[str, Any]) -> Scenario:
+    top = _Table(
+        "scenario",
+        data,
+        {"hostname", "driver_version", "cuda_driver_version", "seed", "gpu", "process"},
+    )
+    seed = top.integer("seed", 0)
+    gpus: list[SimGpu] = []
+    for number, entry in enumerate(top.tables("gpu")):
+        gpus.extend(_gpus(_Table(f"gpu[{number}]", entry, _GPU_KEYS), seed, len(gpus)))
+    if not 1 <= len(gpus) <= MAX_GPUS:
+        raise ScenarioError(
+            f"a scenario has 1 to {MAX_GPUS} GPUs ([[gpu]] tables), not {len(gpus)}"
+        )
+    processes = tuple(
+        _process(_Table(f"process[{number}]", entry, _PROCESS_KEYS), len(gpus))
+        for number, entry in enumerate(top.tables("process"))
+    )
+    return Scenario(
+        hostname=top.string("hostname", "sim-node"),
+        driver_version=top.string("driver_version", "580.95.05"),
+        cuda_driver_version=top.string("cuda_driver_version", "13.0"),
+        seed=seed,
+        gpus=tuple(gpus),
+        processes=processes,
+    )
+
+
+def default_scenario(gpu_count: int) -> Scenario:
+    """`--sim N`: N H100s under the mix of work a shared node sees, moving over time."""
+    gpus, processes = [], []
+    for index in range(gpu_count):
+        role = _ROLES[index % len(_ROLES)]
+        gpus.append(_default_gpu(index, role.load, seed=0))
+        for number, (user, command, memory_gib) in enumerate(role.processes):
+            memory = int(memory_gib * (1 << 30))
+            pid = 40_000 + 100 * index + number
+            processes.append(SimProcess(index, pid, user, command, memory, memory))
+    return Scenario("sim-node", "580.95.05", "13.0", 0, tuple(gpus), tuple(processes))
+
+
+@dataclass(frozen=True, slots=True)
+class _Role:
+    load: Load
+    processes: tuple[tuple[str, str, float], ...]
+
+
+_ROLES = (
+    _Role(Load(LoadShape.SINE, 80, 100, 45), (("alice", "python train.py --rank 0", 61.5),)),
+    _Role(
+        Load(LoadShape.RANDOM, 15, 65, 20),
+        (
+            ("svc-infer", "tritonserver --model-repository /models", 18.0),
+            ("svc-infer", "tritonserver --model-repository /models", 18.0),
+        ),
+    ),
+    _Role(Load(LoadShape.SQUARE, 0, 35, 30), (("bob", "python -m ipykernel_launcher", 6.0),)),
+    _Role(Load(LoadShape.IDLE), ()),
+)
+_GPU_KEYS = {
+    "model",
+    "count",
+    "name",
+    "uuid",
+    "pci_bus_id",
+    "memory_total",
+    "memory_reserved",
+    "power_limit_w",
+    "load",
+    "utilization_pct",
+    "period",
+    "unsupported",
+    "fault",
+}
+_PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind"}
+
+
+def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
+    model_name = entry.string("model", DEFAULT_MODEL)
+    if model_name not in MODELS:
+        raise ScenarioError(
+            f"{entry.where}.model: unknown model {model_name!r}; known: {', '.join(MODELS)}"
+        )
+    base = MODELS[model_name]
+    model = GpuModel(
+        name=entry.string("name", base.name),
+        memory_total_bytes=entry.size("memory_total", base.memory_total_bytes),
+        memory_reserved_bytes=entry.size("memory_reserved", base.memory_reserved_bytes),
+        power_limit_w=entry.number("power_limit_w", base.power_limit_w),
+        idle_power_w=base.idle_power_w,
+        max_sm_clock_mhz=base.max_sm_clock_mhz,
+        has_fan=base.has_fan,
+    )
+    unsupported = frozenset(entry.strings("unsupported"))
+    if unknown := unsupported - OPTIONAL_METRICS:
+        raise ScenarioError(
+            f"{entry.where}.unsupported: {sorted(unknown)} are not optional "
+            f"metrics; choose from {sorted(OPTIONAL_METRICS)}"
+        )
+    fault = entry.string("fault", "") or None
+    load = _load(entry)
+    count = entry.integer("count", 1)
+    if count < 1:
+        raise ScenarioError(f"{entry.where}.count: must be at least 1")
+    if count > 1 and ("uuid" in entry.data or "pci_bus_id" in entry.data):
+        raise ScenarioError(
+            f"{entry.where}: a repeated GPU (count > 1) cannot set uuid or pci_bus_id"
+        )
+    gpus = []
+    for index in range(first_index, first_index + count):
+        made = _default_gpu(index, load, seed)
+        gpus.append(
+            SimGpu(
+                model=model,
+                uuid=entry.string("uuid", made.uuid),
+                pci_bus_id=entry.string("pci_bus_id", made.pci_bus_id),
+                load=load,
+                unsupported=unsupported,
+                fault="GPU is lost" if fault == "lost" else fault,
+            )
+        )
+    return gpus
+
+
+def _load(entry: _Table) -> Load:
+    try:
+        shape = LoadShape(
+            entry.string("load", "constant" if "utilization_pct" in entry.data else "idle")
+        )
+    except ValueError:
+        raise ScenarioError(
+            f"{entry.where}.load: choose one of {', '.join(shape.value for shape in LoadShape)}"
+        ) from None
+    low, high = entry.span("utilization_pct", (0.0, 0.0))
+    if not 0 <= low <= high <= 100:
+        raise ScenarioError(f"{entry.where}.utilization_pct: needs 0 <= low <= high <= 100")
+    try:
+        period_s = parse_duration(entry.string("period", "60s"))
+    except InvalidValueError as error:
+        raise ScenarioError(f"{entry.where}.period: {error}") from None
+    if period_s <= 0:
+        raise ScenarioError(f"{entry.where}.period: must be longer than 0s")
+    return Load(shape, low, high, period_s)
+
+
+def _process(entry: _Table, gpu_count: int) -> SimProcess:
+    gpu = entry.integer("gpu", None)
+    if not 0 <= gpu < gpu_count:
+        raise ScenarioError(f"{entry.where}.gpu: no GPU {gpu} (the scenario has {gpu_count})")
+    memory = entry.data.get("memory", "0")
+    low, high = (memory, memory) if isinstance(memory, str) else _pair(entry, "memory", memory)
+    try:
+        kind = ProcessKind(entry.string("kind", "compute"))
+    except ValueError:
+        raise ScenarioError(
+            f"{entry.where}.kind: choose compute, graphics or compute+graphics"
+        ) from None
+    return SimProcess(
+        gpu=gpu,
+        pid=entry.integer("pid", None),
+        user=entry.string("user", "root"),
+        command=entry.string("command", "python"),
+        memory_low_bytes=_size(entry, "memory", low),
+        memory_high_bytes=_size(entry, "memory", high),
+        kind=kind,
+    )
+
+
+def _default_gpu(index: int, load: Load, seed: int) -> SimGpu:
+    digest = hashlib.sha1(f"gpuwatch-sim:{seed}:{index}".encode()).hexdigest()
+    uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+    bus = _BUS_NUMBERS[index] if index < len(_BUS_NUMBERS) else 0xE0 + index
+    # Phases differ per GPU so that GPUs with the same curve do not move in lockstep.
+    phase = int(digest[32:36], 16) / 0xFFFF * load.period_s
+    return SimGpu(
+        model=MODELS[DEFAULT_MODEL],
+        uuid=uuid,
+        pci_bus_id=f"00000000:{bus:02X}:00.0",
+        load=Load(load.shape, load.low_pct, load.high_pct, load.period_s, phase),
+    )
+
+
+def _size(entry: _Table, key: str, value: object) -> int:
+    if not isinstance(value, str):
+        raise ScenarioError(f'{entry.where}.{key}: write a size in quotes, e.g. "20GiB"')
+    try:
+        return parse_size(value)
+    except InvalidValueError as error:
+        raise ScenarioError(f"{entry.where}.{key}: {error}") from None
+
+
+def _pair(entry: _Table, key: str, value: object) -> tuple[Any, Any]:
+    if not (isinstance(value, list | tuple) and len(value) == 2):
+        raise ScenarioError(f"{entry.where}.{key}: give one value or a [low, high] pair")
+    return value[0], value[1]
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """One TOML table, with typed getters whose errors name the entry and key."""
+
+    where: str
+    data: dict[str, Any]
+    allowed: set[str]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, dict):
+            raise ScenarioError(f"{self.where}: expected a table")
+        if unknown := set(self.data) - self.allowed:
+            raise ScenarioError(
+                f"{self.where}: unknown key {sorted(unknown)[0]!r}; "
+                f"known keys: {', '.join(sorted(self.allowed))}"
+            )
+
+    def _get(self, key: str, default: Any, kind: type | tuple[type, ...], what: str) -> Any:
+        if key not in self.data:
+            if default is None:
+                raise ScenarioError(f"{self.where}: {key} is required")
+            return default
+        value = self.data[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ScenarioError(f"{self.where}.{key}: expected {what}, got {value!r}")
+        return value
+
+    def string(self, key: str, default: str | None) -> str:
+        return str(self._get(key, default, str, "a string"))
+
+    def integer(self, key: str, default: int | None) -> int:
+        return int(self._get(key, default, int, "a whole number"))
+
+    def number(self, key: str, default: float) -> float:
+        return float(self._get(key, default, (int, float), "a number"))
+
+    def size(self, key: str, default: int) -> int:
+        return _size(self, key, self.data[key]) if key in self.data else default
+
+    def strings(self, key: str) -> list[str]:
+        values = self._get(key, [], list, "a list of strings")
+        if not all(isinstance(value, str) for value in values):
+            raise ScenarioError(f"{self.where}.{key}: expected a list of strings")
+        return list(values)
+
+    def span(self, key: str, default: tuple[float, float]) -> tuple[float, float]:
+        value = self._get(key, default, (int, float, list, tuple), "a number or [low, high]")
+        low, high = (value, value) if isinstance(value, int | float) else _pair(self, key, value)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)):
+            raise ScenarioError(f"{self.where}.{key}: expected numbers")
+        return float(low), float(high)
+
+    def tables(self, key: str) -> list[dict[str, Any]]:
+        return list(self._get(key, [], list, f"[[{key}]] tables"))

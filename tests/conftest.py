@@ -1,0 +1,55 @@
+"""Shared fixtures: a CLI runner that goes through `main()`, a frozen clock, a fake driver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from click.testing import CliRunner
+
+from gpuwatch.cli import main
+from tests.fake_nvml import FakeGpu, FakeNvml
+
+FROZEN_TIME = 1_790_000_000.0
+
+
+@dataclass(frozen=True)
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, env: dict[str, str | None] | None = None) -> CliResult:
+    """Runs `gpuwatch ARGS` in-process, through the same `main()` as the console script."""
+    runner = CliRunner()
+    with runner.isolation(env=env) as (out, err, _):
+        try:
+            main(list(args))
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        else:  # pragma: no cover - main() always exits
+            code = -1
+        return CliResult(code, out.getvalue().decode(), err.getvalue().decode())
+
+
+@pytest.fixture(autouse=True)
+def _no_backend_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests choose their backend; the developer's shell must not choose it for them."""
+    for name in ("GPUWATCH_BACKEND", "GPUWATCH_SIM", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeNvml]:
+    """Installs a fake driver with the given GPUs (default: two healthy ones)."""
+
+    def install(*gpus: FakeGpu, **settings: object) -> FakeNvml:
+        chosen = list(gpus) or [
+            FakeGpu(uuid="GPU-aaaaaaaa-0000-0000-0000-000000000000"),
+            FakeGpu(uuid="GPU-bbbbbbbb-0000-0000-0000-000000000000", pci_bus_id="00000000:2A:00.0"),
+        ]
+        return FakeNvml(chosen, **settings).install(monkeypatch)  # type: ignore[arg-type]
+
+    return install

@@ -1,0 +1,145 @@
+"""`gpuwatch status` through the same main() as the console script."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpuwatch.cli.exit_codes import ExitCode
+from gpuwatch.models import GpuSample, ProcessUsage, Snapshot
+from tests.conftest import run_cli
+from tests.fake_nvml import FakeNvml
+
+
+def test_table_shows_every_gpu_and_its_processes() -> None:
+    result = run_cli("status", "--sim", "4")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("sim-node")
+    for index in range(4):
+        assert any(line.startswith(f"[{index}] NVIDIA H100 80GB HBM3 |") for line in lines)
+    assert "python train.py --rank 0" in result.stdout
+    assert "alice" in result.stdout and "\x1b[" not in result.stdout, "no colour off a terminal"
+
+
+def test_color_always_colours_and_no_color_is_honoured() -> None:
+    assert "\x1b[" in run_cli("status", "--sim", "2", "--color", "always").stdout
+    assert "\x1b[" not in run_cli("status", "--sim", "2", env={"NO_COLOR": "1"}).stdout
+
+
+def test_json_keys_are_the_model_field_names_and_bytes_are_integers() -> None:
+    result = run_cli("status", "--sim", "4", "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert set(data) == {field.name for field in dataclasses.fields(Snapshot)}
+    assert {field.name for field in dataclasses.fields(GpuSample)} == set(data["gpus"][0])
+    assert {field.name for field in dataclasses.fields(ProcessUsage)} == set(data["processes"][0])
+    assert isinstance(data["gpus"][0]["memory_free_bytes"], int)
+    assert isinstance(data["processes"][0]["memory_used_bytes"], int)
+    assert Snapshot.from_dict(data).gpus[0].index == 0
+
+
+def test_watch_json_streams_one_object_per_line() -> None:
+    result = run_cli("status", "--sim", "2", "--json", "--watch", "50ms", "--count", "3")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3
+    taken = [json.loads(line)["taken_at"] for line in lines]
+    assert taken == sorted(taken) and len(set(taken)) == 3
+
+
+def test_watch_table_off_a_terminal_prints_tables_one_after_another() -> None:
+    result = run_cli("status", "--sim", "2", "--watch", "50ms", "--count", "2")
+    assert result.exit_code == 0
+    assert result.stdout.count("[1] NVIDIA") == 2 and "\x1b[2J" not in result.stdout
+
+
+def test_scenario_file_with_a_lost_gpu_shows_it_beside_the_others(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text("[[gpu]]\ncount = 2\n[[gpu]]\nfault = 'lost'\n")
+    result = run_cli("status", "--sim", str(path))
+    assert result.exit_code == 0
+    assert "[2] NVIDIA H100 80GB HBM3 | error: GPU is lost" in result.stdout
+    assert "[1] NVIDIA H100 80GB HBM3 |   0.0 /  79.6 GiB" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sim", "0"], "--sim 0: a simulated node has 1 to 64 GPUs"),
+        (["--sim", "lots"], "--sim lots: neither a GPU count"),
+        (["--watch", "soon"], "Invalid value for '--watch': 'soon' is not a duration"),
+        (["--watch", "0"], "is too short"),
+        (["--count", "2"], "--count needs --watch"),
+        (["--backend", "cuda"], "Invalid value for '--backend'"),
+        (["--backend", "nvml", "--sim", "2"], "cannot go with --backend nvml"),
+        (["--frobnicate"], "No such option"),
+    ],
+    ids=[
+        "sim-zero",
+        "sim-word",
+        "watch-word",
+        "watch-zero",
+        "count-alone",
+        "bad-backend",
+        "nvml-and-sim",
+        "unknown-option",
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) -> None:
+    result = run_cli("status", *args)
+    assert result.exit_code == ExitCode.USAGE == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("gpuwatch: error: ")
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("[[gpu]\n", "not valid TOML"), ("[[gpu]]\nmodel = 'Z80'\n", "unknown model 'Z80'")],
+    ids=["bad-toml", "bad-model"],
+)
+def test_bad_scenario_file_is_one_line_and_exit_code_2(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    result = run_cli("status", "--sim", str(path))
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert str(path) in result.stderr and message in result.stderr
+
+
+def test_no_driver_is_exit_code_3_with_a_hint(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake_nvml(init_error=pynvml.NVMLError_LibraryNotFound)
+    result = run_cli("status")
+    assert result.exit_code == ExitCode.NO_GPU == 3
+    assert result.stderr == (
+        "gpuwatch: error: NVIDIA driver not found (libnvidia-ml.so.1 could not be loaded); "
+        "try --sim 4 to explore gpuwatch without a GPU\n"
+    )
+
+
+def test_nvml_backend_renders_what_the_driver_reports(fake_nvml: Callable[..., FakeNvml]) -> None:
+    fake = fake_nvml()
+    result = run_cli("status", "--json", "--backend", "nvml")
+    data = json.loads(result.stdout)
+    assert [gpu["uuid"] for gpu in data["gpus"]] == [gpu.uuid for gpu in fake.gpus]
+    assert data["gpus"][0]["power_w"] == 300.0
+
+
+def test_environment_chooses_the_backend() -> None:
+    result = run_cli("status", "--json", env={"GPUWATCH_BACKEND": "sim", "GPUWATCH_SIM": "3"})
+    assert len(json.loads(result.stdout)["gpus"]) == 3
+
+
+def test_version_and_help() -> None:
+    from gpuwatch import __version__
+
+    assert run_cli("--version").stdout == f"gpuwatch, version {__version__}\n"
+    help_text = run_cli("status", "--help").stdout
+    assert "Examples:" in help_text and "--watch SECONDS" in help_text

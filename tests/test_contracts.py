@@ -1,0 +1,129 @@
+"""Every backend keeps the same promises: a Snapshot of the promised types, in both scopes."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.backends import Backend, SampleScope
+from gpuwatch.backends.nvml import NvmlBackend
+from gpuwatch.backends.sim import SimBackend
+from gpuwatch.models import GpuSample, ProcessKind, ProcessUsage, Snapshot
+from tests.conftest import FROZEN_TIME
+from tests.fake_nvml import FakeGpu, FakeNvml
+
+SCENARIO = """
+[[gpu]]
+model = "A100-40GB"
+load = "sine"
+utilization_pct = [10, 90]
+unsupported = ["fan_pct", "power_w"]
+
+[[gpu]]
+fault = "lost"
+
+[[process]]
+gpu = 0
+pid = 7
+memory = "3GiB"
+kind = "compute+graphics"
+"""
+
+
+@pytest.fixture(params=["sim-count", "sim-file", "nvml"])
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path, fake_nvml: Callable[..., FakeNvml]
+) -> Iterator[Backend]:
+    if request.param == "sim-count":
+        opened: Backend = SimBackend(4, clock=lambda: FROZEN_TIME)
+    elif request.param == "sim-file":
+        path = tmp_path / "node.toml"
+        path.write_text(SCENARIO)
+        opened = SimBackend(path, clock=lambda: FROZEN_TIME)
+    else:
+        fake_nvml(
+            FakeGpu(compute=[(11, 1 << 30)], graphics=[(11, 1 << 30), (12, 2 << 30)]),
+            FakeGpu(uuid="GPU-lost", lost=True),
+            FakeGpu(uuid="GPU-quiet", unsupported={"fan", "power", "temperature"}),
+        )
+        opened = NvmlBackend()
+    with opened:
+        yield opened
+
+
+def _assert_fields_match_annotations(value: object) -> None:
+    hints = typing.get_type_hints(type(value))
+    for field in dataclasses.fields(value):  # type: ignore[arg-type]
+        expected = hints[field.name]
+        allowed = (
+            typing.get_args(expected) if isinstance(expected, types.UnionType) else (expected,)
+        )
+        actual = getattr(value, field.name)
+        assert any(isinstance(actual, typing.get_origin(kind) or kind) for kind in allowed), (
+            f"{type(value).__name__}.{field.name} = {actual!r} is not {expected}"
+        )
+
+
+def test_full_sample_has_promised_types(backend: Backend) -> None:
+    # GIVEN an open backend WHEN it is sampled in full
+    snapshot = backend.sample(SampleScope.FULL)
+    # THEN every field of every record has its declared type
+    assert isinstance(snapshot, Snapshot)
+    _assert_fields_match_annotations(snapshot)
+    assert snapshot.gpus, "a backend that opened reports at least one GPU"
+    for gpu in snapshot.gpus:
+        assert isinstance(gpu, GpuSample)
+        _assert_fields_match_annotations(gpu)
+    for process in snapshot.processes:
+        assert isinstance(process, ProcessUsage)
+        _assert_fields_match_annotations(process)
+        assert process.gpu_index in {gpu.index for gpu in snapshot.gpus}
+
+
+def test_gpus_are_in_index_order_and_healthy_ones_report_memory(backend: Backend) -> None:
+    snapshot = backend.sample()
+    assert [gpu.index for gpu in snapshot.gpus] == list(range(len(snapshot.gpus)))
+    for gpu in snapshot.gpus:
+        if gpu.ok and gpu.memory_total_bytes is not None:
+            assert gpu.memory_used_bytes is not None and gpu.memory_free_bytes is not None
+            assert 0 <= gpu.memory_free_bytes <= gpu.memory_total_bytes
+
+
+def test_faulty_gpu_is_reported_beside_healthy_ones(backend: Backend) -> None:
+    snapshot = backend.sample()
+    healthy = [gpu for gpu in snapshot.gpus if gpu.ok]
+    assert healthy, "a fault in one GPU never hides the others"
+    for gpu in snapshot.gpus:
+        if not gpu.ok:
+            assert gpu.error and gpu.utilization_pct is None
+
+
+def test_selection_scope_reads_identity_memory_and_utilization(backend: Backend) -> None:
+    # WHEN sampled for a selection THEN uuid, memory and load are there, processes are not
+    snapshot = backend.sample(SampleScope.SELECTION)
+    assert snapshot.processes == ()
+    for gpu in snapshot.gpus:
+        _assert_fields_match_annotations(gpu)
+        if gpu.ok:
+            assert gpu.uuid and gpu.memory_free_bytes is not None
+            assert gpu.utilization_pct is not None
+
+
+def test_snapshot_survives_a_round_trip_through_json_types(backend: Backend) -> None:
+    snapshot = backend.sample()
+    assert Snapshot.from_dict(snapshot.to_dict()) == snapshot
+
+
+def test_close_twice_is_harmless(backend: Backend) -> None:
+    backend.close()
+    backend.close()
+
+
+def test_process_kinds_are_named_kinds(backend: Backend) -> None:
+    kinds = {process.kind for process in backend.sample().processes}
+    assert kinds <= set(ProcessKind)

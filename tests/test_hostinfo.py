@@ -1,0 +1,125 @@
+"""Host details of GPU processes, read from /proc (real and fabricated)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuwatch import hostinfo
+from gpuwatch.hostinfo import HostProcessTable
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def fake_proc(
+    root: Path,
+    pid: int,
+    *,
+    comm: str,
+    argv: list[str],
+    cpu_ticks: int,
+    start_ticks: int,
+    rss_pages: int = 10,
+    boot_time: int = 1_700_000_000,
+) -> None:
+    (root / "stat").write_text(f"cpu  1 2 3\nbtime {boot_time}\n")
+    process = root / str(pid)
+    process.mkdir(exist_ok=True)
+    rest = (
+        ["S"]
+        + ["0"] * 10
+        + [str(cpu_ticks), "0"]
+        + ["0"] * 6
+        + [str(start_ticks), "0", str(rss_pages)]
+    )
+    (process / "stat").write_text(f"{pid} ({comm}) {' '.join(rest)}\n")
+    (process / "cmdline").write_text("\0".join(argv) + ("\0" if argv else ""))
+
+
+def test_live_process_has_user_command_rss_and_start_time() -> None:
+    # GIVEN this very process, which has been running for a while
+    details = HostProcessTable().lookup({os.getpid()})[os.getpid()]
+    assert details.user == pwd.getpwuid(os.getuid()).pw_name
+    assert (
+        details.command
+        == " ".join(Path(f"/proc/{os.getpid()}/cmdline").read_text().split("\0")).strip()
+    )
+    assert details.rss_bytes and details.rss_bytes > 1 << 20
+    assert details.started_at is not None and details.started_at < time.time()
+    assert details.cpu_pct is not None and details.cpu_pct > 0
+
+
+def test_vanished_and_foreign_pids_give_no_details() -> None:
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    assert HostProcessTable().lookup({exited.pid, 2**22 + 7}) == {}
+
+
+def test_cpu_is_lifetime_average_first_then_since_the_last_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a process that started 100 s after boot and has used 50 s of CPU by t = boot + 200 s
+    boot = 1_700_000_000
+    now = [boot + 200.0]
+    monkeypatch.setattr(hostinfo.time, "time", lambda: now[0])
+    fake_proc(
+        tmp_path,
+        42,
+        comm="python",
+        argv=["python", "train.py"],
+        cpu_ticks=50 * TICKS,
+        start_ticks=100 * TICKS,
+        boot_time=boot,
+    )
+    table = HostProcessTable(proc=str(tmp_path))
+    first = table.lookup({42})[42]
+    # THEN the first look is the lifetime average: 50 s over 100 s
+    assert first.cpu_pct == 50.0
+    assert first.started_at == boot + 100 and first.command == "python train.py"
+    # WHEN 10 s later it has used 9 s more
+    now[0] += 10
+    fake_proc(
+        tmp_path,
+        42,
+        comm="python",
+        argv=["python", "train.py"],
+        cpu_ticks=59 * TICKS,
+        start_ticks=100 * TICKS,
+        boot_time=boot,
+    )
+    # THEN the next look is the average over those 10 s
+    assert table.lookup({42})[42].cpu_pct == 90.0
+
+
+def test_reused_pid_starts_measuring_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    boot = 1_700_000_000
+    monkeypatch.setattr(hostinfo.time, "time", lambda: boot + 400.0)
+    fake_proc(
+        tmp_path, 7, comm="a", argv=["a"], cpu_ticks=10 * TICKS, start_ticks=0, boot_time=boot
+    )
+    table = HostProcessTable(proc=str(tmp_path))
+    table.lookup({7})
+    # WHEN pid 7 now names a process started at boot + 300 s with 50 s of CPU
+    fake_proc(
+        tmp_path,
+        7,
+        comm="b",
+        argv=["b"],
+        cpu_ticks=50 * TICKS,
+        start_ticks=300 * TICKS,
+        boot_time=boot,
+    )
+    assert table.lookup({7})[7].cpu_pct == 50.0
+
+
+def test_kernel_thread_without_cmdline_is_named_by_comm(tmp_path: Path) -> None:
+    fake_proc(tmp_path, 9, comm="weird) name (x", argv=[], cpu_ticks=0, start_ticks=0)
+    assert HostProcessTable(proc=str(tmp_path)).lookup({9})[9].command == "weird) name (x"

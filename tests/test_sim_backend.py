@@ -1,0 +1,206 @@
+"""The simulated node: deterministic, alive, and faults injected while it runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.backends import open_backend
+from gpuwatch.backends.scenario import MODELS, load_scenario, parse_sim_spec
+from gpuwatch.backends.sim import SimBackend
+from gpuwatch.errors import InvalidValueError, ScenarioError
+from tests.conftest import FROZEN_TIME
+
+SCENARIO = """
+hostname = "lab-7"
+driver_version = "550.54.15"
+cuda_driver_version = "12.4"
+seed = 3
+
+[[gpu]]
+model = "A100-40GB"
+count = 2
+load = "sine"
+utilization_pct = [20, 80]
+period = "30s"
+
+[[gpu]]
+model = "RTX-4090"
+load = "constant"
+utilization_pct = 55
+unsupported = ["power_w"]
+
+[[process]]
+gpu = 2
+pid = 4242
+user = "alice"
+command = "python train.py"
+memory = "6GiB"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(text)
+    return path
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    spare = path.with_suffix(".tmp")
+    spare.write_text(text)
+    os.replace(spare, path)
+
+
+def test_scenario_file_sets_models_processes_and_unsupported_fields(tmp_path: Path) -> None:
+    backend = SimBackend(write(tmp_path, SCENARIO), clock=lambda: FROZEN_TIME)
+    snapshot = backend.sample()
+    assert (snapshot.hostname, snapshot.driver_version, snapshot.cuda_driver_version) == (
+        "lab-7",
+        "550.54.15",
+        "12.4",
+    )
+    assert [gpu.name for gpu in snapshot.gpus] == [
+        MODELS["A100-40GB"].name,
+        MODELS["A100-40GB"].name,
+        MODELS["RTX-4090"].name,
+    ]
+    rtx = snapshot.gpus[2]
+    assert rtx.utilization_pct == 55 and rtx.power_w is None and rtx.fan_pct is not None
+    (process,) = snapshot.processes
+    assert (process.pid, process.user, process.gpu_uuid) == (4242, "alice", rtx.uuid)
+    assert rtx.memory_used_bytes == process.memory_used_bytes == 6 << 30
+
+
+def test_same_seed_and_time_give_the_same_snapshot(tmp_path: Path) -> None:
+    path = write(tmp_path, SCENARIO)
+    first = SimBackend(path, clock=lambda: FROZEN_TIME).sample()
+    again = SimBackend(path, clock=lambda: FROZEN_TIME).sample()
+    assert first.gpus == again.gpus
+
+
+def test_load_moves_over_time() -> None:
+    now = [FROZEN_TIME]
+    backend = SimBackend(8, clock=lambda: now[0])
+    seen = set()
+    for _ in range(10):
+        seen.add(tuple(gpu.utilization_pct for gpu in backend.sample().gpus))
+        now[0] += 7
+    assert len(seen) > 5, "a live view of a simulated node should look alive"
+
+
+def test_default_node_mixes_busy_and_idle_gpus() -> None:
+    snapshot = SimBackend(4, clock=lambda: FROZEN_TIME).sample()
+    assert len(snapshot.gpus) == 4
+    assert snapshot.gpus[3].utilization_pct == 0 and not snapshot.processes_on(3)
+    assert snapshot.processes_on(0) and snapshot.gpus[0].utilization_pct >= 70
+    assert len({gpu.uuid for gpu in snapshot.gpus}) == 4
+
+
+def test_fault_injected_at_run_time_shows_on_that_gpu_only(tmp_path: Path) -> None:
+    path = write(tmp_path, SCENARIO)
+    backend = SimBackend(path, clock=lambda: FROZEN_TIME)
+    assert all(gpu.ok for gpu in backend.sample().gpus)
+    # WHEN the scenario gains a lost GPU while the backend runs
+    replace_atomically(
+        path, SCENARIO.replace('model = "RTX-4090"', 'model = "RTX-4090"\nfault = "lost"')
+    )
+    snapshot = backend.sample()
+    # THEN that GPU reports it, the others do not, and its processes are gone
+    assert [gpu.error for gpu in snapshot.gpus] == [None, None, "GPU is lost"]
+    assert snapshot.processes == ()
+
+
+def test_bad_edit_keeps_the_previous_scenario(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path, SCENARIO)
+    backend = SimBackend(path, clock=lambda: FROZEN_TIME)
+    before = backend.sample()
+    replace_atomically(path, "[[gpu]]\nmodel = 'nope'\n")
+    assert backend.sample().gpus == before.gpus
+    assert "unknown model" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("0", "1 to 64 GPUs"),
+        ("65", "1 to 64 GPUs"),
+        ("four", "neither a GPU count"),
+        ("/no/such/file.toml", "neither a GPU count"),
+    ],
+    ids=["zero", "too-many", "word", "missing-file"],
+)
+def test_bad_sim_spec_is_refused(spec: str, message: str) -> None:
+    with pytest.raises(ScenarioError, match=message):
+        parse_sim_spec(spec)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[gpu]\n", "not valid TOML"),
+        ("", "1 to 64 GPUs"),
+        ("[[gpu]]\ncolour = 'red'\n", "gpu\\[0\\]: unknown key 'colour'"),
+        ("[[gpu]]\nmodel = 'Z80'\n", "gpu\\[0\\].model: unknown model 'Z80'"),
+        ("[[gpu]]\nmemory_total = '80XB'\n", "gpu\\[0\\].memory_total: '80XB' is not a size"),
+        ("[[gpu]]\nmemory_total = 80\n", "write a size in quotes"),
+        ("[[gpu]]\nload = 'wobbly'\n", "gpu\\[0\\].load: choose one of"),
+        ("[[gpu]]\nutilization_pct = [90, 10]\n", "low <= high"),
+        ("[[gpu]]\nperiod = 'soon'\n", "gpu\\[0\\].period: 'soon' is not a duration"),
+        ("[[gpu]]\nunsupported = ['warp_drive']\n", "not optional metrics"),
+        ("[[gpu]]\ncount = 2\nuuid = 'GPU-x'\n", "cannot set uuid"),
+        ("[[gpu]]\n[[process]]\ngpu = 1\npid = 3\n", "process\\[0\\].gpu: no GPU 1"),
+        ("[[gpu]]\n[[process]]\ngpu = 0\n", "process\\[0\\]: pid is required"),
+        ("[[gpu]]\n[[process]]\ngpu = 0\npid = 1\nkind = 'x'\n", "kind: choose compute"),
+        ("seed = 'x'\n[[gpu]]\n", "seed: expected a whole number"),
+    ],
+    ids=[
+        "bad-toml",
+        "no-gpus",
+        "unknown-key",
+        "unknown-model",
+        "bad-size",
+        "unquoted-size",
+        "bad-load",
+        "reversed-range",
+        "bad-period",
+        "bad-unsupported",
+        "repeated-uuid",
+        "process-gpu-out-of-range",
+        "process-without-pid",
+        "bad-kind",
+        "bad-seed",
+    ],
+)
+def test_bad_scenario_file_names_file_entry_and_fix(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError, match=message) as raised:
+        load_scenario(path)
+    assert str(raised.value).startswith(str(path))
+    assert "\n" not in str(raised.value)
+
+
+def test_open_backend_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUWATCH_SIM", "3")
+    with open_backend() as backend:
+        assert backend.name == "sim" and len(backend.sample().gpus) == 3
+
+
+def test_open_backend_sim_kind_defaults_to_four_gpus() -> None:
+    with open_backend("sim") as backend:
+        assert len(backend.sample().gpus) == 4
+
+
+@pytest.mark.parametrize(
+    ("kind", "sim", "message"),
+    [("gpu", None, "unknown backend"), ("nvml", "2", "cannot go with --backend nvml")],
+    ids=["unknown-kind", "nvml-with-sim"],
+)
+def test_open_backend_refuses_contradictions(kind: str, sim: str | None, message: str) -> None:
+    with pytest.raises(InvalidValueError, match=message):
+        open_backend(kind, sim)
