@@ -6,34 +6,87 @@
 >>> [gpu.index for gpu in snapshot.gpus]
 [0, 1]
 
-Importing this package loads neither torch, textual, click nor pynvml.
+`import gpuwatch` is cheap: it loads neither torch, textual, click nor pynvml,
+and the rest of the public API below is imported on first use.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from gpuwatch._version import __version__
-from gpuwatch.backends import Backend, SampleScope, open_backend
 from gpuwatch.errors import (
+    AlreadySelectedError,
     BackendError,
+    CudaAlreadyInitializedError,
     DriverNotFoundError,
     GpuwatchError,
     InvalidValueError,
+    LeaseError,
     NoGpuError,
+    NotEnoughGpusError,
     ScenarioError,
+    SelectionError,
+    VisibleDevicesError,
+    WaitTimeoutError,
 )
-from gpuwatch.models import GpuSample, ProcessKind, ProcessUsage, Snapshot
+
+if TYPE_CHECKING:
+    from gpuwatch.backends import Backend, SampleScope, open_backend
+    from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
+    from gpuwatch.selector import Selection, device, select
+
+_LAZY = {
+    "select": "gpuwatch.selector",
+    "device": "gpuwatch.selector",
+    "Selection": "gpuwatch.selector",
+    "open_backend": "gpuwatch.backends",
+    "Backend": "gpuwatch.backends",
+    "SampleScope": "gpuwatch.backends",
+    "GpuSample": "gpuwatch.models",
+    "Lease": "gpuwatch.models",
+    "ProcessKind": "gpuwatch.models",
+    "ProcessUsage": "gpuwatch.models",
+    "Snapshot": "gpuwatch.models",
+}
 
 __all__ = [
+    "AlreadySelectedError",
     "Backend",
     "BackendError",
+    "CudaAlreadyInitializedError",
     "DriverNotFoundError",
     "GpuSample",
     "GpuwatchError",
     "InvalidValueError",
+    "Lease",
+    "LeaseError",
     "NoGpuError",
+    "NotEnoughGpusError",
     "ProcessKind",
     "ProcessUsage",
     "SampleScope",
     "ScenarioError",
+    "Selection",
+    "SelectionError",
     "Snapshot",
+    "VisibleDevicesError",
+    "WaitTimeoutError",
     "__version__",
+    "device",
     "open_backend",
+    "select",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'gpuwatch' has no attribute {name!r}")
+    value = getattr(__import__(module_name, fromlist=[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

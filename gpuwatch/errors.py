@@ -1,11 +1,21 @@
 """Every error gpuwatch raises on purpose derives from `GpuwatchError`.
 
     GpuwatchError
-    ├── InvalidValueError          a size, duration or option value that does not parse
-    ├── BackendError               reading GPUs failed as a whole
-    │   ├── DriverNotFoundError    no libnvidia-ml.so.1, or the kernel driver is not loaded
-    │   ├── NoGpuError             the driver answers but reports no GPU
-    │   └── ScenarioError          a simulated node (`--sim`) that cannot be built
+    ├── InvalidValueError              a size, duration or option value that does not parse
+    │   └── VisibleDevicesError        a malformed or unusable CUDA_VISIBLE_DEVICES
+    ├── BackendError                   reading GPUs failed as a whole
+    │   ├── DriverNotFoundError        no libnvidia-ml.so.1, or the kernel driver is not loaded
+    │   ├── NoGpuError                 the driver answers but reports no GPU
+    │   └── ScenarioError              a simulated node (`--sim`) that cannot be built
+    ├── SelectionError                 GPUs could not be selected
+    │   ├── NotEnoughGpusError         fewer GPUs qualify than were asked for
+    │   │   └── WaitTimeoutError       ... and waiting for them timed out
+    │   ├── CudaAlreadyInitializedError  CUDA started in this process before select()
+    │   └── AlreadySelectedError       select() was already called in this process
+    ├── LeaseError                     the lease directory is missing, unsafe or unusable
+    └── LaunchError                    the command to run on the chosen GPUs could not start
+        ├── CommandNotFoundError       no such command (exit code 127, as in a shell)
+        └── CommandNotExecutableError  found, but not executable (exit code 126)
 
 Errors about a single GPU are not raised: they are reported in that GPU's
 `GpuSample.error`, so that one faulty GPU never hides the others.
@@ -39,3 +49,51 @@ class NoGpuError(BackendError):
 
 class ScenarioError(BackendError):
     """A simulated node could not be built from `--sim` or its scenario file."""
+
+
+class VisibleDevicesError(InvalidValueError):
+    """`CUDA_VISIBLE_DEVICES` is malformed or names GPUs this machine does not have."""
+
+
+class SelectionError(GpuwatchError):
+    """GPUs could not be selected."""
+
+
+class NotEnoughGpusError(SelectionError):
+    """Fewer GPUs qualify than were asked for.
+
+    `reasons` holds one line per GPU that was not chosen, saying why
+    ("GPU 3: 2.1GiB free < 8.0GiB").
+    """
+
+    def __init__(self, message: str, reasons: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.reasons = reasons
+
+
+class WaitTimeoutError(NotEnoughGpusError):
+    """Waiting for enough GPUs to qualify took longer than the timeout."""
+
+
+class CudaAlreadyInitializedError(SelectionError):
+    """CUDA was initialised in this process, so CUDA_VISIBLE_DEVICES can no longer take effect."""
+
+
+class AlreadySelectedError(SelectionError):
+    """`select()` already chose GPUs for this process."""
+
+
+class LeaseError(GpuwatchError):
+    """The lease directory is missing, unsafe (symlinks, foreign owners) or unusable."""
+
+
+class LaunchError(GpuwatchError):
+    """The command to run on the chosen GPUs could not be started."""
+
+
+class CommandNotFoundError(LaunchError):
+    """No such command on PATH."""
+
+
+class CommandNotExecutableError(LaunchError):
+    """The command exists but cannot be executed (permissions, a directory, a bad binary)."""

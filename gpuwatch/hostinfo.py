@@ -111,3 +111,18 @@ def _user_name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:  # a uid with no passwd entry here, as in many containers
         return str(uid)
+
+
+def lineage(pid: int | None = None, proc: str = "/proc") -> set[int]:
+    """`pid` (default: this process) and its ancestors, up to the first one out of sight."""
+    found: set[int] = set()
+    current = os.getpid() if pid is None else pid
+    while current > 0 and current not in found:
+        found.add(current)
+        try:
+            with open(f"{proc}/{current}/stat", "rb") as stat_file:
+                stat = stat_file.read().decode(errors="replace")
+        except OSError:
+            break
+        current = int(stat[stat.rfind(")") + 2 :].split()[1])  # field 4, the parent's pid
+    return found

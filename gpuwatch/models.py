@@ -80,6 +80,33 @@ class ProcessUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class Lease:
+    """A GPU held by a process, so that no other job is given it.
+
+    `mem_bytes` is the memory the holder declared (`--mem`): the GPU may then
+    be shared with other jobs while their declarations fit. `None` means the
+    lease is exclusive.
+    """
+
+    gpu_uuid: str
+    gpu_index: int
+    pid: int
+    user: str
+    command: str
+    started_at: float
+    mem_bytes: int | None = None
+
+    @property
+    def exclusive(self) -> bool:
+        """True when no other job may share the GPU."""
+        return self.mem_bytes is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict whose keys are the field names."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """All GPUs of one machine and the processes using them, at `taken_at`."""
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -31,14 +33,26 @@ def run_cli(*args: str, env: dict[str, str | None] | None = None) -> CliResult:
             code = exit_.code if isinstance(exit_.code, int) else 1
         else:  # pragma: no cover - main() always exits
             code = -1
+        sys.stdout.flush()
+        sys.stderr.flush()
         return CliResult(code, out.getvalue().decode(), err.getvalue().decode())
 
 
 @pytest.fixture(autouse=True)
-def _no_backend_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests choose their backend; the developer's shell must not choose it for them."""
-    for name in ("GPUWATCH_BACKEND", "GPUWATCH_SIM", "NO_COLOR"):
+def lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own lease directory, and chooses its own backend and GPUs:
+    the developer's shell must not choose them for it."""
+    for name in (
+        "GPUWATCH_BACKEND",
+        "GPUWATCH_SIM",
+        "NO_COLOR",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+    ):
         monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "leases"
+    monkeypatch.setenv("GPUWATCH_LEASE_DIR", str(path))
+    return path
 
 
 @pytest.fixture

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pynvml
 import pytest
 
+from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.exit_codes import ExitCode
+from gpuwatch.leases import LeaseDir
 from gpuwatch.models import GpuSample, ProcessUsage, Snapshot
 from tests.conftest import run_cli
 from tests.fake_nvml import FakeNvml
@@ -36,7 +39,7 @@ def test_json_keys_are_the_model_field_names_and_bytes_are_integers() -> None:
     result = run_cli("status", "--sim", "4", "--json")
     assert result.exit_code == 0
     data = json.loads(result.stdout)
-    assert set(data) == {field.name for field in dataclasses.fields(Snapshot)}
+    assert set(data) == {field.name for field in dataclasses.fields(Snapshot)} | {"leases"}
     assert {field.name for field in dataclasses.fields(GpuSample)} == set(data["gpus"][0])
     assert {field.name for field in dataclasses.fields(ProcessUsage)} == set(data["processes"][0])
     assert isinstance(data["gpus"][0]["memory_free_bytes"], int)
@@ -143,3 +146,21 @@ def test_version_and_help() -> None:
     assert run_cli("--version").stdout == f"gpuwatch, version {__version__}\n"
     help_text = run_cli("status", "--help").stdout
     assert "Examples:" in help_text and "--watch SECONDS" in help_text
+
+
+def test_leases_show_who_holds_which_gpu(tmp_path: Path) -> None:
+    # GIVEN GPU 2 of a simulated node leased to this process
+    lease_dir = LeaseDir(tmp_path)
+    gpu = SimBackend(4).sample().gpus[2]
+    with lease_dir.locked():
+        held = lease_dir.claim(gpu, mem_bytes=10 << 30, command="python train.py")
+    env = {"GPUWATCH_LEASE_DIR": str(tmp_path)}
+    try:
+        table = run_cli("status", "--sim", "4", env=env).stdout
+        data = json.loads(run_cli("status", "--sim", "4", "--json", env=env).stdout)
+    finally:
+        held.release()
+    # THEN the table says so under GPU 2, and the JSON lists the lease
+    below_gpu2 = table.split("[2] ")[1].split("[3] ")[0]
+    assert f"leased by {held.lease.user} (pid {os.getpid()}, shared, 10.0GiB" in below_gpu2
+    assert data["leases"] == [held.lease.to_dict()]

@@ -18,7 +18,7 @@ def loaded_after(statement: str) -> set[str]:
     """Top-level modules a fresh interpreter holds after running `statement`."""
     code = f"{statement}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return {name.split(".")[0] for name in json.loads(out.stdout)}
+    return {name.split(".")[0] for name in json.loads(out.stdout.splitlines()[-1])}
 
 
 def test_import_gpuwatch_loads_no_heavy_module() -> None:
@@ -58,3 +58,20 @@ def test_only_the_nvml_backend_imports_pynvml() -> None:
             if any(name.split(".")[0] == "pynvml" for name in names):
                 importers.add(path.relative_to(PACKAGE).as_posix())
     assert importers == {"backends/nvml.py"}
+
+
+def test_pick_runs_without_click() -> None:
+    # `gpuwatch pick` starts jobs: it must not pay for click (or anything heavier).
+    statement = (
+        "import os, tempfile\n"
+        "os.environ['GPUWATCH_LEASE_DIR'] = tempfile.mkdtemp()\n"
+        "from gpuwatch.cli import run_reporting_errors\n"
+        "from gpuwatch.cli.pick import run_pick\n"
+        "assert run_reporting_errors(lambda: run_pick(['--sim', '2'])) == 0"
+    )
+    assert loaded_after(statement).isdisjoint(HEAVY)
+
+
+def test_importing_gpuwatch_is_nearly_free() -> None:
+    # The public API is loaded on first use, so `import gpuwatch` costs scripts nothing.
+    assert "dataclasses" not in loaded_after("import gpuwatch")

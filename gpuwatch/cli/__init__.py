@@ -1,64 +1,81 @@
 """The `gpuwatch` command. `main()` is the one place errors become messages and exit codes.
 
-Every failure ends in one line on stderr, `gpuwatch: error: ...`, and a code
-from `ExitCode`; a traceback is shown only for a bug, and only when
+Every failure ends in one line on stderr, `gpuwatch: error: ...` (for a pick
+that found too few GPUs, followed by one indented line per GPU), and a code
+from `ExitCode`. A traceback is shown only for a bug, and only with
 `GPUWATCH_DEBUG=1`.
+
+`gpuwatch pick` is parsed without click: it starts jobs, and its start-up
+time is the user's (see gpuwatch/cli/pick.py).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-import click
-
-from gpuwatch.cli.app import cli
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
-from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NoGpuError
+from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NoGpuError, NotEnoughGpusError
 
 _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Runs the command line and exits with its code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["pick"]:
+        from gpuwatch.cli.pick import run_pick
+
+        sys.exit(run_reporting_errors(lambda: run_pick(args[1:])))
+    sys.exit(run_reporting_errors(lambda: _run_click(args)))
+
+
+def run_reporting_errors(command: Callable[[], int]) -> int:
+    """Runs `command`, turning every way it can fail into a message and an exit code."""
     try:
-        result = cli.main(args=argv, prog_name="gpuwatch", standalone_mode=False)
-        code = result if isinstance(result, int) else ExitCode.OK
-    except click.UsageError as error:
-        code = _fail(_usage_message(error), ExitCode.USAGE)
+        return command()
     except GpuwatchError as error:
         hint = _NO_GPU_HINT if isinstance(error, DriverNotFoundError | NoGpuError) else ""
-        code = _fail(f"{error}{hint}", exit_code_for(error))
-    except (KeyboardInterrupt, click.Abort):
-        code = ExitCode.INTERRUPTED
+        reasons = error.reasons if isinstance(error, NotEnoughGpusError) else ()
+        return fail(f"{error}{hint}", exit_code_for(error), details=reasons)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`gpuwatch status --json --watch 1 | head -1`): not an error.
-        _silence_stdout()
-        code = ExitCode.OK
-    except click.ClickException as error:
-        code = _fail(error.format_message(), error.exit_code)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return ExitCode.OK
     except Exception as error:
         if os.environ.get("GPUWATCH_DEBUG"):
             raise
-        code = _fail(
+        return fail(
             f"unexpected {type(error).__name__}: {error} (GPUWATCH_DEBUG=1 shows where)",
             ExitCode.FAILED,
         )
-    sys.exit(code)
 
 
-def _usage_message(error: click.UsageError) -> str:
-    command = error.ctx.command_path if error.ctx else "gpuwatch"
-    return f"{error.format_message().rstrip('.')} (see '{command} --help')"
-
-
-def _fail(message: str, code: int) -> int:
-    click.echo(f"gpuwatch: error: {message}", err=True)
+def fail(message: str, code: int, *, details: Sequence[str] = ()) -> int:
+    """Prints `gpuwatch: error: MESSAGE` (and indented details) to stderr; returns `code`."""
+    lines = [f"gpuwatch: error: {message}", *(f"  {detail}" for detail in details)]
+    sys.stderr.write("\n".join(lines) + "\n")
     return code
 
 
-def _silence_stdout() -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+def _run_click(args: list[str]) -> int:
+    import click
+
+    from gpuwatch.cli.app import cli
+
+    try:
+        result = cli.main(args=args, prog_name="gpuwatch", standalone_mode=False)
+    except click.UsageError as error:
+        command = error.ctx.command_path if error.ctx else "gpuwatch"
+        message = error.format_message().rstrip(".")
+        return fail(f"{message} (see '{command} --help')", ExitCode.USAGE)
+    except click.Abort:
+        return ExitCode.INTERRUPTED
+    except click.ClickException as error:
+        return fail(error.format_message(), error.exit_code)
+    return result if isinstance(result, int) else ExitCode.OK

@@ -11,6 +11,7 @@ from gpuwatch._version import __version__
 # name -> "module:function"; the order is the order of `gpuwatch --help`.
 _COMMANDS = {
     "status": "gpuwatch.cli.status:status",
+    "pick": "gpuwatch.cli.app:pick",
 }
 
 
@@ -36,5 +37,21 @@ def cli() -> None:
     \b
     Without a GPU, add --sim 4 to any command to try it on a simulated node.
     Exit codes: 0 ok, 1 failed, 2 bad usage, 3 no NVIDIA driver or no GPU,
-    130 interrupted.
+    4 not enough free GPUs, 5 timed out waiting, 126/127 command not
+    executable / not found, 130 interrupted.
     """
+
+
+@click.command(
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    short_help="Choose free GPUs and run a command on them.",
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def pick(args: tuple[str, ...]) -> int:
+    """Choose free GPUs and run a command on them (see gpuwatch pick --help)."""
+    # `gpuwatch pick` is normally dispatched before click is imported (gpuwatch.cli.main);
+    # this entry lists it in `gpuwatch --help` and serves callers that go through click.
+    from gpuwatch.cli.pick import run_pick
+
+    return run_pick(list(args))

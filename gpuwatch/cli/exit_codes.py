@@ -5,33 +5,54 @@ from __future__ import annotations
 import enum
 
 from gpuwatch.errors import (
+    CommandNotExecutableError,
+    CommandNotFoundError,
     DriverNotFoundError,
     GpuwatchError,
     InvalidValueError,
     NoGpuError,
+    NotEnoughGpusError,
     ScenarioError,
+    WaitTimeoutError,
 )
 
 
 class ExitCode(enum.IntEnum):
-    """What `gpuwatch` exits with. README.md ("Exit codes") lists the same table."""
+    """What `gpuwatch` exits with. README.md ("Exit codes") lists the same table.
+
+    `gpuwatch pick -- CMD` exits with CMD's own status once CMD runs.
+    """
 
     OK = 0
     FAILED = 1
     """Any other failure; the message says what."""
     USAGE = 2
-    """A bad command line: unknown option, bad value, bad `--sim` or scenario file."""
+    """A bad command line or environment: unknown option, bad value, bad `--sim` or
+    scenario file, malformed CUDA_VISIBLE_DEVICES, more GPUs asked for than exist."""
     NO_GPU = 3
     """No NVIDIA driver, or the driver reports no GPU."""
+    NOT_ENOUGH_GPUS = 4
+    """`pick`: fewer GPUs qualify than asked for (without --wait)."""
+    TIMEOUT = 5
+    """`pick --wait --timeout`: still not enough GPUs when the time was up."""
+    CANNOT_EXECUTE = 126
+    """`pick -- CMD`: CMD was found but cannot be executed."""
+    COMMAND_NOT_FOUND = 127
+    """`pick -- CMD`: no such command."""
     INTERRUPTED = 130
     """Stopped by Ctrl-C (SIGINT)."""
 
 
+# Most specific first: the first match wins.
 _BY_ERROR: tuple[tuple[type[GpuwatchError], ExitCode], ...] = (
     (InvalidValueError, ExitCode.USAGE),
     (ScenarioError, ExitCode.USAGE),
     (DriverNotFoundError, ExitCode.NO_GPU),
     (NoGpuError, ExitCode.NO_GPU),
+    (WaitTimeoutError, ExitCode.TIMEOUT),
+    (NotEnoughGpusError, ExitCode.NOT_ENOUGH_GPUS),
+    (CommandNotFoundError, ExitCode.COMMAND_NOT_FOUND),
+    (CommandNotExecutableError, ExitCode.CANNOT_EXECUTE),
 )
 
 

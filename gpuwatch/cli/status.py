@@ -12,7 +12,8 @@ import click
 
 from gpuwatch.backends import open_backend
 from gpuwatch.cli.options import Duration, backend_options
-from gpuwatch.models import Snapshot
+from gpuwatch.leases import LeaseDir
+from gpuwatch.models import Lease, Snapshot
 from gpuwatch.sampling import watch
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -54,7 +55,7 @@ def status(
     count: int | None,
     color: str,
 ) -> None:
-    """Show every GPU with its memory, load, temperature, power and processes.
+    """Show every GPU with its memory, load, temperature, power, processes and leases.
 
     \b
     Examples:
@@ -67,18 +68,24 @@ def status(
     if count is not None and interval_s is None:
         raise click.UsageError("--count needs --watch")
     show = _print_json if as_json else _table_printer(color)
+    lease_dir = LeaseDir.read_only()
     with open_backend(backend, sim) as source:
         if interval_s is None:
-            show(source.sample(), pretty=True)
+            show(source.sample(), _leases(lease_dir), pretty=True)
             return
         for number, snapshot in enumerate(watch(source, interval_s, count=count)):
             if number and not as_json:
                 sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
-            show(snapshot, pretty=False)
+            show(snapshot, _leases(lease_dir), pretty=False)
 
 
-def _print_json(snapshot: Snapshot, *, pretty: bool) -> None:
-    sys.stdout.write(json.dumps(snapshot.to_dict(), indent=2 if pretty else None) + "\n")
+def _leases(lease_dir: LeaseDir | None) -> list[Lease]:
+    return lease_dir.leases() if lease_dir is not None else []
+
+
+def _print_json(snapshot: Snapshot, leases: list[Lease], *, pretty: bool) -> None:
+    data = {**snapshot.to_dict(), "leases": [lease.to_dict() for lease in leases]}
+    sys.stdout.write(json.dumps(data, indent=2 if pretty else None) + "\n")
     sys.stdout.flush()
 
 
@@ -92,8 +99,9 @@ def _table_printer(color: str) -> Callable[..., None]:
     encoding = (sys.stdout.encoding or "").lower().replace("-", "")
     style = Style(color=use_color, unicode=encoding == "utf8")
 
-    def print_table(snapshot: Snapshot, *, pretty: bool) -> None:
-        sys.stdout.write(render(snapshot, style=style, width=shutil.get_terminal_size().columns))
+    def print_table(snapshot: Snapshot, leases: list[Lease], *, pretty: bool) -> None:
+        width = shutil.get_terminal_size().columns
+        sys.stdout.write(render(snapshot, leases=leases, style=style, width=width))
         sys.stdout.flush()
 
     return print_table

@@ -1,4 +1,4 @@
-"""`gpuwatch status` as a table: one line per GPU, one per process under it.
+"""`gpuwatch status` as a table: one line per GPU, one per process and lease under it.
 
 Pure text in, text out: colour is decided by the caller and passed in.
 """
@@ -6,9 +6,10 @@ Pure text in, text out: colour is decided by the caller and passed in.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuwatch.models import GpuSample, ProcessUsage, Snapshot
+from gpuwatch.models import GpuSample, Lease, ProcessUsage, Snapshot
 from gpuwatch.units import format_size
 
 _GIB = float(1 << 30)
@@ -33,7 +34,13 @@ class Style:
 BOLD, DIM, RED, GREEN, YELLOW, CYAN = "1", "2", "31", "32", "33", "36"
 
 
-def render(snapshot: Snapshot, *, style: Style = Style(), width: int = 120) -> str:
+def render(
+    snapshot: Snapshot,
+    *,
+    leases: Sequence[Lease] = (),
+    style: Style = Style(),
+    width: int = 120,
+) -> str:
     """The whole table, ending in a newline."""
     lines = [_header(snapshot, style)]
     name_width = max((len(gpu.name or "") for gpu in snapshot.gpus), default=4)
@@ -44,6 +51,9 @@ def render(snapshot: Snapshot, *, style: Style = Style(), width: int = 120) -> s
             snapshot.processes_on(gpu.index), key=lambda p: -(p.memory_used_bytes or 0)
         )
         lines.extend(_process_line(process, style, width) for process in processes)
+        lines.extend(
+            _lease_line(lease, style, width) for lease in leases if lease.gpu_uuid == gpu.uuid
+        )
     if not snapshot.gpus:
         lines.append("no GPUs")
     return "\n".join(lines) + "\n"
@@ -122,6 +132,13 @@ def _process_line(process: ProcessUsage, style: Style, width: int) -> str:
     if len(command) > room:
         command = command[: room - 1] + ("…" if style.unicode else "~")
     return head + style.paint(command, DIM) if process.command is None else head + command
+
+
+def _lease_line(lease: Lease, style: Style, width: int) -> str:
+    how = "exclusive" if lease.mem_bytes is None else f"shared, {format_size(lease.mem_bytes)}"
+    since = time.strftime("%H:%M", time.localtime(lease.started_at))
+    text = f"    leased by {lease.user} (pid {lease.pid}, {how}, since {since}): {lease.command}"
+    return style.paint(text[:width], YELLOW)
 
 
 def _level(value: float, warn: float, alarm: float) -> str:

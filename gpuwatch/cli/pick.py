@@ -1,0 +1,222 @@
+"""`gpuwatch pick`: choose GPUs, lease them, and run a command on them.
+
+pick stands in front of every job it starts, so its start-up time is paid
+again and again: it is parsed with argparse, which is already half loaded by
+the time the data model is, where click would add as much again as the whole
+selection costs (bench/pick_time.py measures it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+from gpuwatch.backends import BACKEND_KINDS, open_backend
+from gpuwatch.errors import InvalidValueError
+from gpuwatch.launch import exec_command
+from gpuwatch.leases import LeaseDir
+from gpuwatch.policy import Choice, Strategy
+from gpuwatch.selector import Wanted, acquire
+from gpuwatch.units import parse_duration, parse_size
+from gpuwatch.visible import VARIABLE, Format, child_environment
+
+_DESCRIPTION = """\
+Choose free GPUs, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES set
+to them. The lease lasts as long as COMMAND runs (however it ends), so jobs
+started alongside are given other GPUs. Without COMMAND, print the choice."""
+
+_EPILOG = """\
+examples:
+  gpuwatch pick -- python train.py                    the GPU with the most free memory
+  gpuwatch pick -n 2 -- torchrun --nproc-per-node 2 train_ddp.py
+  gpuwatch pick --min-free 20GiB --wait --timeout 2h -- python train.py
+  gpuwatch pick --mem 10GiB -- python eval.py         share a GPU: declare your use
+  export CUDA_VISIBLE_DEVICES=$(gpuwatch pick -n 2)   print only; no lease is held
+
+CUDA_VISIBLE_DEVICES gets the GPUs' UUIDs, which mean the same GPUs whatever
+CUDA_DEVICE_ORDER says; --format index writes nvidia-smi indices and sets
+CUDA_DEVICE_ORDER=PCI_BUS_ID beside them. An existing CUDA_VISIBLE_DEVICES
+(Slurm, Kubernetes, yours) is the set to choose from; it is never widened.
+
+exit status: COMMAND's own once it runs; 2 bad usage, 3 no NVIDIA driver or
+GPU, 4 not enough GPUs qualify, 5 timed out waiting, 126 COMMAND not
+executable, 127 COMMAND not found."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise InvalidValueError(f"{message} (see 'gpuwatch pick --help')")
+
+
+def _typed(parse: Callable[[str], object], what: str) -> Callable[[str], object]:
+    """An argparse type from a gpuwatch parser, keeping its message."""
+
+    def convert(text: str) -> object:
+        try:
+            return parse(text)
+        except (InvalidValueError, ValueError) as error:
+            raise argparse.ArgumentTypeError(str(error) or f"{text!r} is not {what}") from None
+
+    convert.__name__ = what
+    return convert
+
+
+def _gpu_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise InvalidValueError(f"{text!r}: ask for at least 1 GPU")
+    return int(text)
+
+
+def _percent(text: str) -> float:
+    value = float(text.rstrip("%"))
+    if not 0 <= value <= 100:
+        raise InvalidValueError(f"{text!r} is not a percentage from 0 to 100")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gpuwatch pick",
+        usage="gpuwatch pick [OPTIONS] [--] [COMMAND [ARGS...]]",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add = parser.add_argument
+    add(
+        "-n",
+        "--gpus",
+        type=_typed(_gpu_count, "a GPU count"),
+        default=1,
+        metavar="N",
+        help="how many GPUs (default: 1)",
+    )
+    add(
+        "--min-free",
+        type=_typed(parse_size, "a size"),
+        metavar="SIZE",
+        help="only GPUs with at least SIZE free memory (8GiB, 500MB, ...)",
+    )
+    add(
+        "--max-util",
+        type=_typed(_percent, "a percentage"),
+        metavar="PCT",
+        help="only GPUs at most PCT%% busy",
+    )
+    add(
+        "--mem",
+        type=_typed(parse_size, "a size"),
+        metavar="SIZE",
+        help="memory the job will use: share a GPU with others while all fit "
+        "(default: the GPU is the job's alone)",
+    )
+    add(
+        "--strategy",
+        choices=[s.value for s in Strategy],
+        default=Strategy.MOST_FREE.value,
+        help="ranking: most free memory (default), least busy, or the tightest fit (pack)",
+    )
+    add(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GPUS",
+        help="never these GPUs: nvidia-smi indices or UUIDs, comma-separated",
+    )
+    add(
+        "--wait",
+        action="store_true",
+        help="wait in line until enough GPUs qualify, instead of failing",
+    )
+    add(
+        "--timeout",
+        type=_typed(parse_duration, "a duration"),
+        metavar="DURATION",
+        help="with --wait, give up after DURATION (30s, 10m, 2h); implies --wait",
+    )
+    add(
+        "--format",
+        choices=[f.value for f in Format],
+        default=Format.UUID.value,
+        help="how to write CUDA_VISIBLE_DEVICES (default: uuid)",
+    )
+    add("--backend", choices=BACKEND_KINDS, help="where GPUs are read (default: auto)")
+    add("--sim", metavar="N|FILE", help="a simulated node: N GPUs, or a scenario file")
+    add("-v", "--verbose", action="store_true", help="say on stderr which GPUs were chosen")
+    add("command", nargs=argparse.REMAINDER, metavar="COMMAND", help=argparse.SUPPRESS)
+    return parser
+
+
+def run_pick(args: list[str]) -> int:
+    """`gpuwatch pick ARGS`: execs the command, or prints the choice and returns 0."""
+    options = build_parser().parse_args(args)
+    command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    wanted = Wanted.from_environment(
+        count=options.gpus,
+        min_free_bytes=options.min_free,
+        max_util_pct=options.max_util,
+        mem_bytes=options.mem,
+        strategy=Strategy(options.strategy),
+        exclude=tuple(e for group in options.exclude for e in group.split(",") if e),
+    )
+    fmt = Format(options.format)
+    waiting = options.wait or options.timeout is not None
+    with open_backend(options.backend, options.sim) as backend:
+        chosen, leases = acquire(
+            backend,
+            wanted,
+            lease_dir=LeaseDir(),
+            command=" ".join(command) or "(print only)",
+            hold=bool(command),
+            wait=waiting,
+            timeout_s=options.timeout,
+            on_wait=_WaitDisplay(wanted) if waiting else None,
+        )
+    env = child_environment(chosen, fmt, os.environ)
+    if options.verbose or not command:
+        gpus = ", ".join(f"{gpu.index} ({gpu.uuid})" for gpu in chosen)
+        sys.stderr.write(f"gpuwatch: chose GPU {gpus}\n")
+    if not command:
+        print(env[VARIABLE])
+        note = "; also export CUDA_DEVICE_ORDER=PCI_BUS_ID" if fmt is Format.INDEX else ""
+        sys.stderr.write(
+            "gpuwatch: no lease is held, so another job may take these GPUs; "
+            f"run your command as gpuwatch pick [...] -- COMMAND to hold them{note}\n"
+        )
+        return 0
+    for lease in leases:
+        lease.pass_to_child()
+    exec_command(command, env)
+
+
+class _WaitDisplay:
+    """What a waiting pick says: a live block on a terminal, a single note otherwise."""
+
+    def __init__(self, wanted: Wanted) -> None:
+        self._wanted = wanted
+        self._terminal = sys.stderr.isatty()
+        self._drawn = 0
+
+    def __call__(self, choice: Choice, waited_s: float) -> None:
+        if not self._terminal and self._drawn:
+            return
+        width = shutil.get_terminal_size().columns - 1
+        lines = [
+            f"gpuwatch: waiting {waited_s:.0f}s for {self._wanted.count} GPU"
+            f"{'s' if self._wanted.count > 1 else ''}, {choice.qualifying} qualify "
+            "(Ctrl-C to give up)",
+            *(f"  {reason}" for reason in choice.reasons),
+        ]
+        if self._terminal:
+            up = f"\x1b[{self._drawn}F" if self._drawn else ""
+            text = up + "".join(f"\x1b[2K{line[:width]}\n" for line in lines) + "\x1b[J"
+        else:
+            text = "\n".join(lines) + "\n"
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        self._drawn = len(lines)

@@ -1,0 +1,247 @@
+"""Which GPUs a job gets: filters and ranking, as a pure function of what is known.
+
+`choose()` takes a snapshot, the leases in force and the jobs waiting ahead in
+line, and returns the GPUs to give and, for every other GPU, one line saying
+why not. No I/O happens here; `gpuwatch.selector` gathers the inputs.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwatch.models import GpuSample, Lease, Snapshot
+from gpuwatch.units import format_size
+
+_GIB = 1 << 30
+
+
+class Strategy(enum.StrEnum):
+    """How qualifying GPUs are ranked."""
+
+    MOST_FREE = "most-free"
+    """Most free memory first: the safest home for a job of unknown size."""
+    LEAST_UTIL = "least-util"
+    """Least busy first: for jobs that need compute more than memory."""
+    PACK = "pack"
+    """Least free memory that still fits first: fills shared GPUs, keeps big ones whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a job asks for. GPU sets hold NVML indices."""
+
+    count: int = 1
+    min_free_bytes: int | None = None
+    max_util_pct: float | None = None
+    mem_bytes: int | None = None
+    """Memory the job declares it will use: the lease is then shared. `None`: exclusive."""
+    strategy: Strategy = Strategy.MOST_FREE
+    allowed: frozenset[int] | None = None
+    """The GPUs it may have (from CUDA_VISIBLE_DEVICES); `None`: any."""
+    excluded: frozenset[int] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "min_free_bytes": self.min_free_bytes,
+            "max_util_pct": self.max_util_pct,
+            "mem_bytes": self.mem_bytes,
+            "strategy": self.strategy.value,
+            "allowed": None if self.allowed is None else sorted(self.allowed),
+            "excluded": sorted(self.excluded),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Request:
+        allowed = data.get("allowed")
+        return cls(
+            count=int(data["count"]),
+            min_free_bytes=data.get("min_free_bytes"),
+            max_util_pct=data.get("max_util_pct"),
+            mem_bytes=data.get("mem_bytes"),
+            strategy=Strategy(data.get("strategy", Strategy.MOST_FREE)),
+            allowed=None if allowed is None else frozenset(allowed),
+            excluded=frozenset(data.get("excluded", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """A job that asked earlier and is still waiting: GPUs it can use are kept for it."""
+
+    pid: int
+    user: str
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The outcome: `chosen` best first (empty unless all `count` qualify), and why not the rest."""
+
+    chosen: tuple[GpuSample, ...]
+    reasons: tuple[str, ...]
+    qualifying: int = 0
+
+    @property
+    def satisfied(self) -> bool:
+        return bool(self.chosen)
+
+
+@dataclass(slots=True)
+class _Candidate:
+    gpu: GpuSample
+    free_bytes: int = 0
+    leases: list[Lease] = field(default_factory=list)
+
+
+def choose(
+    snapshot: Snapshot,
+    request: Request,
+    *,
+    leases: Iterable[Lease] = (),
+    waiting_ahead: Sequence[Waiter] = (),
+    seed: int = 0,
+) -> Choice:
+    """Chooses `request.count` GPUs, or says for each GPU why it cannot be had.
+
+    `seed` breaks ties between equally good GPUs; giving each process its own
+    (its pid) spreads jobs started together over equal GPUs.
+    """
+    candidates = _candidates(snapshot, leases)
+    kept: dict[int, Waiter] = {}
+    for waiter in waiting_ahead:
+        ranked, _ = _qualify(candidates, waiter.request, kept, waiter.pid)
+        for candidate in ranked[: waiter.request.count]:
+            kept[candidate.gpu.index] = waiter
+    ranked, rejected = _qualify(candidates, request, kept, seed)
+    if len(ranked) >= request.count:
+        chosen = tuple(candidate.gpu for candidate in ranked[: request.count])
+        return Choice(chosen, tuple(rejected.values()), len(ranked))
+    for candidate in ranked:
+        rejected[candidate.gpu.index] = (
+            f"GPU {candidate.gpu.index}: qualifies ({format_size(candidate.free_bytes)} free)"
+        )
+    return Choice((), tuple(rejected[index] for index in sorted(rejected)), len(ranked))
+
+
+def _candidates(snapshot: Snapshot, leases: Iterable[Lease]) -> list[_Candidate]:
+    by_uuid = {gpu.uuid: _Candidate(gpu) for gpu in snapshot.gpus if gpu.uuid}
+    for lease in leases:
+        if lease.gpu_uuid in by_uuid:
+            by_uuid[lease.gpu_uuid].leases.append(lease)
+    used_by_pid: dict[tuple[int, int], int] = {}
+    for process in snapshot.processes:
+        key = (process.gpu_index, process.pid)
+        used_by_pid[key] = used_by_pid.get(key, 0) + (process.memory_used_bytes or 0)
+    candidates = []
+    for gpu in snapshot.gpus:
+        candidate = by_uuid.get(gpu.uuid) if gpu.uuid else None
+        candidate = candidate or _Candidate(gpu)
+        # Memory a shared lease declared but its holder has not allocated yet is promised.
+        promised = sum(
+            max(0, (lease.mem_bytes or 0) - used_by_pid.get((gpu.index, lease.pid), 0))
+            for lease in candidate.leases
+        )
+        candidate.free_bytes = (gpu.memory_free_bytes or 0) - promised
+        candidates.append(candidate)
+    return candidates
+
+
+def _qualify(
+    candidates: list[_Candidate], request: Request, kept: Mapping[int, Waiter], seed: int
+) -> tuple[list[_Candidate], dict[int, str]]:
+    qualifying, rejected = [], {}
+    for candidate in candidates:
+        reason = _reason_against(candidate, request, kept)
+        if reason is None:
+            qualifying.append(candidate)
+        else:
+            rejected[candidate.gpu.index] = f"GPU {candidate.gpu.index}: {reason}"
+    qualifying.sort(key=lambda candidate: _rank(candidate, request.strategy, seed))
+    return qualifying, rejected
+
+
+def _reason_against(
+    candidate: _Candidate, request: Request, kept: Mapping[int, Waiter]
+) -> str | None:
+    """Why `candidate` cannot serve `request`, or `None` when it can."""
+    for check in (_outside_request, _unreadable, _held, _too_busy, _too_full):
+        if (reason := check(candidate, request, kept)) is not None:
+            return reason
+    return None
+
+
+def _outside_request(
+    candidate: _Candidate, request: Request, _: Mapping[int, Waiter]
+) -> str | None:
+    if request.allowed is not None and candidate.gpu.index not in request.allowed:
+        return "not in CUDA_VISIBLE_DEVICES"
+    return "excluded" if candidate.gpu.index in request.excluded else None
+
+
+def _unreadable(candidate: _Candidate, _: Request, __: Mapping[int, Waiter]) -> str | None:
+    gpu = candidate.gpu
+    if gpu.error is not None:
+        return f"error: {gpu.error}"
+    if gpu.memory_free_bytes is None or gpu.uuid is None:
+        return "free memory unknown"
+    return None
+
+
+def _held(candidate: _Candidate, request: Request, kept: Mapping[int, Waiter]) -> str | None:
+    if reason := _lease_conflict(candidate.leases, shared=request.mem_bytes is not None):
+        return reason
+    if (waiter := kept.get(candidate.gpu.index)) is not None:
+        return f"kept for pid {waiter.pid} ({waiter.user}), which asked earlier"
+    return None
+
+
+def _too_busy(candidate: _Candidate, request: Request, _: Mapping[int, Waiter]) -> str | None:
+    utilization = candidate.gpu.utilization_pct
+    if request.max_util_pct is None:
+        return None
+    if utilization is None:
+        return "utilization unknown"
+    if utilization > request.max_util_pct:
+        return f"{utilization}% busy > {request.max_util_pct:g}%"
+    return None
+
+
+def _too_full(candidate: _Candidate, request: Request, _: Mapping[int, Waiter]) -> str | None:
+    needed = max(request.min_free_bytes or 0, request.mem_bytes or 0)
+    if candidate.free_bytes >= needed:
+        return None
+    promised = (candidate.gpu.memory_free_bytes or 0) - candidate.free_bytes
+    note = f" after {format_size(promised)} promised to shared leases" if promised else ""
+    return f"{format_size(max(0, candidate.free_bytes))} free{note} < {format_size(needed)}"
+
+
+def _lease_conflict(leases: list[Lease], *, shared: bool) -> str | None:
+    holder = next((lease for lease in leases if lease.exclusive), None)
+    if holder is None and leases and not shared:
+        holder = leases[0]
+    if holder is None:
+        return None
+    others = f" and {len(leases) - 1} more" if len(leases) > 1 else ""
+    how = "leased" if holder.exclusive else "shared"
+    return f"{how} by pid {holder.pid} ({holder.user}){others}"
+
+
+def _rank(candidate: _Candidate, strategy: Strategy, seed: int) -> tuple[float, ...]:
+    free_gib = candidate.free_bytes // _GIB  # GPUs within a GiB of each other count as equal
+    utilization = candidate.gpu.utilization_pct
+    busy = 100.0 if utilization is None else float(utilization)
+    tie = _tie_breaker(seed, candidate.gpu.index)
+    if strategy is Strategy.LEAST_UTIL:
+        return (busy, -free_gib, tie)
+    if strategy is Strategy.PACK:
+        return (free_gib, busy, tie)
+    return (-free_gib, len(candidate.leases), busy, tie)
+
+
+def _tie_breaker(seed: int, index: int) -> float:
+    """A fixed shuffle of GPU indices per seed (Knuth's multiplicative hash)."""
+    return ((seed * 2654435761 + index * 40503) * 2246822519 & 0xFFFFFFFF) / 2**32

@@ -1,0 +1,119 @@
+"""CUDA_VISIBLE_DEVICES: reading the one a job was given, writing the one its child gets.
+
+CUDA numbers GPUs "fastest first" unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`;
+NVML and nvidia-smi number them in PCI bus order. Handing a child indices
+without fixing the order can give it the wrong GPUs on a node with mixed
+models, so gpuwatch writes UUIDs by default, and indices only together with
+`CUDA_DEVICE_ORDER=PCI_BUS_ID`. On a node of one model the two orders agree.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+
+from gpuwatch.errors import VisibleDevicesError
+from gpuwatch.models import GpuSample
+
+VARIABLE = "CUDA_VISIBLE_DEVICES"
+ORDER_VARIABLE = "CUDA_DEVICE_ORDER"
+
+
+class Format(enum.StrEnum):
+    """How chosen GPUs are written into the child's CUDA_VISIBLE_DEVICES."""
+
+    UUID = "uuid"
+    """`GPU-...` UUIDs: right whatever the CUDA_DEVICE_ORDER."""
+    INDEX = "index"
+    """nvidia-smi indices, with CUDA_DEVICE_ORDER=PCI_BUS_ID set beside them."""
+
+
+def parse_visible_devices(value: str) -> tuple[str, ...]:
+    """The entries of a CUDA_VISIBLE_DEVICES value, checked for form.
+
+    Entries are indices, `GPU-` UUIDs (a unique prefix is enough, as for CUDA)
+    or `MIG-` instances. As CUDA does, a negative index ends the list, so `-1`
+    hides every GPU, and an empty value too.
+    """
+    entries: list[str] = []
+    if not value.strip():
+        return ()
+    for raw in value.split(","):
+        entry = raw.strip()
+        if entry.startswith("-") and entry[1:].isdigit():
+            break
+        if not (entry.isdigit() or entry.startswith(("GPU-", "MIG-"))):
+            raise VisibleDevicesError(
+                f"{VARIABLE}={value!r}: {entry!r} is not a GPU index, GPU- UUID or MIG- "
+                "instance; use e.g. 0,1 or GPU-8f5c..."
+            )
+        if entry in entries:
+            raise VisibleDevicesError(f"{VARIABLE}={value!r} names {entry} twice")
+        entries.append(entry)
+    return tuple(entries)
+
+
+def resolve(
+    entries: Sequence[str],
+    gpus: Sequence[GpuSample],
+    *,
+    device_order: str | None,
+    what: str = VARIABLE,
+) -> frozenset[int]:
+    """NVML indices of the whole GPUs that `entries` name.
+
+    MIG instances name no whole GPU, so they add nothing: gpuwatch hands out
+    whole GPUs only.
+    """
+    indices = set()
+    by_index = {gpu.index: gpu for gpu in gpus}
+    for entry in entries:
+        if entry.startswith("MIG-"):
+            continue
+        if entry.isdigit():
+            _check_index_order(entry, gpus, device_order, what)
+            if int(entry) not in by_index:
+                raise VisibleDevicesError(
+                    f"{what}: no GPU {entry} on this machine (it has {len(gpus)})"
+                )
+            indices.add(int(entry))
+        else:
+            indices.add(_by_uuid_prefix(entry, gpus, what))
+    return frozenset(indices)
+
+
+def child_environment(
+    chosen: Iterable[GpuSample], fmt: Format, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """A copy of `environ` in which CUDA sees exactly `chosen`, in that order."""
+    env = dict(environ)
+    gpus = list(chosen)
+    if fmt is Format.UUID:
+        env[VARIABLE] = ",".join(str(gpu.uuid) for gpu in gpus)
+    else:
+        env[VARIABLE] = ",".join(str(gpu.index) for gpu in gpus)
+        env[ORDER_VARIABLE] = "PCI_BUS_ID"
+    return env
+
+
+def _check_index_order(
+    entry: str, gpus: Sequence[GpuSample], device_order: str | None, what: str
+) -> None:
+    if device_order == "PCI_BUS_ID":
+        return
+    models = {gpu.name for gpu in gpus if gpu.name}
+    if len(models) > 1:
+        raise VisibleDevicesError(
+            f"{what}: index {entry} counts in CUDA's fastest-first order, which differs from "
+            "nvidia-smi's on this node of mixed GPUs; use GPU UUIDs or set "
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+        )
+
+
+def _by_uuid_prefix(entry: str, gpus: Sequence[GpuSample], what: str) -> int:
+    matches = [gpu.index for gpu in gpus if gpu.uuid and gpu.uuid.startswith(entry)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise VisibleDevicesError(f"{what}: {entry} matches no GPU on this machine")
+    raise VisibleDevicesError(f"{what}: {entry} matches GPUs {matches}; give more of the UUID")

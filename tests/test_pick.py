@@ -1,0 +1,262 @@
+"""`gpuwatch pick`: in-process for its answers, in real processes for leases and exec."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.backends.sim import SimBackend
+from tests.conftest import FROZEN_TIME, run_cli
+
+SIM4 = SimBackend(4, clock=lambda: FROZEN_TIME).sample()
+UUID = {gpu.index: gpu.uuid for gpu in SIM4.gpus}
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+class Picks:
+    """Starts `gpuwatch pick` processes and cleans up after them."""
+
+    def __init__(self, sim: str) -> None:
+        self.env = {**os.environ, "GPUWATCH_SIM": sim}
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpuwatch", "pick", *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.started.append(process)
+        return process
+
+    def finish(self, process: subprocess.Popen[str], timeout_s: float = 60) -> tuple[int, str]:
+        _, err = process.communicate(timeout=timeout_s)
+        return process.returncode, err
+
+
+@pytest.fixture
+def picks() -> Iterator[Callable[[str], Picks]]:
+    made: list[Picks] = []
+
+    def make(sim: str) -> Picks:
+        made.append(Picks(sim))
+        return made[-1]
+
+    yield make
+    for group in made:
+        for process in group.started:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+
+
+def held_until(go: Path, note: Path) -> list[str]:
+    """A child command that notes its GPUs, then holds them until `go` exists."""
+    script = f'echo "$CUDA_VISIBLE_DEVICES" > {note}; while [ ! -e {go} ]; do sleep 0.05; done'
+    return ["--", "sh", "-c", script]
+
+
+class TestAnswers:
+    def test_prints_the_choice_and_says_no_lease_is_held(self) -> None:
+        result = run_cli("pick", "--sim", "4", "-n", "2")
+        assert result.exit_code == 0
+        assert result.stdout == f"{UUID[3]},{UUID[2]}\n"
+        assert "no lease is held" in result.stderr
+
+    def test_index_format_prints_nvidia_smi_indices_and_the_order_to_set(self) -> None:
+        result = run_cli("pick", "--sim", "4", "-n", "2", "--format", "index")
+        assert result.stdout == "3,2\n"
+        assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in result.stderr
+
+    def test_existing_visible_devices_is_the_set_to_choose_from(self) -> None:
+        result = run_cli("pick", "--sim", "4", env={"CUDA_VISIBLE_DEVICES": f"0,{UUID[1]}"})
+        assert result.stdout == f"{UUID[1]}\n"
+
+    def test_not_enough_gpus_gives_a_reason_per_gpu_and_exit_code_4(self) -> None:
+        result = run_cli("pick", "--sim", "4", "-n", "2", "--min-free", "75GiB")
+        assert result.exit_code == 4
+        assert result.stderr.splitlines()[0] == (
+            "gpuwatch: error: 2 GPUs with 75.0GiB free wanted, 1 qualifies"
+        )
+        assert result.stderr.splitlines()[1:] == [
+            "  GPU 0: 17.6GiB free < 75.0GiB",
+            "  GPU 1: 43.1GiB free < 75.0GiB",
+            "  GPU 2: 73.1GiB free < 75.0GiB",
+            "  GPU 3: qualifies (79.1GiB free)",
+        ]
+
+    @pytest.mark.parametrize(
+        ("args", "env", "message"),
+        [
+            (["-n", "0"], {}, "argument -n/--gpus: '0': ask for at least 1 GPU"),
+            (["-n", "5"], {}, "5 GPUs asked for, but this machine has 4"),
+            (
+                ["-n", "3"],
+                {"CUDA_VISIBLE_DEVICES": "0,1"},
+                "3 GPUs asked for, but CUDA_VISIBLE_DEVICES allows 2",
+            ),
+            (["--min-free", "8XB"], {}, "argument --min-free: '8XB' is not a size"),
+            (["--timeout", "soon"], {}, "argument --timeout: 'soon' is not a duration"),
+            (["--max-util", "150"], {}, "'150' is not a percentage from 0 to 100"),
+            (["--strategy", "best"], {}, "argument --strategy: invalid choice: 'best'"),
+            (["--exclude", "9"], {}, "--exclude: no GPU 9 on this machine"),
+            ([], {"CUDA_VISIBLE_DEVICES": "0,zero"}, "'zero' is not a GPU index"),
+            ([], {"CUDA_VISIBLE_DEVICES": "7"}, "no GPU 7 on this machine"),
+            (["--bogus"], {}, "unrecognized arguments: --bogus"),
+        ],
+        ids=[
+            "n-zero",
+            "n-above-gpu-count",
+            "n-above-visible",
+            "bad-size",
+            "bad-timeout",
+            "bad-percentage",
+            "bad-strategy",
+            "exclude-unknown",
+            "malformed-visible-devices",
+            "visible-device-missing",
+            "unknown-option",
+        ],
+    )
+    def test_bad_input_is_one_line_and_exit_code_2(
+        self, args: list[str], env: dict[str, str], message: str
+    ) -> None:
+        result = run_cli("pick", "--sim", "4", *args, env=env)  # type: ignore[arg-type]
+        assert result.exit_code == 2, result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("gpuwatch: error: ") and message in result.stderr
+
+    def test_help_teaches_with_examples(self) -> None:
+        result = run_cli("pick", "--help")
+        assert result.exit_code == 0
+        assert "examples:" in result.stdout and "--wait" in result.stdout
+        assert "pick" in run_cli("--help").stdout
+
+
+class TestRunningCommands:
+    def test_command_runs_in_place_with_its_exit_status(
+        self, picks: Callable[[str], Picks]
+    ) -> None:
+        group = picks("2")
+        process = group.start("--", "sh", "-c", 'echo "$$ $CUDA_VISIBLE_DEVICES"; exit 7')
+        out, _ = process.communicate(timeout=60)
+        pid, visible = out.split()
+        assert int(pid) == process.pid, "the command replaces pick: same pid"
+        assert visible.startswith("GPU-") and process.returncode == 7
+
+    def test_signals_reach_the_command(self, picks: Callable[[str], Picks]) -> None:
+        process = picks("2").start("--", "sh", "-c", "echo ready; exec sleep 60")
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+        assert process.returncode == -signal.SIGTERM
+
+    @pytest.mark.parametrize(
+        ("command", "code", "message"),
+        [(["no-such-command-here"], 127, "command not found"), (["/"], 126, "permission denied")],
+        ids=["not-found", "not-executable"],
+    )
+    def test_command_that_cannot_run_gets_the_shells_exit_code(
+        self, picks: Callable[[str], Picks], command: list[str], code: int, message: str
+    ) -> None:
+        group = picks("2")
+        returncode, err = group.finish(group.start("--", *command))
+        assert returncode == code and message in err
+
+    def test_concurrent_picks_get_disjoint_gpus(
+        self, picks: Callable[[str], Picks], tmp_path: Path
+    ) -> None:
+        # GIVEN 12 jobs started at once on 8 GPUs, each holding its GPU until told to stop
+        group, go = picks("8"), tmp_path / "go"
+        notes = [tmp_path / f"job{n}" for n in range(12)]
+        jobs = [group.start(*held_until(go, note)) for note in notes]
+        failed = []
+        wait_for(
+            lambda: (
+                sum(note.exists() for note in notes) + sum(job.poll() is not None for job in jobs)
+                >= 12
+            ),
+            "every job to hold or fail",
+        )
+        failed = [job for job in jobs if job.poll() is not None]
+        go.touch()
+        results = [group.finish(job) for job in jobs]
+        # THEN 8 hold 8 different GPUs, and 4 are refused with exit code 4
+        held = [note.read_text().strip() for note in notes if note.exists()]
+        assert len(held) == 8 and len(set(held)) == 8
+        assert len(failed) == 4 and all(
+            code == 4 for code, _ in (results[jobs.index(job)] for job in failed)
+        )
+
+    def test_sigkilled_job_frees_its_gpu_at_once(
+        self, picks: Callable[[str], Picks], tmp_path: Path
+    ) -> None:
+        group = picks("1")
+        holder = group.start("--", "sh", "-c", "echo ready; exec sleep 60")
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        assert run_cli("pick", "--sim", "1").exit_code == 4
+        holder.send_signal(signal.SIGKILL)
+        holder.communicate()
+        assert run_cli("pick", "--sim", "1").exit_code == 0
+
+    def test_waiters_are_served_in_order_and_never_overlap(
+        self, picks: Callable[[str], Picks], tmp_path: Path, lease_dir: Path
+    ) -> None:
+        group, log = picks("1"), tmp_path / "log"
+        go = {name: tmp_path / f"go-{name}" for name in "ABC"}
+
+        def job(name: str) -> list[str]:
+            script = (
+                f"echo start {name} >> {log}; while [ ! -e {go[name]} ]; "
+                f"do sleep 0.05; done; echo end {name} >> {log}"
+            )
+            return ["--", "sh", "-c", script]
+
+        def tickets() -> int:
+            return len(list(lease_dir.glob("*.wait")))
+
+        first = group.start(*job("A"))
+        wait_for(log.exists, "A to start")
+        second = group.start("--wait", *job("B"))
+        wait_for(lambda: tickets() == 1, "B to queue")
+        third = group.start("--wait", *job("C"))
+        wait_for(lambda: tickets() == 2, "C to queue")
+        for name, process in (("A", first), ("B", second), ("C", third)):
+            wait_for(lambda name=name: f"start {name}" in log.read_text(), f"{name} to start")
+            time.sleep(0.3)  # room for a wrongly admitted job to show up in the log
+            go[name].touch()
+            assert group.finish(process)[0] == 0
+        assert log.read_text().split("\n")[:-1] == [
+            "start A",
+            "end A",
+            "start B",
+            "end B",
+            "start C",
+            "end C",
+        ]
+
+    def test_wait_gives_up_after_the_timeout_with_exit_code_5(
+        self, picks: Callable[[str], Picks]
+    ) -> None:
+        group = picks("1")
+        holder = group.start("--", "sh", "-c", "echo ready; exec sleep 60")
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        result = run_cli("pick", "--sim", "1", "--timeout", "0.3s")
+        assert result.exit_code == 5
+        assert "gave up after waiting" in result.stderr
+        assert f"GPU 0: leased by pid {holder.pid}" in result.stderr
