@@ -18,7 +18,7 @@ import pytest
 from _common import FAKENVML, REPO, build_fakenvml, fakenvml_env, tool, total_calls
 
 sys.path.insert(0, str(REPO))
-from gpuwatch.backends import SampleScope
+from gpuwatch.backends.base import SampleScope
 from gpuwatch.backends.nvml import NvmlBackend
 from tests.fake_nvml import eight_gpu_node
 

@@ -12,8 +12,6 @@ and the rest of the public API below is imported on first use.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from gpuwatch._version import __version__
 from gpuwatch.errors import (
     AlreadySelectedError,
@@ -31,15 +29,19 @@ from gpuwatch.errors import (
     WaitTimeoutError,
 )
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from gpuwatch.backends import Backend, SampleScope, open_backend
+    from typing import Any
+
+    from gpuwatch.backends import open_backend
+    from gpuwatch.backends.base import Backend, SampleScope
     from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
-    from gpuwatch.selector import Selection, device, select
+    from gpuwatch.selection import Selection, device, select
 
 _LAZY = {
-    "select": "gpuwatch.selector",
-    "device": "gpuwatch.selector",
-    "Selection": "gpuwatch.selector",
+    "select": "gpuwatch.selection",
+    "device": "gpuwatch.selection",
+    "Selection": "gpuwatch.selection",
     "open_backend": "gpuwatch.backends",
     "Backend": "gpuwatch.backends",
     "SampleScope": "gpuwatch.backends",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from typing import NamedTuple
+from dataclasses import dataclass
 
 _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -21,7 +21,8 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 _UTIME, _STIME, _STARTTIME, _RSS_PAGES = 11, 12, 19, 21
 
 
-class HostProcess(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class HostProcess:
     """Host-side details of one process; `None` where the host would not tell."""
 
     user: str | None
@@ -29,12 +30,6 @@ class HostProcess(NamedTuple):
     cpu_pct: float | None
     rss_bytes: int | None
     started_at: float | None
-
-
-class _Seen(NamedTuple):
-    start_ticks: int
-    cpu_s: float
-    wall_s: float
 
 
 class HostProcessTable:
@@ -47,7 +42,8 @@ class HostProcessTable:
 
     def __init__(self, proc: str = "/proc") -> None:
         self._proc = proc
-        self._seen: dict[int, _Seen] = {}
+        # pid -> (start time in clock ticks, CPU seconds, wall time) at the last look
+        self._seen: dict[int, tuple[int, float, float]] = {}
         self._boot_time_s: float | None = None
 
     def lookup(self, pids: set[int]) -> dict[int, HostProcess]:
@@ -80,12 +76,12 @@ class HostProcessTable:
         cpu_s = (int(fields[_UTIME]) + int(fields[_STIME])) / _CLOCK_TICKS_PER_S
         started_at = self._boot_time() + start_ticks / _CLOCK_TICKS_PER_S
         now = time.time()
-        seen = self._seen.get(pid)
-        if seen is not None and seen.start_ticks == start_ticks:
-            cpu_pct = _percent(cpu_s - seen.cpu_s, now - seen.wall_s)
+        seen_start, seen_cpu_s, seen_wall_s = self._seen.get(pid, (-1, 0.0, 0.0))
+        if seen_start == start_ticks:
+            cpu_pct = _percent(cpu_s - seen_cpu_s, now - seen_wall_s)
         else:  # first sight, or the pid now names another process
             cpu_pct = _percent(cpu_s, now - started_at)
-        self._seen[pid] = _Seen(start_ticks, cpu_s, now)
+        self._seen[pid] = (start_ticks, cpu_s, now)
         return HostProcess(
             user=_user_name(uid),
             command=" ".join(arg for arg in argv if arg) or name,

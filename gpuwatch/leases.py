@@ -28,28 +28,32 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
 from gpuwatch.errors import LeaseError
 from gpuwatch.models import GpuSample, Lease
 from gpuwatch.policy import Request, Waiter
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
+
+# Paths are plain strings here: pathlib costs `gpuwatch pick` start-up time.
+
 ENV_VARIABLE = "GPUWATCH_LEASE_DIR"
-SYSTEM_DIR = Path("/run/gpuwatch")
-FALLBACK_DIR = Path("/tmp/gpuwatch")
+SYSTEM_DIR = "/run/gpuwatch"
+FALLBACK_DIR = "/tmp/gpuwatch"
 _SHARED_MODE = 0o1777  # everyone may add files; only a file's owner may remove it
 _MAX_FILE_BYTES = 64 << 10
 _MAX_COMMAND_CHARS = 4096
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-def default_lease_dir() -> Path:
+def default_lease_dir() -> str:
     """Where leases live on this machine (see the module docstring)."""
     if configured := os.environ.get(ENV_VARIABLE):
-        return Path(configured)
+        return configured
     try:
-        info = SYSTEM_DIR.lstat()
+        info = os.lstat(SYSTEM_DIR)
     except OSError:
         return FALLBACK_DIR
     shared = stat.S_ISDIR(info.st_mode) and info.st_mode & _SHARED_MODE == _SHARED_MODE
@@ -66,7 +70,7 @@ def current_user() -> str:
 class HeldFile:
     """A locked file this process holds: the lock lasts until `release()` or every holder exits."""
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, path: str) -> None:
         self.fd = fd
         self.path = path
 
@@ -78,7 +82,7 @@ class HeldFile:
         if self.fd < 0:
             return
         with contextlib.suppress(OSError):  # already gone: the lock is what counts
-            self.path.unlink()
+            os.unlink(self.path)
         os.close(self.fd)
         self.fd = -1
 
@@ -86,7 +90,7 @@ class HeldFile:
 class HeldLease(HeldFile):
     """A lease this process holds on one GPU."""
 
-    def __init__(self, fd: int, path: Path, lease: Lease) -> None:
+    def __init__(self, fd: int, path: str, lease: Lease) -> None:
         super().__init__(fd, path)
         self.lease = lease
 
@@ -94,16 +98,16 @@ class HeldLease(HeldFile):
 class LeaseDir:
     """The shared directory of leases and waiting jobs."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or default_lease_dir()
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = os.fspath(path) if path is not None else default_lease_dir()
         self._locked = False
         self._prepare()
 
     @classmethod
-    def read_only(cls, path: Path | None = None) -> LeaseDir | None:
+    def read_only(cls, path: str | os.PathLike[str] | None = None) -> LeaseDir | None:
         """The lease directory for looking only; `None` when there is none yet."""
-        path = path or default_lease_dir()
-        if not path.is_dir():
+        path = os.fspath(path) if path is not None else default_lease_dir()
+        if not os.path.isdir(path):
             return None
         try:
             return cls(path)
@@ -113,7 +117,7 @@ class LeaseDir:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Holds the directory-wide lock: choose and claim inside it."""
-        fd = self._open(self.path / ".lock", os.O_RDONLY | os.O_CREAT)
+        fd = self._open(os.path.join(self.path, ".lock"), os.O_RDONLY | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._locked = True
@@ -160,7 +164,7 @@ class LeaseDir:
         """Jobs that joined the line before `ticket` (all of them when `None`), oldest first."""
         waiters = []
         for name, data in sorted(self._live_entries(".wait", with_names=True)):
-            if ticket is not None and name >= ticket.path.name:
+            if ticket is not None and name >= os.path.basename(ticket.path):
                 break
             try:
                 waiters.append(
@@ -172,7 +176,7 @@ class LeaseDir:
 
     def _prepare(self) -> None:
         try:
-            self.path.mkdir(mode=_SHARED_MODE)
+            os.mkdir(self.path, _SHARED_MODE)
             os.chmod(self.path, _SHARED_MODE)  # mkdir's mode is cut by the umask
         except FileExistsError:
             pass
@@ -181,7 +185,7 @@ class LeaseDir:
                 f"cannot create the lease directory {self.path}: {error.strerror}; "
                 f"set {ENV_VARIABLE} to a writable directory"
             ) from error
-        info = self.path.lstat()
+        info = os.lstat(self.path)
         if not stat.S_ISDIR(info.st_mode):
             raise LeaseError(
                 f"{self.path} is not a directory (a symlink?); remove it or set {ENV_VARIABLE}"
@@ -194,7 +198,7 @@ class LeaseDir:
         if info.st_uid not in (0, os.getuid()) and not info.st_mode & stat.S_ISVTX:
             raise LeaseError(f"{self.path} belongs to another user; set {ENV_VARIABLE}")
 
-    def _open(self, path: Path, flags: int, mode: int = 0o644) -> int:
+    def _open(self, path: str, flags: int, mode: int = 0o644) -> int:
         try:
             fd = os.open(path, flags | _OPEN_FLAGS, mode)
         except OSError as error:
@@ -204,19 +208,20 @@ class LeaseDir:
             raise LeaseError(f"{path} is not a regular file; remove it")
         return fd
 
-    def _publish(self, suffix: str, record: dict[str, Any]) -> tuple[int, Path]:
+    def _publish(self, suffix: str, record: dict[str, Any]) -> tuple[int, str]:
         """Writes `record` to a new locked file, made visible only once locked and complete."""
         stem = f"{time.time_ns():020d}-{os.getpid()}-{os.urandom(4).hex()}"
-        draft = self.path / f".{stem}.tmp"
+        draft = os.path.join(self.path, f".{stem}.tmp")
         fd = self._open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.write(fd, json.dumps(record).encode())
-            final = self.path / f"{stem}.{suffix}"
+            final = os.path.join(self.path, f"{stem}.{suffix}")
             os.rename(draft, final)
         except BaseException:
             os.close(fd)
-            draft.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                os.unlink(draft)
             raise
         return fd, final
 
@@ -226,11 +231,11 @@ class LeaseDir:
         except OSError as error:
             raise LeaseError(f"cannot list {self.path}: {error.strerror}") from error
         for name in names:
-            data = self._read_if_held(self.path / name)
+            data = self._read_if_held(os.path.join(self.path, name))
             if data is not None:
                 yield (name, data) if with_names else data
 
-    def _read_if_held(self, path: Path) -> dict[str, Any] | None:
+    def _read_if_held(self, path: str) -> dict[str, Any] | None:
         try:
             fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
         except OSError:
@@ -253,8 +258,8 @@ class LeaseDir:
         finally:
             os.close(fd)
 
-    def _remove_stale(self, path: Path) -> None:
+    def _remove_stale(self, path: str) -> None:
         if self._locked:
             # Another user's file in a sticky directory cannot go: harmless, since unlocked.
             with contextlib.suppress(OSError):
-                path.unlink()
+                os.unlink(path)

@@ -10,10 +10,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpuwatch.models import GpuSample, Lease, Snapshot
 from gpuwatch.units import format_size
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 _GIB = 1 << 30
 

@@ -2,15 +2,14 @@
 
 Sizes follow `dd` and nvidia-smi: `K`, `M`, `G`, `T` and `KiB` ... `TiB` are
 binary (1024-based), `KB` ... `TB` are decimal; a bare number is bytes.
+(Parsed by hand rather than with `re`, which `gpuwatch.select()` would
+otherwise pay to import.)
 """
 
 from __future__ import annotations
 
-import re
-
 from gpuwatch.errors import InvalidValueError
 
-_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
 _SIZE_UNITS = {
     "": 1,
     "b": 1,
@@ -27,7 +26,6 @@ _SIZE_UNITS = {
     "tib": 1 << 40,
     "tb": 10**12,
 }
-_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d|)\s*", re.IGNORECASE)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -37,19 +35,20 @@ def parse_size(text: str) -> int:
     >>> parse_size("8GiB"), parse_size("500MB"), parse_size("1.5G")
     (8589934592, 500000000, 1610612736)
     """
-    match = _SIZE_RE.fullmatch(text)
-    factor = _SIZE_UNITS.get(match.group(2).lower()) if match else None
-    if match is None or factor is None:
+    number, unit = _split(text)
+    factor = _SIZE_UNITS.get(unit.lower())
+    if number is None or factor is None:
         raise InvalidValueError(f"{text!r} is not a size: use e.g. 8GiB, 500MB or 1.5G")
-    return int(float(match.group(1)) * factor)
+    return int(number * factor)
 
 
 def parse_duration(text: str) -> float:
     """Seconds in a human duration: `500ms`, `1.5s`, `10m`, `24h`, `2d`, or plain seconds."""
-    match = _DURATION_RE.fullmatch(text)
-    if match is None:
+    number, unit = _split(text)
+    factor = _DURATION_UNITS.get(unit.lower())
+    if number is None or factor is None:
         raise InvalidValueError(f"{text!r} is not a duration: use e.g. 500ms, 30s, 10m or 24h")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
+    return number * factor
 
 
 def format_size(num_bytes: int, *, precision: int = 1) -> str:
@@ -60,3 +59,16 @@ def format_size(num_bytes: int, *, precision: int = 1) -> str:
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.{precision}f}{unit}"
         value /= 1024
     return f"{value:.{precision}f}TiB"
+
+
+def _split(text: str) -> tuple[float | None, str]:
+    """`' 1.5 GiB '` -> `(1.5, 'GiB')`; the number is `None` unless it is plain decimal digits."""
+    stripped = text.strip()
+    end = len(stripped)
+    while end and stripped[end - 1].isalpha():
+        end -= 1
+    number, unit = stripped[:end].strip(), stripped[end:]
+    digits = number.replace(".", "", 1)
+    if not (digits.isdigit() and digits.isascii()):
+        return None, unit
+    return float(number), unit

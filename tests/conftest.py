@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,3 +68,23 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeNvml]:
         return FakeNvml(chosen, **settings).install(monkeypatch)  # type: ignore[arg-type]
 
     return install
+
+
+def _has_gpu() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return shutil.which("nvidia-smi") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `gpu` need a real NVIDIA GPU and driver; elsewhere they are skipped."""
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a real NVIDIA GPU (nvidia-smi and libnvidia-ml.so.1)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

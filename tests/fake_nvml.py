@@ -60,6 +60,8 @@ class FakeNvml:
         for name, function in self._functions().items():
             monkeypatch.setattr(pynvml, name, self._counted(name, function))
         monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", self._function_pointer)
+        # The library "loads": whether the driver answers is up to `init_error`.
+        monkeypatch.setattr("gpuwatch.backends._nvml_library_loads", lambda: True)
         return self
 
     @property

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.backends import Backend, SampleScope
+from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.nvml import NvmlBackend
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import GpuSample, ProcessKind, ProcessUsage, Snapshot

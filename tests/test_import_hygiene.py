@@ -75,3 +75,19 @@ def test_pick_runs_without_click() -> None:
 def test_importing_gpuwatch_is_nearly_free() -> None:
     # The public API is loaded on first use, so `import gpuwatch` costs scripts nothing.
     assert "dataclasses" not in loaded_after("import gpuwatch")
+
+
+def test_without_the_driver_library_pynvml_is_never_imported(tmp_path: Path) -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+        pytest.skip("this machine has the NVIDIA library")
+    except OSError:
+        pass
+    statement = (
+        "import gpuwatch\n"
+        "try:\n    gpuwatch.open_backend('nvml')\n"
+        "except gpuwatch.DriverNotFoundError:\n    pass"
+    )
+    assert "pynvml" not in loaded_after(statement)

@@ -148,7 +148,7 @@ def test_lease_dir_comes_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("GPUWATCH_LEASE_DIR", str(tmp_path))
-    assert default_lease_dir() == tmp_path
+    assert default_lease_dir() == str(tmp_path)
 
 
 def test_unwritable_place_is_one_clear_error(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pynvml
 import pytest
 
-from gpuwatch.backends import SampleScope
+from gpuwatch.backends.base import SampleScope
 from gpuwatch.backends.nvml import NvmlBackend
 from gpuwatch.errors import BackendError, DriverNotFoundError, NoGpuError
 from gpuwatch.models import ProcessKind

@@ -14,7 +14,7 @@ import pynvml
 import pytest
 
 import gpuwatch
-from gpuwatch import selector
+from gpuwatch import selection as selection_module
 from gpuwatch.errors import (
     AlreadySelectedError,
     CudaAlreadyInitializedError,
@@ -30,8 +30,8 @@ from tests.fake_nvml import FakeNvml
 def clean_process_state() -> Iterator[None]:
     """Each test starts as a fresh script would: nothing selected, no CUDA variables."""
     yield
-    if selector._this_process.selection is not None:
-        selector._this_process.selection.release()
+    if selection_module._this_process.selection is not None:
+        selection_module._this_process.selection.release()
     for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
         os.environ.pop(name, None)
 
@@ -142,7 +142,7 @@ def test_fallback_cpu_does_not_hide_busy_gpus() -> None:
         ({"min_free": "8XB"}, "min_free: '8XB' is not a size"),
         ({"max_util": 120}, "percentage from 0 to 100"),
         ({"strategy": "fastest"}, "choose one of most-free, least-util, pack"),
-        ({"fallback": "gpu"}, "choose 'error' or 'cpu'"),
+        ({"fallback": "gpu"}, "choose one of error, cpu"),
         ({"format": "pci"}, "choose one of uuid, index"),
     ],
     ids=["n-zero", "bad-size", "bad-util", "bad-strategy", "bad-fallback", "bad-format"],
@@ -163,12 +163,13 @@ def test_device_selects_first_when_nothing_was_selected(monkeypatch: pytest.Monk
     monkeypatch.setenv("GPUWATCH_SIM", "2")
     gpuwatch.device()
     assert (
-        selector._this_process.selection is not None and len(selector._this_process.selection) == 1
+        selection_module._this_process.selection is not None
+        and len(selection_module._this_process.selection) == 1
     )
 
 
 def test_select_docstring_example_runs() -> None:
-    results = doctest.testmod(selector, verbose=False)
+    results = doctest.testmod(selection_module, verbose=False)
     assert results.attempted >= 4 and results.failed == 0
 
 
@@ -182,3 +183,12 @@ def test_select_with_cpu_fallback_imports_no_torch_or_ui(tmp_path: Path) -> None
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_light_names_match_the_engines_enums() -> None:
+    # select() checks names before loading the engine; they must be the engine's names.
+    from gpuwatch.policy import Strategy
+    from gpuwatch.visible import Format
+
+    assert tuple(strategy.value for strategy in Strategy) == selection_module.STRATEGIES
+    assert tuple(fmt.value for fmt in Format) == selection_module.FORMATS

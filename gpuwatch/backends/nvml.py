@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
 import pynvml
 
@@ -32,7 +31,12 @@ from gpuwatch.errors import BackendError, DriverNotFoundError, NoGpuError
 from gpuwatch.hostinfo import HostProcess, HostProcessTable
 from gpuwatch.models import GpuSample, ProcessKind, ProcessUsage, Snapshot
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
+
 
 # The GPU as a whole is gone: none of its other fields is worth asking for.
 _GPU_GONE = (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired)

@@ -14,10 +14,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
 
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
 from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NoGpuError, NotEnoughGpusError
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 

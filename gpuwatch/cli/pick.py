@@ -13,7 +13,6 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from typing import NoReturn
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
 from gpuwatch.errors import InvalidValueError
@@ -23,6 +22,10 @@ from gpuwatch.policy import Choice, Strategy
 from gpuwatch.selector import Wanted, acquire
 from gpuwatch.units import parse_duration, parse_size
 from gpuwatch.visible import VARIABLE, Format, child_environment
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 _DESCRIPTION = """\
 Choose free GPUs, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES set

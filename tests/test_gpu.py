@@ -1,0 +1,100 @@
+"""Checks only a real driver can answer. Marked `gpu`: skipped on machines without one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+MIB = 1 << 20
+
+
+def smi(*fields: str) -> list[list[str]]:
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [[value.strip() for value in line.split(",")] for line in out.strip().splitlines()]
+
+
+def gpuwatch_json() -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "status", "--json", "--backend", "nvml"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_status_agrees_with_nvidia_smi() -> None:
+    rows = smi(
+        "index",
+        "uuid",
+        "name",
+        "pci.bus_id",
+        "memory.total",
+        "memory.used",
+        "memory.free",
+        "power.limit",
+    )
+    gpus = gpuwatch_json()["gpus"]
+    assert isinstance(gpus, list) and len(gpus) == len(rows)
+    for gpu, (index, uuid, name, bus, total, used, free, limit) in zip(gpus, rows, strict=True):
+        assert (gpu["index"], gpu["uuid"], gpu["name"]) == (int(index), uuid, name)
+        assert gpu["pci_bus_id"].lower() == bus.lower()
+        assert gpu["memory_total_bytes"] // MIB == int(total)
+        # Memory moves between the two reads; a few MiB of slack.
+        assert abs(gpu["memory_free_bytes"] // MIB - int(free)) <= 64
+        assert abs(gpu["memory_used_bytes"] // MIB - int(used)) <= 64
+        assert gpu["power_limit_w"] == pytest.approx(float(limit), abs=1)
+
+
+@pytest.mark.parametrize("fmt", ["uuid", "index"])
+def test_torch_sees_exactly_the_gpu_pick_chose(fmt: str) -> None:
+    torch_says = (
+        "import torch; print(torch.cuda.device_count(), "
+        "'GPU-' + str(torch.cuda.get_device_properties(0).uuid))"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "pick",
+            "-v",
+            "--format",
+            fmt,
+            "--",
+            sys.executable,
+            "-c",
+            torch_says,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "CUDA_DEVICE_ORDER": "FASTEST_FIRST"},
+    )
+    count, torch_uuid = out.stdout.split()
+    chosen_uuid = out.stderr.split("(")[1].split(")")[0]  # "gpuwatch: chose GPU 0 (GPU-...)"
+    assert (int(count), torch_uuid) == (1, chosen_uuid)
+
+
+def test_select_refuses_after_the_driver_started() -> None:
+    code = (
+        "import torch, gpuwatch\n"
+        "torch.cuda.is_available()  # starts the driver, without torch's own flag\n"
+        "try:\n    gpuwatch.select()\n"
+        "except gpuwatch.CudaAlreadyInitializedError as error:\n    print(error)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "CUDA driver is initialised" in out
