@@ -6,13 +6,16 @@
     ├── BackendError                   reading GPUs failed as a whole
     │   ├── DriverNotFoundError        no libnvidia-ml.so.1, or the kernel driver is not loaded
     │   ├── NoGpuError                 the driver answers but reports no GPU
-    │   └── ScenarioError              a simulated node (`--sim`) that cannot be built
+    │   ├── ScenarioError              a simulated node (`--sim`) that cannot be built
+    │   ├── DaemonUnavailableError     no gpuwatch daemon answers on the socket
+    │   └── RemoteError                a remote host (`--host`) cannot be reached or read
     ├── SelectionError                 GPUs could not be selected
     │   ├── NotEnoughGpusError         fewer GPUs qualify than were asked for
     │   │   └── WaitTimeoutError       ... and waiting for them timed out
     │   ├── CudaAlreadyInitializedError  CUDA started in this process before select()
     │   └── AlreadySelectedError       select() was already called in this process
     ├── LeaseError                     the lease directory is missing, unsafe or unusable
+    ├── DaemonError                    the daemon cannot start (socket in use, bad settings)
     └── LaunchError                    the command to run on the chosen GPUs could not start
         ├── CommandNotFoundError       no such command (exit code 127, as in a shell)
         └── CommandNotExecutableError  found, but not executable (exit code 126)
@@ -45,6 +48,14 @@ class DriverNotFoundError(BackendError):
 
 class NoGpuError(BackendError):
     """The driver is loaded but reports no GPU."""
+
+
+class DaemonUnavailableError(BackendError):
+    """No gpuwatch daemon answers: no socket, a stale one, or a daemon without a sample yet."""
+
+
+class RemoteError(BackendError):
+    """A remote host cannot be reached, lacks gpuwatch, or sent something unreadable."""
 
 
 class ScenarioError(BackendError):
@@ -85,6 +96,10 @@ class AlreadySelectedError(SelectionError):
 
 class LeaseError(GpuwatchError):
     """The lease directory is missing, unsafe (symlinks, foreign owners) or unusable."""
+
+
+class DaemonError(GpuwatchError):
+    """The daemon cannot start or reload: its socket is in use, or a setting is wrong."""
 
 
 class LaunchError(GpuwatchError):

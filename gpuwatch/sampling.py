@@ -1,11 +1,15 @@
-"""The poller: samples a backend at a steady interval."""
+"""Sampling a backend at a steady interval: `watch()` for a command, `Poller` for the daemon."""
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.history import GpuSeries, History
 from gpuwatch.models import Snapshot
 
 
@@ -13,7 +17,7 @@ def ticks(
     interval_s: float,
     *,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> Iterator[int]:
     """Yields 0, 1, 2, ... one every `interval_s`, without drift.
 
@@ -46,3 +50,114 @@ def watch(
         yield backend.sample(scope)
         if number + 1 == count:
             return
+
+
+@dataclass(frozen=True, slots=True)
+class PollState:
+    """What the poller knows now. `error` says why the last attempt to sample failed."""
+
+    snapshot: Snapshot | None
+    error: str | None
+    attempted_at: float
+    """`time.monotonic()` when the last attempt finished, failed or not."""
+    samples: int
+
+
+class Poller:
+    """Samples a backend every `interval_s` on its own thread; keeps the latest and a history.
+
+    It never stops on a fault: a failing GPU is reported in its sample, and a
+    backend that fails as a whole (a driver reloaded under it) is reported in
+    `state.error`, closed, and opened afresh at the next tick. A slow driver
+    call delays the samples, never the readers: they get the latest snapshot.
+    """
+
+    def __init__(
+        self, open_source: Callable[[], Backend], interval_s: float, history_s: float
+    ) -> None:
+        self._open_source = open_source
+        self._source: Backend | None = open_source()  # a failure here is the caller's to report
+        self.interval_s = interval_s
+        self.history_s = history_s
+        self.state = PollState(None, None, time.monotonic(), 0)
+        self._history: History | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._reopen = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def history_capacity(self) -> int:
+        return max(1, math.ceil(self.history_s / self.interval_s))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gpuwatch-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        """Stops sampling and closes the backend (unless a stuck driver call holds it)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                return  # stuck in the driver: the process exit will end it
+        if self._source is not None:
+            self._source.close()
+
+    def reconfigure(self, interval_s: float, history_s: float) -> None:
+        """Takes a new interval and retention, keeping the history that still fits."""
+        with self._lock:
+            self.interval_s, self.history_s = interval_s, history_s
+            if self._history is not None and self._history.capacity != self.history_capacity:
+                self._history = self._history.resized(self.history_capacity)
+        self._wake.set()
+
+    def reopen(self) -> None:
+        """Closes the backend and opens it afresh before the next sample."""
+        self._reopen = True
+        self._wake.set()
+
+    def history_since(self, start: float) -> list[GpuSeries]:
+        with self._lock:
+            return self._history.since(start) if self._history is not None else []
+
+    def history_size(self) -> tuple[int, int, int]:
+        """(samples held, capacity, bytes allocated)."""
+        with self._lock:
+            if self._history is None:
+                return 0, self.history_capacity, 0
+            return len(self._history), self._history.capacity, self._history.nbytes
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            for _ in ticks(self.interval_s, sleep=self._wake.wait):
+                if self._stop.is_set() or self._wake.is_set():
+                    break  # stopping, or new settings: start a fresh schedule
+                self._sample_once()
+
+    def _sample_once(self) -> None:
+        try:
+            if self._reopen or self._source is None:
+                self._reopen = False
+                if self._source is not None:
+                    self._source.close()
+                    self._source = None
+                self._source = self._open_source()
+            snapshot = self._source.sample()
+        except Exception as error:  # the poller outlives any fault; it is reported instead
+            self.state = PollState(
+                self.state.snapshot,
+                f"{type(error).__name__}: {error}",
+                time.monotonic(),
+                self.state.samples,
+            )
+            self._reopen = True
+            return
+        with self._lock:
+            if self._history is None or self._history.gpu_count != len(snapshot.gpus):
+                self._history = History(self.history_capacity, len(snapshot.gpus))
+            self._history.append(snapshot)
+        self.state = PollState(snapshot, None, time.monotonic(), self.state.samples + 1)

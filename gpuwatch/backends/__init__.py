@@ -1,7 +1,13 @@
 """Where snapshots come from: the `Backend` interface and `open_backend()`.
 
+- `daemon`: the latest snapshot of a running `gpuwatch daemon`, over its socket.
+- `daemon`: the latest snapshot of a running `gpuwatch daemon`, over its socket.
 - `nvml`: the GPUs of this machine, through the NVIDIA driver.
 - `sim`: a simulated node (`--sim 4`, or `--sim scenario.toml`).
+
+`auto`, the default, asks the daemon and falls back to the driver.
+
+`auto`, the default, asks the daemon and falls back to the driver.
 
 Everything here is imported only when needed: `import gpuwatch` never loads
 pynvml, and on a machine without the NVIDIA library `open_backend()` fails
@@ -11,8 +17,9 @@ before loading the data model.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
-from gpuwatch.errors import DriverNotFoundError, InvalidValueError
+from gpuwatch.errors import DaemonUnavailableError, DriverNotFoundError, InvalidValueError
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -20,33 +27,46 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKEND_KINDS", "Backend", "SampleScope", "open_backend"]
 
-BACKEND_KINDS = ("auto", "nvml", "sim")
+BACKEND_KINDS = ("auto", "daemon", "nvml", "sim")
 DEFAULT_SIM_GPUS = 4
 _NVML_LIBRARY = "libnvidia-ml.so.1"
 
 
-def open_backend(kind: str | None = None, sim: str | None = None) -> Backend:
+def open_backend(
+    kind: str | None = None,
+    sim: str | None = None,
+    *,
+    on_fallback: Callable[[str], None] | None = None,
+) -> Backend:
     """Opens the backend asked for, by argument or else by environment.
 
-    `kind` is `auto` (the NVIDIA driver), `nvml` or `sim`; when `None`,
-    `GPUWATCH_BACKEND` decides (default `auto`). `sim` is a GPU count or a
-    scenario file; when `None`, `GPUWATCH_SIM` gives it. Asking for a simulated
-    node implies the `sim` backend; `sim` alone simulates 4 GPUs.
+    `kind` is `auto`, `daemon`, `nvml` or `sim`; when `None`, `GPUWATCH_BACKEND`
+    decides (default `auto`: the daemon if one answers, else the driver, and
+    `on_fallback` is told why the daemon was passed over). `sim` is a GPU count
+    or a scenario file; when `None`, `GPUWATCH_SIM` gives it. Asking for a
+    simulated node implies the `sim` backend; `sim` alone simulates 4 GPUs.
     """
     kind = kind or os.environ.get("GPUWATCH_BACKEND") or "auto"
     if kind not in BACKEND_KINDS:
-        raise InvalidValueError(
-            f"unknown backend {kind!r}: choose one of {', '.join(BACKEND_KINDS)}"
-        )
-    if sim and kind == "nvml":
-        raise InvalidValueError("--sim simulates GPUs, so it cannot go with --backend nvml")
-    if kind != "nvml" and sim is None:
+        choices = ", ".join(BACKEND_KINDS)
+        raise InvalidValueError(f"unknown backend {kind!r}: choose one of {choices}")
+    if sim and kind in ("nvml", "daemon"):
+        raise InvalidValueError(f"--sim simulates GPUs, so it cannot go with --backend {kind}")
+    if kind in ("auto", "sim") and sim is None:
         sim = os.environ.get("GPUWATCH_SIM") or None
     if sim or kind == "sim":
         from gpuwatch.backends.scenario import parse_sim_spec
         from gpuwatch.backends.sim import SimBackend
 
         return SimBackend(parse_sim_spec(sim or str(DEFAULT_SIM_GPUS)))
+    if kind in ("auto", "daemon"):
+        try:
+            return _open_daemon(required=kind == "daemon")
+        except DaemonUnavailableError as error:
+            if kind == "daemon":
+                raise
+            if on_fallback is not None:
+                on_fallback(f"{error}; reading the driver directly")
     if not _nvml_library_loads():
         raise DriverNotFoundError(f"NVIDIA driver not found ({_NVML_LIBRARY} could not be loaded)")
     try:
@@ -57,6 +77,19 @@ def open_backend(kind: str | None = None, sim: str | None = None) -> Backend:
             "pip install nvidia-ml-py"
         ) from error
     return NvmlBackend()
+
+
+def _open_daemon(*, required: bool) -> Backend:
+    # Looking for the socket first keeps a machine without a daemon from paying to import
+    # the data model before it even knows whether there is a driver.
+    from gpuwatch.paths import socket_candidates
+
+    candidates = socket_candidates()
+    if not required and not any(os.path.exists(path) for path in candidates):
+        raise DaemonUnavailableError(f"no daemon socket at {' or '.join(candidates)}")
+    from gpuwatch.backends.daemon import DaemonBackend
+
+    return DaemonBackend()
 
 
 def _nvml_library_loads() -> bool:

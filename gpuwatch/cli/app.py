@@ -12,6 +12,7 @@ from gpuwatch._version import __version__
 _COMMANDS = {
     "status": "gpuwatch.cli.status:status",
     "pick": "gpuwatch.cli.app:pick",
+    "daemon": "gpuwatch.cli.daemon:daemon",
 }
 
 
@@ -37,8 +38,8 @@ def cli() -> None:
     \b
     Without a GPU, add --sim 4 to any command to try it on a simulated node.
     Exit codes: 0 ok, 1 failed, 2 bad usage, 3 no NVIDIA driver or no GPU,
-    4 not enough free GPUs, 5 timed out waiting, 126/127 command not
-    executable / not found, 130 interrupted.
+    4 not enough free GPUs, 5 timed out waiting, 6 remote host unreachable,
+    126/127 command not executable / not found, 130 interrupted.
     """
 
 

@@ -12,6 +12,7 @@ from gpuwatch.errors import (
     InvalidValueError,
     NoGpuError,
     NotEnoughGpusError,
+    RemoteError,
     ScenarioError,
     WaitTimeoutError,
 )
@@ -35,6 +36,8 @@ class ExitCode(enum.IntEnum):
     """`pick`: fewer GPUs qualify than asked for (without --wait)."""
     TIMEOUT = 5
     """`pick --wait --timeout`: still not enough GPUs when the time was up."""
+    REMOTE = 6
+    """`status --host`: the host cannot be reached, or has no gpuwatch."""
     CANNOT_EXECUTE = 126
     """`pick -- CMD`: CMD was found but cannot be executed."""
     COMMAND_NOT_FOUND = 127
@@ -49,6 +52,7 @@ _BY_ERROR: tuple[tuple[type[GpuwatchError], ExitCode], ...] = (
     (ScenarioError, ExitCode.USAGE),
     (DriverNotFoundError, ExitCode.NO_GPU),
     (NoGpuError, ExitCode.NO_GPU),
+    (RemoteError, ExitCode.REMOTE),
     (WaitTimeoutError, ExitCode.TIMEOUT),
     (NotEnoughGpusError, ExitCode.NOT_ENOUGH_GPUS),
     (CommandNotFoundError, ExitCode.COMMAND_NOT_FOUND),

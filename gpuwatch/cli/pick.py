@@ -148,9 +148,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=Format.UUID.value,
         help="how to write CUDA_VISIBLE_DEVICES (default: uuid)",
     )
-    add("--backend", choices=BACKEND_KINDS, help="where GPUs are read (default: auto)")
+    add(
+        "--backend",
+        choices=BACKEND_KINDS,
+        help="where GPUs are read (default: auto, the daemon if it runs, else the driver)",
+    )
     add("--sim", metavar="N|FILE", help="a simulated node: N GPUs, or a scenario file")
-    add("-v", "--verbose", action="store_true", help="say on stderr which GPUs were chosen")
+    add(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="say on stderr which GPUs were chosen, and why the daemon was not used",
+    )
     add("command", nargs=argparse.REMAINDER, metavar="COMMAND", help=argparse.SUPPRESS)
     return parser
 
@@ -169,7 +178,8 @@ def run_pick(args: list[str]) -> int:
     )
     fmt = Format(options.format)
     waiting = options.wait or options.timeout is not None
-    with open_backend(options.backend, options.sim) as backend:
+    say = _say if options.verbose else None
+    with open_backend(options.backend, options.sim, on_fallback=say) as backend:
         chosen, leases = acquire(
             backend,
             wanted,
@@ -182,8 +192,7 @@ def run_pick(args: list[str]) -> int:
         )
     env = child_environment(chosen, fmt, os.environ)
     if options.verbose or not command:
-        gpus = ", ".join(f"{gpu.index} ({gpu.uuid})" for gpu in chosen)
-        sys.stderr.write(f"gpuwatch: chose GPU {gpus}\n")
+        _say("chose GPU " + ", ".join(f"{gpu.index} ({gpu.uuid})" for gpu in chosen))
     if not command:
         print(env[VARIABLE])
         note = "; also export CUDA_DEVICE_ORDER=PCI_BUS_ID" if fmt is Format.INDEX else ""
@@ -195,6 +204,10 @@ def run_pick(args: list[str]) -> int:
     for lease in leases:
         lease.pass_to_child()
     exec_command(command, env)
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"gpuwatch: {message}\n")
 
 
 class _WaitDisplay:

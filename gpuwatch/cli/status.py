@@ -6,14 +6,16 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import click
 
 from gpuwatch.backends import open_backend
+from gpuwatch.backends.base import Backend
 from gpuwatch.cli.options import Duration, backend_options
 from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
+from gpuwatch.remote import remote_snapshots
 from gpuwatch.sampling import watch
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -25,7 +27,7 @@ _CLEAR_SCREEN = "\x1b[H\x1b[2J"
     "--json",
     "as_json",
     is_flag=True,
-    help="Print JSON: the snapshot's fields, with `gpus` and `processes` lists.",
+    help="Print JSON: the snapshot's fields, with `gpus`, `processes` and `leases`.",
 )
 @click.option(
     "--watch",
@@ -41,11 +43,23 @@ _CLEAR_SCREEN = "\x1b[H\x1b[2J"
     help="With --watch, stop after COUNT samples.  [default: run until Ctrl-C]",
 )
 @click.option(
+    "--host",
+    metavar="[USER@]HOST",
+    help="Show another machine's GPUs, read over ssh (gpuwatch must be installed "
+    "there); --backend and --sim apply on that machine.",
+)
+@click.option(
     "--color",
     type=click.Choice(["auto", "always", "never"]),
     default="auto",
     show_default=True,
     help="Colour the table; auto colours a terminal unless NO_COLOR is set.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Say where the GPUs were read from (the daemon, or the driver and why).",
 )
 def status(
     backend: str | None,
@@ -53,9 +67,13 @@ def status(
     as_json: bool,
     interval_s: float | None,
     count: int | None,
+    host: str | None,
     color: str,
+    verbose: bool,
 ) -> None:
     """Show every GPU with its memory, load, temperature, power, processes and leases.
+
+    GPUs are read from the gpuwatch daemon when one runs, else from the driver.
 
     \b
     Examples:
@@ -64,19 +82,53 @@ def status(
       gpuwatch status --json | jq '.gpus[] | {index, memory_free_bytes}'
       gpuwatch status --watch 2               # redraw every 2 seconds
       gpuwatch status --json --watch 1 >> gpus.ndjson
+      gpuwatch status --host alice@node7 --watch 2
     """
     if count is not None and interval_s is None:
         raise click.UsageError("--count needs --watch")
     show = _print_json if as_json else _table_printer(color)
+    if host is not None:
+        frames = remote_snapshots(
+            host,
+            interval_s=interval_s or 1.0,
+            count=count if interval_s else 1,
+            backend=backend,
+            sim=sim,
+        )
+    else:
+        frames = _local_frames(backend, sim, interval_s, count, verbose)
+    for number, (snapshot, leases) in enumerate(frames):
+        if number and not as_json:
+            sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
+        show(snapshot, leases, pretty=interval_s is None)
+
+
+def _local_frames(
+    backend: str | None,
+    sim: str | None,
+    interval_s: float | None,
+    count: int | None,
+    verbose: bool,
+) -> Iterator[tuple[Snapshot, list[Lease]]]:
+    say = _say if verbose else None
     lease_dir = LeaseDir.read_only()
-    with open_backend(backend, sim) as source:
+    with open_backend(backend, sim, on_fallback=say) as source:
+        if say is not None:
+            say(f"reading GPUs from {_described(source)}")
         if interval_s is None:
-            show(source.sample(), _leases(lease_dir), pretty=True)
+            yield source.sample(), _leases(lease_dir)
             return
-        for number, snapshot in enumerate(watch(source, interval_s, count=count)):
-            if number and not as_json:
-                sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
-            show(snapshot, _leases(lease_dir), pretty=False)
+        for snapshot in watch(source, interval_s, count=count):
+            yield snapshot, _leases(lease_dir)
+
+
+def _described(source: Backend) -> str:
+    path = getattr(source, "socket_path", None)
+    return f"the daemon at {path}" if path else f"the {source.name} backend"
+
+
+def _say(message: str) -> None:
+    click.echo(f"gpuwatch: {message}", err=True)
 
 
 def _leases(lease_dir: LeaseDir | None) -> list[Lease]:

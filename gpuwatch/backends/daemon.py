@@ -1,0 +1,87 @@
+"""The daemon backend: snapshots from a running `gpuwatch daemon`, over its Unix socket.
+
+A client that finds the daemon starts no driver and makes no NVML call; the
+snapshot is at most one sampling interval old. The HTTP spoken here is the
+least that works (one GET, HTTP/1.0, read to the end): `http.client` would
+cost `gpuwatch pick` more start-up time than the whole request.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.errors import DaemonUnavailableError
+from gpuwatch.models import Snapshot
+from gpuwatch.paths import socket_candidates
+
+TIMEOUT_S = 2.0
+_MAX_RESPONSE_BYTES = 64 << 20
+
+
+def http_get(socket_path: str, path: str, timeout_s: float = TIMEOUT_S) -> tuple[int, bytes]:
+    """GETs `path` from the daemon at `socket_path`: (status, body)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(timeout_s)
+        connection.connect(socket_path)
+        connection.sendall(f"GET {path} HTTP/1.0\r\nHost: gpuwatch\r\n\r\n".encode())
+        chunks, size = [], 0
+        while chunk := connection.recv(1 << 16):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > _MAX_RESPONSE_BYTES:
+                raise ValueError("response too large")
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].split()
+    if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/"):
+        raise ValueError("not an HTTP response")
+    return int(status_line[1]), body
+
+
+class DaemonBackend(Backend):
+    """Reads snapshots from the daemon; raises `DaemonUnavailableError` when none answers."""
+
+    name = "daemon"
+
+    def __init__(self, socket_path: str | None = None, *, timeout_s: float = TIMEOUT_S) -> None:
+        self._timeout_s = timeout_s
+        failures = []
+        for path in [socket_path] if socket_path else socket_candidates():
+            try:
+                self._pending: Snapshot | None = self._fetch(path)
+            except DaemonUnavailableError as error:
+                failures.append(str(error))
+                continue
+            self.socket_path = path
+            return
+        raise DaemonUnavailableError("; ".join(failures))
+
+    def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
+        """The daemon's latest snapshot (always in full, whatever the scope)."""
+        if (pending := self._pending) is not None:
+            self._pending = None  # the one fetched while connecting
+            return pending
+        return self._fetch(self.socket_path)
+
+    def close(self) -> None:
+        pass
+
+    def _fetch(self, path: str) -> Snapshot:
+        try:
+            status, body = http_get(path, "/v1/snapshot", self._timeout_s)
+            if status != 200:
+                raise DaemonUnavailableError(
+                    f"the daemon at {path} has no snapshot yet (HTTP {status})"
+                )
+            return Snapshot.from_dict(json.loads(body))
+        except FileNotFoundError:
+            raise DaemonUnavailableError(f"no daemon socket at {path}") from None
+        except ConnectionRefusedError:
+            raise DaemonUnavailableError(f"{path} is stale: no daemon listens on it") from None
+        except TimeoutError:
+            raise DaemonUnavailableError(
+                f"the daemon at {path} did not answer in {self._timeout_s:g}s"
+            ) from None
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise DaemonUnavailableError(f"the daemon at {path} failed: {error}") from None

@@ -1,0 +1,121 @@
+"""`gpuwatch daemon`: sample the GPUs once for everyone, serve clients and Prometheus."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+from click.core import ParameterSource
+
+from gpuwatch.cli.options import Duration
+from gpuwatch.daemon.settings import (
+    DEFAULT_HISTORY_S,
+    DEFAULT_INTERVAL_S,
+    MIN_INTERVAL_S,
+    Settings,
+    parse_listen,
+)
+from gpuwatch.errors import DaemonError, InvalidValueError
+from gpuwatch.paths import daemon_socket_path
+
+_FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "listen"}
+
+
+@click.command()
+@click.option(
+    "--interval",
+    "interval_s",
+    type=Duration(minimum_s=MIN_INTERVAL_S),
+    default=DEFAULT_INTERVAL_S,
+    metavar="DURATION",
+    show_default="1s",
+    help="How often to sample the GPUs.",
+)
+@click.option(
+    "--history",
+    "history_s",
+    type=Duration(minimum_s=MIN_INTERVAL_S),
+    default=DEFAULT_HISTORY_S,
+    metavar="DURATION",
+    show_default="24h",
+    help="How much history to keep in memory (8 GPUs, 24h at 1s: 8.3 MB).",
+)
+@click.option(
+    "--socket",
+    "socket_path",
+    metavar="PATH",
+    help="The Unix socket of the API.  [default: $RUNTIME_DIRECTORY/gpuwatch.sock "
+    "under systemd, else $XDG_RUNTIME_DIR/gpuwatch.sock]",
+)
+@click.option(
+    "--listen",
+    metavar="[HOST:]PORT",
+    help="Also serve /metrics over TCP; a PORT alone listens on loopback only.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="A TOML file with interval, history and listen; re-read on SIGHUP. Flags win over it.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nvml", "sim"]),
+    default="auto",
+    show_default=True,
+    help="Where GPUs are read (auto: the NVIDIA driver).",
+)
+@click.option("--sim", metavar="N|FILE", help="Serve a simulated node: N GPUs, or a scenario file.")
+@click.pass_context
+def daemon(
+    ctx: click.Context,
+    interval_s: float,
+    history_s: float,
+    socket_path: str | None,
+    listen: str | None,
+    config_path: str | None,
+    backend: str,
+    sim: str | None,
+) -> int:
+    """Sample the GPUs for every local client, keep history, serve Prometheus.
+
+    Clients (status, pick) use the daemon when it runs and read the driver
+    themselves when it does not. SIGHUP re-reads --config and reopens the
+    driver; SIGTERM stops. See README, "Run as a service", for systemd.
+
+    \b
+    Examples:
+      gpuwatch daemon                              # API on $XDG_RUNTIME_DIR/gpuwatch.sock
+      gpuwatch daemon --listen 9400                # + http://127.0.0.1:9400/metrics
+      gpuwatch daemon --sim 8 --socket /tmp/gw.sock --interval 500ms
+      curl --unix-socket /tmp/gw.sock http://gpuwatch/v1/health
+    """
+    from gpuwatch.daemon.service import run_daemon
+
+    socket_path = socket_path or daemon_socket_path()
+    if socket_path is None:
+        raise DaemonError(
+            "no runtime directory for the socket ($XDG_RUNTIME_DIR is unset): pass --socket PATH"
+        )
+    try:
+        listen_at = parse_listen(listen or "")
+    except InvalidValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--listen'") from None
+    fixed = frozenset(
+        setting
+        for name, setting in _FLAG_SETTINGS.items()
+        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+    )
+    logging.basicConfig(level=logging.INFO, format="gpuwatch daemon: %(message)s")
+    settings = Settings(
+        socket_path=socket_path,
+        interval_s=interval_s,
+        history_s=history_s,
+        listen=listen_at,
+        backend=backend,
+        sim=sim,
+        config_path=config_path,
+        fixed_by_flags=fixed,
+    )
+    return run_daemon(settings)

@@ -1,0 +1,196 @@
+"""Prometheus metrics of the latest snapshot, in base units, for `/metrics`.
+
+Every GPU series carries the labels `gpu` (NVML index), `uuid`, `pci_bus_id`,
+`model_name` and `hostname`, so that dashboards can join, group and name GPUs
+across a fleet. A value a GPU does not report is left out, not sent as 0.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from gpuwatch._version import __version__
+from gpuwatch.models import GpuSample, Lease, Snapshot
+
+GPU_LABELS = ("gpu", "uuid", "pci_bus_id", "model_name", "hostname")
+# (metric name, help, value in base units or None)
+_GPU_GAUGES: tuple[tuple[str, str, Callable[[GpuSample], float | None]], ...] = (
+    ("memory_total_bytes", "Total GPU memory.", lambda g: g.memory_total_bytes),
+    ("memory_used_bytes", "GPU memory in use.", lambda g: g.memory_used_bytes),
+    (
+        "memory_free_bytes",
+        "GPU memory free for new allocations, as CUDA sees it.",
+        lambda g: g.memory_free_bytes,
+    ),
+    (
+        "memory_reserved_bytes",
+        "GPU memory reserved by the driver.",
+        lambda g: g.memory_reserved_bytes,
+    ),
+    (
+        "utilization_ratio",
+        "Fraction of time a kernel ran on the GPU over the last sample period.",
+        lambda g: _ratio(g.utilization_pct),
+    ),
+    (
+        "memory_utilization_ratio",
+        "Fraction of time GPU memory was read or written.",
+        lambda g: _ratio(g.memory_utilization_pct),
+    ),
+    ("temperature_celsius", "GPU core temperature.", lambda g: g.temperature_c),
+    ("power_watts", "Power draw.", lambda g: g.power_w),
+    ("power_limit_watts", "Enforced power limit.", lambda g: g.power_limit_w),
+    ("fan_ratio", "Fan speed as a fraction of its maximum.", lambda g: _ratio(g.fan_pct)),
+    (
+        "sm_clock_hertz",
+        "SM clock.",
+        lambda g: None if g.sm_clock_mhz is None else g.sm_clock_mhz * 1e6,
+    ),
+    (
+        "performance_state",
+        "Performance state: 0 is the fastest, 15 the slowest.",
+        lambda g: g.performance_state,
+    ),
+)
+
+SnapshotSource = Callable[[], tuple[Snapshot | None, list[Lease], bool]]
+"""Returns the latest snapshot, the leases in force, and whether the last sample succeeded."""
+
+
+class SnapshotCollector(Collector):
+    """Describes the latest snapshot each time Prometheus scrapes."""
+
+    def __init__(self, source: SnapshotSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot, leases, sampling = self._source()
+        yield _gauge("build_info", "gpuwatch's version.", [("version", __version__)], 1)
+        yield _gauge(
+            "sampling_up",
+            "1 when the last attempt to sample the GPUs succeeded.",
+            [],
+            1 if sampling else 0,
+        )
+        if snapshot is None:
+            return
+        yield _gauge(
+            "sample_timestamp_seconds",
+            "When the snapshot was taken (Unix time).",
+            [("hostname", snapshot.hostname)],
+            snapshot.taken_at,
+        )
+        by_uuid = {gpu.uuid: gpu for gpu in snapshot.gpus}
+        yield from _gpu_metrics(snapshot)
+        yield from _process_metrics(snapshot)
+        yield from _lease_metrics(snapshot, leases, by_uuid)
+
+
+def registry_for(source: SnapshotSource) -> CollectorRegistry:
+    """A registry with the GPU metrics and the daemon's own process metrics."""
+    from prometheus_client import ProcessCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(source))
+    ProcessCollector(namespace="gpuwatch", registry=registry)
+    return registry
+
+
+def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
+    families = {
+        name: GaugeMetricFamily(f"gpuwatch_{name}", text, labels=GPU_LABELS)
+        for name, text, _ in _GPU_GAUGES
+    }
+    up = GaugeMetricFamily(
+        "gpuwatch_gpu_up",
+        "1 when the GPU could be read, 0 after a fault (see gpuwatch status).",
+        labels=GPU_LABELS,
+    )
+    info = GaugeMetricFamily(
+        "gpuwatch_gpu_info",
+        "Always 1; the labels describe the GPU.",
+        labels=(*GPU_LABELS, "driver_version", "cuda_driver_version"),
+    )
+    for gpu in snapshot.gpus:
+        labels = _gpu_labels(gpu, snapshot.hostname)
+        for name, _, value_of in _GPU_GAUGES:
+            if (value := value_of(gpu)) is not None:
+                families[name].add_metric(labels, value)
+        up.add_metric(labels, 1 if gpu.ok else 0)
+        info.add_metric(
+            [*labels, snapshot.driver_version or "", snapshot.cuda_driver_version or ""], 1
+        )
+    yield from families.values()
+    yield up
+    yield info
+
+
+def _process_metrics(snapshot: Snapshot) -> Iterator[Metric]:
+    memory = GaugeMetricFamily(
+        "gpuwatch_process_memory_bytes",
+        "GPU memory used by a process.",
+        labels=("gpu", "uuid", "hostname", "pid", "user", "process", "kind"),
+    )
+    count = GaugeMetricFamily("gpuwatch_processes", "Processes using the GPU.", labels=GPU_LABELS)
+    gpus = {gpu.index: gpu for gpu in snapshot.gpus}
+    for process in snapshot.processes:
+        if process.memory_used_bytes is not None:
+            name = os.path.basename((process.command or "").split(" ", 1)[0]) or "unknown"
+            memory.add_metric(
+                [
+                    str(process.gpu_index),
+                    process.gpu_uuid or "",
+                    snapshot.hostname,
+                    str(process.pid),
+                    process.user or "",
+                    name,
+                    str(process.kind),
+                ],
+                process.memory_used_bytes,
+            )
+    for index, gpu in gpus.items():
+        count.add_metric(_gpu_labels(gpu, snapshot.hostname), len(snapshot.processes_on(index)))
+    yield memory
+    yield count
+
+
+def _lease_metrics(
+    snapshot: Snapshot, leases: list[Lease], by_uuid: dict[str | None, GpuSample]
+) -> Iterator[Metric]:
+    held = GaugeMetricFamily(
+        "gpuwatch_leases",
+        "Leases held on the GPU (gpuwatch pick/select).",
+        labels=(*GPU_LABELS, "mode"),
+    )
+    declared = GaugeMetricFamily(
+        "gpuwatch_lease_declared_memory_bytes",
+        "Memory declared by shared leases on the GPU (--mem).",
+        labels=GPU_LABELS,
+    )
+    for gpu in snapshot.gpus:
+        on_gpu = [lease for lease in leases if by_uuid.get(lease.gpu_uuid) is gpu]
+        labels = _gpu_labels(gpu, snapshot.hostname)
+        exclusive = sum(lease.exclusive for lease in on_gpu)
+        held.add_metric([*labels, "exclusive"], exclusive)
+        held.add_metric([*labels, "shared"], len(on_gpu) - exclusive)
+        declared.add_metric(labels, sum(lease.mem_bytes or 0 for lease in on_gpu))
+    yield held
+    yield declared
+
+
+def _gpu_labels(gpu: GpuSample, hostname: str) -> list[str]:
+    return [str(gpu.index), gpu.uuid or "", gpu.pci_bus_id or "", gpu.name or "", hostname]
+
+
+def _gauge(name: str, text: str, labels: list[tuple[str, str]], value: float) -> Metric:
+    family = GaugeMetricFamily(f"gpuwatch_{name}", text, labels=[key for key, _ in labels])
+    family.add_metric([label for _, label in labels], value)
+    return family
+
+
+def _ratio(percent: float | None) -> float | None:
+    return None if percent is None else percent / 100

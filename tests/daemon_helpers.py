@@ -1,0 +1,90 @@
+"""Running a real `gpuwatch daemon` in tests, and talking to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.backends.daemon import http_get
+
+SCENARIO = """
+hostname = "daemon-node"
+[[gpu]]
+count = 3
+load = "constant"
+utilization_pct = 40
+[[process]]
+gpu = 1
+pid = 4242
+user = "alice"
+memory = "10GiB"
+"""
+
+
+def get_json(socket_path: Path, path: str) -> tuple[int, Any]:
+    status, body = http_get(str(socket_path), path)
+    return status, json.loads(body)
+
+
+def wait_until(condition: Any, what: str, timeout_s: float = 30) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if result := condition():
+                return result
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def running_daemon(
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    scenario: str = SCENARIO,
+    interval: str | None = "0.2s",
+) -> Iterator[tuple[subprocess.Popen[str], Path, Path]]:
+    """A daemon over a simulated node from a scenario file; yields (process, socket, scenario)."""
+    scenario_path = tmp_path / "node.toml"
+    scenario_path.write_text(scenario)
+    socket_path = tmp_path / "gpuwatch.sock"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "daemon",
+            "--sim",
+            str(scenario_path),
+            "--socket",
+            str(socket_path),
+            *(["--interval", interval] if interval else []),
+            *args,
+        ],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: process.poll() is not None or get_json(socket_path, "/v1/health")[0] == 200,
+            "the daemon to serve",
+        )
+        assert process.poll() is None, process.communicate()
+        yield process, socket_path, scenario_path
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)

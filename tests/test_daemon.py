@@ -1,0 +1,257 @@
+"""A real daemon over a simulated node: its API, metrics, faults, signals and clients."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuwatch.backends.daemon import http_get
+from gpuwatch.leases import LeaseDir
+from gpuwatch.models import GpuSample
+from tests.conftest import run_cli
+from tests.daemon_helpers import SCENARIO, get_json, running_daemon, wait_until
+from tests.fake_nvml import FakeNvml
+
+
+def test_api_answers_snapshot_history_leases_and_health(tmp_path: Path, lease_dir: Path) -> None:
+    with running_daemon(tmp_path) as (_, sock, _):
+        status, snapshot = get_json(sock, "/v1/snapshot")
+        assert status == 200 and snapshot["hostname"] == "daemon-node"
+        assert [gpu["utilization_pct"] for gpu in snapshot["gpus"]] == [40, 40, 40]
+        assert snapshot["processes"][0]["pid"] == 4242
+
+        wait_until(
+            lambda: len(get_json(sock, "/v1/history?last=1h")[1]["gpus"][0]["taken_at"]) >= 3,
+            "three samples of history",
+        )
+        history = get_json(sock, "/v1/history?last=1h")[1]
+        assert history["interval_s"] == 0.2 and len(history["gpus"]) == 3
+        series = history["gpus"][1]
+        assert series["memory_used_bytes"][-1] == 10 << 30
+        assert series["taken_at"] == sorted(series["taken_at"])
+        assert (
+            get_json(sock, f"/v1/history?since={time.time() + 60}")[1]["gpus"][0]["taken_at"] == []
+        )
+
+        held = _lease_gpu(
+            lease_dir,
+            GpuSample(index=1, uuid=snapshot["gpus"][1]["uuid"], name=None, pci_bus_id=None),
+        )
+        leases = get_json(sock, "/v1/leases")[1]["leases"]
+        assert [(lease["gpu_index"], lease["pid"]) for lease in leases] == [(1, os.getpid())]
+        held.release()
+
+        status, health = get_json(sock, "/v1/health")
+        assert status == 200 and health["status"] == "ok" and health["backend"] == "sim"
+        assert health["history"]["capacity"] == 24 * 3600 * 5
+        assert health["history"]["bytes"] == 24 * 3600 * 5 * (8 + 3 * 11)
+
+
+def _lease_gpu(lease_dir: Path, gpu: GpuSample):  # type: ignore[no-untyped-def]
+    leases = LeaseDir(lease_dir)
+    with leases.locked():
+        return leases.claim(gpu, mem_bytes=None, command="pytest")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "expected"),
+    [
+        ("GET", "/v1/nothing", 404),
+        ("POST", "/v1/snapshot", 405),
+        ("DELETE", "/v1/leases", 405),
+        ("GET", "/v1/history?since=yesterday", 400),
+    ],
+    ids=["unknown-path", "post", "delete", "bad-since"],
+)
+def test_api_refuses_what_it_does_not_do(
+    tmp_path: Path, method: str, path: str, expected: int
+) -> None:
+    with running_daemon(tmp_path) as (_, sock, _):
+        with socket.socket(socket.AF_UNIX) as connection:
+            connection.connect(str(sock))
+            connection.sendall(f"{method} {path} HTTP/1.0\r\n\r\n".encode())
+            reply = connection.makefile("rb").read()
+        assert reply.split()[1] == str(expected).encode()
+
+
+def test_metrics_have_every_gpu_in_base_units(tmp_path: Path) -> None:
+    with running_daemon(tmp_path) as (_, sock, _):
+        status, body = http_get(str(sock), "/metrics")
+    assert status == 200
+    families = {family.name: family for family in text_string_to_metric_families(body.decode())}
+    free = families["gpuwatch_memory_free_bytes"].samples
+    assert sorted(sample.labels["gpu"] for sample in free) == ["0", "1", "2"]
+    assert {"uuid", "pci_bus_id", "model_name", "hostname"} <= set(free[0].labels)
+    utilization = families["gpuwatch_utilization_ratio"].samples
+    assert {sample.value for sample in utilization} == {0.4}
+    assert families["gpuwatch_gpu_info"].samples[0].labels["driver_version"] == "580.95.05"
+    (process,) = families["gpuwatch_process_memory_bytes"].samples
+    assert process.labels["pid"] == "4242" and process.value == 10 << 30
+    assert "gpuwatch_leases" in families and "gpuwatch_process_cpu_seconds" in families
+
+
+def test_metrics_over_tcp_when_asked(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with running_daemon(tmp_path, "--listen", str(port)):
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            assert b"gpuwatch_memory_free_bytes" in reply.read()
+
+
+def test_a_fault_injected_at_run_time_shows_on_that_gpu_only(tmp_path: Path) -> None:
+    with running_daemon(tmp_path) as (process, sock, scenario):
+        faulty = SCENARIO.replace("[[process]]", "[[gpu]]\nfault = 'lost'\n[[process]]")
+        spare = tmp_path / "spare.toml"
+        spare.write_text(faulty)
+        os.replace(spare, scenario)
+        snapshot = wait_until(
+            lambda: (s := get_json(sock, "/v1/snapshot")[1]) and len(s["gpus"]) == 4 and s,
+            "the lost GPU to show",
+        )
+        assert [gpu["error"] for gpu in snapshot["gpus"]] == [None, None, None, "GPU is lost"]
+        health = get_json(sock, "/v1/health")[1]
+        assert health["status"] == "degraded" and health["gpus_with_errors"] == [3]
+        assert process.poll() is None
+
+
+def test_systemd_hears_ready_watchdog_and_stopping(tmp_path: Path) -> None:
+    notify_path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(notify_path)
+        listener.settimeout(10)
+        env = {"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "200000"}
+        with running_daemon(tmp_path, env=env) as (process, _, _):
+            messages = [listener.recv(4096).decode() for _ in range(3)]
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=10)
+            while "STOPPING=1" not in messages[-1]:
+                messages.append(listener.recv(4096).decode())
+    assert "READY=1" in messages[0].splitlines()
+    assert any("WATCHDOG=1" in message.splitlines() for message in messages[1:])
+    assert "STOPPING=1" in messages[-1].splitlines()
+
+
+def test_sigterm_stops_cleanly_within_two_seconds(tmp_path: Path) -> None:
+    with running_daemon(tmp_path) as (process, sock, _):
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=2) == 0
+        assert not sock.exists(), "the socket is removed on the way out"
+
+
+def test_sighup_rereads_the_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "daemon.toml"
+    config.write_text('interval = "0.2s"\n')
+    with running_daemon(tmp_path, "--config", str(config), interval=None) as (process, sock, _):
+        assert get_json(sock, "/v1/health")[1]["interval_s"] == 0.2
+        config.write_text('interval = "0.5s"\nhistory = "1h"\n')
+        process.send_signal(signal.SIGHUP)
+        health = wait_until(
+            lambda: (h := get_json(sock, "/v1/health")[1])["interval_s"] == 0.5 and h,
+            "the new interval",
+        )
+        assert health["history"]["capacity"] == 7200 and process.poll() is None
+
+
+def test_fifty_clients_polling_at_10_hz_for_10_s_all_get_answers(tmp_path: Path) -> None:
+    with running_daemon(tmp_path) as (_, sock, _):
+        failures: list[str] = []
+        answered = [0] * 50
+
+        def client(number: int) -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    status, _ = http_get(str(sock), "/v1/snapshot", timeout_s=5)
+                except OSError as error:
+                    failures.append(repr(error))
+                else:
+                    answered[number] += status == 200
+                time.sleep(0.1)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(50)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []
+    assert min(answered) >= 50, answered  # about 100 each; slow CI machines poll less often
+
+
+class TestClients:
+    def test_status_reads_the_daemon_when_it_runs(self, tmp_path: Path) -> None:
+        with running_daemon(tmp_path) as (_, sock, _):
+            result = run_cli("status", "--json", "-v", env={"GPUWATCH_SOCKET": str(sock)})
+        assert result.exit_code == 0
+        assert '"hostname": "daemon-node"' in result.stdout
+        assert f"reading GPUs from the daemon at {sock}" in result.stderr
+
+    def test_pick_with_the_daemon_up_starts_no_driver(
+        self, tmp_path: Path, fake_nvml: Callable[..., FakeNvml]
+    ) -> None:
+        fake = fake_nvml()
+        with running_daemon(tmp_path) as (_, sock, _):
+            result = run_cli("pick", "-n", "2", env={"GPUWATCH_SOCKET": str(sock)})
+        assert result.exit_code == 0 and result.stdout.count("GPU-") == 2
+        assert fake.total_calls == 0
+
+    @pytest.mark.parametrize("socket_state", ["absent", "stale"])
+    def test_clients_fall_back_to_the_driver(
+        self, tmp_path: Path, fake_nvml: Callable[..., FakeNvml], socket_state: str
+    ) -> None:
+        fake_nvml()
+        sock = tmp_path / "gpuwatch.sock"
+        if socket_state == "stale":
+            with socket.socket(socket.AF_UNIX) as dead:
+                dead.bind(str(sock))  # bound, never listened on, then closed
+        env = {"GPUWATCH_SOCKET": str(sock)}
+        quiet = run_cli("status", "--json", env=env)
+        assert quiet.exit_code == 0 and quiet.stderr == ""
+        told = run_cli("pick", "-v", env=env)
+        assert told.exit_code == 0 and "reading the driver directly" in told.stderr
+        assert ("stale" if socket_state == "stale" else "no daemon socket") in told.stderr
+
+    def test_explicit_daemon_backend_without_a_daemon_is_an_error(self, tmp_path: Path) -> None:
+        result = run_cli(
+            "status", "--backend", "daemon", env={"GPUWATCH_SOCKET": str(tmp_path / "none.sock")}
+        )
+        assert result.exit_code == 1 and "no daemon socket" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--interval", "0"], "is too short"),
+        (["--interval", "soon"], "'soon' is not a duration"),
+        (["--listen", "http"], "give PORT or HOST:PORT"),
+        (["--backend", "cuda"], "Invalid value for '--backend'"),
+        (["--bogus"], "No such option"),
+    ],
+    ids=["interval-zero", "interval-word", "bad-listen", "bad-backend", "unknown-flag"],
+)
+def test_bad_flags_are_one_line_and_exit_code_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = run_cli("daemon", "--sim", "2", "--socket", str(tmp_path / "s.sock"), *args)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_a_second_daemon_on_the_same_socket_is_refused(tmp_path: Path) -> None:
+    with running_daemon(tmp_path) as (_, sock, _):
+        result = run_cli("daemon", "--sim", "2", "--socket", str(sock))
+    assert result.exit_code == 1
+    assert (
+        result.stderr == f"gpuwatch: error: another gpuwatch daemon is serving {sock}; "
+        "stop it first\n"
+    )

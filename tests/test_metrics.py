@@ -1,0 +1,88 @@
+"""Prometheus metrics from a snapshot, and the shipped dashboard and alerts that use them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuwatch.backends.sim import SimBackend
+from gpuwatch.daemon.metrics import registry_for
+from gpuwatch.models import Lease, Snapshot
+from tests.conftest import FROZEN_TIME
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def scrape(
+    snapshot: Snapshot | None, leases: list[Lease], sampling: bool = True
+) -> dict[str, list]:
+    registry = registry_for(lambda: (snapshot, leases, sampling))
+    text = generate_latest(registry).decode()
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def sim_snapshot() -> Snapshot:
+    return SimBackend(4, clock=lambda: FROZEN_TIME).sample()
+
+
+def test_values_are_in_base_units() -> None:
+    snapshot = sim_snapshot()
+    metrics = scrape(snapshot, [])
+    gpu0 = snapshot.gpus[0]
+    by_gpu = {
+        sample.labels["gpu"]: sample.value for sample in metrics["gpuwatch_utilization_ratio"]
+    }
+    assert by_gpu["0"] == gpu0.utilization_pct / 100  # type: ignore[operator]
+    clocks = {s.labels["gpu"]: s.value for s in metrics["gpuwatch_sm_clock_hertz"]}
+    assert clocks["0"] == gpu0.sm_clock_mhz * 1e6  # type: ignore[operator]
+    assert metrics["gpuwatch_gpu_info"][0].labels["model_name"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_unreported_values_are_left_out_and_faults_show_as_down() -> None:
+    snapshot = sim_snapshot()
+    lost = snapshot.gpus[1].__class__(
+        index=1, uuid=snapshot.gpus[1].uuid, name="H100", pci_bus_id=None, error="GPU is lost"
+    )
+    broken = Snapshot(
+        snapshot.taken_at, snapshot.hostname, None, None, (snapshot.gpus[0], lost), ()
+    )
+    metrics = scrape(broken, [])
+    assert {s.labels["gpu"] for s in metrics["gpuwatch_memory_free_bytes"]} == {"0"}
+    assert {s.labels["gpu"]: s.value for s in metrics["gpuwatch_gpu_up"]} == {"0": 1, "1": 0}
+    assert not [s for s in metrics["gpuwatch_fan_ratio"]], "an H100 has no fan: no sample"
+
+
+def test_leases_are_counted_per_gpu_and_mode() -> None:
+    snapshot = sim_snapshot()
+    uuid = str(snapshot.gpus[2].uuid)
+    leases = [
+        Lease(uuid, 2, 10, "alice", "a", 0.0, None),
+        Lease(uuid, 2, 11, "bob", "b", 0.0, 5 << 30),
+    ]
+    metrics = scrape(snapshot, leases)
+    held = {(s.labels["gpu"], s.labels["mode"]): s.value for s in metrics["gpuwatch_leases"]}
+    assert held[("2", "exclusive")] == 1 and held[("2", "shared")] == 1
+    assert held[("0", "exclusive")] == 0
+    declared = {s.labels["gpu"]: s.value for s in metrics["gpuwatch_lease_declared_memory_bytes"]}
+    assert declared["2"] == 5 << 30
+
+
+def test_before_the_first_sample_only_the_daemons_state_is_exported() -> None:
+    metrics = scrape(None, [], sampling=False)
+    assert metrics["gpuwatch_sampling_up"][0].value == 0
+    assert "gpuwatch_memory_free_bytes" not in metrics
+
+
+def test_dashboard_and_alerts_use_only_metrics_that_exist() -> None:
+    exported = set(scrape(sim_snapshot(), [Lease("x", 0, 1, "u", "c", 0.0)]))
+    dashboard = json.loads((EXAMPLES / "grafana-dashboard.json").read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    expressions.append((EXAMPLES / "gpuwatch-alerts.yml").read_text())
+    used = {name for text in expressions for name in re.findall(r"gpuwatch_[a-z_]+", text)}
+    assert used, "the dashboard should chart gpuwatch metrics"
+    assert used <= exported, sorted(used - exported)
+    assert "gpuwatch" in (EXAMPLES / "prometheus.yml").read_text()
