@@ -4,8 +4,10 @@ The driver gives only pids. A pid may belong to another PID namespace (a
 container), may have exited since, or may be hidden from this user (`hidepid`);
 each of these gives no details, never an error.
 
-Read straight from Linux's /proc: the five fields cost three small reads per
-process, and `gpuwatch status` starts faster than it would through psutil.
+Read straight from Linux's /proc, and cheaply, since the daemon does it for
+every GPU process every second: a process seen before costs one read of
+/proc/PID/stat (its user and command are remembered for its lifetime), a new
+one three reads.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from dataclasses import dataclass
 
 _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -21,15 +22,41 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 _UTIME, _STIME, _STARTTIME, _RSS_PAGES = 11, 12, 19, 21
 
 
-@dataclass(frozen=True, slots=True)
 class HostProcess:
-    """Host-side details of one process; `None` where the host would not tell."""
+    """Host-side details of one process; `None` where the host would not tell.
 
-    user: str | None
-    command: str | None
-    cpu_pct: float | None
-    rss_bytes: int | None
-    started_at: float | None
+    A plain slotted class rather than a frozen dataclass: the daemon makes one per GPU
+    process per second, and a frozen dataclass costs several times more to make.
+    """
+
+    __slots__ = ("command", "cpu_pct", "rss_bytes", "started_at", "user")
+
+    def __init__(
+        self,
+        user: str | None,
+        command: str | None,
+        cpu_pct: float | None,
+        rss_bytes: int | None,
+        started_at: float | None,
+    ) -> None:
+        self.user = user
+        self.command = command
+        self.cpu_pct = cpu_pct
+        self.rss_bytes = rss_bytes
+        self.started_at = started_at
+
+
+class _Known:
+    """A process seen before: what does not change, and where its CPU clock stood."""
+
+    __slots__ = ("command", "cpu_s", "start_ticks", "user", "wall_s")
+
+    def __init__(self, start_ticks: int, user: str, command: str) -> None:
+        self.start_ticks = start_ticks
+        self.user = user
+        self.command = command
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
 
 
 class HostProcessTable:
@@ -42,14 +69,14 @@ class HostProcessTable:
 
     def __init__(self, proc: str = "/proc") -> None:
         self._proc = proc
-        # pid -> (start time in clock ticks, CPU seconds, wall time) at the last look
-        self._seen: dict[int, tuple[int, float, float]] = {}
+        self._known: dict[int, _Known] = {}
+        self._users: dict[int, str] = {}
         self._boot_time_s: float | None = None
 
     def lookup(self, pids: set[int]) -> dict[int, HostProcess]:
         """Details for each visible pid in `pids`; forgets processes not asked for."""
-        for gone in self._seen.keys() - pids:
-            del self._seen[gone]
+        for gone in self._known.keys() - pids:
+            del self._known[gone]
         found = {}
         for pid in pids:
             details = self._lookup_one(pid)
@@ -58,67 +85,66 @@ class HostProcessTable:
         return found
 
     def _lookup_one(self, pid: int) -> HostProcess | None:
-        base = f"{self._proc}/{pid}"
         try:
-            with open(f"{base}/stat", "rb") as stat_file:
-                stat = stat_file.read().decode(errors="replace")
-            with open(f"{base}/cmdline", "rb") as cmdline_file:
-                argv = cmdline_file.read().decode(errors="replace").split("\0")
-            uid = os.stat(base).st_uid
+            stat = _read(f"{self._proc}/{pid}/stat")
+            fields = stat[stat.rfind(")") + 2 :].split()
+            start_ticks = int(fields[_STARTTIME])
+            known = self._known.get(pid)
+            first_look = known is None or known.start_ticks != start_ticks
+            if known is None or first_look:  # new, or the pid now names another process
+                known = self._learn(pid, start_ticks, stat)
         except OSError:  # exited, another namespace, or hidden from us
-            self._seen.pop(pid, None)
+            self._known.pop(pid, None)
             return None
-        name, fields = (
-            stat[stat.find("(") + 1 : stat.rfind(")")],
-            stat[stat.rfind(")") + 2 :].split(),
-        )
-        start_ticks = int(fields[_STARTTIME])
+        now = time.time()
         cpu_s = (int(fields[_UTIME]) + int(fields[_STIME])) / _CLOCK_TICKS_PER_S
         started_at = self._boot_time() + start_ticks / _CLOCK_TICKS_PER_S
-        now = time.time()
-        seen_start, seen_cpu_s, seen_wall_s = self._seen.get(pid, (-1, 0.0, 0.0))
-        if seen_start == start_ticks:
-            cpu_pct = _percent(cpu_s - seen_cpu_s, now - seen_wall_s)
-        else:  # first sight, or the pid now names another process
+        if first_look:
             cpu_pct = _percent(cpu_s, now - started_at)
-        self._seen[pid] = (start_ticks, cpu_s, now)
+        else:
+            cpu_pct = _percent(cpu_s - known.cpu_s, now - known.wall_s)
+        known.cpu_s, known.wall_s = cpu_s, now
         return HostProcess(
-            user=_user_name(uid),
-            command=" ".join(arg for arg in argv if arg) or name,
+            user=known.user,
+            command=known.command,
             cpu_pct=cpu_pct,
             rss_bytes=int(fields[_RSS_PAGES]) * _PAGE_BYTES,
             started_at=started_at,
         )
 
+    def _learn(self, pid: int, start_ticks: int, stat: str) -> _Known:
+        argv = _read(f"{self._proc}/{pid}/cmdline").split("\0")
+        uid = os.stat(f"{self._proc}/{pid}").st_uid
+        name = stat[stat.find("(") + 1 : stat.rfind(")")]
+        known = _Known(start_ticks, self._user(uid), " ".join(a for a in argv if a) or name)
+        self._known[pid] = known
+        return known
+
+    def _user(self, uid: int) -> str:
+        if (name := self._users.get(uid)) is None:
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except KeyError:  # a uid with no passwd entry here, as in many containers
+                name = str(uid)
+            self._users[uid] = name
+        return name
+
     def _boot_time(self) -> float:
         if self._boot_time_s is None:
-            with open(f"{self._proc}/stat") as stat_file:
-                line = next(line for line in stat_file if line.startswith("btime "))
+            with open(f"{self._proc}/stat") as stat:  # can be long: read it line by line
+                line = next(line for line in stat if line.startswith("btime "))
             self._boot_time_s = float(line.split()[1])
         return self._boot_time_s
 
 
+def _read(path: str) -> str:
+    # os.open/os.read: a third of the cost of open() for these small files.
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 1 << 16).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
 def _percent(cpu_s: float, wall_s: float) -> float | None:
     return round(100.0 * cpu_s / wall_s, 1) if wall_s > 0 else None
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:  # a uid with no passwd entry here, as in many containers
-        return str(uid)
-
-
-def lineage(pid: int | None = None, proc: str = "/proc") -> set[int]:
-    """`pid` (default: this process) and its ancestors, up to the first one out of sight."""
-    found: set[int] = set()
-    current = os.getpid() if pid is None else pid
-    while current > 0 and current not in found:
-        found.add(current)
-        try:
-            with open(f"{proc}/{current}/stat", "rb") as stat_file:
-                stat = stat_file.read().decode(errors="replace")
-        except OSError:
-            break
-        current = int(stat[stat.rfind(")") + 2 :].split()[1])  # field 4, the parent's pid
-    return found

@@ -2,18 +2,19 @@
 
 A lease is a small JSON file in the lease directory, locked with `flock` by
 the process that took it. The lock travels with the open file into the
-command that process runs, and the kernel drops it when the last holder
-exits, however it exits (SIGKILL too): a lease never outlives its job. A file
-whose lock nobody holds is stale, and is removed by the next picker.
+command that process runs, and the kernel drops it when the last process
+holding the file exits, however it exits (SIGKILL too). A file whose lock
+nobody holds is stale, and is removed by the next picker.
 
-Choosing GPUs and claiming them happen under one directory-wide lock, so
-pickers started together see each other's claims. Jobs waiting for GPUs
+Choosing GPUs and claiming them happen under a lock on the directory itself,
+so pickers started together see each other's claims. Jobs waiting for GPUs
 queue as `.wait` files, locked the same way, in arrival order.
 
 The directory is `$GPUWATCH_LEASE_DIR`, else `/run/gpuwatch` when every user
 may write there (the systemd unit makes it so), else `/tmp/gpuwatch`. Users
 share it, so nothing in it is trusted: symlinks are never followed, only
-regular files are read, and a file that does not parse is ignored.
+regular files are read, records are checked field by field, a lease's user is
+its file's owner, and a directory that another user could empty is refused.
 """
 
 from __future__ import annotations
@@ -40,12 +41,23 @@ if TYPE_CHECKING:
 # Paths are plain strings here: pathlib costs `gpuwatch pick` start-up time.
 
 ENV_VARIABLE = "GPUWATCH_LEASE_DIR"
+HELD_VARIABLE = "GPUWATCH_HELD"
+"""Lease ids a job holds, passed down to the processes it starts: their GPUs are its own."""
 SYSTEM_DIR = "/run/gpuwatch"
 FALLBACK_DIR = "/tmp/gpuwatch"
 _SHARED_MODE = 0o1777  # everyone may add files; only a file's owner may remove it
+_FILE_MODE = 0o644
 _MAX_FILE_BYTES = 64 << 10
 _MAX_COMMAND_CHARS = 4096
+_HIGH_FD = 512  # where a lease's descriptor goes in a command: out of the way of shell redirections
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_LEASE_FIELDS = {
+    "gpu_uuid": (str,),
+    "gpu_index": (int,),
+    "pid": (int,),
+    "command": (str,),
+    "started_at": (int, float),
+}
 
 
 def default_lease_dir() -> str:
@@ -60,11 +72,16 @@ def default_lease_dir() -> str:
     return SYSTEM_DIR if shared else FALLBACK_DIR
 
 
-def current_user() -> str:
+def held_by_this_job() -> frozenset[str]:
+    """Ids of the leases held by this process or a job it runs under."""
+    return frozenset(filter(None, os.environ.get(HELD_VARIABLE, "").split(",")))
+
+
+def user_name(uid: int) -> str:
     try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no passwd entry here, as in many containers
+        return str(uid)
 
 
 class HeldFile:
@@ -75,7 +92,14 @@ class HeldFile:
         self.path = path
 
     def pass_to_child(self) -> None:
-        """Lets a command this process execs inherit the lock, and keep it while it runs."""
+        """Lets a command this process execs inherit the lock, and keep it while it runs.
+
+        The descriptor moves high, so that a shell script's `exec 3>log` and the
+        like do not close it by accident.
+        """
+        high = fcntl.fcntl(self.fd, fcntl.F_DUPFD, _HIGH_FD)
+        os.close(self.fd)
+        self.fd = high
         os.set_inheritable(self.fd, True)
 
     def release(self) -> None:
@@ -105,7 +129,7 @@ class LeaseDir:
 
     @classmethod
     def read_only(cls, path: str | os.PathLike[str] | None = None) -> LeaseDir | None:
-        """The lease directory for looking only; `None` when there is none yet."""
+        """The lease directory for looking only; `None` when there is none (yet)."""
         path = os.fspath(path) if path is not None else default_lease_dir()
         if not os.path.isdir(path):
             return None
@@ -116,8 +140,12 @@ class LeaseDir:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Holds the directory-wide lock: choose and claim inside it."""
-        fd = self._open(os.path.join(self.path, ".lock"), os.O_RDONLY | os.O_CREAT)
+        """Holds the directory-wide lock: choose and claim inside it.
+
+        The lock is on the directory itself, which no user can replace or
+        chmod away from the others.
+        """
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._locked = True
@@ -127,35 +155,36 @@ class LeaseDir:
             os.close(fd)
 
     def leases(self) -> list[Lease]:
-        """The leases in force. Under `locked()`, stale lease files are removed too."""
+        """The leases in force. Under `locked()`, stale files are removed too."""
         found = []
-        for data in self._live_entries(".lease"):
-            try:
-                found.append(Lease(**data))
-            except TypeError:
-                continue
+        for name, data, owner in self._live_entries(".lease"):
+            if (
+                lease := _lease_from(data, lease_id=name.removesuffix(".lease"), user=owner)
+            ) is not None:
+                found.append(lease)
         return found
 
     def claim(self, gpu: GpuSample, *, mem_bytes: int | None, command: str) -> HeldLease:
         """Takes a lease on `gpu` for this process. Call it under `locked()`."""
-        lease = Lease(
-            gpu_uuid=str(gpu.uuid),
-            gpu_index=gpu.index,
-            pid=os.getpid(),
-            user=current_user(),
-            command=command[:_MAX_COMMAND_CHARS],
-            started_at=time.time(),
-            mem_bytes=mem_bytes,
-        )
-        fd, path = self._publish("lease", lease.to_dict())
+        record = {
+            "gpu_uuid": str(gpu.uuid),
+            "gpu_index": gpu.index,
+            "pid": os.getpid(),
+            "command": command[:_MAX_COMMAND_CHARS],
+            "started_at": time.time(),
+            "mem_bytes": mem_bytes,
+        }
+        fd, path = self._publish("lease", record)
+        name = os.path.basename(path).removesuffix(".lease")
+        lease = _lease_from(record, lease_id=name, user=user_name(os.getuid()))
+        assert lease is not None
         return HeldLease(fd, path, lease)
 
     def enqueue(self, request: Request, command: str) -> HeldFile:
         """Joins the line of waiting jobs; the returned ticket leaves it when released."""
         record = {
             "pid": os.getpid(),
-            "user": current_user(),
-            "command": command,
+            "command": command[:_MAX_COMMAND_CHARS],
             "request": request.to_dict(),
         }
         return HeldFile(*self._publish("wait", record))
@@ -163,15 +192,15 @@ class LeaseDir:
     def waiting_before(self, ticket: HeldFile | None) -> list[Waiter]:
         """Jobs that joined the line before `ticket` (all of them when `None`), oldest first."""
         waiters = []
-        for name, data in sorted(self._live_entries(".wait", with_names=True)):
+        for name, data, owner in sorted(self._live_entries(".wait")):
             if ticket is not None and name >= os.path.basename(ticket.path):
                 break
             try:
                 waiters.append(
-                    Waiter(int(data["pid"]), str(data["user"]), Request.from_dict(data["request"]))
+                    Waiter(_field(data, "pid", int), owner, Request.from_dict(data["request"]))
                 )
-            except (KeyError, TypeError, ValueError):
-                continue
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # a malformed ticket: whoever wrote it is not in line
         return waiters
 
     def _prepare(self) -> None:
@@ -195,25 +224,32 @@ class LeaseDir:
                 f"{self.path} is writable by everyone but not sticky, so anyone "
                 f"could remove leases; chmod 1777 it or set {ENV_VARIABLE}"
             )
-        if info.st_uid not in (0, os.getuid()) and not info.st_mode & stat.S_ISVTX:
-            raise LeaseError(f"{self.path} belongs to another user; set {ENV_VARIABLE}")
+        if not self._owner_trusted(info):
+            raise LeaseError(
+                f"{self.path} belongs to {user_name(info.st_uid)}, who could remove anyone's "
+                f"leases; have an administrator create {SYSTEM_DIR} (mode 1777, see README) "
+                f"or set {ENV_VARIABLE}"
+            )
 
-    def _open(self, path: str, flags: int, mode: int = 0o644) -> int:
-        try:
-            fd = os.open(path, flags | _OPEN_FLAGS, mode)
-        except OSError as error:
-            raise LeaseError(f"cannot open {path}: {error.strerror}") from error
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise LeaseError(f"{path} is not a regular file; remove it")
-        return fd
+    def _owner_trusted(self, info: os.stat_result) -> bool:
+        """Root, this user, or whoever could create it in a directory only they may write."""
+        if info.st_uid in (0, os.getuid()):
+            return True
+        parent = os.stat(os.path.dirname(os.path.abspath(self.path)))
+        return not parent.st_mode & 0o022 and parent.st_uid == 0
 
     def _publish(self, suffix: str, record: dict[str, Any]) -> tuple[int, str]:
         """Writes `record` to a new locked file, made visible only once locked and complete."""
-        stem = f"{time.time_ns():020d}-{os.getpid()}-{os.urandom(4).hex()}"
+        # CLOCK_MONOTONIC is the same for every process on the machine and never steps back,
+        # so names sort in arrival order.
+        stem = f"{time.monotonic_ns():020d}-{os.getpid()}-{os.urandom(4).hex()}"
         draft = os.path.join(self.path, f".{stem}.tmp")
-        fd = self._open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
+            fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, _FILE_MODE)
+        except OSError as error:
+            raise LeaseError(f"cannot write in {self.path}: {error.strerror}") from error
+        try:
+            os.fchmod(fd, _FILE_MODE)  # readable by all, whatever the umask
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.write(fd, json.dumps(record).encode())
             final = os.path.join(self.path, f"{stem}.{suffix}")
@@ -225,17 +261,22 @@ class LeaseDir:
             raise
         return fd, final
 
-    def _live_entries(self, suffix: str, *, with_names: bool = False) -> Iterator[Any]:
+    def _live_entries(self, suffix: str) -> Iterator[tuple[str, dict[str, Any], str]]:
+        """(file name, record, owner's name) of each held file ending in `suffix`."""
         try:
-            names = [entry.name for entry in os.scandir(self.path) if entry.name.endswith(suffix)]
+            names = [entry.name for entry in os.scandir(self.path)]
         except OSError as error:
             raise LeaseError(f"cannot list {self.path}: {error.strerror}") from error
         for name in names:
-            data = self._read_if_held(os.path.join(self.path, name))
-            if data is not None:
-                yield (name, data) if with_names else data
+            if name.endswith(suffix):
+                found = self._read_if_held(os.path.join(self.path, name))
+                if found is not None:
+                    yield name, found[0], user_name(found[1])
+            elif name.endswith(".tmp") and self._locked:
+                self._read_if_held(os.path.join(self.path, name))  # removes a dead draft
 
-    def _read_if_held(self, path: str) -> dict[str, Any] | None:
+    def _read_if_held(self, path: str) -> tuple[dict[str, Any], int] | None:
+        """(record, owner uid) of a held file; removes it (under the lock) when stale."""
         try:
             fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
         except OSError:
@@ -250,16 +291,33 @@ class LeaseDir:
                 if error.errno != errno.EWOULDBLOCK:
                     return None
                 data = json.loads(os.read(fd, _MAX_FILE_BYTES) or b"null")
-                return data if isinstance(data, dict) else None
-            self._remove_stale(path)
+                return (data, info.st_uid) if isinstance(data, dict) else None
+            if self._locked:
+                # Another user's file in a sticky directory cannot go: harmless, since unlocked.
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             return None
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or JSON nested to crash parsers
             return None
         finally:
             os.close(fd)
 
-    def _remove_stale(self, path: str) -> None:
-        if self._locked:
-            # Another user's file in a sticky directory cannot go: harmless, since unlocked.
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+
+def _lease_from(data: dict[str, Any], *, lease_id: str, user: str) -> Lease | None:
+    """A lease from a record, checked field by field; `None` when anything is off."""
+    try:
+        values = {name: _field(data, name, *kinds) for name, kinds in _LEASE_FIELDS.items()}
+        mem_bytes = data.get("mem_bytes")
+        if mem_bytes is not None:
+            mem_bytes = _field(data, "mem_bytes", int)
+    except (KeyError, TypeError):
+        return None
+    values["started_at"] = float(values["started_at"])
+    return Lease(user=user, mem_bytes=mem_bytes, lease_id=lease_id, **values)
+
+
+def _field(data: dict[str, Any], name: str, *kinds: type) -> Any:
+    value = data[name]
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise TypeError(f"{name}: {value!r}")
+    return value

@@ -95,9 +95,12 @@ class Lease:
     gpu_index: int
     pid: int
     user: str
+    """The owner of the lease file, not what the file says."""
     command: str
     started_at: float
     mem_bytes: int | None = None
+    lease_id: str = ""
+    """Names the lease among all others (its file in the lease directory)."""
 
     @property
     def exclusive(self) -> bool:

@@ -7,10 +7,10 @@ why not. No I/O happens here; `gpuwatch.selector` gathers the inputs.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuwatch.choices import Strategy
 from gpuwatch.models import GpuSample, Lease, Snapshot
 from gpuwatch.units import format_size
 
@@ -19,17 +19,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 _GIB = 1 << 30
-
-
-class Strategy(enum.StrEnum):
-    """How qualifying GPUs are ranked."""
-
-    MOST_FREE = "most-free"
-    """Most free memory first: the safest home for a job of unknown size."""
-    LEAST_UTIL = "least-util"
-    """Least busy first: for jobs that need compute more than memory."""
-    PACK = "pack"
-    """Least free memory that still fits first: fills shared GPUs, keeps big ones whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +48,35 @@ class Request:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Request:
+        """The inverse of `to_dict`, strict: raises `ValueError` for anything malformed
+        (waiting tickets come from a directory every user can write to)."""
         allowed = data.get("allowed")
         return cls(
-            count=int(data["count"]),
-            min_free_bytes=data.get("min_free_bytes"),
-            max_util_pct=data.get("max_util_pct"),
-            mem_bytes=data.get("mem_bytes"),
+            count=_number(data["count"], int, minimum=1),
+            min_free_bytes=_optional(data.get("min_free_bytes"), int),
+            max_util_pct=_optional(data.get("max_util_pct"), float),
+            mem_bytes=_optional(data.get("mem_bytes"), int),
             strategy=Strategy(data.get("strategy", Strategy.MOST_FREE)),
-            allowed=None if allowed is None else frozenset(allowed),
-            excluded=frozenset(data.get("excluded", ())),
+            allowed=None if allowed is None else _indices(allowed),
+            excluded=_indices(data.get("excluded", [])),
         )
+
+
+def _number(value: object, kind: type, *, minimum: float = 0) -> Any:
+    ok_types = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, ok_types) or value < minimum:
+        raise ValueError(f"not a {kind.__name__} >= {minimum}: {value!r}")
+    return kind(value)
+
+
+def _optional(value: object, kind: type) -> Any:
+    return None if value is None else _number(value, kind)
+
+
+def _indices(values: object) -> frozenset[int]:
+    if not isinstance(values, list):
+        raise ValueError(f"not a list of GPU indices: {values!r}")
+    return frozenset(_number(value, int) for value in values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,21 +112,26 @@ def choose(
     snapshot: Snapshot,
     request: Request,
     *,
-    leases: Iterable[Lease] = (),
+    leases: Sequence[Lease] = (),
+    mine: frozenset[str] = frozenset(),
     waiting_ahead: Sequence[Waiter] = (),
     seed: int = 0,
 ) -> Choice:
     """Chooses `request.count` GPUs, or says for each GPU why it cannot be had.
 
+    Leases whose ids are in `mine` belong to the job asking (it runs under
+    them), so they do not keep it from their GPUs; they do keep waiters off.
     `seed` breaks ties between equally good GPUs; giving each process its own
     (its pid) spreads jobs started together over equal GPUs.
     """
-    candidates = _candidates(snapshot, leases)
+    everyone = _candidates(snapshot, leases)
     kept: dict[int, Waiter] = {}
     for waiter in waiting_ahead:
-        ranked, _ = _qualify(candidates, waiter.request, kept, waiter.pid)
+        ranked, _ = _qualify(everyone, waiter.request, kept, waiter.pid)
         for candidate in ranked[: waiter.request.count]:
             kept[candidate.gpu.index] = waiter
+    others = [lease for lease in leases if lease.lease_id not in mine]
+    candidates = _candidates(snapshot, others) if mine else everyone
     ranked, rejected = _qualify(candidates, request, kept, seed)
     if len(ranked) >= request.count:
         chosen = tuple(candidate.gpu for candidate in ranked[: request.count])

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gpuwatch.backends import open_backend
+from gpuwatch.choices import Format, Strategy, check_gpu_count, check_percent, one_of
 from gpuwatch.cudastate import cuda_initialized
 from gpuwatch.errors import (
     AlreadySelectedError,
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
     from gpuwatch.leases import HeldLease
     from gpuwatch.models import GpuSample
 
-STRATEGIES = ("most-free", "least-util", "pack")
-FORMATS = ("uuid", "index")
-
 
 class Selection:
     """The GPUs chosen for this process, leased to it until it exits or calls `release()`.
@@ -42,17 +40,19 @@ class Selection:
     are empty when `select(fallback="cpu")` found no GPU.
     """
 
-    __slots__ = ("environment", "gpus", "leases")
+    __slots__ = ("_previous", "environment", "gpus", "leases")
 
     def __init__(
         self,
         gpus: tuple[GpuSample, ...] = (),
         environment: dict[str, str] | None = None,
         leases: tuple[HeldLease, ...] = (),
+        previous: dict[str, str | None] | None = None,
     ) -> None:
         self.gpus = gpus
         self.environment = environment or {}
         self.leases = leases
+        self._previous = previous or {}
 
     def __repr__(self) -> str:
         return f"Selection(indices={self.indices}, environment={self.environment})"
@@ -70,9 +70,18 @@ class Selection:
         return len(self.gpus)
 
     def release(self) -> None:
-        """Gives the GPUs back to other jobs (this process may still be using them)."""
+        """Gives the GPUs back to other jobs, and CUDA_VISIBLE_DEVICES its earlier value.
+
+        A process that already runs CUDA keeps using the GPUs it has: releasing
+        only lets other jobs be given them.
+        """
         for lease in self.leases:
             lease.release()
+        for name, value in self._previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         if _this_process.selection is self:
             _this_process.selection = None
 
@@ -133,31 +142,42 @@ def select(
             f"{who} in this process, so CUDA_VISIBLE_DEVICES can no longer take effect; "
             "call gpuwatch.select() before any CUDA call (torch.cuda.is_available() is one)"
         )
-    _one_of(("error", "cpu"), fallback, "fallback")
+    if fallback not in ("error", "cpu"):
+        raise InvalidValueError(f"fallback={fallback!r}: choose one of error, cpu")
     wishes = {
-        "count": _count(n),
+        "count": _checked("n", check_gpu_count, n),
         "min_free_bytes": _bytes(min_free, "min_free"),
-        "max_util_pct": _percent(max_util),
+        "max_util_pct": None if max_util is None else _checked("max_util", check_percent, max_util),
         "mem_bytes": _bytes(mem, "mem"),
+        "strategy": Strategy(one_of(Strategy, strategy, "strategy")),
         "exclude": tuple(str(entry) for entry in exclude),
     }
-    chosen_strategy = _one_of(STRATEGIES, strategy, "strategy")
-    chosen_format = _one_of(FORMATS, format, "format")
-    timeout_s = _seconds(timeout)
+    chosen_format = Format(one_of(Format, format, "format"))
+    timeout_s = parse_duration(timeout) if isinstance(timeout, str) else timeout
     try:
-        source = open_backend(backend, None if sim is None else str(sim))
+        return _select(wishes, chosen_format, backend, sim, wait, timeout_s)
     except (DriverNotFoundError, NoGpuError):
         if fallback != "cpu":
             raise
         _this_process.selection = Selection()
         return _this_process.selection
-    # There are GPUs: now load the engine.
-    from gpuwatch.leases import LeaseDir
-    from gpuwatch.policy import Strategy
-    from gpuwatch.selector import Wanted, acquire
-    from gpuwatch.visible import Format, child_environment
 
-    wanted = Wanted.from_environment(strategy=Strategy(chosen_strategy), **wishes)
+
+def _select(
+    wishes: dict[str, Any],
+    fmt: Format,
+    backend: str | None,
+    sim: str | int | None,
+    wait: bool,
+    timeout_s: float | None,
+) -> Selection:
+    source = open_backend(backend, None if sim is None else str(sim))
+    # There are GPUs: now load the engine.
+    from gpuwatch.leases import HELD_VARIABLE, LeaseDir
+    from gpuwatch.selector import Wanted, acquire, passed_down
+    from gpuwatch.visible import ORDER_VARIABLE, VARIABLE, child_environment
+
+    wanted = Wanted.from_environment(**wishes)
     with source:
         gpus, held = acquire(
             source,
@@ -167,9 +187,10 @@ def select(
             wait=wait,
             timeout_s=timeout_s,
         )
-    environment = child_environment(gpus, Format(chosen_format), {})
+    environment = passed_down(held, child_environment(gpus, fmt, {}))
+    previous = {name: os.environ.get(name) for name in (VARIABLE, ORDER_VARIABLE, HELD_VARIABLE)}
     os.environ.update(environment)
-    _this_process.selection = Selection(gpus, environment, tuple(held))
+    _this_process.selection = Selection(gpus, environment, tuple(held), previous)
     return _this_process.selection
 
 
@@ -193,10 +214,11 @@ def _own_command() -> str:
     return " ".join([os.path.basename(sys.executable), *sys.argv]).strip() or "python"
 
 
-def _count(n: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InvalidValueError(f"n={n!r}: ask for at least 1 GPU")
-    return n
+def _checked(name: str, check: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return check(value)
+    except InvalidValueError as error:
+        raise InvalidValueError(f"{name}: {error}") from None
 
 
 def _bytes(value: int | str | None, name: str) -> int | None:
@@ -206,19 +228,3 @@ def _bytes(value: int | str | None, name: str) -> int | None:
         return parse_size(value)
     except InvalidValueError as error:
         raise InvalidValueError(f"{name}: {error}") from None
-
-
-def _percent(value: float | None) -> float | None:
-    if value is not None and not 0 <= value <= 100:
-        raise InvalidValueError(f"max_util={value!r}: give a percentage from 0 to 100")
-    return value
-
-
-def _seconds(value: float | str | None) -> float | None:
-    return parse_duration(value) if isinstance(value, str) else value
-
-
-def _one_of(choices: tuple[str, ...], value: str, name: str) -> str:
-    if value not in choices:
-        raise InvalidValueError(f"{name}={value!r}: choose one of {', '.join(choices)}")
-    return value

@@ -13,15 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.choices import Strategy
 from gpuwatch.errors import (
     InvalidValueError,
+    NoGpuError,
     NotEnoughGpusError,
     WaitTimeoutError,
 )
-from gpuwatch.hostinfo import lineage
-from gpuwatch.leases import HeldFile, HeldLease, LeaseDir
+from gpuwatch.leases import HELD_VARIABLE, HeldFile, HeldLease, LeaseDir, held_by_this_job
 from gpuwatch.models import GpuSample, Snapshot
-from gpuwatch.policy import Choice, Request, Strategy, choose
+from gpuwatch.policy import Choice, Request, choose
 from gpuwatch.units import format_size
 from gpuwatch.visible import (
     ORDER_VARIABLE,
@@ -72,6 +73,11 @@ class Wanted:
             if self.visible is None
             else resolve(self.visible, gpus, device_order=self.device_order)
         )
+        if allowed is not None and not allowed:
+            raise NoGpuError(
+                f"{VARIABLE}={','.join(self.visible or ()) or '(empty)'} leaves no "
+                "whole GPU to choose from"
+            )
         excluded = resolve(self.exclude, gpus, device_order="PCI_BUS_ID", what="--exclude")
         usable = (allowed if allowed is not None else {gpu.index for gpu in gpus}) - excluded
         if self.count > len(usable):
@@ -109,13 +115,13 @@ def acquire(
     started = clock()
     request: Request | None = None
     ticket: HeldFile | None = None
-    # GPUs leased to this process or one it runs under are its own to use: a script that
+    # GPUs leased to this job (and passed down to it) are its own to use: a script that
     # selected GPUs may start workers that call select() again, and nested picks are fine.
-    family = lineage()
+    mine = held_by_this_job()
     try:
         while True:
             with lease_dir.locked():
-                leases = [lease for lease in lease_dir.leases() if lease.pid not in family]
+                leases = lease_dir.leases()
                 shared = any(not lease.exclusive for lease in leases)
                 # Shared leases are weighed against their holders' use, which needs the processes.
                 full = shared or wanted.needs_names
@@ -123,17 +129,15 @@ def acquire(
                 request = request or wanted.resolve(snapshot)
                 ahead = lease_dir.waiting_before(ticket)
                 choice = choose(
-                    snapshot, request, leases=leases, waiting_ahead=ahead, seed=os.getpid()
+                    snapshot,
+                    request,
+                    leases=leases,
+                    mine=mine,
+                    waiting_ahead=ahead,
+                    seed=os.getpid(),
                 )
                 if choice.satisfied:
-                    held = (
-                        [
-                            lease_dir.claim(gpu, mem_bytes=request.mem_bytes, command=command)
-                            for gpu in choice.chosen
-                        ]
-                        if hold
-                        else []
-                    )
+                    held = _claim_all(lease_dir, choice.chosen, request, command) if hold else []
                     return choice.chosen, held
                 if wait and ticket is None:
                     ticket = lease_dir.enqueue(request, command)
@@ -152,6 +156,26 @@ def acquire(
     finally:
         if ticket is not None:
             ticket.release()
+
+
+def _claim_all(
+    lease_dir: LeaseDir, gpus: tuple[GpuSample, ...], request: Request, command: str
+) -> list[HeldLease]:
+    held: list[HeldLease] = []
+    try:
+        for gpu in gpus:
+            held.append(lease_dir.claim(gpu, mem_bytes=request.mem_bytes, command=command))
+    except BaseException:
+        for lease in held:  # all or none: a job never runs on part of what it asked for
+            lease.release()
+        raise
+    return held
+
+
+def passed_down(leases: list[HeldLease], environ: dict[str, str]) -> dict[str, str]:
+    """`environ` telling the processes a job starts which leases are the job's own."""
+    ids = [*held_by_this_job(), *(held.lease.lease_id for held in leases)]
+    return {**environ, HELD_VARIABLE: ",".join(ids)} if ids else dict(environ)
 
 
 def describe_wish(request: Request) -> str:

@@ -9,23 +9,14 @@ models, so gpuwatch writes UUIDs by default, and indices only together with
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 
+from gpuwatch.choices import Format
 from gpuwatch.errors import VisibleDevicesError
 from gpuwatch.models import GpuSample
 
 VARIABLE = "CUDA_VISIBLE_DEVICES"
 ORDER_VARIABLE = "CUDA_DEVICE_ORDER"
-
-
-class Format(enum.StrEnum):
-    """How chosen GPUs are written into the child's CUDA_VISIBLE_DEVICES."""
-
-    UUID = "uuid"
-    """`GPU-...` UUIDs: right whatever the CUDA_DEVICE_ORDER."""
-    INDEX = "index"
-    """nvidia-smi indices, with CUDA_DEVICE_ORDER=PCI_BUS_ID set beside them."""
 
 
 def parse_visible_devices(value: str) -> tuple[str, ...]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pwd
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -103,24 +106,131 @@ def test_waiting_line_is_in_arrival_order_and_forgets_the_dead(tmp_path: Path) -
     second.release()
 
 
+def hold(path: Path) -> int:
+    """Locks `path` as a live holder would (through a symlink, if it is one)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+GOOD = {"gpu_uuid": "GPU-3", "gpu_index": 3, "pid": 77, "command": "x", "started_at": 1.0}
+
+
 @pytest.mark.parametrize(
     "junk",
-    ["symlink", "fifo", "garbage", "not-a-dict", "huge"],
+    [
+        "symlink",
+        "fifo",
+        "garbage",
+        "not-a-dict",
+        "huge",
+        "deeply-nested",
+        "uuid-is-a-list",
+        "mem-is-text",
+        "index-is-bool",
+        "missing-pid",
+    ],
 )
 def test_junk_in_the_shared_directory_is_ignored(tmp_path: Path, junk: str) -> None:
+    # GIVEN a held lease file that is not what it should be, beside a good one
     target = tmp_path / "00000000000000000001-1-x.lease"
+    records: dict[str, object] = {
+        "uuid-is-a-list": {**GOOD, "gpu_uuid": []},
+        "mem-is-text": {**GOOD, "mem_bytes": "1"},
+        "index-is-bool": {**GOOD, "gpu_index": True},
+        "missing-pid": {key: value for key, value in GOOD.items() if key != "pid"},
+    }
     if junk == "symlink":
-        (tmp_path / "elsewhere.json").write_text(json.dumps({"gpu_uuid": "GPU-3"}))
+        (tmp_path / "elsewhere.json").write_text(json.dumps(GOOD))
         target.symlink_to(tmp_path / "elsewhere.json")
     elif junk == "fifo":
         os.mkfifo(target)
-    elif junk == "garbage":
-        target.write_text("{not json")
-    elif junk == "not-a-dict":
-        target.write_text("[1, 2]")
+    elif junk in records:
+        target.write_text(json.dumps(records[junk]))
     else:
-        target.write_text(" " * (1 << 20))
-    assert LeaseDir(tmp_path).leases() == []
+        target.write_text(
+            {
+                "garbage": "{not json",
+                "not-a-dict": "[1, 2]",
+                "huge": json.dumps({**GOOD, "command": " " * (1 << 20)}),
+                "deeply-nested": "[" * 60_000,
+            }[junk]
+        )
+    good = tmp_path / "00000000000000000002-1-y.lease"
+    good.write_text(json.dumps(GOOD))
+    held = [hold(good)] + ([] if junk == "fifo" else [hold(target)])
+    try:
+        # THEN only the good lease is seen, and nothing crashes
+        assert [lease.gpu_uuid for lease in LeaseDir(tmp_path).leases()] == ["GPU-3"]
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def test_a_leases_user_is_its_files_owner_not_what_it_claims(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000001-1-x.lease"
+    path.write_text(json.dumps({**GOOD, "user": "somebody-else"}))
+    fd = hold(path)
+    try:
+        (lease,) = LeaseDir(tmp_path).leases()
+    finally:
+        os.close(fd)
+    assert lease.user == pwd.getpwuid(os.getuid()).pw_name
+    assert lease.lease_id == "00000000000000000001-1-x"
+
+
+def test_files_are_readable_by_all_whatever_the_umask(tmp_path: Path) -> None:
+    lease_dir = LeaseDir(tmp_path)
+    old = os.umask(0o077)
+    try:
+        with lease_dir.locked():
+            held = lease_dir.claim(GPU, mem_bytes=None, command="x")
+        ticket = lease_dir.enqueue(Request(), "y")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(held.path).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(ticket.path).st_mode) == 0o644
+    assert not (tmp_path / ".lock").exists(), "the lock is the directory itself"
+    held.release()
+    ticket.release()
+
+
+def test_a_dead_draft_is_swept(tmp_path: Path) -> None:
+    draft = tmp_path / ".00000000000000000001-1-x.tmp"
+    draft.write_text("{")  # left by a picker killed between creating and publishing
+    lease_dir = LeaseDir(tmp_path)
+    with lease_dir.locked():
+        lease_dir.leases()
+    assert not draft.exists()
+
+
+def test_a_waiter_with_a_huge_command_stays_in_line(tmp_path: Path) -> None:
+    lease_dir = LeaseDir(tmp_path)
+    ticket = lease_dir.enqueue(Request(count=2), "python train.py " + "--flag " * 20_000)
+    assert [waiter.request.count for waiter in lease_dir.waiting_before(None)] == [2]
+    ticket.release()
+
+
+def test_a_malformed_ticket_does_not_stop_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "00000000000000000001-1-x.wait"
+    bad.write_text(json.dumps({"pid": 5, "request": {"count": 1, "max_util_pct": "x"}}))
+    fd = hold(bad)
+    try:
+        lease_dir = LeaseDir(tmp_path)
+        ticket = lease_dir.enqueue(Request(), "me")
+        assert lease_dir.waiting_before(ticket) == []
+        ticket.release()
+    finally:
+        os.close(fd)
+
+
+def test_passing_a_lease_to_a_child_moves_it_out_of_the_way(tmp_path: Path) -> None:
+    lease_dir = LeaseDir(tmp_path)
+    with lease_dir.locked():
+        held = lease_dir.claim(GPU, mem_bytes=None, command="x")
+    held.pass_to_child()
+    assert held.fd >= 512 and os.get_inheritable(held.fd)
+    held.release()
 
 
 def test_a_symlinked_lease_directory_is_refused(tmp_path: Path) -> None:
@@ -129,6 +239,28 @@ def test_a_symlinked_lease_directory_is_refused(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(real)
     with pytest.raises(LeaseError, match="is not a directory"):
         LeaseDir(tmp_path / "link")
+
+
+@pytest.mark.parametrize(
+    ("parent_mode", "refused"),
+    [(0o1777, True), (0o755, False)],
+    ids=["in-a-shared-parent", "in-a-root-only-parent"],
+)
+def test_a_directory_owned_by_another_user(tmp_path: Path, parent_mode: int, refused: bool) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to make a directory owned by another user")
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    parent.chmod(parent_mode)
+    squatted = parent / "gpuwatch"
+    squatted.mkdir()
+    squatted.chmod(0o1777)
+    os.chown(squatted, 54321, 54321)
+    if refused:  # its owner could remove anyone's leases
+        with pytest.raises(LeaseError, match="belongs to 54321"):
+            LeaseDir(squatted)
+    else:  # only root could have made it there, as /run/gpuwatch
+        LeaseDir(squatted)
 
 
 def test_a_world_writable_directory_must_be_sticky(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -103,7 +105,7 @@ class TestAnswers:
     @pytest.mark.parametrize(
         ("args", "env", "message"),
         [
-            (["-n", "0"], {}, "argument -n/--gpus: '0': ask for at least 1 GPU"),
+            (["-n", "0"], {}, "argument -n/--gpus: 0: ask for at least 1 GPU"),
             (["-n", "5"], {}, "5 GPUs asked for, but this machine has 4"),
             (
                 ["-n", "3"],
@@ -112,7 +114,7 @@ class TestAnswers:
             ),
             (["--min-free", "8XB"], {}, "argument --min-free: '8XB' is not a size"),
             (["--timeout", "soon"], {}, "argument --timeout: 'soon' is not a duration"),
-            (["--max-util", "150"], {}, "'150' is not a percentage from 0 to 100"),
+            (["--max-util", "150"], {}, "150 is not a percentage from 0 to 100"),
             (["--strategy", "best"], {}, "argument --strategy: invalid choice: 'best'"),
             (["--exclude", "9"], {}, "--exclude: no GPU 9 on this machine"),
             ([], {"CUDA_VISIBLE_DEVICES": "0,zero"}, "'zero' is not a GPU index"),
@@ -260,3 +262,53 @@ class TestRunningCommands:
         assert result.exit_code == 5
         assert "gave up after waiting" in result.stderr
         assert f"GPU 0: leased by pid {holder.pid}" in result.stderr
+
+
+class TestLeaseEdges:
+    def test_a_lease_naming_pid_1_is_respected(self, lease_dir: Path) -> None:
+        # GIVEN a container's first process holding GPU 0 (its lease says pid 1)
+        lease_dir.mkdir(mode=0o1777, exist_ok=True)
+        record = {
+            "gpu_uuid": UUID[0],
+            "gpu_index": 0,
+            "pid": 1,
+            "command": "python",
+            "started_at": 0.0,
+        }
+        path = lease_dir / "00000000000000000001-1-c0ffee.lease"
+        path.write_text(json.dumps(record))
+        fd = os.open(path, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            result = run_cli("pick", "--sim", "4", "--exclude", "1,2,3")
+        finally:
+            os.close(fd)
+        # THEN nobody else is given GPU 0
+        assert result.exit_code == 4
+        assert "GPU 0: leased by pid 1" in result.stderr
+
+    def test_a_script_closing_its_low_descriptors_keeps_the_lease(
+        self, picks: Callable[[str], Picks]
+    ) -> None:
+        script = "exec 3>/dev/null 4>/dev/null 5>/dev/null 6>/dev/null; echo ready; exec sleep 60"
+        holder = picks("1").start("--", "sh", "-c", script)
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        assert run_cli("pick", "--sim", "1").exit_code == 4
+
+    @pytest.mark.parametrize(
+        "value", ["", "-1", "MIG-6f3a2b1c-0000"], ids=["empty", "minus-one", "mig-only"]
+    )
+    def test_visible_devices_that_hide_every_gpu_mean_no_gpu(self, value: str) -> None:
+        result = run_cli("pick", "--sim", "4", env={"CUDA_VISIBLE_DEVICES": value})
+        assert result.exit_code == 3
+        assert "leaves no whole GPU to choose from" in result.stderr
+
+    def test_a_nested_pick_may_use_the_gpus_of_the_job_it_runs_in(
+        self, picks: Callable[[str], Picks]
+    ) -> None:
+        inner = f"{sys.executable} -m gpuwatch pick -- printenv CUDA_VISIBLE_DEVICES"
+        outer = picks("1").start("--", "sh", "-c", f"printenv CUDA_VISIBLE_DEVICES; {inner}")
+        out, err = outer.communicate(timeout=60)
+        assert outer.returncode == 0, err
+        first, second = out.split()
+        assert first == second == UUID[0]

@@ -197,3 +197,21 @@ def test_request_round_trips_through_a_waiting_ticket() -> None:
         excluded=frozenset({0}),
     )
     assert Request.from_dict(request.to_dict()) == request
+
+
+def test_a_jobs_own_leases_are_its_to_use_but_not_a_waiters() -> None:
+    # GIVEN GPU 3 leased by a job, and another job waiting ahead for any GPU
+    own = Lease("GPU-3", 3, 4242, "alice", "python train.py", 0.0, None, lease_id="L1")
+    ahead = (Waiter(100, "bob", Request()),)
+    # WHEN a worker of that job asks (it holds L1 through its parent)
+    choice = choose(
+        FOUR,
+        Request(allowed=frozenset({3})),
+        leases=[own],
+        mine=frozenset({"L1"}),
+        waiting_ahead=ahead,
+    )
+    # THEN it gets its parent's GPU, and the waiter is kept to the others
+    assert [g.index for g in choice.chosen] == [3]
+    stranger = choose(FOUR, Request(allowed=frozenset({3})), leases=[own], waiting_ahead=ahead)
+    assert "GPU 3: leased by pid 4242 (alice)" in stranger.reasons

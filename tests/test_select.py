@@ -51,7 +51,7 @@ sys.stdin.read()
 """
 
 
-def test_jobs_started_side_by_side_get_different_gpus() -> None:
+def test_a_job_started_while_another_holds_gpus_gets_the_others() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_")}
     command = [sys.executable, "-c", SELECT_AND_HOLD]
     with subprocess.Popen(
@@ -185,10 +185,40 @@ def test_select_with_cpu_fallback_imports_no_torch_or_ui(tmp_path: Path) -> None
     assert out.stdout.strip() == "[]"
 
 
-def test_the_light_names_match_the_engines_enums() -> None:
-    # select() checks names before loading the engine; they must be the engine's names.
-    from gpuwatch.policy import Strategy
-    from gpuwatch.visible import Format
+@pytest.mark.parametrize("value", ["", "-1"], ids=["empty", "minus-one"])
+def test_visible_devices_hiding_every_gpu_falls_back_to_cpu(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert gpuwatch.select(sim=4, fallback="cpu").gpus == ()
+    selection_module._this_process.selection = None
+    with pytest.raises(gpuwatch.NoGpuError, match="leaves no whole GPU"):
+        gpuwatch.select(sim=4)
 
-    assert tuple(strategy.value for strategy in Strategy) == selection_module.STRATEGIES
-    assert tuple(fmt.value for fmt in Format) == selection_module.FORMATS
+
+def test_release_gives_back_the_gpus_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    first = gpuwatch.select(sim=4, format="index")
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and "GPUWATCH_HELD" in os.environ
+    first.release()
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ and "GPUWATCH_HELD" not in os.environ
+    assert os.environ["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+    assert gpuwatch.select(2, sim=4).indices == [3, 2]
+
+
+def test_a_failed_claim_leaves_no_lease_behind(
+    monkeypatch: pytest.MonkeyPatch, lease_dir: Path
+) -> None:
+    real_claim = LeaseDir.claim
+    claims = []
+
+    def claim_then_fail(self: LeaseDir, *args: object, **kwargs: object) -> object:
+        if claims:
+            raise gpuwatch.LeaseError("disk full")
+        claims.append(real_claim(self, *args, **kwargs))  # type: ignore[arg-type]
+        return claims[-1]
+
+    monkeypatch.setattr(LeaseDir, "claim", claim_then_fail)
+    with pytest.raises(gpuwatch.LeaseError, match="disk full"):
+        gpuwatch.select(2, sim=4)
+    assert LeaseDir(lease_dir).leases() == []

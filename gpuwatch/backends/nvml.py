@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -70,6 +69,10 @@ _PROCESS_SYMBOLS = {
         "nvmlDeviceGetGraphicsRunningProcesses",
     ),
 }
+
+
+# One process's use of one GPU, before the host is asked about it: (pid, GPU, bytes, kind).
+_Used = tuple[int, "_Gpu", "int | None", ProcessKind]
 
 
 class _ProcessInfoV1(ctypes.Structure):
@@ -136,7 +139,8 @@ class NvmlBackend(Backend):
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         taken_at = time.time()
         full = scope is SampleScope.FULL
-        gpus, used_by = [], []
+        gpus: list[GpuSample] = []
+        used_by: list[list[_Used]] = []
         for gpu in self._gpus:
             sample, processes = self._sample_gpu(gpu, full)
             gpus.append(sample)
@@ -156,7 +160,7 @@ class NvmlBackend(Backend):
             self._open = False
             self._shutdown()
 
-    def _sample_gpu(self, gpu: _Gpu, full: bool) -> tuple[GpuSample, list[ProcessUsage]]:
+    def _sample_gpu(self, gpu: _Gpu, full: bool) -> tuple[GpuSample, list[_Used]]:
         fields = _Fields(gpu)
         try:
             handle = self._handle(gpu, full)
@@ -229,7 +233,7 @@ class NvmlBackend(Backend):
             "performance_state": None if pstate == _PSTATE_UNKNOWN else pstate,
         }
 
-    def _processes(self, fields: _Fields, gpu: _Gpu, handle: Any) -> list[ProcessUsage]:
+    def _processes(self, fields: _Fields, gpu: _Gpu, handle: Any) -> list[_Used]:
         kinds: dict[int, ProcessKind] = {}
         memory: dict[int, int | None] = {}
         for kind in (ProcessKind.COMPUTE, ProcessKind.GRAPHICS):
@@ -238,7 +242,7 @@ class NvmlBackend(Backend):
                 # A process in both lists is one process using the GPU both ways.
                 kinds[pid] = ProcessKind.COMPUTE_GRAPHICS if pid in kinds else kind
                 memory[pid] = used_bytes if memory.get(pid) is None else memory[pid]
-        return [ProcessUsage(pid, gpu.index, gpu.uuid, memory[pid], kinds[pid]) for pid in kinds]
+        return [(pid, gpu, memory[pid], kinds[pid]) for pid in kinds]
 
     def _process_list(
         self, gpu: _Gpu, kind: ProcessKind, handle: Any
@@ -251,14 +255,14 @@ class NvmlBackend(Backend):
                 symbols.pop(0)
         raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 
-    def _with_host_details(self, used_by: list[list[ProcessUsage]]) -> tuple[ProcessUsage, ...]:
-        processes = [process for listed in used_by for process in listed]
-        if not processes:
+    def _with_host_details(self, used_by: list[list[_Used]]) -> tuple[ProcessUsage, ...]:
+        used = [entry for listed in used_by for entry in listed]
+        if not used:
             return ()
         if self._hosts is None:
             self._hosts = HostProcessTable()
-        details = self._hosts.lookup({process.pid for process in processes})
-        return tuple(_with_details(process, details.get(process.pid)) for process in processes)
+        details = self._hosts.lookup({pid for pid, *_ in used})
+        return tuple(_process_usage(entry, details.get(entry[0])) for entry in used)
 
     def _driver_versions(self) -> tuple[str | None, str | None]:
         if self._versions is None:
@@ -299,11 +303,16 @@ def _read_process_list(symbol: str, handle: Any, gpu: _Gpu) -> list[tuple[int, i
     ]
 
 
-def _with_details(process: ProcessUsage, host: HostProcess | None) -> ProcessUsage:
+def _process_usage(used: _Used, host: HostProcess | None) -> ProcessUsage:
+    pid, gpu, memory_used_bytes, kind = used
     if host is None:
-        return process
-    return dataclasses.replace(
-        process,
+        return ProcessUsage(pid, gpu.index, gpu.uuid, memory_used_bytes, kind)
+    return ProcessUsage(
+        pid=pid,
+        gpu_index=gpu.index,
+        gpu_uuid=gpu.uuid,
+        memory_used_bytes=memory_used_bytes,
+        kind=kind,
         user=host.user,
         command=host.command,
         cpu_pct=host.cpu_pct,

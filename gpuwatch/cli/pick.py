@@ -15,13 +15,14 @@ import sys
 from collections.abc import Callable
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
+from gpuwatch.choices import Format, Strategy, check_gpu_count, check_percent
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.launch import exec_command
 from gpuwatch.leases import LeaseDir
-from gpuwatch.policy import Choice, Strategy
-from gpuwatch.selector import Wanted, acquire
+from gpuwatch.policy import Choice
+from gpuwatch.selector import Wanted, acquire, passed_down
 from gpuwatch.units import parse_duration, parse_size
-from gpuwatch.visible import VARIABLE, Format, child_environment
+from gpuwatch.visible import VARIABLE, child_environment
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -69,16 +70,11 @@ def _typed(parse: Callable[[str], object], what: str) -> Callable[[str], object]
 
 
 def _gpu_count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise InvalidValueError(f"{text!r}: ask for at least 1 GPU")
-    return int(text)
+    return check_gpu_count(int(text) if text.isdigit() else text)
 
 
 def _percent(text: str) -> float:
-    value = float(text.rstrip("%"))
-    if not 0 <= value <= 100:
-        raise InvalidValueError(f"{text!r} is not a percentage from 0 to 100")
-    return value
+    return check_percent(float(text.rstrip("%")))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,7 +186,7 @@ def run_pick(args: list[str]) -> int:
             timeout_s=options.timeout,
             on_wait=_WaitDisplay(wanted) if waiting else None,
         )
-    env = child_environment(chosen, fmt, os.environ)
+    env = passed_down(leases, child_environment(chosen, fmt, os.environ))
     if options.verbose or not command:
         _say("chose GPU " + ", ".join(f"{gpu.index} ({gpu.uuid})" for gpu in chosen))
     if not command:

@@ -71,9 +71,9 @@ def _header(snapshot: Snapshot, style: Style) -> str:
 
 def _gpu_line(gpu: GpuSample, name_width: int, with_bar: bool, style: Style) -> str:
     index = style.paint(f"[{gpu.index}]", BOLD)
-    name = (gpu.name or _MISSING).ljust(name_width)
+    name = _printable(gpu.name or _MISSING).ljust(name_width)
     if gpu.error is not None and gpu.memory_total_bytes is None:
-        return f"{index} {name} | {style.paint('error: ' + gpu.error, BOLD, RED)}"
+        return f"{index} {name} | {style.paint('error: ' + _printable(gpu.error), BOLD, RED)}"
     cells = [
         _memory(gpu, with_bar, style),
         _utilization(gpu, style),
@@ -82,7 +82,7 @@ def _gpu_line(gpu: GpuSample, name_width: int, with_bar: bool, style: Style) -> 
     ]
     line = f"{index} {name} | " + " | ".join(cells)
     if gpu.error is not None:
-        line += " | " + style.paint("error: " + gpu.error, RED)
+        line += " | " + style.paint("error: " + _printable(gpu.error), RED)
     return line
 
 
@@ -125,9 +125,9 @@ def _process_line(process: ProcessUsage, style: Style, width: int) -> str:
     memory = (
         _MISSING if process.memory_used_bytes is None else format_size(process.memory_used_bytes)
     )
-    user = style.paint(f"{process.user or '?':<10}", CYAN)
+    user = style.paint(f"{_printable(process.user or '?'):<10}", CYAN)
     head = f"    {user} {process.pid:>8}  {memory:>9}  "
-    command = process.command or _MISSING
+    command = _printable(process.command or _MISSING)
     room = max(10, width - 4 - 10 - 1 - 8 - 2 - 9 - 2)
     if len(command) > room:
         command = command[: room - 1] + ("…" if style.unicode else "~")
@@ -137,8 +137,17 @@ def _process_line(process: ProcessUsage, style: Style, width: int) -> str:
 def _lease_line(lease: Lease, style: Style, width: int) -> str:
     how = "exclusive" if lease.mem_bytes is None else f"shared, {format_size(lease.mem_bytes)}"
     since = time.strftime("%H:%M", time.localtime(lease.started_at))
-    text = f"    leased by {lease.user} (pid {lease.pid}, {how}, since {since}): {lease.command}"
+    text = _printable(
+        f"leased by {lease.user} (pid {lease.pid}, {how}, since {since}): {lease.command}"
+    )
+    text = f"    {text}"
     return style.paint(text[:width], YELLOW)
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters shown as `?`: commands and lease files come from other
+    users, and an escape sequence in them must not reach this terminal."""
+    return "".join("?" if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in text)
 
 
 def _level(value: float, warn: float, alarm: float) -> str:

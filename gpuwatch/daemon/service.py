@@ -51,7 +51,7 @@ class Daemon:
             self.poller.start()
             threading.Thread(
                 target=server.serve_forever,
-                kwargs={"poll_interval": 0.1},
+                kwargs={"poll_interval": 0.5},
                 name="gpuwatch-api",
                 daemon=True,
             ).start()
