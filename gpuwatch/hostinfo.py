@@ -5,9 +5,9 @@ container), may have exited since, or may be hidden from this user (`hidepid`);
 each of these gives no details, never an error.
 
 Read straight from Linux's /proc, and cheaply, since the daemon does it for
-every GPU process every second: a process seen before costs one read of
-/proc/PID/stat (its user and command are remembered for its lifetime), a new
-one three reads.
+every GPU process every second: a process seen before costs one `pread` of
+its /proc/PID/stat, kept open (its user and command are remembered for its
+lifetime); a new one costs three reads.
 """
 
 from __future__ import annotations
@@ -49,14 +49,19 @@ class HostProcess:
 class _Known:
     """A process seen before: what does not change, and where its CPU clock stood."""
 
-    __slots__ = ("command", "cpu_s", "start_ticks", "user", "wall_s")
+    __slots__ = ("command", "cpu_s", "start_ticks", "stat_fd", "user", "wall_s")
 
-    def __init__(self, start_ticks: int, user: str, command: str) -> None:
+    def __init__(self, start_ticks: int, user: str, command: str, stat_fd: int) -> None:
         self.start_ticks = start_ticks
         self.user = user
         self.command = command
+        self.stat_fd = stat_fd
+        """/proc/PID/stat, open: re-read from offset 0 it describes the process afresh."""
         self.cpu_s = 0.0
         self.wall_s = 0.0
+
+    def forget(self) -> None:
+        os.close(self.stat_fd)
 
 
 class HostProcessTable:
@@ -76,49 +81,66 @@ class HostProcessTable:
     def lookup(self, pids: set[int]) -> dict[int, HostProcess]:
         """Details for each visible pid in `pids`; forgets processes not asked for."""
         for gone in self._known.keys() - pids:
-            del self._known[gone]
+            self._known.pop(gone).forget()
+        now = time.time()
+        boot_time_s = self._boot_time()
         found = {}
         for pid in pids:
-            details = self._lookup_one(pid)
+            details = self._lookup_one(pid, now, boot_time_s)
             if details is not None:
                 found[pid] = details
         return found
 
-    def _lookup_one(self, pid: int) -> HostProcess | None:
-        try:
-            stat = _read(f"{self._proc}/{pid}/stat")
+    def close(self) -> None:
+        for known in self._known.values():
+            known.forget()
+        self._known.clear()
+
+    def _lookup_one(self, pid: int, now: float, boot_time_s: float) -> HostProcess | None:
+        known = self._known.get(pid)
+        fields: list[str] = []
+        if known is not None:
+            try:  # a process that exited fails the read of its open stat
+                stat = _pread(known.stat_fd)
+                fields = stat[stat.rfind(")") + 2 :].split()
+            except OSError:
+                pass
+            if not fields or int(fields[_STARTTIME]) != known.start_ticks:
+                self._known.pop(pid).forget()  # gone, or the pid now names another process
+                known = None
+        if known is None:
+            try:
+                known, stat = self._learn(pid)
+            except OSError:  # exited, another namespace, or hidden from us
+                return None
             fields = stat[stat.rfind(")") + 2 :].split()
-            start_ticks = int(fields[_STARTTIME])
-            known = self._known.get(pid)
-            first_look = known is None or known.start_ticks != start_ticks
-            if known is None or first_look:  # new, or the pid now names another process
-                known = self._learn(pid, start_ticks, stat)
-        except OSError:  # exited, another namespace, or hidden from us
-            self._known.pop(pid, None)
-            return None
-        now = time.time()
         cpu_s = (int(fields[_UTIME]) + int(fields[_STIME])) / _CLOCK_TICKS_PER_S
-        started_at = self._boot_time() + start_ticks / _CLOCK_TICKS_PER_S
-        if first_look:
+        started_at = boot_time_s + known.start_ticks / _CLOCK_TICKS_PER_S
+        if known.wall_s == 0.0:  # first look: the average over the process's life, as ps
             cpu_pct = _percent(cpu_s, now - started_at)
-        else:
+        else:  # since the last look, as top
             cpu_pct = _percent(cpu_s - known.cpu_s, now - known.wall_s)
         known.cpu_s, known.wall_s = cpu_s, now
         return HostProcess(
-            user=known.user,
-            command=known.command,
-            cpu_pct=cpu_pct,
-            rss_bytes=int(fields[_RSS_PAGES]) * _PAGE_BYTES,
-            started_at=started_at,
+            known.user, known.command, cpu_pct, int(fields[_RSS_PAGES]) * _PAGE_BYTES, started_at
         )
 
-    def _learn(self, pid: int, start_ticks: int, stat: str) -> _Known:
-        argv = _read(f"{self._proc}/{pid}/cmdline").split("\0")
-        uid = os.stat(f"{self._proc}/{pid}").st_uid
+    def _learn(self, pid: int) -> tuple[_Known, str]:
+        base = f"{self._proc}/{pid}"
+        stat_fd = os.open(f"{base}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            stat = _pread(stat_fd)
+            argv = _read(f"{base}/cmdline").split("\0")
+            uid = os.fstat(stat_fd).st_uid
+        except OSError:
+            os.close(stat_fd)
+            raise
+        start_ticks = int(stat[stat.rfind(")") + 2 :].split()[_STARTTIME])
         name = stat[stat.find("(") + 1 : stat.rfind(")")]
-        known = _Known(start_ticks, self._user(uid), " ".join(a for a in argv if a) or name)
+        command = " ".join(arg for arg in argv if arg) or name
+        known = _Known(start_ticks, self._user(uid), command, stat_fd)
         self._known[pid] = known
-        return known
+        return known, stat
 
     def _user(self, uid: int) -> str:
         if (name := self._users.get(uid)) is None:
@@ -135,6 +157,10 @@ class HostProcessTable:
                 line = next(line for line in stat if line.startswith("btime "))
             self._boot_time_s = float(line.split()[1])
         return self._boot_time_s
+
+
+def _pread(fd: int) -> str:
+    return os.pread(fd, 1 << 12, 0).decode(errors="replace")
 
 
 def _read(path: str) -> str:

@@ -8,7 +8,7 @@ why not. No I/O happens here; `gpuwatch.selector` gathers the inputs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuwatch.choices import Strategy
 from gpuwatch.models import GpuSample, Lease, Snapshot
@@ -101,11 +101,15 @@ class Choice:
         return bool(self.chosen)
 
 
-@dataclass(slots=True)
 class _Candidate:
-    gpu: GpuSample
-    free_bytes: int = 0
-    leases: list[Lease] = field(default_factory=list)
+    """A GPU as a candidate: its free memory net of promises, and its leases."""
+
+    __slots__ = ("free_bytes", "gpu", "leases")
+
+    def __init__(self, gpu: GpuSample) -> None:
+        self.gpu = gpu
+        self.free_bytes = 0
+        self.leases: list[Lease] = []
 
 
 def choose(

@@ -123,3 +123,17 @@ def test_reused_pid_starts_measuring_afresh(
 def test_kernel_thread_without_cmdline_is_named_by_comm(tmp_path: Path) -> None:
     fake_proc(tmp_path, 9, comm="weird) name (x", argv=[], cpu_ticks=0, start_ticks=0)
     assert HostProcessTable(proc=str(tmp_path)).lookup({9})[9].command == "weird) name (x"
+
+
+def test_a_process_that_exits_is_forgotten_with_its_descriptor() -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    table = HostProcessTable()
+    open_before = len(os.listdir("/proc/self/fd"))
+    try:
+        assert sleeper.pid in table.lookup({sleeper.pid})
+        assert len(os.listdir("/proc/self/fd")) == open_before + 1  # its stat, kept open
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert table.lookup({sleeper.pid}) == {}
+    assert len(os.listdir("/proc/self/fd")) == open_before

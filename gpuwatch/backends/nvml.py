@@ -158,6 +158,8 @@ class NvmlBackend(Backend):
     def close(self) -> None:
         if getattr(self, "_open", False):
             self._open = False
+            if self._hosts is not None:
+                self._hosts.close()
             self._shutdown()
 
     def _sample_gpu(self, gpu: _Gpu, full: bool) -> tuple[GpuSample, list[_Used]]:

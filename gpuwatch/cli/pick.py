@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections.abc import Callable
 
@@ -217,6 +216,8 @@ class _WaitDisplay:
     def __call__(self, choice: Choice, waited_s: float) -> None:
         if not self._terminal and self._drawn:
             return
+        import shutil
+
         width = shutil.get_terminal_size().columns - 1
         lines = [
             f"gpuwatch: waiting {waited_s:.0f}s for {self._wanted.count} GPU"
