@@ -7,8 +7,11 @@ pynvml bindings and ../shared/fakenvml. Run: python bench/status_time.py [RUNS]
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from _common import build_fakenvml, fakenvml_env, median_wall_ms, tool
+
+GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))  # the console script users run
 
 
 def main() -> None:
@@ -16,7 +19,7 @@ def main() -> None:
     env = fakenvml_env(build_fakenvml())
     commands = {
         "python -c pass": [sys.executable, "-c", "pass"],
-        "gpuwatch status --json": [sys.executable, "-m", "gpuwatch", "status", "--json"],
+        "gpuwatch status --json": [GPUWATCH, "status", "--json"],
     }
     for name, argv in (("nvitop -1", ["-1"]), ("gpustat --json", ["--json"])):
         path = tool(name.split()[0])

@@ -32,11 +32,12 @@ from contextlib import contextmanager
 
 from gpuwatch.errors import LeaseError
 from gpuwatch.models import GpuSample, Lease
-from gpuwatch.policy import Request, Waiter
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
+
+    from gpuwatch.policy import Request, Waiter
 
 # Paths are plain strings here: pathlib costs `gpuwatch pick` start-up time.
 
@@ -191,6 +192,8 @@ class LeaseDir:
 
     def waiting_before(self, ticket: HeldFile | None) -> list[Waiter]:
         """Jobs that joined the line before `ticket` (all of them when `None`), oldest first."""
+        from gpuwatch.policy import Request, Waiter  # only pickers read the line
+
         waiters = []
         for name, data, owner in sorted(self._live_entries(".wait")):
             if ticket is not None and name >= os.path.basename(ticket.path):

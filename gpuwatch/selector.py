@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 POLL_S = 0.5
-OnWait = Callable[[Choice, float], None]
+OnWait = Callable[[Request, Choice, float], None]
+"""Told, while waiting, what is asked for, why it cannot be had yet, and for how long."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,7 @@ def acquire(
                     choice.reasons,
                 )
             if on_wait is not None:
-                on_wait(choice, waited_s)
+                on_wait(request, choice, waited_s)
             remaining = POLL_S if timeout_s is None else timeout_s - waited_s
             sleep(max(0.0, min(POLL_S, remaining)))
     finally:

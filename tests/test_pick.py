@@ -260,6 +260,7 @@ class TestRunningCommands:
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
         result = run_cli("pick", "--sim", "1", "--timeout", "0.3s")
         assert result.exit_code == 5
+        assert result.stderr.startswith("gpuwatch: waiting 0s for 1 GPU, 0 qualify now")
         assert "gave up after waiting" in result.stderr
         assert f"GPU 0: leased by pid {holder.pid}" in result.stderr
 

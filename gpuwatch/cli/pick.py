@@ -18,8 +18,8 @@ from gpuwatch.choices import Format, Strategy, check_gpu_count, check_percent
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.launch import exec_command
 from gpuwatch.leases import LeaseDir
-from gpuwatch.policy import Choice
-from gpuwatch.selector import Wanted, acquire, passed_down
+from gpuwatch.policy import Choice, Request
+from gpuwatch.selector import Wanted, acquire, describe_wish, passed_down
 from gpuwatch.units import parse_duration, parse_size
 from gpuwatch.visible import VARIABLE, child_environment
 
@@ -183,7 +183,7 @@ def run_pick(args: list[str]) -> int:
             hold=bool(command),
             wait=waiting,
             timeout_s=options.timeout,
-            on_wait=_WaitDisplay(wanted) if waiting else None,
+            on_wait=_WaitDisplay() if waiting else None,
         )
     env = passed_down(leases, child_environment(chosen, fmt, os.environ))
     if options.verbose or not command:
@@ -208,21 +208,19 @@ def _say(message: str) -> None:
 class _WaitDisplay:
     """What a waiting pick says: a live block on a terminal, a single note otherwise."""
 
-    def __init__(self, wanted: Wanted) -> None:
-        self._wanted = wanted
+    def __init__(self) -> None:
         self._terminal = sys.stderr.isatty()
         self._drawn = 0
 
-    def __call__(self, choice: Choice, waited_s: float) -> None:
+    def __call__(self, request: Request, choice: Choice, waited_s: float) -> None:
         if not self._terminal and self._drawn:
             return
         import shutil
 
         width = shutil.get_terminal_size().columns - 1
         lines = [
-            f"gpuwatch: waiting {waited_s:.0f}s for {self._wanted.count} GPU"
-            f"{'s' if self._wanted.count > 1 else ''}, {choice.qualifying} qualify "
-            "(Ctrl-C to give up)",
+            f"gpuwatch: waiting {waited_s:.0f}s for {describe_wish(request)}, "
+            f"{choice.qualifying} qualify now (Ctrl-C to give up)",
             *(f"  {reason}" for reason in choice.reasons),
         ]
         if self._terminal:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterator
 
@@ -15,7 +14,6 @@ from gpuwatch.backends.base import Backend
 from gpuwatch.cli.options import Duration, backend_options
 from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.remote import remote_snapshots
 from gpuwatch.sampling import watch
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -88,6 +86,8 @@ def status(
         raise click.UsageError("--count needs --watch")
     show = _print_json if as_json else _table_printer(color)
     if host is not None:
+        from gpuwatch.remote import remote_snapshots
+
         frames = remote_snapshots(
             host,
             interval_s=interval_s or 1.0,
@@ -150,6 +150,8 @@ def _table_printer(color: str) -> Callable[..., None]:
         use_color = color == "always"
     encoding = (sys.stdout.encoding or "").lower().replace("-", "")
     style = Style(color=use_color, unicode=encoding == "utf8")
+
+    import shutil
 
     def print_table(snapshot: Snapshot, leases: list[Lease], *, pretty: bool) -> None:
         width = shutil.get_terminal_size().columns
