@@ -93,45 +93,84 @@ class History:
     def resized(self, capacity: int) -> History:
         """A history of `capacity` samples that starts with the most recent of these."""
         fresh = History(capacity, self.gpu_count)
-        for slot in self._slots_in_order()[-capacity:]:
-            target = fresh._next
-            fresh._times[target] = self._times[slot]
-            source = slice(slot * self.gpu_count, (slot + 1) * self.gpu_count)
-            cells = slice(target * self.gpu_count, (target + 1) * self.gpu_count)
-            fresh._memory_mib[cells] = self._memory_mib[source]
-            fresh._utilization[cells] = self._utilization[source]
-            fresh._temperature[cells] = self._temperature[source]
-            fresh._power_w[cells] = self._power_w[source]
-            fresh._next = (target + 1) % capacity
-            fresh._count += 1
+        kept = self.window(-math.inf, capacity)
+        samples, cells = len(kept.times), len(kept.times) * self.gpu_count
+        fresh._times[:samples] = kept.times
+        fresh._memory_mib[:cells] = kept.memory_mib
+        fresh._utilization[:cells] = kept.utilization
+        fresh._temperature[:cells] = kept.temperature
+        fresh._power_w[:cells] = kept.power_w
+        fresh._next, fresh._count = samples % capacity, samples
         fresh._uuids = list(self._uuids)
         return fresh
 
     def since(self, start: float) -> list[GpuSeries]:
         """Each GPU's samples taken at or after `start` (a Unix time)."""
-        slots = self._slots_in_order()
-        first = bisect_left([self._times[slot] for slot in slots], start)
-        chosen = slots[first:]
-        times = [self._times[slot] for slot in chosen]
-        return [self._series(index, chosen, times) for index in range(self.gpu_count)]
+        return self.window(start, self.capacity).series()
 
-    def _slots_in_order(self) -> list[int]:
+    def window(self, start: float, limit: int) -> Window:
+        """A copy of the samples taken at or after `start`, the newest `limit` at most.
+
+        Copying is a few slices of the buffers, so a caller can hold a lock for it
+        and turn the copy into series after letting go.
+        """
         oldest = (self._next - self._count) % self.capacity
-        return [(oldest + offset) % self.capacity for offset in range(self._count)]
-
-    def _series(self, index: int, slots: list[int], times: list[float]) -> GpuSeries:
-        cells = [slot * self.gpu_count + index for slot in slots]
-        return GpuSeries(
-            index=index,
-            uuid=self._uuids[index],
-            taken_at=times,
-            memory_used_bytes=[_missing(self._memory_mib[c], _NO_MEMORY, _MIB) for c in cells],
-            utilization_pct=[_missing(self._utilization[c], _NO_UTILIZATION) for c in cells],
-            temperature_c=[_missing(self._temperature[c], _NO_TEMPERATURE) for c in cells],
-            power_w=[
-                None if math.isnan(p) else round(p, 1) for p in (self._power_w[c] for c in cells)
-            ],
+        first = bisect_left(
+            range(self._count), start, key=lambda i: self._times[(oldest + i) % self.capacity]
         )
+        first = max(first, self._count - limit)
+        window = Window(
+            self.gpu_count,
+            list(self._uuids),
+            truncated=first > 0 and self._times[(oldest + first - 1) % self.capacity] >= start,
+        )
+        begin = (oldest + first) % self.capacity
+        end = begin + (self._count - first)
+        for low, high in ((begin, min(end, self.capacity)), (0, max(0, end - self.capacity))):
+            if low < high:
+                window.extend(self, low, high)
+        return window
+
+
+class Window:
+    """Samples copied out of a `History`, to be turned into per-GPU series."""
+
+    def __init__(self, gpu_count: int, uuids: list[str | None], *, truncated: bool) -> None:
+        self.gpu_count = gpu_count
+        self.uuids = uuids
+        self.truncated = truncated
+        """True when older samples matched too but were left out (the `limit`)."""
+        self.times = array("d")
+        self.memory_mib = array("I")
+        self.utilization = array("B")
+        self.temperature = array("h")
+        self.power_w = array("f")
+
+    def extend(self, history: History, low: int, high: int) -> None:
+        """Appends the samples in `history`'s slots low..high-1."""
+        cells = slice(low * self.gpu_count, high * self.gpu_count)
+        self.times.extend(history._times[low:high])
+        self.memory_mib.extend(history._memory_mib[cells])
+        self.utilization.extend(history._utilization[cells])
+        self.temperature.extend(history._temperature[cells])
+        self.power_w.extend(history._power_w[cells])
+
+    def series(self) -> list[GpuSeries]:
+        g = self.gpu_count
+        return [
+            GpuSeries(
+                index=index,
+                uuid=self.uuids[index],
+                taken_at=list(self.times),
+                memory_used_bytes=[
+                    _missing(v, _NO_MEMORY, _MIB) for v in self.memory_mib[index::g]
+                ],
+                utilization_pct=[_missing(v, _NO_UTILIZATION) for v in self.utilization[index::g]],
+                temperature_c=[_missing(v, _NO_TEMPERATURE) for v in self.temperature[index::g]],
+                power_w=[None if math.isnan(p) else round(p, 1) for p in self.power_w[index::g]],
+            )
+            for index in range(g)
+        ]
 
 
 def _or(value: int | None, missing: int) -> int:

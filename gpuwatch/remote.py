@@ -38,8 +38,19 @@ def remote_command(
         remote += ["--backend", backend]
     if sim is not None:
         remote += ["--sim", sim]
-    # BatchMode: fail at once rather than ask for a password nobody can type.
-    return [ssh, "-o", "BatchMode=yes", host, shlex.join(remote)]
+    options = [
+        "BatchMode=yes",  # fail at once rather than ask for a password nobody can type
+        "ConnectTimeout=10",  # a host that never answers is an error, not a hang
+        "ServerAliveInterval=5",  # ... nor is one that stops answering mid-stream
+        "ServerAliveCountMax=3",
+    ]
+    return [
+        ssh,
+        *(arg for option in options for arg in ("-o", option)),
+        "--",
+        host,
+        shlex.join(remote),
+    ]
 
 
 def remote_snapshots(

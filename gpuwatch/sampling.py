@@ -119,9 +119,21 @@ class Poller:
         self._reopen = True
         self._wake.set()
 
-    def history_since(self, start: float) -> list[GpuSeries]:
-        with self._lock:
-            return self._history.since(start) if self._history is not None else []
+    @property
+    def stalled_s(self) -> float | None:
+        """How long sampling has made no progress, when that is far longer than an interval
+        (a driver call that hangs); `None` while it works."""
+        idle_s = time.monotonic() - self.state.attempted_at
+        return idle_s if idle_s > max(5 * self.interval_s, 10.0) else None
+
+    def history_since(self, start: float, limit: int) -> tuple[list[GpuSeries], bool]:
+        """Each GPU's samples since `start`, the newest `limit` at most; and whether older
+        ones were left out."""
+        with self._lock:  # only the copy is made under the lock; the sampler waits for no JSON
+            if self._history is None:
+                return [], False
+            window = self._history.window(start, limit)
+        return window.series(), window.truncated
 
     def history_size(self) -> tuple[int, int, int]:
         """(samples held, capacity, bytes allocated)."""
@@ -136,26 +148,25 @@ class Poller:
             for _ in ticks(self.interval_s, sleep=self._wake.wait):
                 if self._stop.is_set() or self._wake.is_set():
                     break  # stopping, or new settings: start a fresh schedule
-                self._sample_once()
+                try:
+                    self._sample_once()
+                except Exception as error:  # the poller outlives any fault; it is reported
+                    self.state = PollState(
+                        self.state.snapshot,
+                        f"{type(error).__name__}: {error}",
+                        time.monotonic(),
+                        self.state.samples,
+                    )
+                    self._reopen = True
 
     def _sample_once(self) -> None:
-        try:
-            if self._reopen or self._source is None:
-                self._reopen = False
-                if self._source is not None:
-                    self._source.close()
-                    self._source = None
-                self._source = self._open_source()
-            snapshot = self._source.sample()
-        except Exception as error:  # the poller outlives any fault; it is reported instead
-            self.state = PollState(
-                self.state.snapshot,
-                f"{type(error).__name__}: {error}",
-                time.monotonic(),
-                self.state.samples,
-            )
-            self._reopen = True
-            return
+        if self._reopen or self._source is None:
+            self._reopen = False
+            if self._source is not None:
+                self._source.close()
+                self._source = None
+            self._source = self._open_source()
+        snapshot = self._source.sample()
         with self._lock:
             if self._history is None or self._history.gpu_count != len(snapshot.gpus):
                 self._history = History(self.history_capacity, len(snapshot.gpus))

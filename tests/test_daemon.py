@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -95,7 +97,7 @@ def test_metrics_have_every_gpu_in_base_units(tmp_path: Path) -> None:
     assert families["gpuwatch_gpu_info"].samples[0].labels["driver_version"] == "580.95.05"
     (process,) = families["gpuwatch_process_memory_bytes"].samples
     assert process.labels["pid"] == "4242" and process.value == 10 << 30
-    assert "gpuwatch_leases" in families and "gpuwatch_process_cpu_seconds" in families
+    assert "gpuwatch_leases" in families and "gpuwatch_daemon_process_cpu_seconds" in families
 
 
 def test_metrics_over_tcp_when_asked(tmp_path: Path) -> None:
@@ -255,3 +257,141 @@ def test_a_second_daemon_on_the_same_socket_is_refused(tmp_path: Path) -> None:
         result.stderr == f"gpuwatch: error: another gpuwatch daemon is serving {sock}; "
         "stop it first\n"
     )
+
+
+class TestFaults:
+    def test_a_busy_metrics_port_is_a_prompt_error_not_a_hang(self, tmp_path: Path) -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            process = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuwatch",
+                    "daemon",
+                    "--sim",
+                    "2",
+                    "--socket",
+                    str(tmp_path / "s.sock"),
+                    "--listen",
+                    str(port),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        assert process.returncode == 1
+        assert f"cannot serve metrics on 127.0.0.1:{port}" in process.stderr
+
+    def test_a_reload_that_fails_keeps_the_daemon_and_its_settings(self, tmp_path: Path) -> None:
+        config = tmp_path / "daemon.toml"
+        config.write_text('interval = "0.2s"\n')
+        with (
+            socket.socket() as taken,
+            running_daemon(tmp_path, "--config", str(config), interval=None) as (process, sock, _),
+        ):
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            config.write_text(f'interval = "0.5s"\nlisten = "{taken.getsockname()[1]}"\n')
+            process.send_signal(signal.SIGHUP)
+            time.sleep(1.5)
+            assert process.poll() is None
+            assert get_json(sock, "/v1/health")[1]["interval_s"] == 0.2
+
+    def test_a_setting_removed_from_the_config_goes_back_to_its_default(
+        self, tmp_path: Path
+    ) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        config = tmp_path / "daemon.toml"
+        config.write_text(f'listen = "{port}"\n')
+        with running_daemon(tmp_path, "--config", str(config)) as (process, _, _):
+            assert _serves_metrics(port)
+            config.write_text("")
+            process.send_signal(signal.SIGHUP)
+            wait_until(lambda: not _serves_metrics(port), "the TCP listener to close")
+            assert process.poll() is None
+
+    def test_an_idle_client_is_let_go_and_does_not_delay_a_stop(self, tmp_path: Path) -> None:
+        with running_daemon(tmp_path) as (process, sock, _):
+            idle = socket.socket(socket.AF_UNIX)
+            idle.connect(str(sock))
+            idle.settimeout(30)
+            assert idle.recv(1) == b"", "the daemon closes a connection that sends nothing"
+            sleeper = socket.socket(socket.AF_UNIX)
+            sleeper.connect(str(sock))
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=2) == 0
+            idle.close()
+            sleeper.close()
+
+    def test_more_clients_than_it_serves_at_once_leave_it_healthy(self, tmp_path: Path) -> None:
+        with running_daemon(tmp_path) as (process, sock, _):
+            crowd = []
+            for _ in range(200):
+                connection = socket.socket(socket.AF_UNIX)
+                connection.connect(str(sock))
+                crowd.append(connection)
+            try:
+                # once the idle ones are let go, a newcomer is answered again
+                health = wait_until(lambda: get_json(sock, "/v1/health")[0] == 200, "health")
+                assert health and process.poll() is None
+            finally:
+                for connection in crowd:
+                    connection.close()
+
+    @pytest.mark.skipif(os.getuid() != 0, reason="needs root to plant another user's socket")
+    def test_a_socket_planted_by_another_user_is_ignored_and_replaced(self, tmp_path: Path) -> None:
+        from gpuwatch.backends.daemon import DaemonBackend
+        from gpuwatch.errors import DaemonUnavailableError
+
+        planted = tmp_path / "gpuwatch.sock"
+        squatter = socket.socket(socket.AF_UNIX)
+        squatter.bind(str(planted))
+        squatter.listen()
+        os.chown(planted, 54321, 54321)
+        try:
+            with pytest.raises(DaemonUnavailableError, match="belongs to uid 54321"):
+                DaemonBackend(str(planted))
+            with running_daemon(tmp_path) as (_, sock, _):
+                assert sock == planted and os.lstat(sock).st_uid == 0
+                assert get_json(sock, "/v1/health")[0] == 200
+        finally:
+            squatter.close()
+
+
+def _serves_metrics(port: int) -> bool:
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--history", "3650d", "--interval", "0.1s"], "keep at most 1,000,000"),
+        (["--listen", "::1"], "write an IPv6 address in brackets"),
+    ],
+    ids=["history-too-long", "bare-ipv6"],
+)
+def test_settings_that_cannot_work_are_refused_at_once(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = run_cli("daemon", "--sim", "2", "--socket", str(tmp_path / "s.sock"), *args)
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_a_daemon_that_cannot_start_leaves_the_callers_signals_alone(tmp_path: Path) -> None:
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    with running_daemon(tmp_path) as (_, sock, _):
+        assert run_cli("daemon", "--sim", "2", "--socket", str(sock)).exit_code == 1
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before

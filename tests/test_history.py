@@ -106,3 +106,29 @@ def test_poller_survives_a_failing_backend_and_reopens_it() -> None:
 def test_history_of_zero_samples_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one sample"):
         History(capacity=0, gpu_count=1)
+
+
+def test_a_window_keeps_the_newest_and_says_it_left_older_out() -> None:
+    history = History(capacity=5, gpu_count=2)
+    for second in range(8):  # wraps around the ring
+        history.append(snapshot(float(second)))
+    window = history.window(0.0, limit=2)
+    assert window.truncated and window.series()[1].taken_at == [6.0, 7.0]
+    whole = history.window(4.0, limit=10)
+    assert not whole.truncated and whole.series()[0].taken_at == [4.0, 5.0, 6.0, 7.0]
+    assert history.window(100.0, limit=10).series()[0].taken_at == []
+
+
+def test_a_stalled_poller_is_reported_by_health() -> None:
+    from gpuwatch.daemon.api import Api
+    from gpuwatch.daemon.metrics import registry_for
+    from gpuwatch.daemon.settings import Settings
+    from gpuwatch.sampling import PollState
+
+    poller = Poller(FlakyBackend, interval_s=1.0, history_s=60)
+    api = Api(poller, Settings(socket_path="unused"), registry_for(lambda: (None, [], True)))
+    # GIVEN a sample that came, and then a driver call that has not returned for 100 s
+    poller.state = PollState(snapshot(time.time()), None, time.monotonic() - 100, 7)
+    health = api.health()
+    assert health.status == 503 and b'"status": "stalled"' in health.body
+    assert api.snapshot().status == 503

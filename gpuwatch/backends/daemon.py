@@ -9,7 +9,9 @@ cost `gpuwatch pick` more start-up time than the whole request.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import DaemonUnavailableError
@@ -69,6 +71,7 @@ class DaemonBackend(Backend):
 
     def _fetch(self, path: str) -> Snapshot:
         try:
+            _check_owner(path)
             status, body = http_get(path, "/v1/snapshot", self._timeout_s)
             if status != 200:
                 raise DaemonUnavailableError(
@@ -85,3 +88,20 @@ class DaemonBackend(Backend):
             ) from None
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise DaemonUnavailableError(f"the daemon at {path} failed: {error}") from None
+
+
+def _check_owner(path: str) -> None:
+    """Trusts a socket made by root, by this user, or by the owner of its directory.
+
+    /run/gpuwatch is writable by every user (leases live there), so while the
+    daemon is down anyone could plant a socket at its place and answer in its
+    name; the daemon's socket belongs to the daemon, which owns the directory.
+    """
+    info = os.lstat(path)
+    if not stat.S_ISSOCK(info.st_mode):
+        raise DaemonUnavailableError(f"{path} is not a socket")
+    directory_owner = os.stat(os.path.dirname(os.path.abspath(path))).st_uid
+    if info.st_uid not in (0, os.getuid(), directory_owner):
+        raise DaemonUnavailableError(
+            f"{path} belongs to uid {info.st_uid}, not to the daemon: ignored"
+        )

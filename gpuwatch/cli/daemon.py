@@ -13,6 +13,7 @@ from gpuwatch.daemon.settings import (
     DEFAULT_INTERVAL_S,
     MIN_INTERVAL_S,
     Settings,
+    check_retention,
     parse_listen,
 )
 from gpuwatch.errors import DaemonError, InvalidValueError
@@ -102,6 +103,10 @@ def daemon(
         listen_at = parse_listen(listen or "")
     except InvalidValueError as error:
         raise click.BadParameter(str(error), param_hint="'--listen'") from None
+    try:
+        check_retention(interval_s, history_s)
+    except InvalidValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--history'") from None
     fixed = frozenset(
         setting
         for name, setting in _FLAG_SETTINGS.items()

@@ -91,12 +91,12 @@ class SnapshotCollector(Collector):
 
 
 def registry_for(source: SnapshotSource) -> CollectorRegistry:
-    """A registry with the GPU metrics and the daemon's own process metrics."""
+    """A registry with the GPU metrics and the daemon's own (`gpuwatch_daemon_process_*`)."""
     from prometheus_client import ProcessCollector
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(source))
-    ProcessCollector(namespace="gpuwatch", registry=registry)
+    ProcessCollector(namespace="gpuwatch_daemon", registry=registry)
     return registry
 
 

@@ -1,8 +1,10 @@
 """The daemon's life: start, serve, reload on SIGHUP, stop cleanly on SIGTERM.
 
-Threads: the poller samples; the API server answers, one thread per
-connection; the main thread only waits for signals and keeps systemd's
-watchdog fed while sampling makes progress.
+Threads: the poller samples; the API servers answer, one thread per
+connection. The main thread takes signals synchronously (they are blocked in
+every thread and waited for with `sigtimedwait`, so no handler ever runs in
+the middle of other code) and keeps systemd's watchdog fed while sampling
+makes progress.
 """
 
 from __future__ import annotations
@@ -11,18 +13,17 @@ import contextlib
 import gc
 import logging
 import os
+import resource
 import signal
 import threading
 import time
-from types import FrameType
 
 from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
-from gpuwatch.daemon.api import Api, UnixApiServer
+from gpuwatch.daemon.api import Api, TcpMetricsServer, UnixApiServer
 from gpuwatch.daemon.metrics import registry_for
 from gpuwatch.daemon.notify import Notifier
 from gpuwatch.daemon.settings import Settings, with_config_file
-from gpuwatch.errors import DaemonError
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.sampling import Poller
 
@@ -31,35 +32,41 @@ log = logging.getLogger("gpuwatch.daemon")
 STUCK_AFTER_S = 60.0
 """A sampling attempt that has not finished after this long (a driver call hung) stops
 the watchdog pings, so that systemd restarts the daemon."""
+_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
 class Daemon:
     def __init__(self, settings: Settings) -> None:
+        self._flags = settings  # what the command line said; the config file goes on top
         self.settings = with_config_file(settings)
         self.poller = Poller(self._open_source, self.settings.interval_s, self.settings.history_s)
         self.notifier = Notifier.from_environment()
         self.registry = registry_for(self._metrics_source)
         self.api = Api(self.poller, self.settings, self.registry)
-        self._stop = threading.Event()
-        self._reload = threading.Event()
-        self._wake = threading.Event()  # set by signals, so the main loop acts at once
-        self._tcp: object | None = None
+        self._tcp: TcpMetricsServer | None = None
 
     def run(self) -> int:
-        server = UnixApiServer(self.settings.socket_path, self.api)
+        _raise_open_file_limit()
+        # Blocked before any thread starts, so all inherit it; restored whatever happens.
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         try:
-            self._serve_tcp(self.settings)  # every listener is bound before any answers
+            self._serve()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        log.info("stopped")
+        return 0
+
+    def _serve(self) -> None:
+        server = UnixApiServer(self.settings.socket_path, self.api)
+        serving = False
+        try:
+            self._tcp = self._bind_tcp(self.settings)  # every listener bound before any answers
             self.poller.start()
-            threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.5},
-                name="gpuwatch-api",
-                daemon=True,
-            ).start()
-            self._install_signal_handlers()
+            _serve_in_thread(server, "gpuwatch-api")
+            serving = True
             log.info(
                 "serving %s every %gs on %s%s",
-                self.settings.backend if not self.settings.sim else "sim",
+                self._source_name(),
                 self.settings.interval_s,
                 self.settings.socket_path,
                 _listen_note(self.settings),
@@ -71,25 +78,23 @@ class Daemon:
             self._main_loop()
         finally:
             self.notifier.stopping()
-            server.shutdown()
+            if serving:
+                server.shutdown()
             server.server_close()
             with contextlib.suppress(OSError):
                 os.unlink(self.settings.socket_path)
-            self._stop_tcp()
+            self._close_tcp(self._tcp)
             self.poller.stop()
-        log.info("stopped")
-        return 0
 
     def _main_loop(self) -> None:
         beat_s = self.notifier.watchdog_interval_s or 1.0
-        while not self._stop.is_set():
-            self._wake.wait(beat_s)
-            self._wake.clear()
-            if self._reload.is_set():
-                self._reload.clear()
+        while True:
+            received = signal.sigtimedwait(_SIGNALS, beat_s)
+            if received is not None and received.si_signo in (signal.SIGTERM, signal.SIGINT):
+                return
+            if received is not None:  # SIGHUP
                 self._reload_settings()
-            state = self.poller.state
-            if time.monotonic() - state.attempted_at < max(
+            if time.monotonic() - self.poller.state.attempted_at < max(
                 STUCK_AFTER_S, 10 * self.poller.interval_s
             ):
                 self.notifier.watchdog()
@@ -98,14 +103,15 @@ class Daemon:
     def _reload_settings(self) -> None:
         self.notifier.reloading()
         try:
-            fresh = with_config_file(self.settings)
-        except DaemonError as error:
+            fresh = with_config_file(self._flags)
+            if fresh.listen != self.settings.listen:
+                tcp = self._bind_tcp(fresh)  # the old listener stays until the new one binds
+                self._close_tcp(self._tcp)
+                self._tcp = tcp
+            self.poller.reconfigure(fresh.interval_s, fresh.history_s)
+        except Exception as error:  # a reload must never take the daemon down
             log.error("reload failed, keeping the settings in force: %s", error)
         else:
-            self.poller.reconfigure(fresh.interval_s, fresh.history_s)
-            if fresh.listen != self.settings.listen:
-                self._stop_tcp()
-                self._serve_tcp(fresh)
             self.settings = self.api.settings = fresh
             log.info(
                 "reloaded: every %gs, %gs of history%s",
@@ -122,42 +128,31 @@ class Daemon:
             return open_backend("sim", self.settings.sim)
         return open_backend("nvml" if self.settings.backend == "auto" else self.settings.backend)
 
+    def _source_name(self) -> str:
+        return "a simulated node" if self.settings.sim else "the NVIDIA driver"
+
     def _metrics_source(self) -> tuple[Snapshot | None, list[Lease], bool]:
         state = self.poller.state
-        return state.snapshot, self.api.current_leases(), state.error is None
+        working = state.error is None and self.poller.stalled_s is None
+        return state.snapshot, self.api.current_leases(), working
 
-    def _serve_tcp(self, settings: Settings) -> None:
+    def _bind_tcp(self, settings: Settings) -> TcpMetricsServer | None:
         if settings.listen is None:
-            return
-        from prometheus_client import start_http_server
+            return None
+        tcp = TcpMetricsServer(*settings.listen, self.api)
+        _serve_in_thread(tcp, "gpuwatch-metrics")
+        return tcp
 
-        host, port = settings.listen
-        try:
-            self._tcp, _ = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as error:
-            raise DaemonError(f"cannot serve metrics on {host}:{port}: {error.strerror}") from error
-
-    def _stop_tcp(self) -> None:
-        if self._tcp is not None:
-            self._tcp.shutdown()  # type: ignore[attr-defined]
-            self._tcp.server_close()  # type: ignore[attr-defined]
-            self._tcp = None
-
-    def _install_signal_handlers(self) -> None:
-        def stop(signum: int, frame: FrameType | None) -> None:
-            self._stop.set()
-            self._wake.set()
-
-        def reload(signum: int, frame: FrameType | None) -> None:
-            self._reload.set()
-            self._wake.set()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGHUP, reload)
+    @staticmethod
+    def _close_tcp(tcp: TcpMetricsServer | None) -> None:
+        if tcp is not None:
+            tcp.shutdown()
+            tcp.server_close()
 
     def _status_line(self) -> str:
         state = self.poller.state
+        if (stalled_s := self.poller.stalled_s) is not None:
+            return f"sampling stalled for {stalled_s:.0f}s"
         if state.snapshot is None:
             return f"waiting for the first sample ({state.error or 'starting'})"
         faulty = sum(not gpu.ok for gpu in state.snapshot.gpus)
@@ -167,6 +162,19 @@ class Daemon:
 
 def run_daemon(settings: Settings) -> int:
     return Daemon(settings).run()
+
+
+def _serve_in_thread(server: UnixApiServer | TcpMetricsServer, name: str) -> None:
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.5}, name=name, daemon=True
+    ).start()
+
+
+def _raise_open_file_limit() -> None:
+    """Up to the hard limit: each client connection is a descriptor."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _listen_note(settings: Settings) -> str:

@@ -1,10 +1,10 @@
 """The daemon's settings: command-line flags over an optional TOML file.
 
 The file (`--config`) may set `interval`, `history` and `listen`; flags given
-on the command line win over it. SIGHUP reads the file again, so what the
-flags leave to it can change without a restart. A file that does not exist
-sets nothing (so a unit can name one that an administrator may add later);
-one that exists but does not parse is an error.
+on the command line win over it. SIGHUP reads the file again, on top of the
+flags: a setting removed from the file goes back to its flag or default. A
+file that does not exist sets nothing (so a unit can name one that an
+administrator may add later); one that exists but does not parse is an error.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from gpuwatch.units import parse_duration
 MIN_INTERVAL_S = 0.1
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_HISTORY_S = 24 * 3600.0
-_CONFIG_KEYS = {"interval", "history", "listen"}
+MAX_HISTORY_SAMPLES = 1_000_000
+"""At most this many samples are kept (96 MB for 8 GPUs): over 11 days at 1 s."""
+_EXAMPLES = {"interval": '"1s"', "history": '"24h"', "listen": '"9400"'}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +44,16 @@ def parse_listen(text: str) -> tuple[str, int] | None:
     if not text:
         return None
     host, _, port = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
+    bracketed = host.startswith("[") and host.endswith("]")
+    if ":" in host and not bracketed:
+        raise InvalidValueError(
+            f"listen {text!r}: write an IPv6 address in brackets, e.g. [::1]:9400"
+        )
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise InvalidValueError(
             f"listen {text!r}: give PORT or HOST:PORT, e.g. 9400 or 0.0.0.0:9400"
         )
-    return host, int(port)
+    return (host[1:-1] if bracketed else host) or "127.0.0.1", int(port)
 
 
 def parse_interval(text: str) -> float:
@@ -64,8 +70,18 @@ def parse_history(text: str) -> float:
     return seconds
 
 
+def check_retention(interval_s: float, history_s: float) -> None:
+    """Refuses a history too long to hold in memory (a `d` typed for an `s`, say)."""
+    samples = history_s / interval_s
+    if samples > MAX_HISTORY_SAMPLES:
+        raise InvalidValueError(
+            f"history {history_s:g}s at one sample every {interval_s:g}s would keep "
+            f"{samples:,.0f} samples; keep at most {MAX_HISTORY_SAMPLES:,} (e.g. 24h at 1s)"
+        )
+
+
 def with_config_file(settings: Settings) -> Settings:
-    """`settings` with what its config file says, for settings no flag fixed."""
+    """`settings` (from the flags) with what its config file says, where no flag fixed it."""
     if settings.config_path is None:
         return settings
     path = Path(settings.config_path)
@@ -77,10 +93,9 @@ def with_config_file(settings: Settings) -> Settings:
         raise DaemonError(f"cannot read the config file {path}: {error.strerror}") from error
     except tomllib.TOMLDecodeError as error:
         raise DaemonError(f"{path}: not valid TOML: {error}") from error
-    if unknown := set(data) - _CONFIG_KEYS:
+    if unknown := set(data) - set(_EXAMPLES):
         raise DaemonError(
-            f"{path}: unknown setting {sorted(unknown)[0]!r}; "
-            f"known: {', '.join(sorted(_CONFIG_KEYS))}"
+            f"{path}: unknown setting {sorted(unknown)[0]!r}; known: {', '.join(_EXAMPLES)}"
         )
     parsers = {
         "interval": ("interval_s", parse_interval),
@@ -89,13 +104,18 @@ def with_config_file(settings: Settings) -> Settings:
     }
     changes: dict[str, Any] = {}
     for key, value in data.items():
-        field, parse = parsers[key]
         if key in settings.fixed_by_flags:
             continue
         if not isinstance(value, str):
-            raise DaemonError(f'{path}: {key} takes a string, e.g. {key} = "1s"')
+            raise DaemonError(f"{path}: {key} takes a string, e.g. {key} = {_EXAMPLES[key]}")
+        field, parse = parsers[key]
         try:
             changes[field] = parse(value)
         except InvalidValueError as error:
             raise DaemonError(f"{path}: {error}") from None
-    return replace(settings, **changes)
+    fresh = replace(settings, **changes)
+    try:
+        check_retention(fresh.interval_s, fresh.history_s)
+    except InvalidValueError as error:
+        raise DaemonError(f"{path}: {error}") from None
+    return fresh
