@@ -13,7 +13,6 @@ Run: python bench/daemon_cost.py [SECONDS]
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -184,4 +183,3 @@ if __name__ == "__main__":
     history_memory()
     pick_with_daemon(library, 21)
     daemon_cost(library, seconds)
-    print(json.dumps({"note": "figures vary with machine load; run twice"}))

@@ -50,6 +50,23 @@ GPU, 4 not enough GPUs qualify, 5 timed out waiting, 126 COMMAND not
 executable, 127 COMMAND not found."""
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter, told the width so that it does not import shutil to ask
+    (which would cost every pick more than parsing does)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=max(40, _terminal_columns() - 2))
+
+
+def _terminal_columns() -> int:
+    if (columns := os.environ.get("COLUMNS", "")).isdigit():
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError):
+        return 80
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise InvalidValueError(f"{message} (see 'gpuwatch pick --help')")
@@ -82,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="gpuwatch pick [OPTIONS] [--] [COMMAND [ARGS...]]",
         description=_DESCRIPTION,
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
         allow_abbrev=False,
     )
     add = parser.add_argument
@@ -215,9 +232,7 @@ class _WaitDisplay:
     def __call__(self, request: Request, choice: Choice, waited_s: float) -> None:
         if not self._terminal and self._drawn:
             return
-        import shutil
-
-        width = shutil.get_terminal_size().columns - 1
+        width = _terminal_columns() - 1
         lines = [
             f"gpuwatch: waiting {waited_s:.0f}s for {describe_wish(request)}, "
             f"{choice.qualifying} qualify now (Ctrl-C to give up)",
