@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from gpuwatch.backends.base import Backend, SampleScope
-from gpuwatch.choices import Strategy
 from gpuwatch.errors import (
     InvalidValueError,
     NoGpuError,
@@ -44,22 +43,23 @@ OnWait = Callable[[Request, Choice, float], None]
 class Wanted:
     """A job's wishes as written, before GPU names are resolved against the machine."""
 
-    count: int = 1
-    min_free_bytes: int | None = None
-    max_util_pct: float | None = None
-    mem_bytes: int | None = None
-    strategy: Strategy = Strategy.MOST_FREE
+    asked: Request = field(default_factory=Request)
+    """Everything but the GPU sets, which `resolve()` fills in."""
     exclude: tuple[str, ...] = ()
     visible: tuple[str, ...] | None = None
     """The CUDA_VISIBLE_DEVICES entries in force; `None` when it is unset."""
     device_order: str | None = None
 
     @classmethod
-    def from_environment(cls, **wishes: Any) -> Wanted:
-        """Wishes plus the CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER of this process."""
+    def from_environment(cls, exclude: tuple[str, ...] = (), **asked: Any) -> Wanted:
+        """Wishes (`Request` fields) plus this process's CUDA_VISIBLE_DEVICES and order."""
         value = os.environ.get(VARIABLE)
-        visible = None if value is None else parse_visible_devices(value)
-        return cls(visible=visible, device_order=os.environ.get(ORDER_VARIABLE), **wishes)
+        return cls(
+            asked=Request(**asked),
+            exclude=exclude,
+            visible=None if value is None else parse_visible_devices(value),
+            device_order=os.environ.get(ORDER_VARIABLE),
+        )
 
     @property
     def needs_names(self) -> bool:
@@ -81,19 +81,13 @@ class Wanted:
             )
         excluded = resolve(self.exclude, gpus, device_order="PCI_BUS_ID", what="--exclude")
         usable = (allowed if allowed is not None else {gpu.index for gpu in gpus}) - excluded
-        if self.count > len(usable):
+        if self.asked.count > len(usable):
             where = "this machine has" if allowed is None else f"{VARIABLE} allows"
             left = " after --exclude" if excluded else ""
-            raise InvalidValueError(f"{self.count} GPUs asked for, but {where} {len(usable)}{left}")
-        return Request(
-            count=self.count,
-            min_free_bytes=self.min_free_bytes,
-            max_util_pct=self.max_util_pct,
-            mem_bytes=self.mem_bytes,
-            strategy=self.strategy,
-            allowed=allowed,
-            excluded=excluded,
-        )
+            raise InvalidValueError(
+                f"{self.asked.count} GPUs asked for, but {where} {len(usable)}{left}"
+            )
+        return replace(self.asked, allowed=allowed, excluded=excluded)
 
 
 def acquire(
