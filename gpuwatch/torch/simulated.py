@@ -1,0 +1,204 @@
+"""A simulated caching allocator: the `StatsSource` for tests, benchmarks and demos without CUDA.
+
+It keeps the books the way CUDA's caching allocator does, in miniature:
+requests are rounded up to 512 bytes; requests up to 1 MiB share 2 MiB
+segments, larger ones get segments rounded up to 2 MiB; freed blocks stay
+reserved (cached) for reuse; free space inside a segment that still holds live
+blocks counts as `inactive_split_bytes`. When a request does not fit in
+`capacity_bytes`, the cache is released and the request retried (a retry); if
+it still does not fit, the OOM observers are called and `SimulatedOutOfMemory`
+is raised, as torch raises `torch.OutOfMemoryError`.
+
+    >>> sim = SimulatedAllocator(capacity_bytes=8 << 20)
+    >>> block = sim.allocate(1000)
+    >>> sim.read().allocated_bytes, sim.read().reserved_bytes
+    (1024, 2097152)
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwatch.torch.stats import AllocatorStats, OomObserver, StatsSource
+
+ROUND_BYTES = 512
+SMALL_LIMIT_BYTES = 1 << 20
+SEGMENT_BYTES = 2 << 20
+
+
+class SimulatedOutOfMemory(RuntimeError):
+    """A request the simulated device could not serve (torch raises `torch.OutOfMemoryError`)."""
+
+    def __init__(self, requested_bytes: int, free_bytes: int) -> None:
+        super().__init__(
+            f"simulated out of memory: tried to allocate {requested_bytes} bytes "
+            f"with {free_bytes} bytes free"
+        )
+        self.requested_bytes = requested_bytes
+
+
+@dataclass
+class _Segment:
+    size: int
+    small: bool
+    address: int
+    blocks: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (size, requested)
+
+    @property
+    def used(self) -> int:
+        return sum(size for size, _ in self.blocks.values())
+
+
+class SimulatedAllocator(StatsSource):
+    """A device of `capacity_bytes`, named `device`, that the caller allocates on by hand."""
+
+    tracks_tensors = False  # it does not see torch's tensors: modules are measured by theirs
+    tensor_device_type = "cpu"  # the largest tensors at an OOM are looked for on the CPU
+
+    def __init__(
+        self, capacity_bytes: int = 16 << 30, *, device: str = "cuda:0", ready: bool = True
+    ) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.is_ready = ready
+        self._device = device
+        self._segments: list[_Segment] = []
+        self._ids = itertools.count(1)
+        self._observers: list[OomObserver] = []
+        self._peaks = {"allocated": 0, "reserved": 0}
+        self.alloc_retries = 0
+        self.ooms = 0
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def ready(self) -> bool:
+        return self.is_ready
+
+    def allocate(self, nbytes: int) -> int:
+        """Allocates `nbytes`; returns the block's id for `free()`."""
+        size = -(-max(nbytes, 1) // ROUND_BYTES) * ROUND_BYTES
+        small = size <= SMALL_LIMIT_BYTES
+        segment = self._fitting(size, small) or self._grow(size, small, nbytes)
+        block = next(self._ids)
+        segment.blocks[block] = (size, nbytes)
+        self._note_peaks()
+        return block
+
+    def free(self, block: int) -> None:
+        """Frees a block; its segment stays reserved, as in CUDA's cache."""
+        for segment in self._segments:
+            if segment.blocks.pop(block, None) is not None:
+                return
+        raise KeyError(f"no block {block}")
+
+    def empty_cache(self) -> None:
+        """Releases segments that hold no live block (`torch.cuda.empty_cache()`)."""
+        self._segments = [segment for segment in self._segments if segment.blocks]
+
+    def read(self) -> AllocatorStats:
+        allocated = sum(segment.used for segment in self._segments)
+        reserved = self._reserved()
+        requested = sum(r for s in self._segments for _, r in s.blocks.values())
+        split = sum(s.size - s.used for s in self._segments if s.blocks)
+        return AllocatorStats(
+            allocated,
+            self._peaks["allocated"],
+            reserved,
+            self._peaks["reserved"],
+            allocated,  # nothing waits on a stream here: active is allocated
+            self._peaks["allocated"],
+            requested,
+            split,
+            self.alloc_retries,
+            self.ooms,
+        )
+
+    def allocated_now(self) -> int:
+        return sum(segment.used for segment in self._segments)
+
+    def reset_peaks(self) -> None:
+        self._peaks = {"allocated": self.allocated_now(), "reserved": self._reserved()}
+
+    def attach_oom_observer(self, observer: OomObserver) -> None:
+        self._observers.append(observer)
+
+    def detach_oom_observer(self, observer: OomObserver) -> None:
+        self._observers = [known for known in self._observers if known is not observer]
+
+    @property
+    def observers(self) -> tuple[OomObserver, ...]:
+        return tuple(self._observers)
+
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self._reserved()
+
+    def start_history(self) -> bool:
+        return True
+
+    def snapshot(self) -> dict[str, Any]:
+        """The segments and blocks in memory_viz's snapshot format (no traces)."""
+        return {
+            "segments": [_segment_record(segment, self._device) for segment in self._segments],
+            "device_traces": [[]],
+        }
+
+    def _fitting(self, size: int, small: bool) -> _Segment | None:
+        for segment in self._segments:
+            if segment.small == small and segment.size - segment.used >= size:
+                return segment
+        return None
+
+    def _grow(self, size: int, small: bool, requested: int) -> _Segment:
+        segment_size = SEGMENT_BYTES if small else -(-size // SEGMENT_BYTES) * SEGMENT_BYTES
+        if self._reserved() + segment_size > self.capacity_bytes:
+            self.alloc_retries += 1  # CUDA frees its cache and tries once more
+            self.empty_cache()
+            if self._reserved() + segment_size > self.capacity_bytes:
+                self.ooms += 1
+                free = self.free_bytes()
+                for observer in list(self._observers):
+                    observer(requested, free)
+                raise SimulatedOutOfMemory(requested, free)
+        address = max((s.address + s.size for s in self._segments), default=0x7F0000000000)
+        segment = _Segment(segment_size, small, address)
+        self._segments.append(segment)
+        return segment
+
+    def _reserved(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    def _note_peaks(self) -> None:
+        self._peaks["allocated"] = max(self._peaks["allocated"], self.allocated_now())
+        self._peaks["reserved"] = max(self._peaks["reserved"], self._reserved())
+
+
+def _segment_record(segment: _Segment, device: str) -> dict[str, Any]:
+    offset = segment.address
+    blocks = []
+    for size, requested in segment.blocks.values():
+        blocks.append(
+            {
+                "address": offset,
+                "size": size,
+                "requested_size": requested,
+                "state": "active_allocated",
+                "frames": [],
+            }
+        )
+        offset += size
+    if segment.size > segment.used:
+        blocks.append({"address": offset, "size": segment.size - segment.used, "state": "inactive"})
+    return {
+        "device": int(index) if (index := device.rpartition(":")[2]).isdigit() else 0,
+        "address": segment.address,
+        "total_size": segment.size,
+        "allocated_size": segment.used,
+        "active_size": segment.used,
+        "requested_size": sum(r for _, r in segment.blocks.values()),
+        "stream": 0,
+        "segment_type": "small" if segment.small else "large",
+        "blocks": blocks,
+    }
