@@ -13,6 +13,7 @@ _COMMANDS = {
     "status": "gpuwatch.cli.status:status",
     "pick": "gpuwatch.cli.app:pick",
     "daemon": "gpuwatch.cli.daemon:daemon",
+    "torch-report": "gpuwatch.cli.torch_report:torch_report",
 }
 
 

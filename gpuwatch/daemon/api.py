@@ -6,6 +6,7 @@
                                        20,000 samples, the newest, and `truncated` says so)
     GET /v1/leases                 who holds which GPU (from the lease directory)
     GET /v1/health                 whether sampling works, and how big the history is
+    GET /v1/training               training processes watched by gpuwatch.torch.watch()
     GET /metrics                   Prometheus metrics
 
 Anything else is 404, and every method but GET and HEAD is 405: nothing here
@@ -37,6 +38,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpuwatch._version import __version__
 from gpuwatch.daemon.settings import Settings
+from gpuwatch.daemon.training import training_body
 from gpuwatch.errors import DaemonError, InvalidValueError
 from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease
@@ -89,6 +91,7 @@ class Api:
             "/v1/leases": self.leases,
             "/v1/health": self.health,
             "/metrics": self.metrics,
+            "/v1/training": self.training,
         }
         if url.path == "/v1/history":
             return self.history({key: values[-1] for key, values in parse_qs(url.query).items()})
@@ -174,6 +177,9 @@ class Api:
                 },
             },
         )
+
+    def training(self) -> Response:
+        return _json(200, training_body(self.poller.state.snapshot))
 
     def metrics(self) -> Response:
         return Response(200, CONTENT_TYPE_LATEST, generate_latest(self._registry))
