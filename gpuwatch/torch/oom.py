@@ -28,8 +28,12 @@ def largest_tensors(device_type: str, limit: int = 10) -> tuple[TensorSize, ...]
 
     seen: dict[int, TensorSize] = {}
     for obj in gc.get_objects():
+        # type(), not isinstance(): isinstance reads __class__, which some proxies
+        # (torch.distributed's deprecated names) answer with a warning.
+        if not issubclass(type(obj), torch.Tensor):
+            continue
         try:
-            if not isinstance(obj, torch.Tensor) or obj.device.type != device_type:
+            if obj.device.type != device_type:
                 continue
             storage = obj.untyped_storage()
             pointer, nbytes = storage.data_ptr(), storage.nbytes()

@@ -2,7 +2,8 @@
 
 It keeps the books the way CUDA's caching allocator does, in miniature:
 requests are rounded up to 512 bytes; requests up to 1 MiB share 2 MiB
-segments, larger ones get segments rounded up to 2 MiB; freed blocks stay
+segments, those up to 10 MiB share 20 MiB segments, larger ones get segments
+rounded up to 2 MiB; freed blocks stay
 reserved (cached) for reuse; free space inside a segment that still holds live
 blocks counts as `inactive_split_bytes`. When a request does not fit in
 `capacity_bytes`, the cache is released and the request retried (a retry); if
@@ -26,6 +27,8 @@ from gpuwatch.torch.stats import AllocatorStats, OomObserver, StatsSource
 ROUND_BYTES = 512
 SMALL_LIMIT_BYTES = 1 << 20
 SEGMENT_BYTES = 2 << 20
+LARGE_SEGMENT_BYTES = 20 << 20
+LARGE_LIMIT_BYTES = 10 << 20
 
 
 class SimulatedOutOfMemory(RuntimeError):
@@ -126,7 +129,7 @@ class SimulatedAllocator(StatsSource):
         self._observers.append(observer)
 
     def detach_oom_observer(self, observer: OomObserver) -> None:
-        self._observers = [known for known in self._observers if known is not observer]
+        self._observers = [known for known in self._observers if known != observer]
 
     @property
     def observers(self) -> tuple[OomObserver, ...]:
@@ -152,7 +155,12 @@ class SimulatedAllocator(StatsSource):
         return None
 
     def _grow(self, size: int, small: bool, requested: int) -> _Segment:
-        segment_size = SEGMENT_BYTES if small else -(-size // SEGMENT_BYTES) * SEGMENT_BYTES
+        if small:
+            segment_size = SEGMENT_BYTES
+        elif size < LARGE_LIMIT_BYTES:
+            segment_size = LARGE_SEGMENT_BYTES
+        else:
+            segment_size = -(-size // SEGMENT_BYTES) * SEGMENT_BYTES
         if self._reserved() + segment_size > self.capacity_bytes:
             self.alloc_retries += 1  # CUDA frees its cache and tries once more
             self.empty_cache()

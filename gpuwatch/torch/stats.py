@@ -195,7 +195,7 @@ class _ObserverRegistry:
 
     def remove(self, observer: OomObserver) -> None:
         with self._lock:
-            self._by_device = [(d, o) for d, o in self._by_device if o is not observer]
+            self._by_device = [(d, o) for d, o in self._by_device if o != observer]
 
     def _dispatch(self, device: int, requested: int, allocated: int, free: int) -> None:
         with self._lock:
