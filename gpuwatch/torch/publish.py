@@ -111,7 +111,10 @@ class Sender:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            self._publish_pending()
+            try:
+                self._publish_pending()
+            except Exception as error:  # the thread must outlive any one bad report
+                self._failed(error)
 
     def _publish_pending(self) -> None:
         with self._lock:
@@ -155,6 +158,9 @@ class Sender:
             self._file.publish(report)
             self.published += 1
         except (LeaseError, OSError) as error:
-            self.failed += 1
-            if self.failed == 1:
-                sys.stderr.write(f"gpuwatch.torch: cannot publish reports: {error}\n")
+            self._failed(error)
+
+    def _failed(self, error: Exception) -> None:
+        self.failed += 1
+        if self.failed == 1:
+            sys.stderr.write(f"gpuwatch.torch: cannot publish reports: {error}\n")
