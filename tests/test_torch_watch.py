@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import gpuwatch  # noqa: E402
+import gpuwatch.torch.watcher as watch_module  # noqa: E402
 from gpuwatch.errors import InvalidValueError  # noqa: E402
 from gpuwatch.torch import SimulatedAllocator, watch  # noqa: E402
 from gpuwatch.torch.simulated import ROUND_BYTES, SEGMENT_BYTES  # noqa: E402
@@ -154,10 +155,11 @@ def test_after_select_the_report_names_the_gpu_select_chose(lease_dir: Path) -> 
 
 
 def test_a_cpu_build_gives_one_notice_and_keeps_the_module_view(
-    lease_dir: Path, capsys: pytest.CaptureFixture[str]
+    lease_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN torch without CUDA (this machine's build) and no simulated source
+    # GIVEN torch without CUDA (this machine's build), no simulated source, no notice given yet
     assert torch.version.cuda is None
+    monkeypatch.setattr(watch_module, "_noticed", set())
     model = mlp()
     with watch(model, per_module=True) as first:
         train_step(model)

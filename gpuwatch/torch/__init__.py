@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from gpuwatch.torch.simulated import SimulatedAllocator, SimulatedOutOfMemory
 from gpuwatch.torch.stats import AllocatorStats, CudaStatsSource, StatsSource
-from gpuwatch.torch.watch import Watch, rank_and_world_size, watch
+from gpuwatch.torch.watcher import Watch, rank_and_world_size, watch
 
 __all__ = [
     "AllocatorStats",

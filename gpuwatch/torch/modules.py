@@ -1,21 +1,27 @@
 """Per-module memory for sampled steps: hooks put on for one step and taken off after it.
 
-Forward: a pre-hook and a hook on each module. Backward: hooks on tensors, not
-on modules. A hook on each tensor a module outputs marks the start of its
-backward (the gradient of its output is ready); hooks on its inputs and
-parameters mark the end (their gradients are ready). Full backward hooks on
-modules are not used: they wrap each output in a function that makes a
-following in-place op (`ReLU(inplace=True)`) fail.
+Forward: a process-wide pre-hook and hook, which pass over other models'
+modules. Backward: hooks on tensors, not on modules. A hook on each tensor a
+module outputs marks the start of its backward (the gradient of its output is
+ready); hooks on its inputs mark the end (their gradients are ready), or, for
+a module whose inputs need no gradient (the first layer), hooks on its own
+parameters. A module whose backward no hook closes (a container) ends with the
+last gradient of the step. One hook per tensor serves every module waiting on
+it. Full backward hooks on modules are not used: they wrap each output in a
+function that makes a following in-place op (`ReLU(inplace=True)`) fail.
 
 Memory is read from a probe: the allocator's `allocated_now()` when it sees
 every tensor of the device (CUDA); otherwise a running count of the bytes of
-the tensors modules produce, each storage counted once, which is what the
-figures are on a CPU. A module's peak is the highest reading seen at any hook
-while it ran, above its start: a floor of the true peak, which no hook sees.
+the tensors modules produce (outputs and the gradients passed between modules),
+each storage counted once while it lives, which is what the figures are on a
+CPU. A module's peak is the highest reading seen at any hook while it ran,
+above its start: a floor of the true peak, which no hook sees.
 """
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -45,9 +51,9 @@ class ModuleSampler:
     """Measures every module of `model` during the steps between `install()` and `remove()`."""
 
     def __init__(self, model: Any, source: StatsSource | None) -> None:
-        self._modules: list[tuple[str, Any]] = [
-            (name or type(model).__name__, module) for name, module in model.named_modules()
-        ]
+        self._names = {
+            id(module): name or type(model).__name__ for name, module in model.named_modules()
+        }
         allocated: Callable[[], int] | None = (
             source.allocated_now if source is not None and source.tracks_tensors else None
         )
@@ -64,16 +70,15 @@ class ModuleSampler:
         return len(self._handles)
 
     def install(self) -> None:
-        """Puts the forward hooks and the parameters' gradient hooks on."""
+        """Puts the forward hooks on; tensor hooks follow during the step."""
         if self._handles:
             return
-        for name, module in self._modules:
-            self._handles.append(module.register_forward_pre_hook(partial(self._before, name)))
-            self._handles.append(module.register_forward_hook(partial(self._after, name)))
-            for parameter in module.parameters():
-                if parameter.requires_grad:
-                    self._handles.append(parameter.register_hook(partial(self._grad_in, name)))
-                    self._params[name] = self._params.get(name, 0) + 1
+        from torch.nn.modules import module
+
+        # Two process-wide forward hooks, not two per module: a large model's thousands of
+        # registrations would cost more than its step. Other models' modules are ignored.
+        self._handles.append(module.register_module_forward_pre_hook(self._before_any))
+        self._handles.append(module.register_module_forward_hook(self._after_any))
 
     def remove(self) -> list[ModuleMemory]:
         """Takes every hook off (tensor hooks included); returns what the step measured,
@@ -81,6 +86,9 @@ class ModuleSampler:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for frame in self._backward.values():
+            if frame in self._open:  # a container's backward: it ends with the last gradient
+                self._close_backward(frame, self._last_grad)
         measured = [
             ModuleMemory(
                 name,
@@ -98,17 +106,29 @@ class ModuleSampler:
         self._records: dict[str, _Record] = {}
         self._open: list[_Frame] = []
         self._backward: dict[str, _Frame] = {}
-        self._params: dict[str, int] = {}
-        self._seen: set[int] = set()
+        self._pending: dict[str, int] = {}
+        self._hooked: dict[int, tuple[Any, list[tuple[bool, str]]]] = {}
+        self._seen: dict[int, Any] = {}  # storage address -> a weak reference to its tensor
         self._produced = 0
+        self._last_grad = 0
+
+    def _before_any(self, module: Any, args: Any) -> None:
+        if (name := self._names.get(id(module))) is not None:
+            self._before(name, module, args)
+
+    def _after_any(self, module: Any, args: Any, output: Any) -> None:
+        if (name := self._names.get(id(module))) is not None:
+            self._after(name, module, args, output)
 
     def _before(self, name: str, module: Any, args: Any) -> None:
         now = self._read()
         self._open.append(_Frame(name, now, now))
-        for tensor in _tensors(args):
-            if tensor.requires_grad:
-                self._handles.append(tensor.register_hook(partial(self._grad_in, name)))
-                self._params[name] = self._params.get(name, 0) + 1
+        ends = [tensor for tensor in _tensors(args) if tensor.requires_grad]
+        if not ends:  # the first layer: its backward ends with its parameters' gradients
+            ends = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        for tensor in ends:
+            self._on_grad(tensor, starts=False, name=name)
+        self._pending[name] = self._pending.get(name, 0) + len(ends)
 
     def _after(self, name: str, module: Any, args: Any, output: Any) -> None:
         outputs = list(_tensors(output))
@@ -123,32 +143,53 @@ class ModuleSampler:
         record.forward_peak = max(record.forward_peak, frame.high - frame.start)
         for tensor in outputs:
             if tensor.requires_grad:
-                self._handles.append(tensor.register_hook(partial(self._grad_out, name)))
+                self._on_grad(tensor, starts=True, name=name)
 
-    def _grad_out(self, name: str, grad: Any) -> None:
-        """The gradient of a module's output is ready: its backward starts."""
+    def _on_grad(self, tensor: Any, *, starts: bool, name: str) -> None:
+        """Calls back when `tensor`'s gradient is ready: one hook per tensor, however many
+        modules wait on it (an output is the next module's input)."""
+        known = self._hooked.get(id(tensor))
+        if known is not None and known[0]() is tensor:
+            known[1].append((starts, name))
+            return
+        waiting = [(starts, name)]
+        self._hooked[id(tensor)] = (weakref.ref(tensor), waiting)
+        self._handles.append(tensor.register_hook(partial(self._gradient_ready, waiting)))
+
+    def _gradient_ready(self, waiting: list[tuple[bool, str]], grad: Any) -> None:
         self._count([grad])
-        now = self._read()
+        self._last_grad = now = self._read()
+        for starts, name in waiting:
+            if starts:
+                self._backward_starts(name, now)
+            else:
+                self._backward_part_ends(name, now)
+
+    def _backward_starts(self, name: str, now: int) -> None:
+        """The gradient of a module's output is ready."""
         if name not in self._backward:
-            frame = _Frame(name, now, now, pending_ends=self._params.get(name, 0))
+            frame = _Frame(name, now, now, pending_ends=self._pending.get(name, 0))
             self._backward[name] = frame
             self._open.append(frame)
 
-    def _grad_in(self, name: str, grad: Any) -> None:
-        """The gradient of a module's input or parameter is ready: part of its backward ends."""
-        self._count([grad])
-        now = self._read()
+    def _backward_part_ends(self, name: str, now: int) -> None:
+        """The gradient of one of a module's inputs (or first layer's parameters) is ready."""
         frame = self._backward.get(name)
-        record = self._records.get(name)
-        if frame is None or record is None:
+        if frame is None:
             return
-        record.backward_delta = now - frame.start
-        record.backward_peak = max(record.backward_peak or 0, frame.high - frame.start)
         frame.pending_ends -= 1
         if frame.pending_ends <= 0 and frame in self._open:
-            self._open.remove(frame)
+            self._close_backward(frame, now)
+
+    def _close_backward(self, frame: _Frame, now: int) -> None:
+        self._open.remove(frame)
+        record = self._records.setdefault(frame.name, _Record())
+        record.backward_delta = now - frame.start
+        record.backward_peak = frame.high - frame.start
 
     def _count(self, tensors: list[Any]) -> None:
+        """Adds the bytes of storages not counted yet: an in-place op's output, or a view,
+        shares its input's storage. Memory freed and reused is counted anew."""
         if self._allocated is not None:
             return
         for tensor in tensors:
@@ -156,8 +197,10 @@ class ModuleSampler:
                 storage = tensor.untyped_storage()
             except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
                 continue
-            if (pointer := storage.data_ptr()) not in self._seen:
-                self._seen.add(pointer)
+            pointer = storage.data_ptr()
+            known = self._seen.get(pointer)
+            if known is None or known() is None:
+                self._seen[pointer] = weakref.ref(tensor)
                 self._produced += storage.nbytes()
 
     def _read(self) -> int:
@@ -169,9 +212,7 @@ class ModuleSampler:
 
 def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:
     """The tensors in a module's arguments or output (nested tuples, lists and dicts)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, _tensor_type()):
         yield value
     elif depth < 3 and isinstance(value, tuple | list):
         for item in value:
@@ -179,3 +220,10 @@ def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:
     elif depth < 3 and isinstance(value, dict):
         for item in value.values():
             yield from _tensors(item, depth + 1)
+
+
+@functools.cache
+def _tensor_type() -> type:
+    import torch  # here, not at the top: importing gpuwatch.torch must not import torch
+
+    return torch.Tensor

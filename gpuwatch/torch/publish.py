@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpuwatch.errors import LeaseError
 from gpuwatch.torch.stats import AllocatorStats
@@ -28,9 +28,8 @@ NVML_INTERVAL_S = 2.0
 QUEUE_LENGTH = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """What the training thread hands over at the end of each step."""
+class StepRecord(NamedTuple):
+    """What the training thread hands over at the end of each step (a tuple: cheap to build)."""
 
     step: int
     step_time_s: float

@@ -48,10 +48,12 @@ class _Segment:
     small: bool
     address: int
     blocks: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (size, requested)
+    used: int = 0
 
     @property
-    def used(self) -> int:
-        return sum(size for size, _ in self.blocks.values())
+    def split_bytes(self) -> int:
+        """Free bytes of a segment that also holds live blocks (none when it holds none)."""
+        return self.size - self.used if self.blocks else 0
 
 
 class SimulatedAllocator(StatsSource):
@@ -70,6 +72,8 @@ class SimulatedAllocator(StatsSource):
         self._ids = itertools.count(1)
         self._observers: list[OomObserver] = []
         self._peaks = {"allocated": 0, "reserved": 0}
+        # Kept up to date at each change, as CUDA's allocator does: read() only copies them.
+        self._allocated = self._requested = self._reserved_bytes = self._split = 0
         self.alloc_retries = 0
         self.ooms = 0
 
@@ -86,44 +90,43 @@ class SimulatedAllocator(StatsSource):
         small = size <= SMALL_LIMIT_BYTES
         segment = self._fitting(size, small) or self._grow(size, small, nbytes)
         block = next(self._ids)
-        segment.blocks[block] = (size, nbytes)
+        self._change(segment, block, (size, nbytes))
         self._note_peaks()
         return block
 
     def free(self, block: int) -> None:
         """Frees a block; its segment stays reserved, as in CUDA's cache."""
         for segment in self._segments:
-            if segment.blocks.pop(block, None) is not None:
+            if block in segment.blocks:
+                self._change(segment, block, None)
                 return
         raise KeyError(f"no block {block}")
 
     def empty_cache(self) -> None:
         """Releases segments that hold no live block (`torch.cuda.empty_cache()`)."""
         self._segments = [segment for segment in self._segments if segment.blocks]
+        self._reserved_bytes = sum(segment.size for segment in self._segments)
 
     def read(self) -> AllocatorStats:
-        allocated = sum(segment.used for segment in self._segments)
-        reserved = self._reserved()
-        requested = sum(r for s in self._segments for _, r in s.blocks.values())
-        split = sum(s.size - s.used for s in self._segments if s.blocks)
+        allocated, peaks = self._allocated, self._peaks
         return AllocatorStats(
             allocated,
-            self._peaks["allocated"],
-            reserved,
-            self._peaks["reserved"],
+            peaks["allocated"],
+            self._reserved_bytes,
+            peaks["reserved"],
             allocated,  # nothing waits on a stream here: active is allocated
-            self._peaks["allocated"],
-            requested,
-            split,
+            peaks["allocated"],
+            self._requested,
+            self._split,
             self.alloc_retries,
             self.ooms,
         )
 
     def allocated_now(self) -> int:
-        return sum(segment.used for segment in self._segments)
+        return self._allocated
 
     def reset_peaks(self) -> None:
-        self._peaks = {"allocated": self.allocated_now(), "reserved": self._reserved()}
+        self._peaks = {"allocated": self._allocated, "reserved": self._reserved_bytes}
 
     def attach_oom_observer(self, observer: OomObserver) -> None:
         self._observers.append(observer)
@@ -173,14 +176,27 @@ class SimulatedAllocator(StatsSource):
         address = max((s.address + s.size for s in self._segments), default=0x7F0000000000)
         segment = _Segment(segment_size, small, address)
         self._segments.append(segment)
+        self._reserved_bytes += segment_size
         return segment
 
+    def _change(self, segment: _Segment, block: int, value: tuple[int, int] | None) -> None:
+        """Adds (`value`) or removes (`None`) a block, keeping the counters right."""
+        self._split -= segment.split_bytes
+        size, requested = value if value is not None else segment.blocks.pop(block)
+        sign = 1 if value is not None else -1
+        if value is not None:
+            segment.blocks[block] = value
+        segment.used += sign * size
+        self._allocated += sign * size
+        self._requested += sign * requested
+        self._split += segment.split_bytes
+
     def _reserved(self) -> int:
-        return sum(segment.size for segment in self._segments)
+        return self._reserved_bytes
 
     def _note_peaks(self) -> None:
-        self._peaks["allocated"] = max(self._peaks["allocated"], self.allocated_now())
-        self._peaks["reserved"] = max(self._peaks["reserved"], self._reserved())
+        self._peaks["allocated"] = max(self._peaks["allocated"], self._allocated)
+        self._peaks["reserved"] = max(self._peaks["reserved"], self._reserved_bytes)
 
 
 def _segment_record(segment: _Segment, device: str) -> dict[str, Any]:

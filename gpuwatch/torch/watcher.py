@@ -307,9 +307,7 @@ def rank_and_world_size() -> tuple[int, int]:
 
 
 def _memory_fields(stats: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return dict(asdict(stats))
+    return dict(stats._asdict())
 
 
 def _cuda_index_of(model: Any) -> int | None:
