@@ -17,6 +17,7 @@ import pytest
 from gpuwatch.training import (
     MAX_FILES_READ,
     MAX_MODULES,
+    MEMORY_FIELDS,
     MemoryPoint,
     ModuleMemory,
     ReportFile,
@@ -208,3 +209,28 @@ def test_a_flood_of_files_costs_a_bounded_number_of_reads(lease_dir: Path, held:
 
 def test_no_lease_directory_means_no_reports(tmp_path: Path) -> None:
     assert read_reports(str(tmp_path / "absent")).reports == ()
+
+
+def test_the_daemon_labels_each_report_with_the_nvml_index_of_its_gpu(lease_dir: Path) -> None:
+    from prometheus_client.core import Metric
+
+    from gpuwatch.backends import open_backend
+    from gpuwatch.daemon.training import TrainingView, training_body, training_metrics
+
+    # GIVEN a node whose GPU 1 a training uses, and a training on the CPU
+    with open_backend(sim="2") as backend:
+        snapshot = backend.sample()
+    on_gpu = ReportFile()
+    on_gpu.publish(a_report(gpu_uuid=snapshot.gpus[1].uuid))
+    on_cpu = ReportFile()
+    on_cpu.publish(a_report(pid=os.getpid() + 1, gpu_uuid=None, allocated_bytes=None))
+    # WHEN the daemon answers /v1/training and /metrics
+    body = training_body(snapshot, TrainingView())
+    indices = {gpu.uuid: gpu.index for gpu in snapshot.gpus}
+    metrics: list[Metric] = list(training_metrics(read_reports(), indices))
+    # THEN the GPU's report carries its index, the CPU's none, and metrics say the same
+    assert [report["gpu"] for report in body["reports"]] == [1, None]
+    allocated = next(m for m in metrics if m.name == "gpuwatch_torch_allocated_bytes")
+    assert [(s.labels["gpu"], s.value) for s in allocated.samples] == [("1", 3 << 30)]
+    names = {metric.name for metric in metrics}
+    assert {f"gpuwatch_torch_{field}" for field in MEMORY_FIELDS} <= names
