@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.backends import sim_mig
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.scenario import (
     Load,
@@ -73,6 +74,12 @@ class SimBackend(Backend):
             _gpu_sample(i, gpu, utilization[i], processes, now, scenario.seed)
             for i, gpu in enumerate(scenario.gpus)
         )
+        migs = tuple(
+            device
+            for i, gpu in enumerate(scenario.gpus)
+            if gpu.mig and gpu.fault is None
+            for device in sim_mig.mig_devices(i, gpu.uuid, gpu.model.name, gpu.mig, processes)
+        )
         full = scope is SampleScope.FULL
         return Snapshot(
             taken_at=now,
@@ -81,6 +88,7 @@ class SimBackend(Backend):
             cuda_driver_version=scenario.cuda_driver_version,
             gpus=gpus,
             processes=processes if full else (),
+            mig_devices=migs,
         )
 
     def close(self) -> None:
@@ -100,6 +108,7 @@ class SimBackend(Backend):
             cpu_pct=round(5 + 0.9 * utilization_pct, 1),
             rss_bytes=(2 << 30) + memory // 16,
             started_at=self._loaded_at - 3600 * (1 + process.pid % 24),
+            mig_uuid=None if process.mig is None else sim_mig.mig_uuid(gpu.uuid, process.mig),
         )
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
@@ -187,4 +196,6 @@ def _gpu_sample(
     }
     for name in gpu.unsupported:
         metrics[name] = None
-    return replace(identity, **metrics)
+    if gpu.mig:  # as drivers: no utilization for a MIG-enabled GPU
+        metrics.update(utilization_pct=None, memory_utilization_pct=None)
+    return replace(identity, mig_enabled=bool(gpu.mig), **metrics)
