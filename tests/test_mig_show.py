@@ -14,6 +14,8 @@ from tests.daemon_helpers import get_json, running_daemon
 from tests.test_metrics import scrape
 from tests.test_mig_select import NODE
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mig-node.toml"
+
 
 def node_snapshot(tmp_path: Path) -> tuple[Path, Snapshot]:
     path = tmp_path / "mig-node.toml"
@@ -106,3 +108,15 @@ def test_the_daemon_serves_mig_devices_to_its_clients(tmp_path: Path) -> None:
     assert status == 200 and len(data["mig_devices"]) == 3
     assert [m.label for m in snapshot.mig_devices_of(0)] == ["0:0", "0:1", "0:2"]
     assert snapshot.gpus[0].mig_enabled is True
+
+
+def test_the_readme_shows_what_status_prints_for_the_example_mig_node() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    shown = readme.split("$ gpuwatch status --sim examples/mig-node.toml\n", 1)[1].split("```")[0]
+    result = run_cli("status", "--sim", str(EXAMPLE), env={"COLUMNS": "80"})
+
+    # GPU lines carry the time and simulated temperatures: the MIG and process lines do not
+    def steady(text: str) -> list[str]:
+        return [line for line in text.splitlines()[1:] if not line.startswith("[")]
+
+    assert steady(result.stdout) == steady(shown) and len(steady(shown)) == 7
