@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import pynvml
 
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.backends.mig_changes import MigChanges
 from gpuwatch.errors import BackendError, DriverNotFoundError, NoGpuError
 from gpuwatch.hostinfo import HostProcess, HostProcessTable
 from gpuwatch.models import GpuSample, MigDevice, ProcessKind, ProcessUsage, Snapshot
@@ -63,7 +64,6 @@ _VERSION_UNKNOWN = (
 _VALUE_NOT_AVAILABLE = 0xFFFF_FFFF_FFFF_FFFF
 _PSTATE_UNKNOWN = 32
 _NO_INSTANCE = 0xFFFF_FFFF  # a process's instance ids on a GPU without MIG
-_VANISHED_NOTE_S = 300.0  # how long a MIG device that disappeared is reported on its GPU
 _MAX_PROCESS_LIST_TRIES = 4
 
 # Newest layout first. The unversioned (v1) symbols take a struct that current
@@ -108,10 +108,6 @@ class _Gpu:
     """How many MIG devices the GPU can hold (asked once)."""
     mig_names: dict[str, tuple[str | None, int | None, int | None]] = field(default_factory=dict)
     """Name, GPU and compute instance ids of each MIG device seen, by UUID."""
-    mig_seen: dict[str, str] = field(default_factory=dict)
-    """The MIG devices of the last sample: UUID -> `0:2 (1g.10gb)`."""
-    mig_vanished: dict[str, tuple[str, float]] = field(default_factory=dict)
-    """MIG devices that disappeared: UUID -> (note, when)."""
 
 
 @dataclass(slots=True)
@@ -157,6 +153,7 @@ class NvmlBackend(Backend):
         self._process_symbols = {kind: list(names) for kind, names in _PROCESS_SYMBOLS.items()}
         self._versions: tuple[str | None, str | None] | None = None
         self._hosts: HostProcessTable | None = None
+        self._mig_changes = MigChanges()
 
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         taken_at = time.time()
@@ -202,12 +199,14 @@ class NvmlBackend(Backend):
                 # A partial list says nothing of the devices missing from it.
                 mig_enabled = True if complete else None
             if mig_enabled is not None:
-                _note_vanished(gpu, migs, fields, now)
+                fields.faults.extend(self._mig_changes.notes(gpu.index, migs, now))
+                _forget_names(gpu, migs)
             metrics = self._full_metrics(fields, handle) if full else {}
             processes = self._processes(fields, gpu, handle, migs) if full else []
         except pynvml.NVMLError as error:
             gpu.handle = None  # asked for afresh next time, so a GPU that comes back is seen
-            return self._identity(gpu, error=_with_lost_migs(gpu, str(error))), [], []
+            error_text = self._mig_changes.lost_with(gpu.index, str(error))
+            return self._identity(gpu, error=error_text), [], []
         return (
             self._identity(
                 gpu,
@@ -447,27 +446,10 @@ def _profile(name: str | None) -> str | None:
     return name.rsplit(" MIG ", 1)[1].strip() or None
 
 
-def _note_vanished(gpu: _Gpu, devices: list[MigDevice], fields: _Fields, now: float) -> None:
-    """Reports on the GPU, for a while, the MIG devices that disappeared (a reconfiguration)."""
-    seen = {d.uuid: f"{d.label} ({d.profile or '?'})" for d in devices if d.uuid is not None}
-    for uuid, what in gpu.mig_seen.items():
-        if uuid not in seen:
-            gpu.mig_vanished[uuid] = (f"MIG device {what} {uuid} vanished (reconfigured)", now)
-    gpu.mig_seen = seen
-    for uuid, (note, since) in list(gpu.mig_vanished.items()):
-        if uuid in seen or now - since > _VANISHED_NOTE_S:
-            del gpu.mig_vanished[uuid]
-        else:
-            fields.faults.append(note)
-    for uuid in set(gpu.mig_names) - set(seen):
+def _forget_names(gpu: _Gpu, devices: list[MigDevice]) -> None:
+    """Drops what was remembered of MIG devices that are gone."""
+    for uuid in set(gpu.mig_names) - {device.uuid for device in devices}:
         del gpu.mig_names[uuid]
-
-
-def _with_lost_migs(gpu: _Gpu, error: str) -> str:
-    """A GPU's read error, naming the MIG devices it had: they are out of reach with it."""
-    if not gpu.mig_seen:
-        return error
-    return f"{error} (with its MIG devices {', '.join(sorted(gpu.mig_seen.values()))})"
 
 
 def _watts(milliwatts: int | None) -> float | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuwatch.backends import sim_mig
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.backends.mig_changes import MigChanges
 from gpuwatch.backends.scenario import (
     Load,
     LoadShape,
@@ -30,7 +31,7 @@ from gpuwatch.backends.scenario import (
     load_scenario,
 )
 from gpuwatch.errors import ScenarioError
-from gpuwatch.models import GpuSample, ProcessUsage, Snapshot
+from gpuwatch.models import GpuSample, MigDevice, ProcessUsage, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class SimBackend(Backend):
         )
         self._stamp = self._file_stamp()
         self._loaded_at = clock()
+        self._mig_changes = MigChanges()
 
     @property
     def scenario(self) -> Scenario:
@@ -70,15 +72,17 @@ class SimBackend(Backend):
             for p in scenario.processes
             if scenario.gpus[p.gpu].fault is None
         )
-        gpus = tuple(
-            _gpu_sample(i, gpu, utilization[i], processes, now, scenario.seed)
-            for i, gpu in enumerate(scenario.gpus)
-        )
         migs = tuple(
             device
             for i, gpu in enumerate(scenario.gpus)
             if gpu.mig and gpu.fault is None
             for device in sim_mig.mig_devices(i, gpu.uuid, gpu.model.name, gpu.mig, processes)
+        )
+        gpus = tuple(
+            self._with_mig_changes(
+                _gpu_sample(i, gpu, utilization[i], processes, now, scenario.seed), migs, now
+            )
+            for i, gpu in enumerate(scenario.gpus)
         )
         full = scope is SampleScope.FULL
         return Snapshot(
@@ -93,6 +97,16 @@ class SimBackend(Backend):
 
     def close(self) -> None:
         pass
+
+    def _with_mig_changes(
+        self, gpu: GpuSample, migs: tuple[MigDevice, ...], now: float
+    ) -> GpuSample:
+        """The GPU, reporting MIG devices that vanished since the last sample (as NVML's does)."""
+        if gpu.error is not None:
+            return replace(gpu, error=self._mig_changes.lost_with(gpu.index, gpu.error))
+        mine = [device for device in migs if device.gpu_index == gpu.index]
+        notes = self._mig_changes.notes(gpu.index, mine, now)
+        return replace(gpu, error="; ".join(notes)) if notes else gpu
 
     def _process(self, process: SimProcess, gpu: SimGpu, utilization_pct: float) -> ProcessUsage:
         span = process.memory_high_bytes - process.memory_low_bytes
