@@ -179,3 +179,19 @@ def test_a_snapshot_dict_without_mig_fields_still_reads() -> None:
     }
     snapshot = Snapshot.from_dict(data)
     assert snapshot.mig_devices == () and snapshot.gpus[0].mig_enabled is None
+
+
+def test_a_mig_device_that_fails_to_read_is_reported_not_taken_for_vanished(
+    fake_nvml: Install,
+) -> None:
+    # GIVEN a MIG-enabled GPU, sampled
+    fake = _node(fake_nvml)
+    with NvmlBackend() as backend:
+        backend.sample()
+        # WHEN reading the MIG devices' memory fails once
+        fake.gpus[0].failing.add("memory")
+        snapshot = backend.sample()
+    # THEN each device carries the error, keeps its UUID, and none is said to have vanished
+    assert [m.uuid for m in snapshot.mig_devices] == [m.uuid for m in fake.gpus[0].migs]
+    assert all(m.error and m.memory_free_bytes is None for m in snapshot.mig_devices)
+    assert "vanished" not in (snapshot.gpus[0].error or "")

@@ -261,10 +261,12 @@ class NvmlBackend(Backend):
                 return devices, False
             if (device := self._mig_device(gpu, index, mig_handle)) is not None:
                 devices.append(device)
-        return devices, count is not None
+        # A device whose UUID could not be read might be any of those seen before.
+        return devices, count is not None and all(device.uuid for device in devices)
 
     def _mig_device(self, gpu: _Gpu, index: int, handle: Any) -> MigDevice | None:
         """One MIG device; `None` when it went away while being read."""
+        uuid = None
         try:
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
             if uuid not in gpu.mig_names:
@@ -279,7 +281,7 @@ class NvmlBackend(Backend):
         except pynvml.NVMLError_InvalidArgument:
             return None  # destroyed between the lookup and now
         except pynvml.NVMLError as error:
-            return MigDevice(gpu.index, index, None, error=str(error))
+            return MigDevice(gpu.index, index, uuid, error=str(error))
         name, gpu_instance, compute_instance = gpu.mig_names[uuid]
         return MigDevice(
             gpu_index=gpu.index,
