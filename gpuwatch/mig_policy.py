@@ -176,7 +176,11 @@ def _name(device: MigDevice) -> str:
 
 def stale_mig_leases(snapshot: Snapshot, leases: Sequence[Lease]) -> list[Lease]:
     """Leases of MIG devices that are gone: their GPU reads, its MIG devices are all known,
-    and the leased one is not among them (the GPU was reconfigured, or left MIG mode)."""
+    and the leased one is not among them (the GPU was reconfigured, or left MIG mode).
+
+    Only leases older than the snapshot count: a snapshot from the daemon may predate a MIG
+    device created since, and leased by a picker that read the driver itself.
+    """
     present = {device.uuid for device in snapshot.mig_devices}
     known = {gpu.index for gpu in snapshot.gpus if gpu.mig_enabled is not None}
     return [
@@ -185,4 +189,5 @@ def stale_mig_leases(snapshot: Snapshot, leases: Sequence[Lease]) -> list[Lease]
         if lease.gpu_uuid.startswith("MIG-")
         and lease.gpu_index in known
         and lease.gpu_uuid not in present
+        and lease.started_at < snapshot.taken_at
     ]

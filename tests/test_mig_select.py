@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -132,6 +133,9 @@ class TestChoice:
         after = snapshot_of(node)
         # THEN only the lease of the vanished device is stale
         assert stale_mig_leases(after, leases) == [leases[1]]
+        # AND a lease taken after the snapshot is not judged by it (the device may be new)
+        newer = dataclasses.replace(leases[1], started_at=after.taken_at + 1)
+        assert stale_mig_leases(after, [newer]) == []
 
     def test_a_request_for_mig_devices_survives_a_waiting_ticket(self) -> None:
         request = Request(
