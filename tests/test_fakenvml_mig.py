@@ -192,3 +192,20 @@ def test_call_counts_of_a_one_shot_status(
     assert total_calls(stats) <= most
     if scenario.name == "node-8gpu.txt":
         assert "Mig" not in stats.read_text(), "GPUs without MIG cost no MIG call"
+
+
+def test_a_preset_of_mig_uuids_is_the_set_to_choose_from(library_dir: Path) -> None:
+    # GIVEN Slurm gave the job the busy 2g.20gb and the idle 1g.10gb MIG devices
+    busy, idle = (m["uuid"] for m in records(MIG_A100, "mig")[1:])
+    env = {**nvml_env(library_dir, MIG_A100), "CUDA_VISIBLE_DEVICES": f"{busy},{idle}"}
+    # WHEN it picks without --mig
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "pick"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    # THEN it gets the idle one of the two
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == idle
