@@ -3,8 +3,9 @@
 Reports come from the lease directory (`gpuwatch.training.read_reports`), each
 checked field by field; they are read at most once a second however many
 clients ask. A report names its GPU by uuid; the daemon turns that into the
-NVML index (`gpu`) from its latest snapshot, and leaves `gpu` empty when the
-uuid is unknown (a CPU run, or a GPU it does not see).
+NVML index (`gpu`) from its latest snapshot (a MIG device's, into its parent
+GPU's), and leaves `gpu` empty when the uuid is unknown (a CPU run, or a GPU it
+does not see).
 """
 
 from __future__ import annotations
@@ -129,6 +130,11 @@ def _labels(report: TrainingReport, indices: dict[str | None, int]) -> list[str]
 
 
 def _indices(snapshot: Snapshot | None) -> dict[str | None, int]:
+    """uuid -> NVML index; a MIG device's uuid maps to its parent GPU's index."""
     if snapshot is None:
         return {}
-    return {gpu.uuid: gpu.index for gpu in snapshot.gpus if gpu.uuid is not None}
+    indices: dict[str | None, int] = {
+        mig.uuid: mig.gpu_index for mig in snapshot.mig_devices if mig.uuid is not None
+    }
+    indices.update({gpu.uuid: gpu.index for gpu in snapshot.gpus if gpu.uuid is not None})
+    return indices

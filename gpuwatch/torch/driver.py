@@ -42,7 +42,7 @@ class ProcessMemory:
             for process in snapshot.processes
             if process.pid == self._pid
             and process.memory_used_bytes is not None
-            and (uuid is None or process.gpu_uuid == uuid)
+            and (uuid is None or uuid in (process.gpu_uuid, process.mig_uuid))
         ]
         return sum(used) if used else None
 
