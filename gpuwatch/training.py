@@ -220,6 +220,7 @@ class ReportFile:
 
     def publish(self, report: TrainingReport) -> None:
         """Writes `report` as a new locked file, then drops the previous one. Raises LeaseError."""
+        # The lease directory's own writer: a locked draft, renamed into place once complete.
         fresh = HeldFile(*self._directory._publish(SUFFIX, report.to_dict()))
         previous, self._held = self._held, fresh
         if previous is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 from pathlib import Path
@@ -180,3 +181,16 @@ def test_torch_report_never_runs_code_from_a_pickle(
     assert result.exit_code == ExitCode.USAGE
     assert "only plain data" in result.stderr
     assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_program_that_survives_an_oom_gets_a_report_for_the_next_one(tmp_path: Path) -> None:
+    # GIVEN a loop that catches an OOM, lowers its batch and later meets another
+    sim = SimulatedAllocator(capacity_bytes=4 * MiB)
+    with watch(source=sim, oom_dir=tmp_path, publish=False) as memory:
+        for request in (8 * MiB, 1 * MiB, 16 * MiB):
+            with contextlib.suppress(SimulatedOutOfMemory):
+                sim.allocate(request)
+            memory.step()
+    # THEN each OOM has its own report
+    requested = sorted(read_report(str(p)).requested_bytes or 0 for p in tmp_path.glob("*.json"))
+    assert requested == [8 * MiB, 16 * MiB]

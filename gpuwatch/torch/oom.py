@@ -50,7 +50,8 @@ def write_oom(report: OomReport, directory: str, snapshot: dict[str, Any] | None
     os.makedirs(directory, exist_ok=True)
     stem = os.path.join(
         directory,
-        f"gpuwatch-oom-{this_hostname()}-{report.pid}-rank{report.rank}-{int(report.at)}",
+        f"gpuwatch-oom-{this_hostname()}-{report.pid}-rank{report.rank}-step{report.step}"
+        f"-{int(report.at)}",
     )
     if snapshot is not None:
         with open(f"{stem}.pickle", "wb") as file:

@@ -69,7 +69,9 @@ class Watch:
         self._optimizer_stepped = False
         self._last_tick = time.perf_counter()
         self._queue = StepQueue()
-        self._sampler = ModuleSampler(model, self.source) if per_module and model else None
+        self._sampler = (
+            ModuleSampler(model, self.source) if per_module and model is not None else None
+        )
         self._hook = (
             optimizer.register_step_post_hook(self._on_optimizer_step) if optimizer else None
         )
@@ -146,6 +148,7 @@ class Watch:
         now = time.perf_counter()
         step_time_s, self._last_tick = now - self._last_tick, now
         self.steps += 1
+        self._handled_oom = False  # a program that caught the last OOM may meet another
         stats = None
         if self.source is not None and (self._ready or self._check_ready()):
             stats = self.source.read()
