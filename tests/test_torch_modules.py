@@ -130,3 +130,34 @@ def test_evaluation_without_gradients_is_measured_forward_only() -> None:
     modules = {module.name: module for module in memory.last_modules}
     assert modules["0"].forward_delta_bytes == BATCH * 64 * FLOAT_BYTES
     assert modules["0"].backward_delta_bytes is None
+
+
+class Allocating(nn.Module):
+    """A layer that takes `nbytes` of the simulated device in forward and keeps it."""
+
+    def __init__(self, sim: SimulatedAllocator, nbytes: int) -> None:
+        super().__init__()
+        self.sim, self.nbytes, self.linear = sim, nbytes, nn.Linear(8, 8)
+
+    def forward(self, x: Any) -> Any:
+        self.sim.allocate(self.nbytes)
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["cuda-started", "cuda-not-started"])
+def test_modules_are_measured_by_the_allocator_once_cuda_runs(started: bool) -> None:
+    # GIVEN an allocator that sees every tensor (as CUDA's does), started or not yet
+    sim = SimulatedAllocator(ready=started)
+    sim.tracks_tensors = True
+    model = nn.Sequential(Allocating(sim, 3 << 20), Allocating(sim, 1 << 20))
+    with watch(model, per_module=True, source=sim, publish=False) as memory:
+        model(torch.randn(4, 8))
+        memory.step()
+    modules = {module.name: module for module in memory.last_modules}
+    if started:
+        # THEN the figures are the allocator's
+        assert modules["0"].forward_delta_bytes == 3 << 20
+        assert modules["Sequential"].forward_delta_bytes == 4 << 20
+    else:
+        # THEN, CUDA not running, they are the bytes of the tensors produced
+        assert modules["0"].forward_delta_bytes == 4 * 8 * FLOAT_BYTES

@@ -54,10 +54,8 @@ class ModuleSampler:
         self._names = {
             id(module): name or type(model).__name__ for name, module in model.named_modules()
         }
-        allocated: Callable[[], int] | None = (
-            source.allocated_now if source is not None and source.tracks_tensors else None
-        )
-        self._allocated = allocated
+        self._source = source
+        self._allocated: Callable[[], int] | None = None
         self._handles: list[Any] = []
         self._reset()
 
@@ -74,6 +72,11 @@ class ModuleSampler:
         if self._handles:
             return
         from torch.nn.modules import module
+
+        # The allocator, once CUDA runs and if it sees every tensor; else the tensors' bytes.
+        source = self._source
+        uses_allocator = source is not None and source.tracks_tensors and source.ready()
+        self._allocated = source.allocated_now if source is not None and uses_allocator else None
 
         # Two process-wide forward hooks, not two per module: a large model's thousands of
         # registrations would cost more than its step. Other models' modules are ignored.

@@ -142,7 +142,9 @@ class CudaStatsSource(StatsSource):
         )
 
     def allocated_now(self) -> int:
-        return int(self._torch.cuda.memory_allocated(self._resolved()))
+        # The raw nested counters: memory_allocated() would flatten all of them per call.
+        nested = self._torch.cuda.memory_stats_as_nested_dict(self._resolved())
+        return int(nested.get("allocated_bytes", {}).get("all", {}).get("current", 0))
 
     def reset_peaks(self) -> None:
         self._torch.cuda.reset_peak_memory_stats(self._resolved())
