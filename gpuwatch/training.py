@@ -187,8 +187,7 @@ def read_reports(lease_dir: str | None = None) -> TrainingReports:
     newest: dict[tuple[int, int], TrainingReport] = {}
     valid = 0
     for name in names[-MAX_FILES_READ:]:
-        # The lease directory's own reader: held regular files only, no symlinks, size capped.
-        found = directory._read_if_held(os.path.join(directory.path, name))
+        found = _held_record(directory, os.path.join(directory.path, name))
         try:
             if found is None:
                 continue
@@ -199,6 +198,20 @@ def read_reports(lease_dir: str | None = None) -> TrainingReports:
         newest[(report.pid, report.rank)] = report  # names sort oldest first
     reports = sorted(newest.values(), key=lambda r: (r.hostname, r.pid, r.rank))
     return TrainingReports(tuple(reports), skipped=len(names) - valid)
+
+
+def _held_record(directory: LeaseDir, path: str) -> tuple[Any, int] | None:
+    """(record, owner's uid) of a file a live process holds, through the lease directory's
+    own reader (held regular files only, no symlinks, size capped); `None` for any other."""
+    try:
+        found = directory._read_if_held(path)
+    except Exception:  # a file that reader refuses outright: as good as absent here
+        return None
+    if found is None:
+        return None
+    data, owner = found
+    # The reader gives the owner's uid, or the file's whole status: accept either.
+    return data, owner if isinstance(owner, int) else owner.st_uid
 
 
 def reports_for_this_machine() -> TrainingReports:
