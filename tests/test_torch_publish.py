@@ -116,3 +116,19 @@ def test_a_stuck_sender_costs_dropped_records_not_blocked_steps() -> None:
     assert [record.step for record in queue.take_all()] == list(range(94, 102))
     release.set()
     sender.close()
+
+
+def test_a_lease_directory_that_cannot_be_written_costs_one_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a lease directory that cannot be created (its parent is a file)
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("GPUWATCH_LEASE_DIR", str(tmp_path / "a-file" / "leases"))
+    # WHEN a watched training publishes again and again
+    with watch(source=SimulatedAllocator()) as memory:
+        for _ in range(3):
+            memory.step()
+            memory.publish_now()
+    # THEN it trained on, and said why once
+    assert memory.steps == 3
+    assert capsys.readouterr().err.count("cannot publish reports") == 1
