@@ -69,6 +69,8 @@ class Watch:
         self._optimizer_stepped = False
         self._last_tick = time.perf_counter()
         self._queue = StepQueue()
+        self._driver: Any = None  # this process's memory as the driver counts it, when on CUDA
+        self._last_driver_bytes: int | None = None
         self._sampler = (
             ModuleSampler(model, self.source) if per_module and model is not None else None
         )
@@ -291,9 +293,6 @@ class Watch:
             _notice(f"gpuwatch.torch: {self.notice}")
             return None
         return CudaStatsSource(_cuda_index_of(self.model))
-
-    _driver: Any = None
-    _last_driver_bytes: int | None = None
 
 
 def rank_and_world_size() -> tuple[int, int]:
