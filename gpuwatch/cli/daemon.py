@@ -89,7 +89,7 @@ def daemon(
     \b
     Examples:
       gpuwatch daemon                              # API on $XDG_RUNTIME_DIR/gpuwatch.sock
-      gpuwatch daemon --listen 9400                # + http://127.0.0.1:9400/metrics
+      gpuwatch daemon --listen 19400                # + http://127.0.0.1:19400/metrics
       gpuwatch daemon --sim 8 --socket /tmp/gw.sock --interval 500ms
       curl --unix-socket /tmp/gw.sock http://gpuwatch/v1/health
     """

@@ -77,6 +77,8 @@ class Connection:
                     raise BadRequest(408, f"request incomplete after {REQUEST_DEADLINE_S:g}s")
                 return None
         head, self._buffer = buffer.split(b"\r\n\r\n", 1)
+        if len(head) > MAX_HEAD_BYTES:
+            raise BadRequest(431, f"request head over {MAX_HEAD_BYTES} bytes")
         request, body_bytes = _parse_head(head)
         self._skip_body(body_bytes, deadline)
         return request
