@@ -17,6 +17,7 @@ import socket
 import socketserver
 import stat
 import struct
+import sys
 import threading
 import time
 from collections import Counter
@@ -119,6 +120,13 @@ class _Guarded(socketserver.BaseServer):
             request.setblocking(False)
             request.send(_BUSY)
         self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exception()
+        if isinstance(error, OSError):  # a client gone while it was accepted or refused
+            log.debug("client %s: %s", client_address, error)
+        else:
+            log.exception("serving a connection failed")
 
     def get_request(self) -> Any:
         try:
