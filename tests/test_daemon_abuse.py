@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.base import Backend, SampleScope
-from gpuwatch.backends.daemon import DaemonBackend
+from gpuwatch.backends.daemon import DaemonBackend, http_get
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.daemon.api import Api, stale_reason
 from gpuwatch.daemon.metrics import registry_for
@@ -449,3 +451,54 @@ def test_a_client_refuses_a_snapshot_older_than_the_daemon_allows(tmp_path: Path
         # WHEN a client reads it THEN it does not take it for the GPUs' state
         with pytest.raises(DaemonUnavailableError, match="snapshot 30s old"):
             DaemonBackend(path)
+
+
+FAKENVML = Path(
+    os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[2] / "shared" / "fakenvml")
+)
+
+
+@pytest.mark.skipif(
+    not (FAKENVML / "Makefile").is_file() or shutil.which("make") is None,
+    reason="needs ../shared/fakenvml and a C compiler",
+)
+def test_a_driver_unloaded_under_the_daemon_is_never_served_as_current(tmp_path: Path) -> None:
+    build = tmp_path / "fakenvml"
+    subprocess.run(
+        ["make", "-s", "-C", str(FAKENVML), f"BUILD={build}"], check=True, capture_output=True
+    )
+    scenario = tmp_path / "node.txt"
+    shutil.copy(FAKENVML / "scenarios" / "h100-1gpu.txt", scenario)
+    sock = tmp_path / "gpuwatch.sock"
+    env = {**os.environ, "LD_LIBRARY_PATH": str(build), "FAKENVML_SCENARIO": str(scenario)}
+    env.pop("GPUWATCH_SIM", None)
+    command = [sys.executable, "-m", "gpuwatch", "daemon", "--backend", "nvml"]
+    with subprocess.Popen(
+        [*command, "--socket", str(sock), "--interval", "0.2s"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as daemon:
+        try:
+            wait_until(lambda: get_json(sock, "/v1/health")[0] == 200, "the daemon to serve")
+            # GIVEN the driver unloaded, WHEN the daemon reopens it (SIGHUP) and that fails
+            scenario.unlink()
+            daemon.send_signal(signal.SIGHUP)
+            health = wait_until(
+                lambda: (h := get_json(sock, "/v1/health"))[0] == 503 and h[1], "the failure"
+            )
+            # THEN the old snapshot is not served, and every GPU is down in the metrics
+            assert health["status"] == "failing" and "not loaded" in health["last_error"]
+            status, answer = get_json(sock, "/v1/snapshot")
+            assert status == 503 and "sampling fails" in answer["error"]
+            metrics = http_get(str(sock), "/metrics")[1].decode()
+            assert (
+                'gpuwatch_gpu_up{gpu="0"' in metrics
+                and "gpuwatch_memory_free_bytes{" not in metrics
+            )
+            assert re.search(r"^gpuwatch_gpu_up\{.*\} 0\.0$", metrics, re.MULTILINE)
+            # AND a client does not take the daemon's word for the GPUs
+            with pytest.raises(DaemonUnavailableError, match="no current snapshot"):
+                DaemonBackend(str(sock))
+        finally:
+            daemon.terminate()
