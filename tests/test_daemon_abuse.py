@@ -29,6 +29,7 @@ from gpuwatch.daemon.settings import Settings
 from gpuwatch.errors import BackendError, DaemonUnavailableError, DriverNotFoundError
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling import Poller
+from tests.conftest import run_cli
 from tests.daemon_helpers import (
     FLOOD,
     as_user,
@@ -502,3 +503,42 @@ def test_a_driver_unloaded_under_the_daemon_is_never_served_as_current(tmp_path:
                 DaemonBackend(str(sock))
         finally:
             daemon.terminate()
+
+
+def test_root_without_a_runtime_dir_serves_where_every_client_looks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuwatch import paths
+
+    if os.geteuid() != 0:
+        pytest.skip("the system socket is root's")
+    # GIVEN root, in a container or a cron job: no XDG_RUNTIME_DIR, no systemd
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    system_dir = tmp_path / "run-gpuwatch"
+    monkeypatch.setattr(paths, "SYSTEM_DIR", str(system_dir))
+    monkeypatch.setattr(paths, "SYSTEM_SOCKET", str(system_dir / "gpuwatch.sock"))
+    # WHEN the daemon picks its socket THEN it is the system's, in a directory only root writes
+    assert paths.daemon_socket_path() == str(system_dir / "gpuwatch.sock")
+    assert system_dir.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_lease_directory_of_another_user_names_the_command_that_fixes_it(
+    public_dir: Path,
+) -> None:
+    uid, gid = other_user()
+    # GIVEN a shared lease directory that another user made (as the first to pick does in /tmp)
+    public_dir.chmod(0o1777)  # like /tmp
+    leases = public_dir / "leases"
+    subprocess.run(
+        as_user(uid, gid, sys.executable, "-c", f"import os; os.mkdir({str(leases)!r}, 0o755)"),
+        check=True,
+        timeout=60,
+    )
+    leases.chmod(0o1777)  # as gpuwatch makes it
+    # WHEN this user picks
+    result = run_cli("pick", "--sim", "2", env={"GPUWATCH_LEASE_DIR": str(leases)})
+    # THEN it is refused, with the one command an administrator runs
+    assert result.exit_code != 0
+    assert "`sudo install -d -m 1777 /run/gpuwatch/leases`" in result.stderr
+    assert result.stderr.count("\n") == 1
