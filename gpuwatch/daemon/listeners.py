@@ -41,6 +41,8 @@ _BUSY = encode(
 
 
 class _Handler(socketserver.BaseRequestHandler):
+    """Answers one connection's requests in turn; `client_address` is the client's name."""
+
     server: _Guarded
 
     def handle(self) -> None:
@@ -56,9 +58,9 @@ class _Handler(socketserver.BaseRequestHandler):
         except BadRequest as error:
             with contextlib.suppress(OSError):
                 connection.send(error.response, with_body=True, keep_alive=False)
-            log.debug("client %s: %s", self.server.client_name(self.request), error)
+            log.debug("client %s: %s", self.client_address, error)
         except OSError as error:  # gone, or too slow to take its answer: its own loss
-            log.debug("client %s: %s", self.server.client_name(self.request), error)
+            log.debug("client %s: %s", self.client_address, error)
 
 
 class _Guarded(socketserver.BaseServer):

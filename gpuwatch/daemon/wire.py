@@ -64,6 +64,7 @@ class Connection:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._buffer = b""
+        self._closed = False
 
     def read_request(self) -> Request | None:
         """The next request, or `None` when the client closed or stayed idle before one."""
@@ -73,9 +74,9 @@ class Connection:
             if len(self._buffer) > MAX_HEAD_BYTES:
                 raise BadRequest(431, f"request head over {MAX_HEAD_BYTES} bytes")
             if not self._receive(deadline):
-                if self._buffer:
+                if self._buffer and not self._closed:
                     raise BadRequest(408, f"request incomplete after {REQUEST_DEADLINE_S:g}s")
-                return None
+                return None  # gone, or idle: nothing to answer
         head, self._buffer = buffer.split(b"\r\n\r\n", 1)
         if len(head) > MAX_HEAD_BYTES:
             raise BadRequest(431, f"request head over {MAX_HEAD_BYTES} bytes")
@@ -97,6 +98,7 @@ class Connection:
         except TimeoutError:
             return False
         self._buffer += chunk
+        self._closed = not chunk
         return bool(chunk)
 
     def _skip_body(self, size: int, deadline: float) -> None:
