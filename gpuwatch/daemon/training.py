@@ -18,8 +18,8 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuwatch.leases import default_lease_dir
 from gpuwatch.models import Snapshot
+from gpuwatch.paths import default_lease_dir
 from gpuwatch.training import TrainingReport, TrainingReports, read_reports
 
 READ_EVERY_S = 1.0
