@@ -246,7 +246,15 @@ class ReportFile:
 
 
 def this_hostname() -> str:
-    return socket.gethostname()[:_MAX_NAME_CHARS]
+    return fit_name(socket.gethostname())
+
+
+def fit_name(text: str) -> str:
+    """`text` as a report may carry it: printable, and short enough for readers to accept."""
+    printable = "".join(c if c.isprintable() else "?" for c in text)
+    return (
+        printable if len(printable) <= _MAX_NAME_CHARS else printable[: _MAX_NAME_CHARS - 1] + "…"
+    )
 
 
 def module_from_dict(item: object) -> ModuleMemory:

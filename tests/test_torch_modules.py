@@ -161,3 +161,22 @@ def test_modules_are_measured_by_the_allocator_once_cuda_runs(started: bool) -> 
     else:
         # THEN, CUDA not running, they are the bytes of the tensors produced
         assert modules["0"].forward_delta_bytes == 4 * 8 * FLOAT_BYTES
+
+
+def test_a_module_with_an_unwieldy_name_still_publishes_a_readable_report(
+    lease_dir: Any,
+) -> None:
+    from gpuwatch.training import read_reports
+
+    # GIVEN a module whose name is too long and holds a control character
+    model = nn.Sequential()
+    model.add_module("x" * 300 + "\x1b", nn.Linear(4, 4))
+    with watch(model, per_module=True, source=SimulatedAllocator()) as memory:
+        model(torch.randn(2, 4))
+        memory.step()
+        memory.publish_now()
+        found = read_reports()
+    # THEN readers accept the report, with the name cut and cleaned
+    assert found.skipped == 0
+    (report,) = found.reports
+    assert any(m.name.startswith("xxx") and m.name.endswith("…") for m in report.modules)

@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from gpuwatch.torch.stats import StatsSource
-from gpuwatch.training import ModuleMemory
+from gpuwatch.training import ModuleMemory, fit_name
 
 
 @dataclass
@@ -52,7 +52,8 @@ class ModuleSampler:
 
     def __init__(self, model: Any, source: StatsSource | None) -> None:
         self._names = {
-            id(module): name or type(model).__name__ for name, module in model.named_modules()
+            id(module): fit_name(name or type(model).__name__)
+            for name, module in model.named_modules()
         }
         self._source = source
         self._allocated: Callable[[], int] | None = None
