@@ -68,6 +68,7 @@ class Watch:
         self._closed = False
         self._optimizer_stepped = False
         self._last_tick = time.perf_counter()
+        self._last_step_time_s = 0.0
         self._queue = StepQueue()
         self._driver: Any = None  # this process's memory as the driver counts it, when on CUDA
         self._last_driver_bytes: int | None = None
@@ -149,6 +150,7 @@ class Watch:
     def _tick(self) -> None:
         now = time.perf_counter()
         step_time_s, self._last_tick = now - self._last_tick, now
+        self._last_step_time_s = step_time_s
         self.steps += 1
         self._handled_oom = False  # a program that caught the last OOM may meet another
         stats = None
@@ -188,7 +190,8 @@ class Watch:
                 self.oom_dir,
                 self.source.snapshot() if self.source and self.record_history else None,
             )
-            self._queue.put(StepRecord(self.steps, 0.0, self._read_stats()))
+            # Published at once, so that a reader sees the OOM before the step ends, if ever.
+            self._queue.put(StepRecord(self.steps, self._last_step_time_s, self._read_stats()))
         except Exception as error:  # inside the allocator: never add a second failure
             sys.stderr.write(f"gpuwatch.torch: could not write the OOM report: {error}\n")
 
