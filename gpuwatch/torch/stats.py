@@ -110,7 +110,7 @@ class CudaStatsSource(StatsSource):
     @property
     def device(self) -> str:
         if self._index is None and self.ready():
-            self._index = int(self._torch.cuda.current_device())
+            self._resolved()
         return "cuda" if self._index is None else f"cuda:{self._index}"
 
     def ready(self) -> bool:
@@ -175,7 +175,10 @@ class CudaStatsSource(StatsSource):
         return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
     def _resolved(self) -> int:
-        self.device  # noqa: B018 - resolves the current device once CUDA runs
+        """The device's index; the current device once CUDA runs, when none was given
+        (asking before would start CUDA)."""
+        if self._index is None and self.ready():
+            self._index = int(self._torch.cuda.current_device())
         return self._index or 0
 
 
