@@ -50,7 +50,7 @@ def parse_size(text: str) -> int:
     return int(number * factor)
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, *, most_s: float = MAX_DURATION_S) -> float:
     """Seconds in a human duration: `500ms`, `1.5s`, `10m`, `24h`, `2d`, or plain seconds."""
     number, unit = _split(text)
     factor = _DURATION_UNITS.get(unit.lower())
@@ -58,9 +58,19 @@ def parse_duration(text: str) -> float:
         raise InvalidValueError(
             f"{_shown(text)} is not a duration: use e.g. 500ms, 30s, 10m or 24h"
         )
-    if number * factor > MAX_DURATION_S:
-        raise InvalidValueError(f"{_shown(text)} is too long: the most is 10000d")
+    if number * factor > min(most_s, MAX_DURATION_S):
+        most = format_duration(min(most_s, MAX_DURATION_S))
+        raise InvalidValueError(f"{_shown(text)} is too long: the most is {most}")
     return number * factor
+
+
+def format_duration(seconds: float) -> str:
+    """The largest unit that says `seconds` exactly: `format_duration(86400) == '1d'`."""
+    for unit in ("d", "h", "m", "s"):
+        count = seconds / _DURATION_UNITS[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{seconds * 1000:g}ms"
 
 
 def parse_whole_number(text: str, *, low: int, high: int) -> int:

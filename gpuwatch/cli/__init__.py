@@ -85,7 +85,9 @@ def _run_click(args: list[str]) -> int:
             args=args, prog_name="gpuwatch", standalone_mode=False, terminal_width=help_width()
         )
     except click.UsageError as error:
-        command = error.ctx.command_path if error.ctx else "gpuwatch"
+        # click gives no context for some errors (an option without its value)
+        named = args[:1] if args[:1] and not args[0].startswith("-") else []
+        command = error.ctx.command_path if error.ctx else " ".join(["gpuwatch", *named])
         message = error.format_message().rstrip(".")
         return fail(f"{message} (see '{command} --help')", ExitCode.USAGE)
     except click.Abort:

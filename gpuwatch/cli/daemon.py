@@ -91,7 +91,7 @@ def daemon(
       gpuwatch daemon                 # API on $XDG_RUNTIME_DIR/gpuwatch.sock
       gpuwatch daemon --listen 9400   # + http://127.0.0.1:9400/metrics
       gpuwatch daemon --sim 8 --socket /tmp/gw.sock
-      curl --unix-socket /tmp/gw.sock http://gpuwatch/v1/health
+      curl --unix-socket /tmp/gw.sock http://gw/v1/health
     """
     from gpuwatch.daemon.service import run_daemon
 

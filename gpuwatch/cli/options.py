@@ -11,7 +11,7 @@ from gpuwatch.backends import BACKEND_KINDS
 from gpuwatch.cli._compat import FloatParamType, IntParamType
 from gpuwatch.cli.terminal import definition_list, fit_line, paragraphs
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.units import MAX_DURATION_S, parse_duration, parse_whole_number
+from gpuwatch.units import MAX_DURATION_S, format_duration, parse_duration, parse_whole_number
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,13 +31,12 @@ class Duration(FloatParamType):
         if isinstance(value, float):
             return value
         try:
-            seconds = parse_duration(str(value))
+            seconds = parse_duration(str(value), most_s=self.maximum_s)
         except InvalidValueError as error:
             self.fail(str(error), param, ctx)
         if seconds < self.minimum_s:
-            self.fail(f"{value!r} is too short: the least is {self.minimum_s:g}s", param, ctx)
-        if seconds > self.maximum_s:
-            self.fail(f"{value!r} is too long: the most is {self.maximum_s:g}s", param, ctx)
+            least = format_duration(self.minimum_s)
+            self.fail(f"{value!r} is too short: the least is {least}", param, ctx)
         return seconds
 
 

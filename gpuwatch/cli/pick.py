@@ -87,7 +87,7 @@ def _option_row(action: argparse.Action) -> tuple[str, str]:
 def _clicklike(message: str) -> str:
     """argparse's `argument -n/--gpus: MESSAGE` worded as click words it."""
     if message.startswith("unrecognized arguments: "):
-        return f"No such option: {message.removeprefix('unrecognized arguments: ')}"
+        return f"No such option {message.removeprefix('unrecognized arguments: ')!r}"
     head, _, detail = message.partition(": ")
     if not head.startswith("argument ") or not detail:
         return message

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.errors import DaemonError, InvalidValueError
+from gpuwatch.errors import ConfigFileError, InvalidValueError
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import parse_duration
 
@@ -58,16 +58,20 @@ def parse_listen(text: str) -> tuple[str, int] | None:
 
 
 def parse_interval(text: str) -> float:
-    seconds = parse_duration(text)
+    try:
+        seconds = parse_duration(text, most_s=MAX_INTERVAL_S)
+    except InvalidValueError as error:
+        raise InvalidValueError(f"interval {error}") from None
     if seconds < MIN_INTERVAL_S:
         raise InvalidValueError(f"interval {text!r} is too short: the least is {MIN_INTERVAL_S}s")
-    if seconds > MAX_INTERVAL_S:
-        raise InvalidValueError(f"interval {text!r} is too long: the most is {MAX_INTERVAL_S:g}s")
     return seconds
 
 
 def parse_history(text: str) -> float:
-    seconds = parse_duration(text)
+    try:
+        seconds = parse_duration(text)
+    except InvalidValueError as error:
+        raise InvalidValueError(f"history {error}") from None
     if seconds <= 0:
         raise InvalidValueError(f"history {text!r}: keep at least one sample")
     return seconds
@@ -93,9 +97,9 @@ def with_config_file(settings: Settings) -> Settings:
     except FileNotFoundError:
         return settings
     except InvalidValueError as error:
-        raise DaemonError(f"the config file {path}: {error}") from None
+        raise ConfigFileError(f"the config file {path}: {error}") from None
     if unknown := set(data) - set(_EXAMPLES):
-        raise DaemonError(
+        raise ConfigFileError(
             f"{path}: unknown setting {sorted(unknown)[0]!r}; known: {', '.join(_EXAMPLES)}"
         )
     parsers = {
@@ -108,15 +112,15 @@ def with_config_file(settings: Settings) -> Settings:
         if key in settings.fixed_by_flags:
             continue
         if not isinstance(value, str):
-            raise DaemonError(f"{path}: {key} takes a string, e.g. {key} = {_EXAMPLES[key]}")
+            raise ConfigFileError(f"{path}: {key} takes a string, e.g. {key} = {_EXAMPLES[key]}")
         field, parse = parsers[key]
         try:
             changes[field] = parse(value)
         except InvalidValueError as error:
-            raise DaemonError(f"{path}: {error}") from None
+            raise ConfigFileError(f"{path}: {error}") from None
     fresh = replace(settings, **changes)
     try:
         check_retention(fresh.interval_s, fresh.history_s)
     except InvalidValueError as error:
-        raise DaemonError(f"{path}: {error}") from None
+        raise ConfigFileError(f"{path}: {error}") from None
     return fresh
