@@ -219,6 +219,9 @@ def test_bad_scenario_file_names_file_entry_and_fix(
             "two GPUs have the same uuid",
         ),
         ("a = " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
+        ("[[gpu]]\nuuid = 'GPU-0,GPU-1'\n", 'uuid: write "GPU-..." of letters'),
+        ("[[gpu]]\nuuid = 'GPU-\\u001b[2J'\n", 'uuid: write "GPU-..." of letters'),
+        ("[[gpu]]\npci_bus_id = '00:18 0'\n", "pci_bus_id: write letters"),
     ],
     ids=[
         "count-billion",
@@ -240,6 +243,9 @@ def test_bad_scenario_file_names_file_entry_and_fix(
         "memory-reversed",
         "duplicate-uuid",
         "deeply-nested",
+        "uuid-with-comma",
+        "uuid-with-escape",
+        "bus-id-with-space",
     ],
 )
 def test_out_of_range_scenario_values_are_refused_naming_them(

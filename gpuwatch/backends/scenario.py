@@ -275,8 +275,8 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
         gpus.append(
             SimGpu(
                 model=model,
-                uuid=entry.string("uuid", made.uuid),
-                pci_bus_id=entry.string("pci_bus_id", made.pci_bus_id),
+                uuid=_identifier(entry, "uuid", made.uuid, "GPU-"),
+                pci_bus_id=_identifier(entry, "pci_bus_id", made.pci_bus_id, ""),
                 load=load,
                 unsupported=unsupported,
                 fault="GPU is lost" if fault == "lost" else fault,
@@ -345,6 +345,18 @@ def _default_gpu(index: int, load: Load, seed: int) -> SimGpu:
         pci_bus_id=f"00000000:{bus:02X}:00.0",
         load=Load(load.shape, load.low_pct, load.high_pct, load.period_s, phase),
     )
+
+
+def _identifier(entry: _Table, key: str, default: str, prefix: str) -> str:
+    """A uuid or bus id: it ends up in CUDA_VISIBLE_DEVICES, so no commas, spaces or escapes."""
+    value = entry.string(key, default)
+    allowed = value.startswith(prefix) and 0 < len(value) <= 80
+    if not (allowed and value.isascii() and all(c.isalnum() or c in "-:." for c in value)):
+        shown = f'"{prefix}..." of ' if prefix else ""
+        raise ScenarioError(
+            f"{entry.where}.{key}: write {shown}letters, digits, '-', ':' and '.' only"
+        )
+    return value
 
 
 def _size(entry: _Table, key: str, value: object, low: int = 0, high: int = MAX_SIZE_BYTES) -> int:
