@@ -16,7 +16,6 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
-from gpuwatch.cli.terminal import printable
 from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NotEnoughGpusError
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
@@ -68,6 +67,8 @@ def fail(message: str, code: int, *, details: Sequence[str] = ()) -> int:
     Messages quote what they were given (file names, values, lease records), which
     may hold escape sequences: those are shown as `?`.
     """
+    from gpuwatch.cli.terminal import printable  # here: pick loads it only when it fails
+
     lines = [f"gpuwatch: error: {message}", *(f"  {detail}" for detail in details)]
     lines = [printable(line) for line in lines]
     sys.stderr.write("\n".join(lines) + "\n")

@@ -15,13 +15,6 @@ from collections.abc import Callable
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
 from gpuwatch.choices import Format, Strategy, check_gpu_count, check_percent
-from gpuwatch.cli.terminal import (
-    definition_list,
-    help_width,
-    paragraphs,
-    printable,
-    terminal_columns,
-)
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.launch import exec_command
 from gpuwatch.leases import LeaseDir
@@ -62,6 +55,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, drawing its help and errors as the click commands do (gpuwatch.cli.terminal)."""
 
     def format_help(self) -> str:
+        from gpuwatch.cli.terminal import definition_list, help_width, paragraphs
+
         width = help_width()
         lines = [f"Usage: {_USAGE}", ""]
         lines += paragraphs(_DESCRIPTION.split("\n\n"), width)
@@ -274,6 +269,8 @@ class _WaitDisplay:
     def __call__(self, request: Request, choice: Choice, waited_s: float) -> None:
         if not self._terminal and self._drawn:
             return
+        from gpuwatch.cli.terminal import printable, terminal_columns
+
         width = terminal_columns() - 1
         qualify = "qualifies" if choice.qualifying == 1 else "qualify"
         lines = [
