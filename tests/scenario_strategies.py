@@ -35,7 +35,7 @@ _GOOD: dict[str, st.SearchStrategy[object]] = {
     "count": st.integers(1, 8),
     "name": _text,
     "uuid": st.builds(lambda n: f"GPU-{n:08x}", st.integers(0, 2**32 - 1)),
-    "pci_bus_id": _text,
+    "pci_bus_id": st.builds(lambda n: f"00000000:{n:02X}:00.0", st.integers(0, 255)),
     "memory_total": st.sampled_from(["24GiB", "80GiB", "40GiB", "1GiB"]),
     "memory_reserved": st.sampled_from(["0", "500MiB", "1GiB"]),
     "power_limit_w": st.floats(1, 10_000),
@@ -52,6 +52,13 @@ _GOOD: dict[str, st.SearchStrategy[object]] = {
     "command": _text,
     "memory": st.one_of(_sizes, st.lists(_sizes, min_size=2, max_size=2)),
     "kind": st.sampled_from(["compute", "graphics", "compute+graphics"]),
+    "mig": st.one_of(  # most GPUs not in MIG mode: a process on one that is must name a device
+        st.just([]),
+        st.just([]),
+        st.just([]),
+        st.lists(st.sampled_from(["1g.10gb", "2g.20gb", "3g.40gb"]), min_size=1, max_size=3),
+    ),
+    "mig device": st.integers(0, 2),
 }
 # Values no key takes, or takes only within a range.
 _NASTY: list[object] = [
@@ -99,8 +106,9 @@ _GPU_KEYS = [
     "period",
     "unsupported",
     "fault",
+    "mig",
 ]
-_PROCESS_KEYS = ["gpu", "pid", "user", "command", "memory", "kind"]
+_PROCESS_KEYS = ["gpu", "pid", "user", "command", "memory", "kind", "mig"]
 
 
 @st.composite
@@ -110,8 +118,9 @@ def _table(draw: st.DrawFn, keys: list[str], required: tuple[str, ...] = ()) -> 
         chosen.append(draw(st.sampled_from(["colour", "gpu", "count "])))
     table = {}
     for key in chosen:
-        bad = key not in _GOOD or draw(_one_in(8))
-        table[key] = draw(_BAD if bad else _GOOD[key])
+        name = "mig device" if key == "mig" and "pid" in keys else key
+        bad = name not in _GOOD or draw(_one_in(8))
+        table[key] = draw(_BAD if bad else _GOOD[name])
     if isinstance(table.get("count"), int) and table["count"] > 1 and not draw(_one_in(15)):
         table.pop("uuid", None)
         table.pop("pci_bus_id", None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,14 @@ def test_control_and_format_characters_from_other_users_are_shown_as_question_ma
     table = render(shot, width=200)
     assert evil not in table and "\x1b" not in table and "\x9b" not in table
     assert "python ?" in table and "eve?" in table and "GPU?" in table and "node?" in table
+
+
+@pytest.mark.parametrize("width", [40, 60, 120], ids=lambda width: f"{width}-columns")
+def test_mig_devices_fit_the_terminal_too(width: int) -> None:
+    # GIVEN a node with a MIG-enabled GPU WHEN drawn narrow or wide
+    mig_node = Path(__file__).resolve().parents[1] / "examples" / "mig-node.toml"
+    shot = SimBackend(mig_node, clock=lambda: FROZEN_TIME).sample()
+    lines = render(shot, width=width).splitlines()
+    # THEN every line fits, and every MIG device keeps its label and memory
+    assert max(len(line) for line in lines) <= width, max(lines, key=len)
+    assert sum(" GiB" in line and ":" in line.split("|")[0] for line in lines) == 3

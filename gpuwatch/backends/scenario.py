@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.backends import sim_mig
 from gpuwatch.errors import InvalidValueError, ScenarioError
 from gpuwatch.models import ProcessKind
 from gpuwatch.tomlfile import read_toml
@@ -99,6 +100,8 @@ class SimGpu:
     load: Load
     unsupported: frozenset[str] = frozenset()
     fault: str | None = None
+    mig: tuple[str, ...] = ()
+    """The profiles of its MIG devices, when MIG-enabled (see `sim_mig`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,8 @@ class SimProcess:
     memory_low_bytes: int
     memory_high_bytes: int
     kind: ProcessKind = ProcessKind.COMPUTE
+    mig: int | None = None
+    """The index of the MIG device it runs in, on a MIG-enabled GPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +176,7 @@ def scenario_from_dict(data: dict[str, Any]) -> Scenario:
     if len(entries) > MAX_PROCESSES:
         raise ScenarioError(f"a scenario has at most {MAX_PROCESSES} [[process]] tables")
     processes = tuple(
-        _process(_Table(f"process[{number}]", entry, _PROCESS_KEYS), len(gpus))
+        _process(_Table(f"process[{number}]", entry, _PROCESS_KEYS), gpus)
         for number, entry in enumerate(entries)
     )
     return Scenario(
@@ -229,8 +234,9 @@ _GPU_KEYS = {
     "period",
     "unsupported",
     "fault",
+    "mig",
 }
-_PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind"}
+_PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind", "mig"}
 
 
 def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
@@ -280,6 +286,7 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
                 load=load,
                 unsupported=unsupported,
                 fault="GPU is lost" if fault == "lost" else fault,
+                mig=sim_mig.check_profiles(entry.where, entry.strings("mig")),
             )
         )
     return gpus
@@ -307,10 +314,10 @@ def _load(entry: _Table) -> Load:
     return Load(shape, low, high, period_s)
 
 
-def _process(entry: _Table, gpu_count: int) -> SimProcess:
+def _process(entry: _Table, gpus: list[SimGpu]) -> SimProcess:
     gpu = entry.integer("gpu", None, low=-(1 << 63), high=1 << 63)  # range checked below
-    if not 0 <= gpu < gpu_count:
-        raise ScenarioError(f"{entry.where}.gpu: no GPU {gpu} (the scenario has {gpu_count})")
+    if not 0 <= gpu < len(gpus):
+        raise ScenarioError(f"{entry.where}.gpu: no GPU {gpu} (the scenario has {len(gpus)})")
     memory = entry.data.get("memory", "0")
     low, high = (memory, memory) if isinstance(memory, str) else _pair(entry, "memory", memory)
     low_bytes, high_bytes = _size(entry, "memory", low), _size(entry, "memory", high)
@@ -330,6 +337,7 @@ def _process(entry: _Table, gpu_count: int) -> SimProcess:
         memory_low_bytes=low_bytes,
         memory_high_bytes=high_bytes,
         kind=kind,
+        mig=sim_mig.check_process_mig(entry.where, entry.data.get("mig"), gpus[gpu].mig),
     )
 
 

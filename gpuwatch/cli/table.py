@@ -1,5 +1,8 @@
 """`gpuwatch status` as a table: one line per GPU, one per process and lease under it.
 
+A MIG-enabled GPU has one line per MIG device under it, with that device's
+processes and leases under the device.
+
 Pure text in, text out: colour is decided by the caller and passed in.
 """
 
@@ -10,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuwatch.cli.terminal import printable
-from gpuwatch.models import GpuSample, Lease, ProcessUsage, Snapshot
+from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage, Snapshot
 from gpuwatch.units import format_size
 
 _GIB = float(1 << 30)
@@ -47,16 +50,53 @@ def render(
     layout = _layout(snapshot.gpus, width, style)
     for gpu in snapshot.gpus:
         lines.append(_gpu_line(gpu, layout, style))
-        processes = sorted(
-            snapshot.processes_on(gpu.index), key=lambda p: -(p.memory_used_bytes or 0)
-        )
-        lines.extend(_process_line(process, style, width) for process in processes)
-        lines.extend(
-            _lease_line(lease, style, width) for lease in leases if lease.gpu_uuid == gpu.uuid
-        )
+        migs = snapshot.mig_devices_of(gpu.index)
+        placed = {mig.uuid for mig in migs}
+        outside = [p for p in snapshot.processes_on(gpu.index) if p.mig_uuid not in placed]
+        lines.extend(_processes_and_leases(outside, gpu.uuid, leases, style, width))
+        for mig in migs:
+            lines.append(_mig_line(mig, layout, style, width))
+            in_mig = snapshot.processes_in(mig)
+            lines.extend(_processes_and_leases(in_mig, mig.uuid, leases, style, width, "  "))
     if not snapshot.gpus:
         lines.append("no GPUs")
     return "\n".join(lines) + "\n"
+
+
+def _processes_and_leases(
+    processes: Sequence[ProcessUsage],
+    uuid: str | None,
+    leases: Sequence[Lease],
+    style: Style,
+    width: int,
+    indent: str = "",
+) -> list[str]:
+    ordered = sorted(processes, key=lambda p: -(p.memory_used_bytes or 0))
+    lines = [_process_line(process, style, width - len(indent)) for process in ordered]
+    lines.extend(
+        _lease_line(lease, style, width - len(indent)) for lease in leases if lease.gpu_uuid == uuid
+    )
+    return [indent + line for line in lines]
+
+
+def _mig_line(mig: MigDevice, layout: _Layout, style: Style, width: int) -> str:
+    """`  0:2  1g.10gb   0.0 /   9.8 GiB  GI 13 CI 0`; the instance ids go first when narrow."""
+    label = style.paint(f"{mig.label:>5}", BOLD)
+    profile = printable(mig.profile or mig.name or _MISSING)
+    head = f"  {label}  {profile:<10} | "
+    head_width = 2 + max(5, len(mig.label)) + 2 + max(10, len(profile)) + 3
+    if mig.error is not None:
+        error = _cut("error: " + printable(mig.error), max(10, width - head_width), style)
+        return head + style.paint(error, RED)
+    memory = _memory(mig, layout.bar, style)
+    ids = f"GI {_or_missing(mig.gpu_instance_id)} CI {_or_missing(mig.compute_instance_id)}"
+    if head_width + len(memory.plain) + 3 + len(ids) > width:
+        return head + memory.painted
+    return f"{head}{memory.painted} | {ids}"
+
+
+def _or_missing(value: int | None) -> str:
+    return _MISSING if value is None else str(value)
 
 
 def _header(snapshot: Snapshot, style: Style, width: int) -> str:
@@ -161,7 +201,7 @@ def _cells(gpu: GpuSample, style: Style, *, bar: bool) -> list[_Cell]:
     ]
 
 
-def _memory(gpu: GpuSample, with_bar: bool, style: Style) -> _Cell:
+def _memory(gpu: GpuSample | MigDevice, with_bar: bool, style: Style) -> _Cell:
     used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
     if used is None or total is None or total <= 0:
         return _Cell.of(_MISSING, style)
@@ -179,7 +219,8 @@ def _memory(gpu: GpuSample, with_bar: bool, style: Style) -> _Cell:
 
 def _utilization(gpu: GpuSample, style: Style) -> _Cell:
     if gpu.utilization_pct is None:
-        return _Cell.of(_MISSING, style)
+        # The driver reports no utilization for a MIG-enabled GPU: say why there is none.
+        return _Cell.of("MIG" if gpu.mig_enabled else _MISSING, style)
     level = _level(gpu.utilization_pct / 100, 0.3, 0.8)
     return _Cell.of(f"{gpu.utilization_pct:3d}%", style, level)
 
