@@ -16,6 +16,8 @@
     │   └── AlreadySelectedError       select() was already called in this process
     ├── LeaseError                     the lease directory is missing, unsafe or unusable
     ├── DaemonError                    the daemon cannot start (socket in use, bad settings)
+    │   └── ConfigFileError            its --config file is unreadable or has a bad value
+    │                                  (also an InvalidValueError: a usage error)
     └── LaunchError                    the command to run on the chosen GPUs could not start
         ├── CommandNotFoundError       no such command (exit code 127, as in a shell)
         └── CommandNotExecutableError  found, but not executable (exit code 126)
@@ -100,6 +102,10 @@ class LeaseError(GpuwatchError):
 
 class DaemonError(GpuwatchError):
     """The daemon cannot start or reload: its socket is in use, or a setting is wrong."""
+
+
+class ConfigFileError(DaemonError, InvalidValueError):
+    """The daemon's `--config` file cannot be read, or one of its values is out of range."""
 
 
 class LaunchError(GpuwatchError):
