@@ -38,7 +38,7 @@ from prometheus_client.registry import CollectorRegistry
 from gpuwatch._version import __version__
 from gpuwatch.daemon.settings import Settings
 from gpuwatch.errors import DaemonError, InvalidValueError
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases import LeaseDir, LeaseFiles
 from gpuwatch.models import Lease
 from gpuwatch.sampling import Poller
 from gpuwatch.units import parse_duration
@@ -137,7 +137,11 @@ class Api:
             self._history_slots.release()
 
     def leases(self) -> Response:
-        return _json(200, {"leases": [lease.to_dict() for lease in self.current_leases()]})
+        found = self._lease_files()
+        return _json(
+            200,
+            {"leases": [lease.to_dict() for lease in found.leases], "skipped": found.skipped},
+        )
 
     def health(self) -> Response:
         state = self.poller.state
@@ -179,8 +183,11 @@ class Api:
         return Response(200, CONTENT_TYPE_LATEST, generate_latest(self._registry))
 
     def current_leases(self) -> list[Lease]:
+        return self._lease_files().leases
+
+    def _lease_files(self) -> LeaseFiles:
         lease_dir = LeaseDir.read_only()
-        return lease_dir.leases() if lease_dir is not None else []
+        return lease_dir.read() if lease_dir is not None else LeaseFiles([])
 
 
 class _Handler(BaseHTTPRequestHandler):
