@@ -126,14 +126,14 @@ def random_files(count: int, work: Path, lease_dir: Path, env: dict[str, str]) -
                     run(env, "pick", "--sim", "2", "--mem", "1GiB"),
                 ]
                 as_json = run(env, "status", "--sim", "2", "--json")
-                _, leases = http_get(str(sock), "/v1/leases")
-                metrics_status, _ = http_get(str(sock), "/metrics")
+                leases = daemon_answer(sock, "/v1/leases")
+                metrics = daemon_answer(sock, "/metrics")
             finally:
                 for fd in held:
                     os.close(fd)
             tracebacks += sum("Traceback" in stderr for _, stderr in [*outputs, as_json])
-            non_json += (not is_strict_json(as_json[0])) + (not is_strict_json(leases.decode()))
-            non_json += metrics_status != 200
+            non_json += (not is_strict_json(as_json[0])) + (not is_strict_json(leases))
+            non_json += metrics is None
             answers += 5
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -191,12 +191,21 @@ def run(env: dict[str, str], *args: str) -> tuple[str, str]:
     return done.stdout, done.stderr
 
 
-def is_strict_json(text: str) -> bool:
+def daemon_answer(sock: Path, path: str) -> str | None:
+    """The body of a 200 answer; `None` for an error or a connection closed unanswered."""
+    try:
+        status, body = http_get(str(sock), path)
+    except (OSError, ValueError):
+        return None
+    return body.decode() if status == 200 else None
+
+
+def is_strict_json(text: str | None) -> bool:
     def refuse(constant: str) -> None:
         raise ValueError(constant)
 
     try:
-        json.loads(text, parse_constant=refuse)
+        json.loads(text or "", parse_constant=refuse)
     except ValueError:
         return False
     return True
