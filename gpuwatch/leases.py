@@ -39,7 +39,7 @@ from contextlib import contextmanager
 
 from gpuwatch.errors import LeaseBusyError, LeaseError
 from gpuwatch.locking import file_key, flock_holders, flock_within, process_uids
-from gpuwatch.models import GpuSample, Lease
+from gpuwatch.models import Device, GpuSample, Lease
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -209,11 +209,11 @@ class LeaseDir:
                 skipped += 1
         return LeaseFiles(found, skipped + self._unreadable)
 
-    def claim(self, gpu: GpuSample, *, mem_bytes: int | None, command: str) -> HeldLease:
-        """Takes a lease on `gpu` for this process. Call it under `locked()`."""
+    def claim(self, gpu: Device, *, mem_bytes: int | None, command: str) -> HeldLease:
+        """Takes a lease on `gpu` (or a MIG device) for this process. Call it under `locked()`."""
         record = {
             "gpu_uuid": str(gpu.uuid),
-            "gpu_index": gpu.index,
+            "gpu_index": gpu.index if isinstance(gpu, GpuSample) else gpu.gpu_index,
             "pid": os.getpid(),
             "command": command[:_MAX_COMMAND_CHARS],
             "started_at": time.time(),
@@ -222,10 +222,16 @@ class LeaseDir:
         try:
             lease = _lease_from(record, lease_id="", user=user_name(os.getuid()))
         except _Malformed as error:  # a GPU no reader would believe, say from a scenario
-            raise LeaseError(f"cannot lease GPU {gpu.index} ({gpu.uuid}): {error}") from None
+            raise LeaseError(f"cannot lease {gpu.uuid}: {error}") from None
         fd, path = self._publish("lease", record)
         lease_id = os.path.basename(path).removesuffix(".lease")
         return HeldLease(fd, path, dataclasses.replace(lease, lease_id=lease_id))
+
+    def drop(self, lease: Lease) -> None:
+        """Removes a lease that no longer means anything (its MIG device is gone), even while
+        its holder runs. Call it under `locked()`; another user's file stays, harmlessly."""
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.path, os.path.basename(f"{lease.lease_id}.lease")))
 
     def enqueue(self, request: Request, command: str) -> HeldFile:
         """Joins the line of waiting jobs; the returned ticket leaves it when released."""
