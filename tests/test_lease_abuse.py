@@ -297,7 +297,7 @@ class TestExtremeRecords:
         try:
             table = run_cli("status", "--sim", "2", "-v")
             as_json = run_cli("status", "--sim", "2", "--json")
-            pick = run_cli("pick", "--sim", "2", "--mem", "1GiB", "--exclude", "1")
+            pick = run_cli("pick", "--sim", "2", "--mem", "1GiB", "--exclude", "1", "-v")
         finally:
             os.close(fd)
         # THEN status shows no lease and says (with -v) it skipped one file
@@ -305,8 +305,9 @@ class TestExtremeRecords:
         assert "leased by" not in table.stdout
         assert "skipped 1 malformed file(s) in the lease directory" in table.stderr
         assert as_json.exit_code == 0 and strict_json(as_json.stdout)["leases"] == []  # type: ignore[index]
-        # AND a pick sharing GPU 0 is served, as if the record were absent
+        # AND a pick sharing GPU 0 is served, as if the record were absent, and says so with -v
         assert pick.exit_code == 0, pick.stderr
+        assert "skipped 1 malformed file(s) in the lease directory" in pick.stderr
 
     def test_the_daemon_answers_and_counts_skipped_records(
         self, lease_dir: Path, tmp_path: Path
