@@ -31,13 +31,19 @@ import fcntl
 import json
 import os
 import pwd
-import re
 import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpuwatch.errors import LeaseBusyError, LeaseError
+from gpuwatch.lease_records import (
+    MAX_COMMAND_CHARS,
+    Malformed,
+    lease_from,
+    record_from,
+    waiter_from,
+)
 from gpuwatch.locking import file_key, flock_holders, flock_within, process_uids
 from gpuwatch.models import Device, GpuSample, Lease
 
@@ -57,17 +63,10 @@ FALLBACK_DIR = "/tmp/gpuwatch"
 _SHARED_MODE = 0o1777  # everyone may add files; only a file's owner may remove it
 _FILE_MODE = 0o644
 _MAX_FILE_BYTES = 64 << 10
-_MAX_COMMAND_CHARS = 4096
 _HIGH_FD = 512  # where a lease's descriptor goes in a command: out of the way of shell redirections
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 LOCK_WAIT_S = 10.0
 """The longest a picker waits for the directory lock, which is held for milliseconds."""
-MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT
-MAX_BYTES = 1 << 53  # far above any GPU's memory, and exact as a float
-_MAX_GPU_INDEX = 1 << 16
-_MAX_UUID_CHARS = 256
-_CLOCK_SKEW_S = 86400.0
-_TICKET_NAME = re.compile(r"(\d{20})-\d{1,10}-[0-9a-f]{8}\.wait")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,10 +77,6 @@ class LeaseFiles:
     skipped: int = 0
     """Files held by a live process but malformed (bad JSON, fields out of range, not a
     regular file): ignored, as if absent."""
-
-
-class _Malformed(Exception):
-    """A held file whose record cannot be trusted."""
 
 
 def default_lease_dir() -> str:
@@ -201,11 +196,11 @@ class LeaseDir:
         for name, data, info in self._live_entries(".lease"):
             try:
                 found.append(
-                    _lease_from(
+                    lease_from(
                         data, lease_id=name.removesuffix(".lease"), user=user_name(info.st_uid)
                     )
                 )
-            except _Malformed:
+            except Malformed:
                 skipped += 1
         return LeaseFiles(found, skipped + self._unreadable)
 
@@ -215,13 +210,13 @@ class LeaseDir:
             "gpu_uuid": str(gpu.uuid),
             "gpu_index": gpu.index if isinstance(gpu, GpuSample) else gpu.gpu_index,
             "pid": os.getpid(),
-            "command": command[:_MAX_COMMAND_CHARS],
+            "command": command[:MAX_COMMAND_CHARS],
             "started_at": time.time(),
             "mem_bytes": mem_bytes,
         }
         try:
-            lease = _lease_from(record, lease_id="", user=user_name(os.getuid()))
-        except _Malformed as error:  # a GPU no reader would believe, say from a scenario
+            lease = lease_from(record, lease_id="", user=user_name(os.getuid()))
+        except Malformed as error:  # a GPU no reader would believe, say from a scenario
             raise LeaseError(f"cannot lease {gpu.uuid}: {error}") from None
         fd, path = self._publish("lease", record)
         lease_id = os.path.basename(path).removesuffix(".lease")
@@ -237,7 +232,7 @@ class LeaseDir:
         """Joins the line of waiting jobs; the returned ticket leaves it when released."""
         record = {
             "pid": os.getpid(),
-            "command": command[:_MAX_COMMAND_CHARS],
+            "command": command[:MAX_COMMAND_CHARS],
             "request": request.to_dict(),
         }
         return HeldFile(*self._publish("wait", record))
@@ -258,8 +253,12 @@ class LeaseDir:
         now_ns = time.monotonic_ns()
         waiters = []
         for name, data, info in entries:
-            with contextlib.suppress(_Malformed):
-                waiters.append(_waiter_from(name, data, info, holders=holders, now_ns=now_ns))
+            with contextlib.suppress(Malformed):
+                waiters.append(
+                    waiter_from(
+                        name, data, info, user_name(info.st_uid), holders=holders, now_ns=now_ns
+                    )
+                )
         return waiters
 
     def _prepare(self) -> None:
@@ -334,35 +333,35 @@ class LeaseDir:
             if name.endswith(suffix):
                 try:
                     found = self._read_if_held(os.path.join(self.path, name))
-                except _Malformed:
+                except Malformed:
                     self._unreadable += 1
                     continue
                 if found is not None:
                     entries.append((name, *found))
             elif name.endswith(".tmp") and self._locked:
-                with contextlib.suppress(_Malformed):  # removes a dead draft
+                with contextlib.suppress(Malformed):  # removes a dead draft
                     self._read_if_held(os.path.join(self.path, name))
         return entries
 
     def _read_if_held(self, path: str) -> tuple[dict[str, Any], os.stat_result] | None:
         """(record, status) of a held file; `None` when it is gone or stale (and then
-        removed, under the lock). Raises `_Malformed` for anything else."""
+        removed, under the lock). Raises `Malformed` for anything else."""
         try:
             fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
         except FileNotFoundError:
             return None  # removed meanwhile
         except OSError as error:
-            raise _Malformed(path) from error  # a symlink, or unreadable
+            raise Malformed(path) from error  # a symlink, or unreadable
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_FILE_BYTES:
-                raise _Malformed(path)
+                raise Malformed(path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except OSError as error:
                 if error.errno != errno.EWOULDBLOCK:
-                    raise _Malformed(path) from error
-                return _record(os.read(fd, _MAX_FILE_BYTES), path), info
+                    raise Malformed(path) from error
+                return record_from(os.read(fd, _MAX_FILE_BYTES), path), info
             if self._locked:
                 # Another user's file in a sticky directory cannot go: harmless, since unlocked.
                 with contextlib.suppress(OSError):
@@ -370,81 +369,6 @@ class LeaseDir:
             return None
         finally:
             os.close(fd)
-
-
-def _record(raw: bytes, path: str) -> dict[str, Any]:
-    try:
-        data = json.loads(raw or b"null")
-    except (ValueError, RecursionError) as error:  # not JSON, or nested to crash parsers
-        raise _Malformed(path) from error
-    if not isinstance(data, dict):
-        raise _Malformed(path)
-    return data
-
-
-def _lease_from(data: dict[str, Any], *, lease_id: str, user: str) -> Lease:
-    """A lease from a record, each field type- and range-checked; raises `_Malformed`."""
-    mem_bytes = data.get("mem_bytes")
-    return Lease(
-        gpu_uuid=_text(data, "gpu_uuid", 1, _MAX_UUID_CHARS),
-        gpu_index=_integer(data.get("gpu_index"), 0, _MAX_GPU_INDEX),
-        pid=_integer(data.get("pid"), 1, MAX_PID),
-        user=user,
-        command=_text(data, "command", 0, _MAX_COMMAND_CHARS),
-        started_at=_timestamp(data.get("started_at")),
-        mem_bytes=None if mem_bytes is None else _integer(mem_bytes, 0, MAX_BYTES),
-        lease_id=lease_id,
-    )
-
-
-def _waiter_from(
-    name: str,
-    data: dict[str, Any],
-    info: os.stat_result,
-    *,
-    holders: dict[tuple[int, int, int], list[int]],
-    now_ns: int,
-) -> Waiter:
-    """A waiting job from its ticket, or `_Malformed` for a ticket that cannot be believed."""
-    from gpuwatch.policy import Request, Waiter  # only pickers read the line
-
-    match = _TICKET_NAME.fullmatch(name)
-    queued_ns = int(match.group(1)) if match else now_ns + 1
-    pid = _integer(data.get("pid"), 1, MAX_PID)
-    uids = process_uids(pid)
-    lockers = holders.get(file_key(info))
-    if queued_ns > now_ns or not uids or info.st_uid not in uids:
-        raise _Malformed(name)  # misdated, or for a dead process or someone else's
-    if lockers is not None and pid not in lockers:
-        raise _Malformed(name)  # the process it names does not hold it
-    try:
-        request = Request.from_dict(data["request"])
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise _Malformed(name) from error
-    return Waiter(pid, user_name(info.st_uid), request, waited_s=(now_ns - queued_ns) / 1e9)
-
-
-def _integer(value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise _Malformed(f"not an integer in [{low}, {high}]")
-    return value
-
-
-def _text(data: dict[str, Any], name: str, shortest: int, longest: int) -> str:
-    value = data.get(name)
-    if not isinstance(value, str) or not shortest <= len(value) <= longest:
-        raise _Malformed(f"{name}: not a string of {shortest} to {longest} characters")
-    return value
-
-
-def _timestamp(value: object) -> float:
-    """A Unix time between 1970 and a day from now: what `time.time()` wrote."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Malformed("not a time")
-    # Compared before any conversion: float(10**400) would raise; NaN compares false.
-    if not 0 <= value <= time.time() + _CLOCK_SKEW_S:
-        raise _Malformed("a time out of range")
-    return float(value)
 
 
 def _process_named(pid: int) -> str:
