@@ -309,6 +309,23 @@ class TestExtremeRecords:
         assert pick.exit_code == 0, pick.stderr
         assert "skipped 1 malformed file(s) in the lease directory" in pick.stderr
 
+    def test_another_users_planted_record_is_skipped(self, shared_dir: Path) -> None:
+        # GIVEN another user holding a lease file whose start time is NaN
+        ready = shared_dir / "ready"
+        path = shared_dir / "00000000000000000001-1-0badf00d.lease"
+        record = json.dumps(lease_record(started_at=float("nan"), pid=1))
+        write_and_hold = (
+            f"printf '%s' '{record}' > {path}; "
+            f"exec flock {path} sh -c 'touch {ready}; exec sleep 600'"
+        )
+        with holding(as_other_user(["sh", "-c", write_and_hold]), ready):
+            table = run_cli("status", "--sim", "2", "-v")
+            pick = run_cli("pick", "--sim", "2", "--mem", "1GiB", "--exclude", "1")
+        # THEN this user's status and pick go on as if it were absent
+        assert table.exit_code == 0, table.stderr
+        assert "skipped 1 malformed file(s)" in table.stderr
+        assert pick.exit_code == 0, pick.stderr
+
     def test_the_daemon_answers_and_counts_skipped_records(
         self, lease_dir: Path, tmp_path: Path
     ) -> None:
