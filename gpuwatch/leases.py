@@ -13,8 +13,9 @@ with a deadline: any user can take it, and one who keeps it is named in the
 error. Jobs waiting for GPUs queue as `.wait` files, locked the same way, in
 arrival order.
 
-The directory is `$GPUWATCH_LEASE_DIR`, else `/run/gpuwatch` when every user
-may write there (the systemd unit makes it so), else `/tmp/gpuwatch`. Users
+The directory is `$GPUWATCH_LEASE_DIR`, else `/run/gpuwatch/leases` when
+every user may write there (the systemd unit makes it so), else `/tmp/gpuwatch`
+(see `gpuwatch.paths`). Users
 share it, so nothing in it is trusted: symlinks are never followed, only
 regular files are read, records are checked field by field (a bad one is
 skipped and counted), a lease's user is its file's owner, a waiting ticket
@@ -46,6 +47,7 @@ from gpuwatch.lease_records import (
 )
 from gpuwatch.locking import file_key, flock_holders, flock_within, process_uids
 from gpuwatch.models import Device, GpuSample, Lease
+from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -58,8 +60,6 @@ if TYPE_CHECKING:
 ENV_VARIABLE = "GPUWATCH_LEASE_DIR"
 HELD_VARIABLE = "GPUWATCH_HELD"
 """Lease ids a job holds, passed down to the processes it starts: their GPUs are its own."""
-SYSTEM_DIR = "/run/gpuwatch"
-FALLBACK_DIR = "/tmp/gpuwatch"
 _SHARED_MODE = 0o1777  # everyone may add files; only a file's owner may remove it
 _FILE_MODE = 0o644
 _MAX_FILE_BYTES = 64 << 10
@@ -77,18 +77,6 @@ class LeaseFiles:
     skipped: int = 0
     """Files held by a live process but malformed (bad JSON, fields out of range, not a
     regular file): ignored, as if absent."""
-
-
-def default_lease_dir() -> str:
-    """Where leases live on this machine (see the module docstring)."""
-    if configured := os.environ.get(ENV_VARIABLE):
-        return configured
-    try:
-        info = os.lstat(SYSTEM_DIR)
-    except OSError:
-        return FALLBACK_DIR
-    shared = stat.S_ISDIR(info.st_mode) and info.st_mode & _SHARED_MODE == _SHARED_MODE
-    return SYSTEM_DIR if shared else FALLBACK_DIR
 
 
 def held_by_this_job() -> frozenset[str]:
@@ -285,7 +273,7 @@ class LeaseDir:
         if not self._owner_trusted(info):
             raise LeaseError(
                 f"{self.path} belongs to {user_name(info.st_uid)}, who could remove anyone's "
-                f"leases; have an administrator create {SYSTEM_DIR} (mode 1777, see README) "
+                f"leases; an administrator makes one for all with `{MAKE_SHARED_LEASE_DIR}`, "
                 f"or set {ENV_VARIABLE}"
             )
 
