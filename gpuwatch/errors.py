@@ -15,6 +15,7 @@
     │   ├── CudaAlreadyInitializedError  CUDA started in this process before select()
     │   └── AlreadySelectedError       select() was already called in this process
     ├── LeaseError                     the lease directory is missing, unsafe or unusable
+    │   └── LeaseBusyError             its lock stayed held by another process past the deadline
     ├── DaemonError                    the daemon cannot start (socket in use, bad settings)
     │   └── ConfigFileError            its --config file is unreadable or has a bad value
     │                                  (also an InvalidValueError: a usage error)
@@ -98,6 +99,10 @@ class AlreadySelectedError(SelectionError):
 
 class LeaseError(GpuwatchError):
     """The lease directory is missing, unsafe (symlinks, foreign owners) or unusable."""
+
+
+class LeaseBusyError(LeaseError):
+    """Another process kept the lease directory's lock longer than a picker may wait."""
 
 
 class DaemonError(GpuwatchError):

@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-v",
         "--verbose",
         action="store_true",
-        help="Say on stderr which GPUs were chosen, and why the daemon was not used.",
+        help="Say on stderr which GPUs were chosen, why the daemon was not used, and how many "
+        "malformed lease files were skipped.",
     )
     add("-h", "--help", action="help", help="Show this message and exit.")
     add("command", nargs=argparse.REMAINDER, metavar="COMMAND", help=argparse.SUPPRESS)
@@ -250,11 +251,14 @@ def run_pick(args: list[str]) -> int:
     fmt = Format(options.format)
     waiting = options.wait or options.timeout is not None
     say = _say if options.verbose else None
+    lease_dir = LeaseDir()
+    if say is not None and (skipped := lease_dir.read().skipped):
+        say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
     with open_backend(options.backend, options.sim, on_fallback=say) as backend:
         chosen, leases = acquire(
             backend,
             wanted,
-            lease_dir=LeaseDir(),
+            lease_dir=lease_dir,
             command=" ".join(command) or "(print only)",
             hold=bool(command),
             wait=waiting,

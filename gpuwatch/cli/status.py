@@ -61,7 +61,8 @@ MAX_COUNT = 1_000_000_000
     "-v",
     "--verbose",
     is_flag=True,
-    help="Say where the GPUs were read from (the daemon, or the driver and why).",
+    help="Say where the GPUs were read from (the daemon, or the driver and why), and how "
+    "many malformed lease files were skipped.",
 )
 def status(
     backend: str | None,
@@ -122,10 +123,10 @@ def _local_frames(
         if say is not None:
             say(f"reading GPUs from {_described(source)}")
         if interval_s is None:
-            yield source.sample(), _leases(lease_dir)
+            yield source.sample(), _leases(lease_dir, say)
             return
         for snapshot in watch(source, interval_s, count=count):
-            yield snapshot, _leases(lease_dir)
+            yield snapshot, _leases(lease_dir, say)
 
 
 def _described(source: Backend) -> str:
@@ -137,8 +138,13 @@ def _say(message: str) -> None:
     click.echo(f"gpuwatch: {message}", err=True)
 
 
-def _leases(lease_dir: LeaseDir | None) -> list[Lease]:
-    return lease_dir.leases() if lease_dir is not None else []
+def _leases(lease_dir: LeaseDir | None, say: Callable[[str], None] | None) -> list[Lease]:
+    if lease_dir is None:
+        return []
+    found = lease_dir.read()
+    if found.skipped and say is not None:
+        say(f"skipped {found.skipped} malformed file(s) in the lease directory {lease_dir.path}")
+    return found.leases
 
 
 def _print_json(snapshot: Snapshot, leases: list[Lease], *, pretty: bool) -> None:
