@@ -1,9 +1,9 @@
 """Checked fields of JSON records that another user may have written (reports, OOM reports).
 
 Each getter returns the field when it has the right type and lies in range, and
-raises `BadRecord` otherwise. Booleans are not numbers here, NaN and infinities
-are never numbers, and text must be printable: a name full of terminal escapes
-would repaint whoever displays it.
+raises `BadRecord` (a `gpuwatch.lease_records.Malformed`) otherwise. Booleans
+are not numbers here, NaN and infinities are never numbers, and text must be
+printable: a name full of terminal escapes would repaint whoever displays it.
 """
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gpuwatch.lease_records import Malformed
+
 MAX_BYTES = 1 << 60  # 1 EiB: more than any device, small enough for every JSON reader
 MAX_COUNT = 1 << 53  # the largest integer a JSON reader that uses doubles keeps exact
 
 _T = TypeVar("_T")
 
 
-class BadRecord(ValueError):
-    """A field is missing, of the wrong type or out of range."""
+class BadRecord(Malformed, ValueError):
+    """A field is missing, of the wrong type or out of range: like a lease record that
+    cannot be believed, the file is skipped and counted."""
 
 
 def int_field(data: dict[str, Any], name: str, low: int = 0, high: int = MAX_COUNT) -> int:

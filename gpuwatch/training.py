@@ -33,6 +33,7 @@ from gpuwatch.fields import (
     optional,
     text_field,
 )
+from gpuwatch.lease_records import Malformed
 from gpuwatch.leases import HeldFile, LeaseDir, user_name
 
 FORMAT = "gpuwatch-training/1"
@@ -205,13 +206,12 @@ def _held_record(directory: LeaseDir, path: str) -> tuple[Any, int] | None:
     own reader (held regular files only, no symlinks, size capped); `None` for any other."""
     try:
         found = directory._read_if_held(path)
-    except Exception:  # a file that reader refuses outright: as good as absent here
+    except Malformed:  # not a record at all: as good as absent here
         return None
     if found is None:
         return None
-    data, owner = found
-    # The reader gives the owner's uid, or the file's whole status: accept either.
-    return data, owner if isinstance(owner, int) else owner.st_uid
+    data, status = found
+    return data, status.st_uid
 
 
 def reports_for_this_machine() -> TrainingReports:
