@@ -26,8 +26,8 @@ from gpuwatch.units import format_size
 from gpuwatch.visible import (
     ORDER_VARIABLE,
     VARIABLE,
-    parse_visible_devices,
     resolve,
+    visible_entries,
 )
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
@@ -53,11 +53,10 @@ class Wanted:
     @classmethod
     def from_environment(cls, exclude: tuple[str, ...] = (), **asked: Any) -> Wanted:
         """Wishes (`Request` fields) plus this process's CUDA_VISIBLE_DEVICES and order."""
-        value = os.environ.get(VARIABLE)
         return cls(
             asked=Request(**asked),
             exclude=exclude,
-            visible=None if value is None else parse_visible_devices(value),
+            visible=visible_entries(os.environ.get(VARIABLE)),
             device_order=os.environ.get(ORDER_VARIABLE),
         )
 

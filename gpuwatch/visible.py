@@ -12,8 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpuwatch.choices import Format
-from gpuwatch.errors import VisibleDevicesError
-from gpuwatch.models import GpuSample
+from gpuwatch.errors import NoGpuError, VisibleDevicesError
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from gpuwatch.models import GpuSample
 
 VARIABLE = "CUDA_VISIBLE_DEVICES"
 ORDER_VARIABLE = "CUDA_DEVICE_ORDER"
@@ -42,6 +45,23 @@ def parse_visible_devices(value: str) -> tuple[str, ...]:
             raise VisibleDevicesError(f"{VARIABLE}={value!r} names {entry} twice")
         entries.append(entry)
     return tuple(entries)
+
+
+def visible_entries(value: str | None) -> tuple[str, ...] | None:
+    """The entries of CUDA_VISIBLE_DEVICES, `None` when it is unset.
+
+    Raises `NoGpuError` when it is set but hides every GPU (`-1`, or empty: a
+    common way to say "no GPU"), before any GPU is read.
+    """
+    if value is None:
+        return None
+    entries = parse_visible_devices(value)
+    if not entries:
+        raise NoGpuError(
+            f"{VARIABLE}={value!r} hides every GPU from this process; unset it, or set it "
+            "to the GPUs this job may use"
+        )
+    return entries
 
 
 def resolve(

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
-from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NoGpuError, NotEnoughGpusError
+from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NoGpuError
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -41,8 +41,7 @@ def run_reporting_errors(command: Callable[[], int]) -> int:
         return command()
     except GpuwatchError as error:
         hint = _NO_GPU_HINT if isinstance(error, DriverNotFoundError | NoGpuError) else ""
-        reasons = error.reasons if isinstance(error, NotEnoughGpusError) else ()
-        return fail(f"{error}{hint}", exit_code_for(error), details=reasons)
+        return fail(f"{error}{hint}", exit_code_for(error))
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
