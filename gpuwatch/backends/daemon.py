@@ -3,14 +3,16 @@
 A client that finds the daemon starts no driver and makes no NVML call; the
 snapshot is at most one sampling interval old. The HTTP spoken here is the
 least that works (one GET, HTTP/1.0, read to the end): `http.client` would
-cost `gpuwatch pick` more start-up time than the whole request.
+cost `gpuwatch pick` more start-up time than the whole request. For the same
+reason it uses `_socket`: the `socket` module's wrapper builds enums of every
+constant on import, which costs more than the request.
 """
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
-import socket
 import stat
 
 from gpuwatch.backends.base import Backend, SampleScope
@@ -24,7 +26,8 @@ _MAX_RESPONSE_BYTES = 64 << 20
 
 def http_get(socket_path: str, path: str, timeout_s: float = TIMEOUT_S) -> tuple[int, bytes]:
     """GETs `path` from the daemon at `socket_path`: (status, body)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+    connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         connection.settimeout(timeout_s)
         connection.connect(socket_path)
         connection.sendall(f"GET {path} HTTP/1.0\r\nHost: gpuwatch\r\n\r\n".encode())
@@ -34,6 +37,8 @@ def http_get(socket_path: str, path: str, timeout_s: float = TIMEOUT_S) -> tuple
             size += len(chunk)
             if size > _MAX_RESPONSE_BYTES:
                 raise ValueError("response too large")
+    finally:
+        connection.close()
     head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
     status_line = head.split(b"\r\n", 1)[0].split()
     if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/"):

@@ -29,6 +29,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Runs the command line and exits with its code."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["pick"]:
+        from gpuwatch._lazyimport import defer
+
+        defer("inspect")  # dataclasses imports it, pick never uses it
         from gpuwatch.cli.pick import run_pick
 
         sys.exit(run_reporting_errors(lambda: run_pick(args[1:])))

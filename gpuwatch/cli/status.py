@@ -14,7 +14,6 @@ from gpuwatch.backends.base import Backend
 from gpuwatch.cli.options import Duration, backend_options
 from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.sampling import watch
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
@@ -118,6 +117,8 @@ def _local_frames(
         if interval_s is None:
             yield source.sample(), _leases(lease_dir)
             return
+        from gpuwatch.sampling import watch  # a one-shot status does without it
+
         for snapshot in watch(source, interval_s, count=count):
             yield snapshot, _leases(lease_dir)
 
