@@ -1,11 +1,18 @@
-"""Deferring a standard-library module that a dependency imports but a command never uses.
+"""Deferring standard-library modules that dependencies import but a command never uses.
 
-`dataclasses` imports `inspect` (and with it `ast`, `dis` and `tokenize`) only to
-write a signature into the docstring of a class that has none; every gpuwatch
-class has one. `gpuwatch pick` starts every job, so before it loads the data
-model, `gpuwatch.cli.main` puts a placeholder in `inspect`'s place, which
-becomes the real module the first time any attribute of it is used. Only
-command-line entry points do this, as it changes the whole process.
+A command's start-up time is paid on every run (`gpuwatch pick` stands in front
+of every job), and some of it goes to modules imported only in case:
+
+- `dataclasses` imports `inspect` (and with it `ast`, `dis` and `tokenize`)
+  only to write a signature into the docstring of a class that has none;
+  every gpuwatch class has one.
+- pynvml imports `ctypes.util` for `find_library`, which it calls only on
+  Windows; `ctypes.util` imports `shutil`, `subprocess` and `tempfile`.
+
+So `gpuwatch.cli.main` puts a placeholder in each one's place before anything
+imports it; the placeholder becomes the real module the first time any of its
+attributes is used, so nothing changes but the time. Only command-line entry
+points do this, as it changes the whole process.
 
 (importlib's `LazyLoader` would be the standard tool, but until Python 3.12 a
 second `import` of a lazy module loads it at once.)
@@ -31,6 +38,9 @@ class _Placeholder(types.ModuleType):
         # Whoever imported the placeholder holds it: give it everything the module has.
         self.__dict__.update(real.__dict__)
         return getattr(real, attribute)
+
+
+UNUSED_AT_START = ("inspect", "shutil", "subprocess", "tempfile")
 
 
 def defer(name: str) -> None:

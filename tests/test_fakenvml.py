@@ -127,6 +127,39 @@ def test_status_json_lists_mps_clients_through_the_real_bindings(
     ]
 
 
+PICK_THEN_LIST_LOADED = """
+import sys
+from gpuwatch.cli import main
+try:
+    main(["pick", "-n", "2"])
+except SystemExit as done:
+    assert done.code == 0, done.code
+print(sorted(name for name, module in sys.modules.items() if type(module).__name__ == "module"))
+"""
+
+
+def test_pick_over_the_driver_loads_only_what_it_uses(library_dir: Path, tmp_path: Path) -> None:
+    # WHEN pick chooses GPUs through the real bindings (print mode: nothing is exec'd)
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(library_dir),
+        "FAKENVML_SCENARIO": str(SCENARIOS / "node-8gpu.txt"),
+        "GPUWATCH_LEASE_DIR": str(tmp_path),
+        "GPUWATCH_SOCKET": str(tmp_path / "no-daemon.sock"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", PICK_THEN_LIST_LOADED],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = set(eval(result.stdout.splitlines()[-1]))
+    # THEN pynvml is loaded, but not what it and dataclasses import without using
+    assert "pynvml" in loaded
+    assert loaded.isdisjoint({"inspect", "ast", "shutil", "subprocess", "tempfile"})
+
+
 def test_faulty_node_reports_each_fault_on_its_own_gpu(library_dir: Path) -> None:
     result = gpuwatch(library_dir, SCENARIOS / "faulty-node.txt", "status", "--json")
     assert result.returncode == 0, result.stderr

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from gpuwatch._lazyimport import UNUSED_AT_START, defer
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
 from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NoGpuError
 
@@ -28,10 +29,9 @@ _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Runs the command line and exits with its code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    for name in UNUSED_AT_START:  # imported by dependencies, seldom used: loaded on first use
+        defer(name)
     if args[:1] == ["pick"]:
-        from gpuwatch._lazyimport import defer
-
-        defer("inspect")  # dataclasses imports it, pick never uses it
         from gpuwatch.cli.pick import run_pick
 
         sys.exit(run_reporting_errors(lambda: run_pick(args[1:])))
