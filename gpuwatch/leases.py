@@ -10,8 +10,9 @@ Choosing GPUs and claiming them happen under a lock on the directory itself,
 so pickers started together see each other's claims. Jobs waiting for GPUs
 queue as `.wait` files, locked the same way, in arrival order.
 
-The directory is `$GPUWATCH_LEASE_DIR`, else `/run/gpuwatch` when every user
-may write there (the systemd unit makes it so), else `/tmp/gpuwatch`. Users
+The directory is `$GPUWATCH_LEASE_DIR`, else `/run/gpuwatch/leases` when
+every user may write there (the systemd unit makes it so), else `/tmp/gpuwatch`
+(see `gpuwatch.paths`). Users
 share it, so nothing in it is trusted: symlinks are never followed, only
 regular files are read, records are checked field by field, a lease's user is
 its file's owner, and a directory that another user could empty is refused.
@@ -31,7 +32,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpuwatch.errors import LeaseError
-from gpuwatch.models import GpuSample, Lease
+from gpuwatch.models import Device, GpuSample, Lease
+from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -44,8 +46,6 @@ if TYPE_CHECKING:
 ENV_VARIABLE = "GPUWATCH_LEASE_DIR"
 HELD_VARIABLE = "GPUWATCH_HELD"
 """Lease ids a job holds, passed down to the processes it starts: their GPUs are its own."""
-SYSTEM_DIR = "/run/gpuwatch"
-FALLBACK_DIR = "/tmp/gpuwatch"
 _SHARED_MODE = 0o1777  # everyone may add files; only a file's owner may remove it
 _FILE_MODE = 0o644
 _MAX_FILE_BYTES = 64 << 10
@@ -59,18 +59,6 @@ _LEASE_FIELDS = {
     "command": (str,),
     "started_at": (int, float),
 }
-
-
-def default_lease_dir() -> str:
-    """Where leases live on this machine (see the module docstring)."""
-    if configured := os.environ.get(ENV_VARIABLE):
-        return configured
-    try:
-        info = os.lstat(SYSTEM_DIR)
-    except OSError:
-        return FALLBACK_DIR
-    shared = stat.S_ISDIR(info.st_mode) and info.st_mode & _SHARED_MODE == _SHARED_MODE
-    return SYSTEM_DIR if shared else FALLBACK_DIR
 
 
 def held_by_this_job() -> frozenset[str]:
@@ -165,11 +153,11 @@ class LeaseDir:
                 found.append(lease)
         return found
 
-    def claim(self, gpu: GpuSample, *, mem_bytes: int | None, command: str) -> HeldLease:
-        """Takes a lease on `gpu` for this process. Call it under `locked()`."""
+    def claim(self, gpu: Device, *, mem_bytes: int | None, command: str) -> HeldLease:
+        """Takes a lease on `gpu` (or a MIG device) for this process. Call it under `locked()`."""
         record = {
             "gpu_uuid": str(gpu.uuid),
-            "gpu_index": gpu.index,
+            "gpu_index": gpu.index if isinstance(gpu, GpuSample) else gpu.gpu_index,
             "pid": os.getpid(),
             "command": command[:_MAX_COMMAND_CHARS],
             "started_at": time.time(),
@@ -180,6 +168,12 @@ class LeaseDir:
         lease = _lease_from(record, lease_id=name, user=user_name(os.getuid()))
         assert lease is not None
         return HeldLease(fd, path, lease)
+
+    def drop(self, lease: Lease) -> None:
+        """Removes a lease that no longer means anything (its MIG device is gone), even while
+        its holder runs. Call it under `locked()`; another user's file stays, harmlessly."""
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.path, os.path.basename(f"{lease.lease_id}.lease")))
 
     def enqueue(self, request: Request, command: str) -> HeldFile:
         """Joins the line of waiting jobs; the returned ticket leaves it when released."""
@@ -230,7 +224,7 @@ class LeaseDir:
         if not self._owner_trusted(info):
             raise LeaseError(
                 f"{self.path} belongs to {user_name(info.st_uid)}, who could remove anyone's "
-                f"leases; have an administrator create {SYSTEM_DIR} (mode 1777, see README) "
+                f"leases; an administrator makes one for all with `{MAKE_SHARED_LEASE_DIR}`, "
                 f"or set {ENV_VARIABLE}"
             )
 

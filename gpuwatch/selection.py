@@ -14,7 +14,15 @@ import warnings
 from collections.abc import Callable, Iterable
 
 from gpuwatch.backends import open_backend
-from gpuwatch.choices import Format, Strategy, check_gpu_count, check_percent, one_of
+from gpuwatch.choices import (
+    Format,
+    Strategy,
+    check_gpu_count,
+    check_mig,
+    check_one_mig_device,
+    check_percent,
+    one_of,
+)
 from gpuwatch.cudastate import cuda_initialized
 from gpuwatch.errors import (
     AlreadySelectedError,
@@ -24,35 +32,40 @@ from gpuwatch.errors import (
     NoGpuError,
 )
 from gpuwatch.units import parse_duration, parse_size
-from gpuwatch.visible import VARIABLE, visible_entries
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
     from gpuwatch.leases import HeldLease
-    from gpuwatch.models import GpuSample
+    from gpuwatch.models import Device, GpuSample, MigDevice
 
 
 class Selection:
     """The GPUs chosen for this process, leased to it until it exits or calls `release()`.
 
-    `gpus` are best first. `environment` holds what was set in `os.environ`
-    (CUDA_VISIBLE_DEVICES, and CUDA_DEVICE_ORDER for the index format). Both
+    `gpus` are best first; with `select(mig=...)`, `mig_devices` holds the MIG
+    device instead. `environment` holds what was set in `os.environ`
+    (CUDA_VISIBLE_DEVICES, and CUDA_DEVICE_ORDER for the index format). All
     are empty when `select(fallback="cpu")` found no GPU.
     """
 
-    __slots__ = ("_asked", "_previous", "environment", "gpus", "leases")
+    __slots__ = ("_asked", "_previous", "environment", "gpus", "leases", "mig_devices")
 
     def __init__(
         self,
-        gpus: tuple[GpuSample, ...] = (),
+        gpus: tuple[Device, ...] = (),
         environment: dict[str, str] | None = None,
         leases: tuple[HeldLease, ...] = (),
         previous: dict[str, str | None] | None = None,
         asked: dict[str, Any] | None = None,
     ) -> None:
-        self.gpus = gpus
+        from gpuwatch.models import GpuSample
+
+        self.gpus: tuple[GpuSample, ...] = tuple(g for g in gpus if isinstance(g, GpuSample))
+        self.mig_devices: tuple[MigDevice, ...] = tuple(
+            g for g in gpus if not isinstance(g, GpuSample)
+        )
         self.environment = environment or {}
         self.leases = leases
         self._previous = previous or {}
@@ -63,15 +76,16 @@ class Selection:
 
     @property
     def indices(self) -> list[int]:
-        """NVML (nvidia-smi) indices, best GPU first."""
-        return [gpu.index for gpu in self.gpus]
+        """NVML (nvidia-smi) indices, best GPU first; for a MIG device, its GPU's."""
+        return [gpu.index for gpu in self.gpus] + [mig.gpu_index for mig in self.mig_devices]
 
     @property
     def uuids(self) -> list[str]:
-        return [str(gpu.uuid) for gpu in self.gpus]
+        """`GPU-...` UUIDs, or the MIG device's `MIG-...` UUID."""
+        return [str(gpu.uuid) for gpu in self.gpus] + [str(m.uuid) for m in self.mig_devices]
 
     def __len__(self) -> int:
-        return len(self.gpus)
+        return len(self.gpus) + len(self.mig_devices)
 
     def release(self) -> None:
         """Gives the GPUs back to other jobs, and CUDA_VISIBLE_DEVICES its earlier value.
@@ -110,6 +124,7 @@ _ARGUMENT_NAMES = {
     "format": "format",
     "backend": "backend",
     "sim": "sim",
+    "mig": "mig",
 }
 
 
@@ -127,6 +142,7 @@ def select(
     format: str = "uuid",
     backend: str | None = None,
     sim: str | int | None = None,
+    mig: str | None = None,
 ) -> Selection:
     """Chooses `n` GPUs for this process and makes CUDA see only them.
 
@@ -142,6 +158,11 @@ def select(
     is `most-free`, `least-util` or `pack`. With `wait`, blocks in line until
     enough GPUs qualify. `fallback="cpu"` returns an empty selection on a
     machine without an NVIDIA driver or GPU instead of raising.
+
+    `mig` (a profile such as `"1g.10gb"`, or `"any"`) selects a free MIG device
+    of a MIG-enabled GPU instead of a whole GPU; CUDA shows a process one MIG
+    device, so `n` must then be 1. A CUDA_VISIBLE_DEVICES of `MIG-` UUIDs only
+    implies `mig="any"`.
 
     A process holds one selection at a time. Calling `select()` again (a
     notebook cell run twice) returns the same selection when the arguments
@@ -170,6 +191,7 @@ def select(
         "format": str(one_of(Format, format, "format")),
         "backend": backend,
         "sim": None if sim is None else str(sim),
+        "mig": None if mig is None else _checked("mig", check_mig, mig),
     }
     timeout_s = parse_duration(timeout) if isinstance(timeout, str) else timeout
     if (earlier := _this_process.selection) is not None:
@@ -180,7 +202,7 @@ def select(
             "call gpuwatch.select() before any CUDA call (torch.cuda.is_available() is one)"
         )
     try:
-        visible_entries(os.environ.get(VARIABLE))  # hides every GPU: nothing to read
+        _check_something_visible()
         return _select(asked, wait, timeout_s)
     except (DriverNotFoundError, NoGpuError):
         if fallback != "cpu":
@@ -202,12 +224,20 @@ def _same_as(earlier: Selection, asked: dict[str, Any]) -> Selection:
     )
 
 
+def _check_something_visible() -> None:
+    """Raises `NoGpuError` when CUDA_VISIBLE_DEVICES hides every GPU, before any is read."""
+    if (value := os.environ.get("CUDA_VISIBLE_DEVICES")) is not None:
+        from gpuwatch.visible import visible_entries  # loads the data model
+
+        visible_entries(value)
+
+
 def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selection:
     source = open_backend(asked["backend"], asked["sim"])
     # There are GPUs: now load the engine.
     from gpuwatch.leases import HELD_VARIABLE, LeaseDir
     from gpuwatch.selector import Wanted, acquire, passed_down
-    from gpuwatch.visible import ORDER_VARIABLE, child_environment
+    from gpuwatch.visible import ORDER_VARIABLE, VARIABLE, child_environment
 
     wanted = Wanted.from_environment(
         count=asked["count"],
@@ -216,7 +246,10 @@ def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selec
         mem_bytes=asked["mem_bytes"],
         strategy=Strategy(asked["strategy"]),
         exclude=asked["exclude"],
+        mig=asked["mig"],
     )
+    if wanted.wants_mig:
+        check_one_mig_device(wanted.asked.count, "process")
     with source:
         gpus, held = acquire(
             source,
@@ -246,7 +279,7 @@ def device() -> Any:
     selection = _this_process.selection
     if selection is None:
         selection = select(fallback="cpu")
-    if not selection.gpus:
+    if not len(selection):
         return torch.device("cpu")
     if torch.cuda.is_available():
         return torch.device("cuda", 0)

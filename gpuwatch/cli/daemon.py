@@ -16,7 +16,7 @@ from gpuwatch.daemon.settings import (
     check_retention,
     parse_listen,
 )
-from gpuwatch.errors import DaemonError, InvalidValueError
+from gpuwatch.errors import InvalidValueError
 from gpuwatch.paths import daemon_socket_path
 
 _FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "listen"}
@@ -46,7 +46,8 @@ _FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "l
     "socket_path",
     metavar="PATH",
     help="The Unix socket of the API.  [default: $RUNTIME_DIRECTORY/gpuwatch.sock "
-    "under systemd, else $XDG_RUNTIME_DIR/gpuwatch.sock]",
+    "under systemd, else $XDG_RUNTIME_DIR/gpuwatch.sock, else /run/gpuwatch/gpuwatch.sock "
+    "for root and /run/user/UID or /tmp/gpuwatch-UID for others]",
 )
 @click.option(
     "--listen",
@@ -88,17 +89,13 @@ def daemon(
     \b
     Examples:
       gpuwatch daemon                              # API on $XDG_RUNTIME_DIR/gpuwatch.sock
-      gpuwatch daemon --listen 9400                # + http://127.0.0.1:9400/metrics
+      gpuwatch daemon --listen 19400                # + http://127.0.0.1:19400/metrics
       gpuwatch daemon --sim 8 --socket /tmp/gw.sock --interval 500ms
       curl --unix-socket /tmp/gw.sock http://gpuwatch/v1/health
     """
     from gpuwatch.daemon.service import run_daemon
 
     socket_path = socket_path or daemon_socket_path()
-    if socket_path is None:
-        raise DaemonError(
-            "no runtime directory for the socket ($XDG_RUNTIME_DIR is unset): pass --socket PATH"
-        )
     try:
         listen_at = parse_listen(listen or "")
     except InvalidValueError as error:

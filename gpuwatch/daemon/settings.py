@@ -22,7 +22,7 @@ DEFAULT_INTERVAL_S = 1.0
 DEFAULT_HISTORY_S = 24 * 3600.0
 MAX_HISTORY_SAMPLES = 1_000_000
 """At most this many samples are kept (96 MB for 8 GPUs): over 11 days at 1 s."""
-_EXAMPLES = {"interval": '"1s"', "history": '"24h"', "listen": '"9400"'}
+_EXAMPLES = {"interval": '"1s"', "history": '"24h"', "listen": '"19400"'}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,18 +40,18 @@ class Settings:
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
-    """`9400` (loopback), `HOST:9400` or `[::1]:9400`; an empty text turns TCP off."""
+    """`19400` (loopback), `HOST:19400` or `[::1]:19400`; an empty text turns TCP off."""
     if not text:
         return None
     host, _, port = text.rpartition(":")
     bracketed = host.startswith("[") and host.endswith("]")
     if ":" in host and not bracketed:
         raise InvalidValueError(
-            f"listen {text!r}: write an IPv6 address in brackets, e.g. [::1]:9400"
+            f"listen {text!r}: write an IPv6 address in brackets, e.g. [::1]:19400"
         )
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise InvalidValueError(
-            f"listen {text!r}: give PORT or HOST:PORT, e.g. 9400 or 0.0.0.0:9400"
+            f"listen {text!r}: give PORT or HOST:PORT, e.g. 19400 or 0.0.0.0:19400"
         )
     return (host[1:-1] if bracketed else host) or "127.0.0.1", int(port)
 
