@@ -416,7 +416,8 @@ class TestDriverFailingAsAWhole:
         assert snapshot.status == 503 and b"sampling fails" in snapshot.body
         health = json.loads(api.health({}).body)
         assert api.health({}).status == 503 and health["status"] == "failing"
-        assert "Driver Not Loaded" in health["last_error"]
+        # the failed sample or the failed reopen after it, whichever came last
+        assert "not loaded" in health["last_error"].lower()
 
     def test_every_gpu_is_down_in_the_metrics(self, api: Api) -> None:
         _DriverThatFails.failing.set()

@@ -32,7 +32,7 @@ from gpuwatch._version import __version__
 from gpuwatch.daemon.settings import Settings
 from gpuwatch.daemon.wire import Response, error_response, json_response
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases import LeaseDir, LeaseFiles
 from gpuwatch.models import Lease
 from gpuwatch.sampling import Poller
 from gpuwatch.units import parse_duration
@@ -145,7 +145,11 @@ class Api:
             self._history_slots.release()
 
     def leases(self, query: Query) -> Response:
-        return json_response(200, {"leases": [lease.to_dict() for lease in self.current_leases()]})
+        found = self._lease_files()
+        return json_response(
+            200,
+            {"leases": [lease.to_dict() for lease in found.leases], "skipped": found.skipped},
+        )
 
     def health(self, query: Query) -> Response:
         state = self.poller.state
@@ -188,5 +192,8 @@ class Api:
         return Response(200, CONTENT_TYPE_LATEST, generate_latest(self._registry))
 
     def current_leases(self) -> list[Lease]:
+        return self._lease_files().leases
+
+    def _lease_files(self) -> LeaseFiles:
         lease_dir = LeaseDir.read_only()
-        return lease_dir.leases() if lease_dir is not None else []
+        return lease_dir.read() if lease_dir is not None else LeaseFiles([])
