@@ -29,8 +29,11 @@ _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Runs the command line and exits with its code."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
-    for name in UNUSED_AT_START:  # imported by dependencies, seldom used: loaded on first use
-        defer(name)
+    if args[:1] in (["pick"], ["status"]):
+        # Their start-up is paid on every job and every look. Commands that stay up (daemon,
+        # tui) or load torch keep the real modules: their libraries may introspect them.
+        for name in UNUSED_AT_START:  # imported by dependencies, seldom used: loaded on first use
+            defer(name)
     if args[:1] == ["pick"]:
         from gpuwatch.cli.pick import run_pick
 
