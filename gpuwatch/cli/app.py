@@ -12,6 +12,7 @@ from gpuwatch._version import __version__
 _COMMANDS = {
     "status": "gpuwatch.cli.status:status",
     "pick": "gpuwatch.cli.app:pick",
+    "tui": "gpuwatch.cli.tui:tui",
     "daemon": "gpuwatch.cli.daemon:daemon",
 }
 
