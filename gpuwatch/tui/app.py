@@ -7,6 +7,7 @@ thread, and its section says for how long it has had no sample.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -15,7 +16,9 @@ from collections.abc import Callable, Sequence
 from textual import on
 from textual.app import App, ComposeResult
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
+from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from gpuwatch.tui import rows as row_logic
@@ -80,8 +83,10 @@ class GpuwatchApp(App[int]):
         idle_after_s: float = DEFAULT_IDLE_AFTER_S,
         clock: Callable[[], float] = time.time,
         sample: bool = True,
+        as_root: bool | None = None,
     ) -> None:
-        """`sample=False` starts no threads: frames then come only from `feed()` (tests)."""
+        """`clock` gives the wall time shown (running and idle times); `sample=False` starts
+        no threads, so frames come only from `feed()`; `as_root` defaults to the truth."""
         super().__init__()
         self.sources = list(sources)
         self.interval_s = interval_s
@@ -95,10 +100,12 @@ class GpuwatchApp(App[int]):
         self.tagged: set[str] = set()
         self.message_text = ""
         self._sample = sample
+        self.as_root = os.geteuid() == 0 if as_root is None else as_root
         self._samplers: list[Sampler] = []
         self._opened_at = time.monotonic()
         self._stalled_after_s = max(3 * interval_s, 2.0)
         self._layout: Layout | None = None
+        self._home: Screen[object] = Screen()
         self._mounted_once = False
         for key in KEYS:
             if key.action and not (key.writes and readonly):
@@ -119,10 +126,11 @@ class GpuwatchApp(App[int]):
         )
         yield Footer()
 
-    def on_mount(self) -> None:
+    def on_ready(self) -> None:
+        self._home = self.screen
         self._mounted_once = True
         self._draw_title()
-        self.query_one(ProcessTable).focus()
+        self._home.query_one(ProcessTable).focus()
         self.set_interval(1.0, self._watch_stalls)
         if self._sample:
             for number, source in enumerate(self.sources):
@@ -152,13 +160,19 @@ class GpuwatchApp(App[int]):
         self.state.sections[message.number].apply_backfill(message.backfill)
 
     def _watch_stalls(self) -> None:
-        self._draw_sections()
+        with contextlib.suppress(NoMatches):
+            self._draw_sections()
 
     # --- drawing --------------------------------------------------------------------------
 
     def redraw(self) -> None:
         if not self._mounted_once:
             return
+        # While shutting down the widgets are gone, but a frame may still be queued.
+        with contextlib.suppress(NoMatches):
+            self._redraw()
+
+    def _redraw(self) -> None:
         self._layout = choose_layout(
             self.size.width,
             self.size.height,
@@ -167,9 +181,9 @@ class GpuwatchApp(App[int]):
                 for s in self.state.sections
             ],
         )
-        self.query_one("#gpus").styles.height = self._layout.gpu_panel_lines
+        self._home.query_one("#gpus").styles.height = self._layout.gpu_panel_lines
         self._draw_sections()
-        self.query_one(HostLine).show(self._host_stats(), self.size.width)
+        self._home.query_one(HostLine).show(self._host_stats(), self.size.width)
         self._draw_table()
         self._draw_status()
 
@@ -180,16 +194,16 @@ class GpuwatchApp(App[int]):
         parts = ["gpuwatch"]
         if self.readonly:
             parts.append("read-only")
-        elif os.geteuid() == 0:
+        elif self.as_root:
             parts.append("running as root: signals reach every user's processes")
         parts.append("? help  q quit")
-        self.query_one("#title", Static).update("  ·  ".join(parts))
+        self._home.query_one("#title", Static).update("  ·  ".join(parts))
 
     def _draw_sections(self) -> None:
         if self._layout is None:
             return
         now, monotonic = self.clock(), time.monotonic()
-        for section, view in zip(self.state.sections, self.query(SectionView), strict=True):
+        for section, view in zip(self.state.sections, self._home.query(SectionView), strict=True):
             stalled = section.stalled_s(monotonic, self._stalled_after_s, self._opened_at)
             view.show(section, self._layout, now, stalled)
 
@@ -205,7 +219,7 @@ class GpuwatchApp(App[int]):
         return row_logic.sort_rows(rows, self.sort_column, reverse=self.sort_reverse, now=now)
 
     def _draw_table(self) -> None:
-        table = self.query_one(ProcessTable)
+        table = self._home.query_one(ProcessTable)
         columns = row_logic.columns_for(self.size.width, several_hosts=len(self.sources) > 1)
         if self.sort_column not in {c.key for c in columns}:
             self.sort_column = "gpu_mem"
@@ -217,14 +231,14 @@ class GpuwatchApp(App[int]):
         title = row_logic.BY_KEY[self.sort_column].title
         parts = [f"sorted by {title} {'▼' if self.sort_reverse else '▲'}"]
         if self.row_filter:
-            parts.append(f"filter: {self.query_one('#filter', Input).value}")
+            parts.append(f"filter: {self._home.query_one('#filter', Input).value}")
         if self.row_filter.problem:
             parts.append(self.row_filter.problem)
         if self.tagged:
             parts.append(f"{len(self.tagged)} tagged")
         if self.message_text:
             parts.append(self.message_text)
-        self.query_one("#status", Static).update("  ·  ".join(parts))
+        self._home.query_one("#status", Static).update("  ·  ".join(parts))
 
     # --- actions --------------------------------------------------------------------------
 
@@ -234,7 +248,7 @@ class GpuwatchApp(App[int]):
         self.push_screen(HelpScreen(self.readonly))
 
     def _cycle_sort(self, step: int) -> None:
-        table = self.query_one(ProcessTable)
+        table = self._home.query_one(ProcessTable)
         keys = [c.key for c in table.columns_shown if c.key != "host"] or ["gpu_mem"]
         position = keys.index(self.sort_column) if self.sort_column in keys else 0
         self.sort_column = keys[(position + step) % len(keys)]
@@ -261,14 +275,14 @@ class GpuwatchApp(App[int]):
 
     @on(DataTable.RowHighlighted)
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.query_one(ProcessTable).selected_key = event.row_key.value
+        self._home.query_one(ProcessTable).selected_key = event.row_key.value
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_detail()
 
     def action_filter(self) -> None:
-        field = self.query_one("#filter", Input)
+        field = self._home.query_one("#filter", Input)
         field.display = True
         field.focus()
 
@@ -279,22 +293,21 @@ class GpuwatchApp(App[int]):
 
     @on(Input.Submitted, "#filter")
     def _filter_kept(self) -> None:
-        self.query_one("#filter", Input).display = False
-        self.query_one(ProcessTable).focus()
+        self._home.query_one("#filter", Input).display = False
+        self._home.query_one(ProcessTable).focus()
 
     def action_clear(self) -> None:
-        field = self.query_one("#filter", Input)
+        field = self._home.query_one("#filter", Input)
         field.value = ""
         field.display = False
         self.row_filter = RowFilter()
         self.tagged.clear()
         self.message_text = ""
-        self.query_one(ProcessTable).focus()
+        self._home.query_one(ProcessTable).focus()
         self.redraw()
 
     def selected_row(self) -> Row | None:
-        table = self.query_one(ProcessTable)
-        return table.row(table.selected_key) if table.selected_key else None
+        return self._home.query_one(ProcessTable).current_row()
 
     def action_tag(self) -> None:
         row = self.selected_row()
@@ -317,7 +330,7 @@ class GpuwatchApp(App[int]):
     def _refresh_detail(self) -> None:
         from gpuwatch.tui.screens import DetailScreen
 
-        screen = self.screen
+        screen = self.screen_stack[-1] if self.screen_stack else None
         if isinstance(screen, DetailScreen):
             key = screen.row.key
             row = next(
@@ -329,7 +342,7 @@ class GpuwatchApp(App[int]):
         from gpuwatch.tui.screens import ConfirmScreen
         from gpuwatch.tui.signals import plan
 
-        table = self.query_one(ProcessTable)
+        table = self._home.query_one(ProcessTable)
         chosen = [r for key in self.tagged if (r := table.row(key)) is not None]
         if not chosen and (row := self.selected_row()) is not None:
             chosen = [row]

@@ -89,7 +89,10 @@ def percent_bar(pct: float | None, width: int, limits: tuple[float, float]) -> L
 
 
 def sparkline(values: Sequence[float | None], height: int = 1) -> list[str]:
-    """A graph of values in [0, 1], `height` rows tall, top row first; gaps are blank."""
+    """A graph of values in [0, 1], `height` rows tall, top row first.
+
+    Gaps (`None`) are blank; zero is the lowest block, so "idle" and "unknown" differ.
+    """
     rows = []
     steps = len(_BLOCKS) - 1
     for row in range(height - 1, -1, -1):
@@ -99,6 +102,8 @@ def sparkline(values: Sequence[float | None], height: int = 1) -> list[str]:
                 line.append(" ")
                 continue
             eighths = round(min(1.0, max(0.0, value)) * height * steps) - row * steps
+            if row == 0:
+                eighths = max(1, eighths)  # a known zero is a floor, unlike a gap
             line.append(_BLOCKS[min(steps, max(0, eighths))])
         rows.append("".join(line))
     return rows

@@ -209,6 +209,15 @@ class ProcessTable(DataTable[Text]):
     def row(self, key: str) -> Row | None:
         return self._rows.get(key)
 
+    def current_row(self) -> Row | None:
+        """The row under the cursor."""
+        if self.row_count == 0:
+            return None
+        if self.selected_key is None:
+            cell = self.coordinate_to_cell_key(self.cursor_coordinate)
+            self.selected_key = cell.row_key.value
+        return self._rows.get(self.selected_key or "")
+
     def show(
         self,
         rows: Sequence[Row],

@@ -1,0 +1,348 @@
+"""`gpuwatch tui`, level 2: the app driven by a Pilot, over the simulated backend."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from gpuwatch.tui.app import GpuwatchApp
+from gpuwatch.tui.keys import KEYS
+from gpuwatch.tui.screens import ConfirmScreen, DetailScreen, HelpScreen
+from gpuwatch.tui.widgets import ProcessTable, SectionView
+from tests.conftest import FROZEN_TIME
+from tests.tui_helpers import HungSource, QuietSource, frame, gpu, process, sim_source
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def until(pilot: Pilot[int], condition: Callable[[], bool], what: str) -> None:
+    """Waits, without a fixed sleep, for `condition` (generous: CI machines are slow)."""
+    for _ in range(600):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def text_of(app: GpuwatchApp, selector: str) -> str:
+    return str(app.query_one(selector, Static).render())
+
+
+def table_pids(app: GpuwatchApp) -> list[int]:
+    table = app.query_one(ProcessTable)
+    return [
+        int(str(table.get_row_at(i)[table.get_column_index("pid")]).strip(" *"))
+        for i in range(table.row_count)
+    ]
+
+
+def fed_app() -> GpuwatchApp:
+    """An app with one quiet source, fed frames by the test."""
+    return GpuwatchApp([QuietSource()], interval_s=0.1, clock=lambda: FROZEN_TIME, sample=False)
+
+
+def sim_app(**options: object) -> GpuwatchApp:
+    return GpuwatchApp([sim_source(4)], interval_s=0.1, clock=lambda: FROZEN_TIME, **options)  # type: ignore[arg-type]
+
+
+def run(
+    app: GpuwatchApp,
+    body: Callable[[Pilot[int]], Awaitable[None]],
+    size: tuple[int, int] = (160, 48),
+) -> None:
+    import asyncio
+
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await until(pilot, lambda: app.state.sections[0].frame is not None, "the first frame")
+            await pilot.pause()
+            await body(pilot)
+
+    asyncio.run(main())
+
+
+@pytest.fixture
+def child() -> subprocess.Popen[bytes]:
+    env = {**os.environ, "GPUWATCH_DETAIL_MARK": "visible"}
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], env=env)
+    yield process  # type: ignore[misc]
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+
+
+def test_first_frame_shows_every_gpu_and_process() -> None:
+    app = sim_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        cards = str(app.query_one(SectionView).render())
+        for index in range(4):
+            assert f"[{index}] NVIDIA H100 80GB HBM3" in cards
+        assert "sim-node" in cards
+        assert 40000 in table_pids(app)
+
+    run(app, body)
+
+
+def test_s_sorts_by_the_next_column_and_r_reverses() -> None:
+    app = sim_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        # GIVEN the default sort (GPU memory, largest first)
+        assert "GPU-MEM ▼" in text_of(app, "#status")
+        # WHEN s is pressed until the table is sorted by PID
+        while app.sort_column != "pid":
+            await pilot.press("s")
+        await pilot.press("r")
+        # THEN the rows are in pid order, reversed
+        pids = table_pids(app)
+        assert pids == sorted(pids, reverse=False) or pids == sorted(pids, reverse=True)
+        await pilot.press("r")
+        assert table_pids(app) == sorted(pids, reverse=app.sort_reverse)
+        assert "PID" in text_of(app, "#status")
+
+    run(app, body)
+
+
+def test_filter_by_user_keeps_only_their_rows() -> None:
+    app = sim_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        await pilot.press("slash", *"user:bob", "enter")
+        table = app.query_one(ProcessTable)
+        users = {
+            str(table.get_row_at(i)[table.get_column_index("user")]).strip()
+            for i in range(table.row_count)
+        }
+        assert users == {"bob"}
+        assert "filter: user:bob" in text_of(app, "#status")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.query_one(ProcessTable).row_count > 2, "the filter to clear")
+
+    run(app, body)
+
+
+def test_selection_stays_on_the_same_process_across_refreshes() -> None:
+    app = fed_app()
+
+    import asyncio
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.feed(
+                0,
+                frame([gpu(0)], [process(1, 0, gib=9), process(2, 0, gib=5), process(3, 0, gib=1)]),
+            )
+            await pilot.press("down")  # select pid 2
+            assert app.selected_row().pid == 2  # type: ignore[union-attr]
+            # WHEN pid 2's memory grows past the others and the order changes
+            app.feed(
+                0,
+                frame(
+                    [gpu(0)], [process(1, 0, gib=9), process(2, 0, gib=20), process(3, 0, gib=1)]
+                ),
+            )
+            await pilot.pause()
+            # THEN the row moved to the top and is still the one selected
+            assert table_pids(app) == [2, 1, 3]
+            assert app.selected_row().pid == 2  # type: ignore[union-attr]
+            assert app.query_one(ProcessTable).cursor_row == 0
+
+    asyncio.run(main())
+
+
+def test_help_lists_every_key_and_closes() -> None:
+    app = sim_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        shown = str(app.screen.query_one("#help-text", Static).render())
+        for key in KEYS:
+            assert key.label in shown
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+    run(app, body)
+
+
+def test_readonly_removes_signals_from_keys_and_help() -> None:
+    app = sim_app(readonly=True)
+
+    async def body(pilot: Pilot[int]) -> None:
+        await pilot.press("t")
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("question_mark")
+        assert "SIGTERM" not in str(app.screen.query_one("#help-text", Static).render())
+        assert "read-only" in text_of(app, "#title")
+
+    run(app, body)
+
+
+def test_enter_opens_the_detail_of_the_selected_process() -> None:
+    app = sim_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        row = app.selected_row()
+        assert row is not None
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail screen")
+        screen = app.screen
+        assert isinstance(screen, DetailScreen)
+        await until(
+            pilot,
+            lambda: "GPU memory" in str(screen.query_one("#detail-graphs", Static).render()),
+            "graphs",
+        )
+        details = str(screen.query_one("#detail-text", Static).render())
+        assert row.command is not None and row.command in details
+        assert "Environment" in details and "Parents" in details
+        await pilot.press("escape")
+        assert not isinstance(app.screen, DetailScreen)
+
+    run(app, body)
+
+
+def test_detail_shows_the_environment_and_parents_of_our_own_process(
+    child: subprocess.Popen[bytes],
+) -> None:
+    # GIVEN a row for a child of this test (its environment is ours to read)
+    app = fed_app()
+
+    import asyncio
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.feed(0, frame([gpu(0)], [process(child.pid, 0, command="sleeper")]))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail screen")
+            details = str(app.screen.query_one("#detail-text", Static).render())
+            assert "GPUWATCH_DETAIL_MARK=visible" in details
+            assert str(os.getpid()) in details.split("Parents")[1]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("answer", ["y", "n"], ids=["confirmed", "cancelled"])
+def test_sigterm_asks_first_naming_pid_user_and_command(
+    child: subprocess.Popen[bytes], answer: str
+) -> None:
+    import asyncio
+    import getpass
+
+    app = fed_app()
+    me = getpass.getuser()
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            started = __import__("psutil").Process(child.pid).create_time()
+            app.feed(
+                0,
+                frame(
+                    [gpu(0)],
+                    [process(child.pid, 0, user=me, command="sleeper --long", started_at=started)],
+                ),
+            )
+            # WHEN t is pressed on the child's row
+            await pilot.press("t")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+            # THEN the confirmation names its pid, user and command
+            shown = str(app.screen.query_one("#confirm-text", Static).render())
+            assert f"pid {child.pid}" in shown and me in shown and "sleeper --long" in shown
+            await pilot.press(answer)
+            await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), "the answer")
+            if answer == "y":
+                await until(pilot, lambda: child.poll() is not None, "the child to end")
+                assert child.returncode == -15
+                assert "SIGTERM sent" in text_of(app, "#status")
+            else:
+                await pilot.pause(0.2)
+                assert child.poll() is None
+
+    asyncio.run(main())
+
+
+def test_a_process_that_is_not_there_is_left_out_with_a_reason() -> None:
+    import asyncio
+
+    app = fed_app()
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.feed(0, frame([gpu(0)], [process(4_000_000, 0)]))  # beyond pid_max: never alive
+            await pilot.press("k")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+            shown = str(app.screen.query_one("#confirm-text", Static).render())
+            assert "No process to send SIGKILL to" in shown and "no such process here" in shown
+            await pilot.press("y")  # nothing to send: a no-op
+            await until(
+                pilot, lambda: not isinstance(app.screen, ConfirmScreen), "the dialog to close"
+            )
+
+    asyncio.run(main())
+
+
+def test_a_lost_gpu_shows_its_error_and_the_others_stay(tmp_path: Path) -> None:
+    scenario = tmp_path / "lost.toml"
+    scenario.write_text('[[gpu]]\n\n[[gpu]]\nfault = "lost"\n\n[[gpu]]\n')
+    app = GpuwatchApp([sim_source(scenario)], interval_s=0.1, clock=lambda: FROZEN_TIME)
+
+    async def body(pilot: Pilot[int]) -> None:
+        cards = str(app.query_one(SectionView).render())
+        assert "error: GPU is lost" in cards.replace("\n", " ")
+        assert "[0] NVIDIA" in cards and "[2] NVIDIA" in cards
+
+    run(app, body)
+
+
+def test_80x24_shows_gpus_and_a_usable_table() -> None:
+    app = sim_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        table = app.query_one(ProcessTable)
+        keys = [c.key for c in table.columns_shown]
+        assert {"gpu", "pid", "user", "gpu_mem", "command"} <= set(keys)
+        assert table.size.height >= 6
+        assert "[0] NVIDIA" in str(app.query_one(SectionView).render())
+
+    run(app, body, size=(80, 24))
+
+
+def test_a_hung_backend_never_freezes_the_screen() -> None:
+    # GIVEN a source whose driver call never returns
+    source = HungSource()
+    app = GpuwatchApp([source], interval_s=0.05, clock=lambda: FROZEN_TIME)
+    import asyncio
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            try:
+                # THEN the screen says so, and keys still work
+                await until(
+                    pilot,
+                    lambda: "no sample for" in str(app.query_one(SectionView).render()),
+                    "the stall notice",
+                )
+                await pilot.press("question_mark")
+                assert isinstance(app.screen, HelpScreen)
+            finally:
+                source.release.set()
+
+    asyncio.run(main())
+
+
+def test_q_quits_with_status_0() -> None:
+    app = sim_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        await pilot.press("q")
+
+    run(app, body)
+    assert app.return_code == 0
