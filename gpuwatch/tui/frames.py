@@ -77,7 +77,7 @@ class Source(abc.ABC):
 
     def backfill(self) -> Backfill:
         """Samples from before now, when the source keeps any (read once, at start)."""
-        return Backfill(self.label, note="from this screen's own samples")
+        return Backfill(self.label, note="from this screen's samples")
 
     @abc.abstractmethod
     def frames(self, interval_s: float, stop: threading.Event) -> Iterator[Frame]:
@@ -251,9 +251,9 @@ def _int_or_none(value: object, maximum: int) -> int | None:
 def _span_note(series: Sequence[GpuSeries]) -> str:
     times = series[0].taken_at if series else []
     if len(times) < 2:
-        return "daemon history: none yet"
+        return "daemon has no history yet"
     minutes = (times[-1] - times[0]) / 60
-    return f"daemon history, {minutes:.0f} min back"
+    return f"from the daemon's history ({minutes:.0f} min)"
 
 
 def _describe(error: BaseException) -> str:

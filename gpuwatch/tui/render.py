@@ -230,7 +230,7 @@ def _power_text(gpu: GpuSample) -> str:
 
 def _bars_line(gpu: GpuSample, width: int) -> Line:
     used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
-    numbers = f" {gib(used)}/{gib(total)}"
+    numbers = f" {gib(used):>5}/{gib(total)}"
     util = gpu.utilization_pct
     util_text = f" {MISSING if util is None else util:>3}%"
     bar_room = width - len("mem ") - len(numbers) - len("  util ") - len(util_text)

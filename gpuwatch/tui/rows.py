@@ -69,7 +69,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("cpu", "CPU%", 5, lambda r, _: _num(r.cpu_pct), 5),
     Column("host_mem", "HOST-MEM", 8, lambda r, _: _num(r.host_memory_bytes), 7),
     Column("time", "TIME", 7, _running_s, 6),
-    Column("lease", "LEASE", 16, lambda r, _: r.lease, 4),
+    Column("lease", "LEASE", 18, lambda r, _: r.lease, 4),
     Column("idle", "IDLE", 8, lambda r, _: -1.0 if r.idle is None else r.idle.seconds, 3),
     Column("command", "COMMAND", 0, lambda r, _: r.command or "", 0),
 )

@@ -33,7 +33,7 @@ class Section:
         self.error: str | None = None
         self.received_at: float | None = None
         """Monotonic time of the latest frame, good or bad."""
-        self.history_note = "graphs fill from this screen's own samples"
+        self.history_note = "from this screen's samples"
         self._capacity = max(60, min(4096, math.ceil(GRAPH_WINDOW_S / max(interval_s, 0.1)) * 2))
         self.trends: dict[int, GpuTrend] = {}
         self._pending: Sequence[GpuSeries] = ()

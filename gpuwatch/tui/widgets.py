@@ -97,14 +97,15 @@ def _header(section: Section, stalled_s: float | None) -> render.Line:
             spans.append((f"  driver {snapshot.driver_version}", "label"))
         if snapshot.cuda_driver_version:
             spans.append((f"  CUDA {snapshot.cuda_driver_version}", "label"))
-        minutes = GRAPH_WINDOW_S / 60
-        spans.append((f"  graphs: last {minutes:.0f} min, {section.history_note}", "dim"))
         if frame.waiters:
             spans.append((f"  {len(frame.waiters)} waiting for GPUs", "warn"))
     if stalled_s is not None:
         spans.append((f"  no sample for {stalled_s:.0f} s", "alarm"))
     if section.error:
         spans.append((f"  {render.printable(section.error)}", "alarm"))
+    if frame is not None:  # last: the least needed, the first cut on a narrow screen
+        minutes = GRAPH_WINDOW_S / 60
+        spans.append((f"  graphs: {minutes:.0f} min {section.history_note}", "dim"))
     return spans
 
 
