@@ -346,3 +346,72 @@ def test_q_quits_with_status_0() -> None:
 
     run(app, body)
     assert app.return_code == 0
+
+
+def test_several_hosts_get_a_section_each_and_a_host_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a stand-in ssh that runs the remote command here, one reachable host, one not
+    import shutil
+    import stat
+
+    from gpuwatch.tui.frames import RemoteSource
+    from tests.test_remote import STAND_IN_SSH
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ssh = bin_dir / "ssh"
+    ssh.write_text(STAND_IN_SSH)
+    ssh.chmod(ssh.stat().st_mode | stat.S_IEXEC)
+    gpuwatch = shutil.which("gpuwatch") or str(Path(sys.executable).with_name("gpuwatch"))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(gpuwatch).parent}:/usr/bin:/bin")
+    sources = [RemoteSource("alice@node7", sim="3"), RemoteSource("node9-unreachable", sim="2")]
+    app = GpuwatchApp(sources, interval_s=0.2, clock=lambda: FROZEN_TIME)
+    import asyncio
+
+    async def main() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            views = list(app.query(SectionView))
+            # THEN the reachable host's GPUs and processes are shown under its name
+            await until(pilot, lambda: "[2] NVIDIA" in str(views[0].render()), "node7's GPUs")
+            assert "alice@node7" in str(views[0].render())
+            # AND the unreachable one says why, without hiding the other
+            await until(pilot, lambda: "cannot reach" in str(views[1].render()), "node9's error")
+            table = app.query_one(ProcessTable)
+            await until(pilot, lambda: table.row_count > 0, "remote processes")
+            assert "host" in [c.key for c in table.columns_shown]
+            assert str(table.get_row_at(0)[0]).strip() == "alice@node7"
+
+    asyncio.run(main())
+
+
+def test_an_added_panel_is_shown_and_handed_every_frame() -> None:
+    # GIVEN a panel such as the training panel another part of gpuwatch adds
+    from gpuwatch.tui.state import ScreenState
+    from gpuwatch.tui.widgets import Panel
+
+    class Counting(Panel):
+        frames = 0
+
+        def show_state(self, state: ScreenState, now: float) -> None:
+            self.frames += 1
+            processes = sum(
+                len(s.frame.snapshot.processes)
+                for s in state.sections
+                if s.frame and s.frame.snapshot
+            )
+            self.update(f"processes seen: {processes}")
+
+    panel = Counting(id="training")
+    app = GpuwatchApp([QuietSource()], clock=lambda: FROZEN_TIME, sample=False, panels=[panel])
+    import asyncio
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.feed(0, frame([gpu(0)], [process(1, 0), process(2, 0)]))
+            await pilot.pause()
+            # THEN it sits on the main screen and redraws from each frame
+            assert panel.frames >= 1
+            assert "processes seen: 2" in str(panel.render())
+
+    asyncio.run(main())

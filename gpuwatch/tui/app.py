@@ -27,7 +27,7 @@ from gpuwatch.tui.keys import KEYS
 from gpuwatch.tui.layout import Layout, choose_layout
 from gpuwatch.tui.rows import Row, RowFilter
 from gpuwatch.tui.state import ScreenState
-from gpuwatch.tui.widgets import HostLine, ProcessTable, SectionView
+from gpuwatch.tui.widgets import HostLine, Panel, ProcessTable, SectionView
 
 DEFAULT_IDLE_AFTER_S = 600.0
 
@@ -84,6 +84,7 @@ class GpuwatchApp(App[int]):
         clock: Callable[[], float] = time.time,
         sample: bool = True,
         as_root: bool | None = None,
+        panels: Sequence[Panel] = (),
     ) -> None:
         """`clock` gives the wall time shown (running and idle times); `sample=False` starts
         no threads, so frames come only from `feed()`; `as_root` defaults to the truth."""
@@ -100,6 +101,7 @@ class GpuwatchApp(App[int]):
         self.tagged: set[str] = set()
         self.message_text = ""
         self._sample = sample
+        self.panels = list(panels)
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
         self._samplers: list[Sampler] = []
         self._opened_at = time.monotonic()
@@ -107,6 +109,7 @@ class GpuwatchApp(App[int]):
         self._layout: Layout | None = None
         self._home: Screen[object] = Screen()
         self._mounted_once = False
+        self._shown_stalled = False
         for key in KEYS:
             if key.action and not (key.writes and readonly):
                 self.bind(key.keys, key.action, description=key.footer, show=bool(key.footer))
@@ -119,6 +122,7 @@ class GpuwatchApp(App[int]):
             for number in range(len(self.sources)):
                 yield SectionView(number)
         yield HostLine()
+        yield from self.panels
         yield ProcessTable()
         yield Static(id="status")
         yield Input(
@@ -126,17 +130,21 @@ class GpuwatchApp(App[int]):
         )
         yield Footer()
 
+    def on_mount(self) -> None:
+        # Sampling starts while the screen is still being built: the first frame is
+        # then waiting for it, not the other way round.
+        if self._sample:
+            for number, source in enumerate(self.sources):
+                sampler = Sampler(self, number, source, self.interval_s)
+                self._samplers.append(sampler)
+                sampler.start()
+
     def on_ready(self) -> None:
         self._home = self.screen
         self._mounted_once = True
         self._draw_title()
         self._home.query_one(ProcessTable).focus()
         self.set_interval(1.0, self._watch_stalls)
-        if self._sample:
-            for number, source in enumerate(self.sources):
-                sampler = Sampler(self, number, source, self.interval_s)
-                self._samplers.append(sampler)
-                sampler.start()
         self.redraw()
 
     def on_unmount(self) -> None:
@@ -160,8 +168,16 @@ class GpuwatchApp(App[int]):
         self.state.sections[message.number].apply_backfill(message.backfill)
 
     def _watch_stalls(self) -> None:
-        with contextlib.suppress(NoMatches):
-            self._draw_sections()
+        """Between frames, redraws only to say (or stop saying) that samples are late."""
+        monotonic = time.monotonic()
+        stalled = any(
+            s.stalled_s(monotonic, self._stalled_after_s, self._opened_at) is not None
+            for s in self.state.sections
+        )
+        if stalled or self._shown_stalled:
+            self._shown_stalled = stalled
+            with contextlib.suppress(NoMatches):
+                self._draw_sections()
 
     # --- drawing --------------------------------------------------------------------------
 
@@ -184,6 +200,8 @@ class GpuwatchApp(App[int]):
         self._home.query_one("#gpus").styles.height = self._layout.gpu_panel_lines
         self._draw_sections()
         self._home.query_one(HostLine).show(self._host_stats(), self.size.width)
+        for panel in self.panels:
+            panel.show_state(self.state, self.clock())
         self._draw_table()
         self._draw_status()
 
@@ -203,7 +221,10 @@ class GpuwatchApp(App[int]):
         if self._layout is None:
             return
         now, monotonic = self.clock(), time.monotonic()
-        for section, view in zip(self.state.sections, self._home.query(SectionView), strict=True):
+        views = list(self._home.query(SectionView))
+        if len(views) != len(self.state.sections):
+            return  # shutting down: the widgets are going
+        for section, view in zip(self.state.sections, views, strict=True):
             stalled = section.stalled_s(monotonic, self._stalled_after_s, self._opened_at)
             view.show(section, self._layout, now, stalled)
 
@@ -225,7 +246,14 @@ class GpuwatchApp(App[int]):
             self.sort_column = "gpu_mem"
         rows = self.current_rows()
         self.tagged &= {row.key for row in rows}
-        table.show(rows, columns, self.clock(), self.tagged, self.sort_column, self.size.width)
+        table.show(
+            rows,
+            columns,
+            self.clock(),
+            self.tagged,
+            (self.sort_column, self.sort_reverse),
+            self.size.width,
+        )
 
     def _draw_status(self) -> None:
         title = row_logic.BY_KEY[self.sort_column].title
@@ -320,8 +348,8 @@ class GpuwatchApp(App[int]):
         from gpuwatch.tui.screens import DetailScreen
 
         row = self.selected_row()
-        if row is None:
-            return
+        if row is None or len(self.screen_stack) > 1:
+            return  # Enter reaches both the table and the app: open one detail only
         details = read_details(row.pid) if row.local else remote_details()
         screen = DetailScreen(row, details)
         self.push_screen(screen)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Static
+from textual.widgets import Button, Footer
 
 from gpuwatch.tui import render
 from gpuwatch.tui.details import ProcessDetails
@@ -15,23 +14,24 @@ from gpuwatch.tui.keys import KEYS
 from gpuwatch.tui.rows import Row
 from gpuwatch.tui.signals import Plan
 from gpuwatch.tui.trends import ProcessTrend
+from gpuwatch.tui.widgets import Painted
 
 
-def help_text(readonly: bool) -> Text:
+def help_text(readonly: bool) -> render.Line:
     """Every key, and the filter syntax."""
-    text = Text()
-    text.append("Keys\n\n", style="bold")
+    spans: render.Line = []
+    spans.append(("Keys\n\n", "heading"))
     for key in KEYS:
         if key.writes and readonly:
             continue
-        text.append(f"  {key.shown:<24}", style="bold")
-        text.append(f"{key.label}\n")
-    text.append("\nMouse: click a row to select it, a column title to sort by it.\n")
-    text.append("\nFilter (/): ", style="bold")
-    text.append("user:NAME  gpu:N[,M]  idle  WORD (in user, pid, command or lease)\n")
+        spans.append((f"  {key.shown:<24}", "heading"))
+        spans.append((f"{key.label}\n", ""))
+    spans.append(("\nMouse: click a row to select it, a column title to sort by it.\n", ""))
+    spans.append(("\nFilter (/): ", "heading"))
+    spans.append(("user:NAME  gpu:N[,M]  idle  WORD (in user, pid, command or lease)\n", ""))
     if readonly:
-        text.append("\nRead-only: signals are off (--readonly).\n")
-    return text
+        spans.append(("\nRead-only: signals are off (--readonly).\n", ""))
+    return spans
 
 
 class HelpScreen(ModalScreen[None]):
@@ -45,8 +45,8 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(help_text(self._readonly), id="help-text")
-            yield Static(Text("Esc, q or ? closes this help", style="dim"))
+            yield Painted(help_text(self._readonly), id="help-text")
+            yield Painted([("Esc, q or ? closes this help", "dim")])
 
 
 class DetailScreen(Screen[None]):
@@ -63,30 +63,30 @@ class DetailScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail-box"):
-            yield Static(id="detail-graphs")
-            yield Static(self._static_part(), id="detail-text")
+            yield Painted([], id="detail-graphs")
+            yield Painted(self._static_part(), id="detail-text")
         yield Footer()
 
     def refresh_from(self, row: Row | None, trend: ProcessTrend | None, width: int) -> None:
         """Redraws the graphs with the latest samples (`row` is None once the process is gone)."""
         if row is not None:
             self.row = row
-        self.query_one("#detail-graphs", Static).update(
+        self.query_one("#detail-graphs", Painted).show(
             graphs_text(self.row, trend, width, gone=row is None)
         )
 
-    def _static_part(self) -> Text:
+    def _static_part(self) -> render.Line:
         return details_text(self.row, self._details)
 
 
-def graphs_text(row: Row, trend: ProcessTrend | None, width: int, *, gone: bool) -> Text:
-    text = Text(no_wrap=True, overflow="crop")
+def graphs_text(row: Row, trend: ProcessTrend | None, width: int, *, gone: bool) -> render.Line:
+    spans: render.Line = []
     gpu = "-" if row.gpu is None else str(row.gpu)
-    text.append(f"pid {row.pid}", style="bold")
-    text.append(f"  user {render.printable(row.user or '?')}  GPU {gpu}  {row.kind}")
+    spans.append((f"pid {row.pid}", "heading"))
+    spans.append((f"  user {render.printable(row.user or '?')}  GPU {gpu}  {row.kind}", ""))
     if gone:
-        text.append("  (no longer on the GPU)", style="bold red")
-    text.append("\n")
+        spans.append(("  (no longer on the GPU)", "alarm"))
+    spans.append(("\n", ""))
     cells = max(10, width - 14)
     memory = trend.memory_bytes.latest(cells) if trend else []
     cpu = trend.cpu_pct.latest(cells) if trend else []
@@ -106,31 +106,31 @@ def graphs_text(row: Row, trend: ProcessTrend | None, width: int, *, gone: bool)
             "-" if row.cpu_pct is None else f"{row.cpu_pct:.0f}%",
         ),
     ):
-        text.append(f"\n{title}: {now} now (top of graph {top}, one cell per sample)\n")
+        spans.append((f"\n{title}: {now} now (top of graph {top}, one cell per sample)\n", ""))
         for line in render.sparkline(values, 3):
-            text.append(line + "\n", style="cyan")
-    return text
+            spans.append((line + "\n", "graph-memory"))
+    return spans
 
 
-def details_text(row: Row, details: ProcessDetails) -> Text:
-    text = Text()
-    text.append("\nCommand\n", style="bold")
-    text.append(
-        render.printable(details.command or row.command or "(not visible from here)") + "\n"
+def details_text(row: Row, details: ProcessDetails) -> render.Line:
+    spans: render.Line = []
+    spans.append(("\nCommand\n", "heading"))
+    spans.append(
+        (render.printable(details.command or row.command or "(not visible from here)") + "\n", "")
     )
     if row.wants:
-        text.append(f"\nWaiting for: {row.wants}\n")
+        spans.append((f"\nWaiting for: {row.wants}\n", ""))
     if row.lease:
-        text.append(f"\nLease: {render.printable(row.lease)}\n")
+        spans.append((f"\nLease: {render.printable(row.lease)}\n", ""))
     if row.idle is not None:
         prefix = "at least " if row.idle.at_least else ""
         idle = f"{prefix}{render.duration(row.idle.seconds)}"
-        text.append(f"\nIdle holder: its GPU has been idle for {idle}\n", style="bold")
-    text.append("\nParents (nearest first)\n", style="bold")
-    text.append("\n".join(details.parents) + "\n")
-    text.append("\nEnvironment\n", style="bold")
-    text.append("\n".join(details.environment) + "\n")
-    return text
+        spans.append((f"\nIdle holder: its GPU has been idle for {idle}\n", "heading"))
+    spans.append(("\nParents (nearest first)\n", "heading"))
+    spans.append(("\n".join(details.parents) + "\n", ""))
+    spans.append(("\nEnvironment\n", "heading"))
+    spans.append(("\n".join(details.environment) + "\n", ""))
+    return spans
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -148,7 +148,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Static(confirm_text(self.signal_name, self.plan), id="confirm-text")
+            yield Painted(confirm_text(self.signal_name, self.plan), id="confirm-text")
             with Horizontal(id="confirm-buttons"):
                 if self.plan.targets:
                     yield Button(f"Send {self.signal_name} (y)", id="yes", variant="error")
@@ -164,19 +164,19 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes and bool(self.plan.targets))
 
 
-def confirm_text(signal_name: str, plan: Plan) -> Text:
-    text = Text()
+def confirm_text(signal_name: str, plan: Plan) -> render.Line:
+    spans: render.Line = []
     if plan.as_root:
-        text.append("You are root: this can stop anyone's job.\n\n", style="bold reverse")
+        spans.append(("You are root: this can stop anyone's job.\n\n", "alarm"))
     if plan.targets:
-        text.append(f"Send {signal_name} to:\n", style="bold")
+        spans.append((f"Send {signal_name} to:\n", "heading"))
         for target in plan.targets:
             command = render.fit(render.printable(target.command), 60).rstrip()
-            text.append(f"  pid {target.pid}  {render.printable(target.user)}  {command}\n")
+            spans.append((f"  pid {target.pid}  {render.printable(target.user)}  {command}\n", ""))
     else:
-        text.append(f"No process to send {signal_name} to.\n", style="bold")
+        spans.append((f"No process to send {signal_name} to.\n", "heading"))
     if plan.refused:
-        text.append("\nLeft out:\n", style="bold")
+        spans.append(("\nLeft out:\n", "heading"))
         for reason in plan.refused:
-            text.append(f"  {render.printable(reason)}\n")
-    return text
+            spans.append((f"  {render.printable(reason)}\n", ""))
+    return spans

@@ -13,7 +13,7 @@ from gpuwatch.tui import render
 from gpuwatch.tui.frames import HostStats
 from gpuwatch.tui.layout import Layout
 from gpuwatch.tui.rows import Column, Row, cell_text
-from gpuwatch.tui.state import GRAPH_WINDOW_S, Section
+from gpuwatch.tui.state import GRAPH_WINDOW_S, ScreenState, Section
 
 # The span styles of `render`, each a component class styled in gpuwatch.tcss.
 SPAN_STYLES = (
@@ -29,6 +29,7 @@ SPAN_STYLES = (
     "graph-memory",
     "graph-util",
     "tagged",
+    "heading",
 )
 
 
@@ -126,6 +127,24 @@ def _side_by_side(cards: Sequence[list[render.Line]], layout: Layout) -> list[re
     return out
 
 
+class Painted(Static):
+    """Text made of spans, coloured from gpuwatch.tcss (help, detail and confirmation)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"span--{name}" for name in SPAN_STYLES}
+
+    def __init__(self, spans: render.Line, *, id: str | None = None) -> None:
+        super().__init__(id=id, classes="painted")
+        self.painter = Painter(self)
+        self._spans = spans
+
+    def on_mount(self) -> None:
+        self.show(self._spans)
+
+    def show(self, spans: render.Line) -> None:
+        self._spans = spans
+        self.update(self.painter.text(spans))
+
+
 class HostLine(Static):
     """CPU, memory, swap and load of this machine."""
 
@@ -185,6 +204,17 @@ class HostLine(Static):
         self.update(self.painter.text(spans))
 
 
+class Panel(Static):
+    """A panel another part of gpuwatch adds to the main screen (`GpuwatchApp(panels=...)`).
+
+    It sits between the host line and the process table, and is handed the screen's state
+    after every frame; style it in gpuwatch.tcss by its id or class.
+    """
+
+    def show_state(self, state: ScreenState, now: float) -> None:
+        """Redraws from `state` (`now` is the app's clock)."""
+
+
 class KeyedText(Text):
     """A cell that knows its row, so rows can be put in an order of our choosing."""
 
@@ -206,6 +236,8 @@ class ProcessTable(DataTable[Text]):
         self.order: list[str] = []
         self._cells: dict[str, list[tuple[str, str]]] = {}
         self._rows: dict[str, Row] = {}
+        self._sorted_by: tuple[str, bool] | None = None
+        self._width = 0
 
     def row(self, key: str) -> Row | None:
         return self._rows.get(key)
@@ -225,10 +257,10 @@ class ProcessTable(DataTable[Text]):
         columns: tuple[Column, ...],
         now: float,
         tagged: set[str],
-        sorted_by: str,
+        sorted_by: tuple[str, bool],
         width: int,
     ) -> None:
-        if columns != self.columns_shown:
+        if columns != self.columns_shown or width != self._width:
             self._set_columns(columns, width)
         wanted = {row.key for row in rows}
         for gone in [key for key in self._cells if key not in wanted]:
@@ -244,9 +276,13 @@ class ProcessTable(DataTable[Text]):
             self.sort(columns[0].key, key=lambda cell: rank.get(cell.row_key, 0))
             self.order = order
         self._restore_cursor()
-        for column in columns:
-            label = column.title + (" ▼" if column.key == sorted_by else "")
-            self.columns[column.key].label = Text(label)  # type: ignore[index]
+        if sorted_by != self._sorted_by:
+            self._sorted_by = sorted_by
+            key, reverse = sorted_by
+            for column in columns:
+                arrow = (" ▼" if reverse else " ▲") if column.key == key else ""
+                label = column.title + arrow
+                self.columns[column.key].label = Text(label)  # type: ignore[index]
 
     def _set_columns(self, columns: tuple[Column, ...], width: int) -> None:
         self.clear(columns=True)
@@ -257,6 +293,8 @@ class ProcessTable(DataTable[Text]):
             size = column.width if column.key != "command" else max(16, width - fixed - 3)
             self.add_column(column.title, width=size, key=column.key)
         self.columns_shown = columns
+        self._width = width
+        self._sorted_by = None
 
     def _put(self, key: str, cells: list[tuple[str, str]], columns: tuple[Column, ...]) -> None:
         before = self._cells.get(key)
