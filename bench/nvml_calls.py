@@ -3,6 +3,8 @@
 1. Through the fake pynvml of the test suite (no C library needed).
 2. Through the real pynvml over ../shared/fakenvml (FAKENVML_STATS), beside
    gpustat, nvitop and nvisel when they are installed.
+3. On fakenvml's MIG node (mig-a100.txt: one A100 with 3 MIG devices, one
+   without MIG), gpuwatch beside nvitop -1, which also shows MIG devices.
 
 Run: python bench/nvml_calls.py
 """
@@ -23,6 +25,7 @@ from gpuwatch.backends.nvml import NvmlBackend
 from tests.fake_nvml import eight_gpu_node
 
 WATCH_SAMPLES = 11
+MIG_A100 = FAKENVML / "scenarios" / "mig-a100.txt"
 
 
 def through_fake_module() -> None:
@@ -86,6 +89,40 @@ def through_fakenvml() -> None:
     one_shot, watched = list(counts.values())[:2]
     per_gpu = (watched - one_shot) / (WATCH_SAMPLES - 1) / 8
     print(f"  each further --watch sample: {per_gpu:.1f} calls per GPU")
+    through_fakenvml_mig(library, work)
+
+
+def through_fakenvml_mig(library: Path, work: Path) -> None:
+    gpuwatch = [sys.executable, "-m", "gpuwatch", "status", "--json", "--backend", "nvml"]
+    runs = {
+        "gpuwatch status --json": gpuwatch,
+        f"gpuwatch status --json --watch ({WATCH_SAMPLES} samples)": [
+            *gpuwatch,
+            "--watch",
+            "0.05",
+            "--count",
+            str(WATCH_SAMPLES),
+        ],
+    }
+    if nvitop := tool("nvitop"):
+        runs["nvitop -1"] = [nvitop, "-1"]
+    print(f"real pynvml over fakenvml (FAKENVML_STATS), {MIG_A100.name}:")
+    counts = {}
+    for number, (name, argv) in enumerate(runs.items()):
+        stats = work / f"mig{number}.stats"
+        env = fakenvml_env(library, MIG_A100, FAKENVML_STATS=str(stats))
+        subprocess.run(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
+        )
+        counts[name] = total_calls(stats)
+        mig = sum(
+            int(line.split()[1])
+            for line in stats.read_text().splitlines()
+            if "Mig" in line or "InstanceId" in line
+        )
+        print(f"  {name:<44} {counts[name]:4d} calls  ({mig} of them MIG functions)")
+    one_shot, watched = list(counts.values())[:2]
+    print(f"  each further --watch sample: {(watched - one_shot) / (WATCH_SAMPLES - 1):.1f} calls")
 
 
 if __name__ == "__main__":

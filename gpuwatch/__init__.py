@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from gpuwatch.backends import open_backend
     from gpuwatch.backends.base import Backend, SampleScope
-    from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
+    from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
     from gpuwatch.selection import Selection, device, select
 
 _LAZY = {
@@ -47,6 +47,7 @@ _LAZY = {
     "SampleScope": "gpuwatch.backends",
     "GpuSample": "gpuwatch.models",
     "Lease": "gpuwatch.models",
+    "MigDevice": "gpuwatch.models",
     "ProcessKind": "gpuwatch.models",
     "ProcessUsage": "gpuwatch.models",
     "Snapshot": "gpuwatch.models",
@@ -63,6 +64,7 @@ __all__ = [
     "InvalidValueError",
     "Lease",
     "LeaseError",
+    "MigDevice",
     "NoGpuError",
     "NotEnoughGpusError",
     "ProcessKind",

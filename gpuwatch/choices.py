@@ -7,8 +7,12 @@ heavy (the data model is loaded only once there is a GPU to choose).
 from __future__ import annotations
 
 import enum
+import re
 
 from gpuwatch.errors import InvalidValueError
+
+MIG_ANY = "any"
+_MIG_PROFILE = re.compile(r"[1-8]g\.\d{1,4}gb(\+me)?")
 
 
 class Strategy(enum.StrEnum):
@@ -50,3 +54,20 @@ def check_percent(value: float) -> float:
     if not 0 <= value <= 100:
         raise InvalidValueError(f"{value:g} is not a percentage from 0 to 100")
     return value
+
+
+def check_mig(value: str) -> str:
+    """A MIG profile as drivers name them (`1g.10gb`, `3g.40gb`, `1g.10gb+me`) or `any`."""
+    if value == MIG_ANY or _MIG_PROFILE.fullmatch(value):
+        return value
+    raise InvalidValueError(f"{value!r}: give a MIG profile such as 1g.10gb or 3g.40gb, or any")
+
+
+def check_one_mig_device(count: int, where: str) -> None:
+    """CUDA shows a process one MIG device, however many CUDA_VISIBLE_DEVICES names."""
+    if count > 1:
+        raise InvalidValueError(
+            f"{count} MIG devices for one {where}: CUDA gives a process only one MIG device. "
+            "Start one job per MIG device (each with its own gpuwatch pick --mig), or leave "
+            "out COMMAND to print the choice for a launcher that hands one to each rank"
+        )

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpuwatch.errors import LeaseError
-from gpuwatch.models import GpuSample, Lease
+from gpuwatch.models import Device, GpuSample, Lease
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -165,11 +165,11 @@ class LeaseDir:
                 found.append(lease)
         return found
 
-    def claim(self, gpu: GpuSample, *, mem_bytes: int | None, command: str) -> HeldLease:
-        """Takes a lease on `gpu` for this process. Call it under `locked()`."""
+    def claim(self, gpu: Device, *, mem_bytes: int | None, command: str) -> HeldLease:
+        """Takes a lease on `gpu` (or a MIG device) for this process. Call it under `locked()`."""
         record = {
             "gpu_uuid": str(gpu.uuid),
-            "gpu_index": gpu.index,
+            "gpu_index": gpu.index if isinstance(gpu, GpuSample) else gpu.gpu_index,
             "pid": os.getpid(),
             "command": command[:_MAX_COMMAND_CHARS],
             "started_at": time.time(),
@@ -180,6 +180,12 @@ class LeaseDir:
         lease = _lease_from(record, lease_id=name, user=user_name(os.getuid()))
         assert lease is not None
         return HeldLease(fd, path, lease)
+
+    def drop(self, lease: Lease) -> None:
+        """Removes a lease that no longer means anything (its MIG device is gone), even while
+        its holder runs. Call it under `locked()`; another user's file stays, harmlessly."""
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.path, os.path.basename(f"{lease.lease_id}.lease")))
 
     def enqueue(self, request: Request, command: str) -> HeldFile:
         """Joins the line of waiting jobs; the returned ticket leaves it when released."""

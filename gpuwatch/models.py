@@ -52,11 +52,47 @@ class GpuSample:
     sm_clock_mhz: int | None = None
     performance_state: int | None = None
     error: str | None = None
+    mig_enabled: bool | None = None
+    """True when the GPU is split into MIG devices (see `Snapshot.mig_devices`), and is
+    then never given out whole; False when it is not; `None` when unknown."""
 
     @property
     def ok(self) -> bool:
         """True when the GPU could be read."""
         return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG (Multi-Instance GPU) device: a slice of a MIG-enabled GPU, what a job is given.
+
+    `gpu_index` is the parent GPU's NVML index and `index` the device's index
+    under it (`0:2` in nvidia-smi and in `label`). `profile` is the size, as
+    `1g.10gb`: compute slices and memory. The driver reports no utilization,
+    temperature or power for a MIG device, so the model has none.
+    """
+
+    gpu_index: int
+    index: int
+    uuid: str | None
+    """`MIG-...`: what CUDA_VISIBLE_DEVICES takes."""
+    name: str | None = None
+    profile: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        """`GPU:MIG` indices, as nvidia-smi and nvitop write them: `0:2`."""
+        return f"{self.gpu_index}:{self.index}"
+
+
+Device = GpuSample | MigDevice
+"""What a job can be given: a whole GPU or a MIG device."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +116,8 @@ class ProcessUsage:
     cpu_pct: float | None = None
     rss_bytes: int | None = None
     started_at: float | None = None
+    mig_uuid: str | None = None
+    """The MIG device it runs in, on a MIG-enabled GPU; `None` elsewhere or when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +130,9 @@ class Lease:
     """
 
     gpu_uuid: str
+    """The GPU's UUID, or a MIG device's (`MIG-...`) for a lease on a MIG device."""
     gpu_index: int
+    """The GPU's NVML index; for a MIG device, its parent GPU's."""
     pid: int
     user: str
     """The owner of the lease file, not what the file says."""
@@ -122,10 +162,20 @@ class Snapshot:
     cuda_driver_version: str | None
     gpus: tuple[GpuSample, ...]
     processes: tuple[ProcessUsage, ...]
+    mig_devices: tuple[MigDevice, ...] = ()
+    """The MIG devices of every MIG-enabled GPU, by GPU, then by MIG index."""
 
     def processes_on(self, gpu_index: int) -> tuple[ProcessUsage, ...]:
         """The processes using the GPU with this NVML index."""
         return tuple(p for p in self.processes if p.gpu_index == gpu_index)
+
+    def mig_devices_of(self, gpu_index: int) -> tuple[MigDevice, ...]:
+        """The MIG devices of the GPU with this NVML index (none unless it is MIG-enabled)."""
+        return tuple(m for m in self.mig_devices if m.gpu_index == gpu_index)
+
+    def processes_in(self, mig: MigDevice) -> tuple[ProcessUsage, ...]:
+        """The processes running in this MIG device."""
+        return tuple(p for p in self.processes if mig.uuid and p.mig_uuid == mig.uuid)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict whose keys are the field names; bytes stay integers."""
@@ -139,6 +189,7 @@ class Snapshot:
             ProcessUsage(**{**proc, "kind": ProcessKind(proc["kind"])})
             for proc in data["processes"]
         )
+        mig_devices = tuple(MigDevice(**mig) for mig in data.get("mig_devices", ()))
         return cls(
             taken_at=data["taken_at"],
             hostname=data["hostname"],
@@ -146,4 +197,5 @@ class Snapshot:
             cuda_driver_version=data["cuda_driver_version"],
             gpus=gpus,
             processes=processes,
+            mig_devices=mig_devices,
         )

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 _GIB = 1 << 30
+_MAX_NAME_CHARS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,11 @@ class Request:
     allowed: frozenset[int] | None = None
     """The GPUs it may have (from CUDA_VISIBLE_DEVICES); `None`: any."""
     excluded: frozenset[int] = frozenset()
+    mig: str | None = None
+    """A MIG profile (`1g.10gb`) or `any`: MIG devices are wanted, not whole GPUs."""
+    mig_allowed: frozenset[str] | None = None
+    """The MIG devices (UUIDs) it may have, from CUDA_VISIBLE_DEVICES; `None`: any."""
+    mig_excluded: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +50,7 @@ class Request:
             "strategy": self.strategy.value,
             "allowed": None if self.allowed is None else sorted(self.allowed),
             "excluded": sorted(self.excluded),
+            **_mig_to_dict(self),
         }
 
     @classmethod
@@ -59,7 +66,39 @@ class Request:
             strategy=Strategy(data.get("strategy", Strategy.MOST_FREE)),
             allowed=None if allowed is None else _indices(allowed),
             excluded=_indices(data.get("excluded", [])),
+            **_mig_from_dict(data),
         )
+
+
+def _mig_to_dict(request: Request) -> dict[str, Any]:
+    if request.mig is None:
+        return {}  # a ticket as older versions write it
+    allowed = request.mig_allowed
+    return {
+        "mig": request.mig,
+        "mig_allowed": None if allowed is None else sorted(allowed),
+        "mig_excluded": sorted(request.mig_excluded),
+    }
+
+
+def _mig_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
+    mig, allowed = data.get("mig"), data.get("mig_allowed")
+    if mig is not None and not (isinstance(mig, str) and 0 < len(mig) <= _MAX_NAME_CHARS):
+        raise ValueError(f"not a MIG profile: {mig!r}")
+    return {
+        "mig": mig,
+        "mig_allowed": None if allowed is None else _uuids(allowed),
+        "mig_excluded": _uuids(data.get("mig_excluded", [])),
+    }
+
+
+def _uuids(values: object) -> frozenset[str]:
+    if not isinstance(values, list) or not all(
+        isinstance(value, str) and value.startswith("MIG-") and len(value) <= _MAX_NAME_CHARS
+        for value in values
+    ):
+        raise ValueError(f"not a list of MIG device UUIDs: {values!r}")
+    return frozenset(values)
 
 
 def _number(value: object, kind: type, *, minimum: float = 0) -> Any:
@@ -131,6 +170,8 @@ def choose(
     everyone = _candidates(snapshot, leases)
     kept: dict[int, Waiter] = {}
     for waiter in waiting_ahead:
+        if waiter.request.mig is not None:
+            continue  # waits for a MIG device, which is no whole GPU
         ranked, _ = _qualify(everyone, waiter.request, kept, waiter.pid)
         for candidate in ranked[: waiter.request.count]:
             kept[candidate.gpu.index] = waiter
@@ -188,7 +229,7 @@ def _reason_against(
     candidate: _Candidate, request: Request, kept: Mapping[int, Waiter]
 ) -> str | None:
     """Why `candidate` cannot serve `request`, or `None` when it can."""
-    for check in (_outside_request, _unreadable, _held, _too_busy, _too_full):
+    for check in (_outside_request, _split_by_mig, _unreadable, _held, _too_busy, _too_full):
         if (reason := check(candidate, request, kept)) is not None:
             return reason
     return None
@@ -202,6 +243,12 @@ def _outside_request(
     return "excluded" if candidate.gpu.index in request.excluded else None
 
 
+def _split_by_mig(candidate: _Candidate, _: Request, __: Mapping[int, Waiter]) -> str | None:
+    if candidate.gpu.mig_enabled:
+        return "MIG enabled: it is given out only as MIG devices (use --mig PROFILE|any)"
+    return None
+
+
 def _unreadable(candidate: _Candidate, _: Request, __: Mapping[int, Waiter]) -> str | None:
     gpu = candidate.gpu
     if gpu.error is not None:
@@ -212,7 +259,7 @@ def _unreadable(candidate: _Candidate, _: Request, __: Mapping[int, Waiter]) -> 
 
 
 def _held(candidate: _Candidate, request: Request, kept: Mapping[int, Waiter]) -> str | None:
-    if reason := _lease_conflict(candidate.leases, shared=request.mem_bytes is not None):
+    if reason := lease_conflict(candidate.leases, shared=request.mem_bytes is not None):
         return reason
     if (waiter := kept.get(candidate.gpu.index)) is not None:
         return f"kept for pid {waiter.pid} ({waiter.user}), which asked earlier"
@@ -239,7 +286,8 @@ def _too_full(candidate: _Candidate, request: Request, _: Mapping[int, Waiter]) 
     return f"{format_size(max(0, candidate.free_bytes))} free{note} < {format_size(needed)}"
 
 
-def _lease_conflict(leases: list[Lease], *, shared: bool) -> str | None:
+def lease_conflict(leases: list[Lease], *, shared: bool) -> str | None:
+    """Why `leases` keep a job off their GPU (or MIG device), or `None` when they do not."""
     holder = next((lease for lease in leases if lease.exclusive), None)
     if holder is None and leases and not shared:
         holder = leases[0]

@@ -13,7 +13,15 @@ import sys
 from collections.abc import Callable, Iterable
 
 from gpuwatch.backends import open_backend
-from gpuwatch.choices import Format, Strategy, check_gpu_count, check_percent, one_of
+from gpuwatch.choices import (
+    Format,
+    Strategy,
+    check_gpu_count,
+    check_mig,
+    check_one_mig_device,
+    check_percent,
+    one_of,
+)
 from gpuwatch.cudastate import cuda_initialized
 from gpuwatch.errors import (
     AlreadySelectedError,
@@ -29,27 +37,33 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpuwatch.leases import HeldLease
-    from gpuwatch.models import GpuSample
+    from gpuwatch.models import Device, GpuSample, MigDevice
 
 
 class Selection:
     """The GPUs chosen for this process, leased to it until it exits or calls `release()`.
 
-    `gpus` are best first. `environment` holds what was set in `os.environ`
-    (CUDA_VISIBLE_DEVICES, and CUDA_DEVICE_ORDER for the index format). Both
+    `gpus` are best first; with `select(mig=...)`, `mig_devices` holds the MIG
+    device instead. `environment` holds what was set in `os.environ`
+    (CUDA_VISIBLE_DEVICES, and CUDA_DEVICE_ORDER for the index format). All
     are empty when `select(fallback="cpu")` found no GPU.
     """
 
-    __slots__ = ("_previous", "environment", "gpus", "leases")
+    __slots__ = ("_previous", "environment", "gpus", "leases", "mig_devices")
 
     def __init__(
         self,
-        gpus: tuple[GpuSample, ...] = (),
+        gpus: tuple[Device, ...] = (),
         environment: dict[str, str] | None = None,
         leases: tuple[HeldLease, ...] = (),
         previous: dict[str, str | None] | None = None,
     ) -> None:
-        self.gpus = gpus
+        from gpuwatch.models import GpuSample
+
+        self.gpus: tuple[GpuSample, ...] = tuple(g for g in gpus if isinstance(g, GpuSample))
+        self.mig_devices: tuple[MigDevice, ...] = tuple(
+            g for g in gpus if not isinstance(g, GpuSample)
+        )
         self.environment = environment or {}
         self.leases = leases
         self._previous = previous or {}
@@ -59,15 +73,16 @@ class Selection:
 
     @property
     def indices(self) -> list[int]:
-        """NVML (nvidia-smi) indices, best GPU first."""
-        return [gpu.index for gpu in self.gpus]
+        """NVML (nvidia-smi) indices, best GPU first; for a MIG device, its GPU's."""
+        return [gpu.index for gpu in self.gpus] + [mig.gpu_index for mig in self.mig_devices]
 
     @property
     def uuids(self) -> list[str]:
-        return [str(gpu.uuid) for gpu in self.gpus]
+        """`GPU-...` UUIDs, or the MIG device's `MIG-...` UUID."""
+        return [str(gpu.uuid) for gpu in self.gpus] + [str(m.uuid) for m in self.mig_devices]
 
     def __len__(self) -> int:
-        return len(self.gpus)
+        return len(self.gpus) + len(self.mig_devices)
 
     def release(self) -> None:
         """Gives the GPUs back to other jobs, and CUDA_VISIBLE_DEVICES its earlier value.
@@ -109,6 +124,7 @@ def select(
     format: str = "uuid",
     backend: str | None = None,
     sim: str | int | None = None,
+    mig: str | None = None,
 ) -> Selection:
     """Chooses `n` GPUs for this process and makes CUDA see only them.
 
@@ -123,6 +139,11 @@ def select(
     is `most-free`, `least-util` or `pack`. With `wait`, blocks in line until
     enough GPUs qualify. `fallback="cpu"` returns an empty selection on a
     machine without an NVIDIA driver or GPU instead of raising.
+
+    `mig` (a profile such as `"1g.10gb"`, or `"any"`) selects a free MIG device
+    of a MIG-enabled GPU instead of a whole GPU; CUDA shows a process one MIG
+    device, so `n` must then be 1. A CUDA_VISIBLE_DEVICES of `MIG-` UUIDs only
+    implies `mig="any"`.
 
     >>> import gpuwatch
     >>> selection = gpuwatch.select(2, min_free="8GiB", sim=4)  # sim: a simulated node
@@ -151,6 +172,7 @@ def select(
         "mem_bytes": _bytes(mem, "mem"),
         "strategy": Strategy(one_of(Strategy, strategy, "strategy")),
         "exclude": tuple(str(entry) for entry in exclude),
+        "mig": None if mig is None else _checked("mig", check_mig, mig),
     }
     chosen_format = Format(one_of(Format, format, "format"))
     timeout_s = parse_duration(timeout) if isinstance(timeout, str) else timeout
@@ -178,6 +200,8 @@ def _select(
     from gpuwatch.visible import ORDER_VARIABLE, VARIABLE, child_environment
 
     wanted = Wanted.from_environment(**wishes)
+    if wanted.wants_mig:
+        check_one_mig_device(wanted.asked.count, "process")
     with source:
         gpus, held = acquire(
             source,
@@ -205,7 +229,7 @@ def device() -> Any:
     selection = _this_process.selection
     if selection is None:
         selection = select(fallback="cpu")
-    if selection.gpus and torch.cuda.is_available():
+    if len(selection) and torch.cuda.is_available():
         return torch.device("cuda", 0)
     return torch.device("cpu")
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.errors import (
     InvalidValueError,
     NoGpuError,
@@ -20,14 +21,16 @@ from gpuwatch.errors import (
     WaitTimeoutError,
 )
 from gpuwatch.leases import HELD_VARIABLE, HeldFile, HeldLease, LeaseDir, held_by_this_job
-from gpuwatch.models import GpuSample, Snapshot
-from gpuwatch.policy import Choice, Request, choose
+from gpuwatch.mig_policy import MigChoice, choose_mig, free_mig_devices, stale_mig_leases
+from gpuwatch.models import Device, Lease, Snapshot
+from gpuwatch.policy import Choice, Request, Waiter, choose
 from gpuwatch.units import format_size
 from gpuwatch.visible import (
     ORDER_VARIABLE,
     VARIABLE,
     parse_visible_devices,
     resolve,
+    resolve_mig,
 )
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 POLL_S = 0.5
-OnWait = Callable[[Request, Choice, float], None]
+OnWait = Callable[[Request, "Choice | MigChoice", float], None]
 """Told, while waiting, what is asked for, why it cannot be had yet, and for how long."""
 
 
@@ -62,12 +65,23 @@ class Wanted:
         )
 
     @property
+    def wants_mig(self) -> bool:
+        """MIG devices are wanted: asked for, or all that CUDA_VISIBLE_DEVICES names
+        (as Slurm and Kubernetes hand out MIG devices)."""
+        visible = self.visible or ()
+        return self.asked.mig is not None or (
+            bool(visible) and all(entry.startswith("MIG-") for entry in visible)
+        )
+
+    @property
     def needs_names(self) -> bool:
         """Index entries in CUDA's default order can be trusted only on a node of one model."""
         return self.device_order != "PCI_BUS_ID" and any(e.isdigit() for e in self.visible or ())
 
     def resolve(self, snapshot: Snapshot) -> Request:
         """The request in NVML indices; refuses one that no amount of waiting could meet."""
+        if self.wants_mig:
+            return self._resolve_mig(snapshot)
         gpus = snapshot.gpus
         allowed = (
             None
@@ -89,6 +103,52 @@ class Wanted:
             )
         return replace(self.asked, allowed=allowed, excluded=excluded)
 
+    def _resolve_mig(self, snapshot: Snapshot) -> Request:
+        mig = self.asked.mig or ANY
+        if not snapshot.mig_devices:
+            why = f"--mig {mig}:" if self.asked.mig else f"{VARIABLE} names only MIG devices, but"
+            raise NoGpuError(f"{why} no GPU on this machine has MIG devices")
+        if self.asked.max_util_pct is not None:
+            raise InvalidValueError("--max-util: MIG devices report no utilization; leave it out")
+        allowed = None
+        if self.visible is not None:
+            allowed = resolve_mig(self.visible, snapshot, device_order=self.device_order)
+            if not allowed:
+                raise NoGpuError(f"{VARIABLE}={','.join(self.visible)} names no MIG device")
+        whole = tuple(entry for entry in self.exclude if not entry.startswith("MIG-"))
+        excluded = resolve(whole, snapshot.gpus, device_order="PCI_BUS_ID", what="--exclude")
+        mig_excluded = resolve_mig(
+            tuple(e for e in self.exclude if e.startswith("MIG-")),
+            snapshot,
+            device_order="PCI_BUS_ID",
+            what="--exclude",
+        )
+        usable = [
+            device
+            for device in snapshot.mig_devices
+            if (allowed is None or device.uuid in allowed)
+            and device.gpu_index not in excluded
+            and device.uuid not in mig_excluded
+        ]
+        profiles = sorted({str(device.profile) for device in usable if device.profile})
+        if mig != ANY and mig not in profiles:
+            raise InvalidValueError(
+                f"--mig {mig}: no MIG device of that profile to choose from; "
+                f"there are: {', '.join(profiles) or 'none'} (or use --mig any)"
+            )
+        if self.asked.count > len(usable):
+            raise InvalidValueError(
+                f"{self.asked.count} MIG devices asked for, but there are {len(usable)} "
+                "to choose from"
+            )
+        return replace(
+            self.asked,
+            mig=mig,
+            mig_allowed=allowed,
+            mig_excluded=mig_excluded,
+            excluded=excluded,
+        )
+
 
 def acquire(
     backend: Backend,
@@ -102,8 +162,9 @@ def acquire(
     on_wait: OnWait | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> tuple[tuple[GpuSample, ...], list[HeldLease]]:
-    """Chooses GPUs and, with `hold`, leases them to this process; waits in line with `wait`.
+) -> tuple[tuple[Device, ...], list[HeldLease]]:
+    """Chooses GPUs (or MIG devices) and, with `hold`, leases them to this process; waits in
+    line with `wait`.
 
     Raises `NotEnoughGpusError` (or `WaitTimeoutError`) with a reason per GPU.
     """
@@ -118,19 +179,14 @@ def acquire(
             with lease_dir.locked():
                 leases = lease_dir.leases()
                 shared = any(not lease.exclusive for lease in leases)
-                # Shared leases are weighed against their holders' use, which needs the processes.
-                full = shared or wanted.needs_names
+                # Shared leases are weighed against their holders' use, which needs the
+                # processes; so is whether a MIG device is free.
+                full = shared or wanted.needs_names or wanted.wants_mig
                 snapshot = backend.sample(SampleScope.FULL if full else SampleScope.SELECTION)
+                leases = _without_stale(lease_dir, leases, snapshot)
                 request = request or wanted.resolve(snapshot)
                 ahead = lease_dir.waiting_before(ticket)
-                choice = choose(
-                    snapshot,
-                    request,
-                    leases=leases,
-                    mine=mine,
-                    waiting_ahead=ahead,
-                    seed=os.getpid(),
-                )
+                choice = _choose(snapshot, request, leases, mine, ahead)
                 if choice.satisfied:
                     held = _claim_all(lease_dir, choice.chosen, request, command) if hold else []
                     return choice.chosen, held
@@ -138,7 +194,10 @@ def acquire(
                     ticket = lease_dir.enqueue(request, command)
             waited_s = clock() - started
             if not wait:
-                raise NotEnoughGpusError(_shortfall(request, choice), choice.reasons)
+                shortfall = _shortfall(request, choice) + _mig_hint(
+                    backend, snapshot, request, leases
+                )
+                raise NotEnoughGpusError(shortfall, choice.reasons)
             if timeout_s is not None and waited_s >= timeout_s:
                 raise WaitTimeoutError(
                     f"gave up after waiting {waited_s:.0f}s: {_shortfall(request, choice)}",
@@ -153,8 +212,40 @@ def acquire(
             ticket.release()
 
 
+def _choose(
+    snapshot: Snapshot,
+    request: Request,
+    leases: list[Lease],
+    mine: frozenset[str],
+    ahead: list[Waiter],
+) -> Choice | MigChoice:
+    how = choose_mig if request.mig is not None else choose
+    return how(snapshot, request, leases=leases, mine=mine, waiting_ahead=ahead, seed=os.getpid())
+
+
+def _without_stale(lease_dir: LeaseDir, leases: list[Lease], snapshot: Snapshot) -> list[Lease]:
+    """The leases, less those of MIG devices that are gone (the GPU was reconfigured);
+    their files are removed, which is all a stale lease leaves behind."""
+    stale = stale_mig_leases(snapshot, leases)
+    for lease in stale:
+        lease_dir.drop(lease)
+    return [lease for lease in leases if lease not in stale]
+
+
+def _mig_hint(backend: Backend, snapshot: Snapshot, request: Request, leases: list[Lease]) -> str:
+    """`; 2 MIG devices are free: ...` when whole GPUs were asked for and only MIG devices are."""
+    if request.mig is not None or not snapshot.mig_devices:
+        return ""
+    snapshot = backend.sample(SampleScope.FULL)  # whether they run processes: once, on failure
+    free = free_mig_devices(snapshot, leases)
+    if not free:
+        return ""
+    are = "is" if free == 1 else "are"
+    return f"; {free} MIG device{'s' if free > 1 else ''} {are} free: use --mig PROFILE|any"
+
+
 def _claim_all(
-    lease_dir: LeaseDir, gpus: tuple[GpuSample, ...], request: Request, command: str
+    lease_dir: LeaseDir, gpus: tuple[Device, ...], request: Request, command: str
 ) -> list[HeldLease]:
     held: list[HeldLease] = []
     try:
@@ -175,7 +266,10 @@ def passed_down(leases: list[HeldLease], environ: dict[str, str]) -> dict[str, s
 
 def describe_wish(request: Request) -> str:
     """`2 GPUs with 8.0GiB free, at most 50% busy` for messages."""
-    parts = [f"{request.count} GPU{'s' if request.count > 1 else ''}"]
+    noun = "GPU" if request.mig is None else "MIG device"
+    parts = [f"{request.count} {noun}{'s' if request.count > 1 else ''}"]
+    if request.mig not in (None, ANY):
+        parts.append(f"({request.mig})")
     needed = max(request.min_free_bytes or 0, request.mem_bytes or 0)
     if needed:
         parts.append(f"with {format_size(needed)} free")
@@ -184,6 +278,6 @@ def describe_wish(request: Request) -> str:
     return " ".join(parts)
 
 
-def _shortfall(request: Request, choice: Choice) -> str:
+def _shortfall(request: Request, choice: Choice | MigChoice) -> str:
     qualify = "qualifies" if choice.qualifying == 1 else "qualify"
     return f"{describe_wish(request)} wanted, {choice.qualifying} {qualify}"

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from gpuwatch.choices import Format
 from gpuwatch.errors import VisibleDevicesError
-from gpuwatch.models import GpuSample
+from gpuwatch.models import Device, GpuSample, MigDevice, Snapshot
 
 VARIABLE = "CUDA_VISIBLE_DEVICES"
 ORDER_VARIABLE = "CUDA_DEVICE_ORDER"
@@ -53,8 +53,7 @@ def resolve(
 ) -> frozenset[int]:
     """NVML indices of the whole GPUs that `entries` name.
 
-    MIG instances name no whole GPU, so they add nothing: gpuwatch hands out
-    whole GPUs only.
+    MIG devices name no whole GPU, so they add nothing here (see `resolve_mig`).
     """
     indices = set()
     by_index = {gpu.index: gpu for gpu in gpus}
@@ -73,16 +72,35 @@ def resolve(
     return frozenset(indices)
 
 
+def resolve_mig(
+    entries: Sequence[str], snapshot: Snapshot, *, device_order: str | None, what: str = VARIABLE
+) -> frozenset[str]:
+    """UUIDs of the MIG devices that `entries` name: `MIG-` UUIDs (or a unique prefix),
+    the `MIG-GPU-<uuid>/<gi>/<ci>` form of drivers before R470, and GPUs, which
+    stand for all their MIG devices."""
+    found: set[str] = set()
+    gpu_entries = [entry for entry in entries if not entry.startswith("MIG-")]
+    parents = resolve(gpu_entries, snapshot.gpus, device_order=device_order, what=what)
+    found.update(str(m.uuid) for m in snapshot.mig_devices if m.gpu_index in parents and m.uuid)
+    for entry in entries:
+        if entry.startswith("MIG-"):
+            found.add(_mig_by_name(entry, snapshot, what))
+    return frozenset(found)
+
+
 def child_environment(
-    chosen: Iterable[GpuSample], fmt: Format, environ: Mapping[str, str]
+    chosen: Iterable[Device], fmt: Format, environ: Mapping[str, str]
 ) -> dict[str, str]:
-    """A copy of `environ` in which CUDA sees exactly `chosen`, in that order."""
+    """A copy of `environ` in which CUDA sees exactly `chosen`, in that order.
+
+    MIG devices are always written as UUIDs: CUDA takes no index for them.
+    """
     env = dict(environ)
     gpus = list(chosen)
-    if fmt is Format.UUID:
+    if fmt is Format.UUID or any(isinstance(device, MigDevice) for device in gpus):
         env[VARIABLE] = ",".join(str(gpu.uuid) for gpu in gpus)
     else:
-        env[VARIABLE] = ",".join(str(gpu.index) for gpu in gpus)
+        env[VARIABLE] = ",".join(str(gpu.index) for gpu in gpus if isinstance(gpu, GpuSample))
         env[ORDER_VARIABLE] = "PCI_BUS_ID"
     return env
 
@@ -108,3 +126,29 @@ def _by_uuid_prefix(entry: str, gpus: Sequence[GpuSample], what: str) -> int:
     if not matches:
         raise VisibleDevicesError(f"{what}: {entry} matches no GPU on this machine")
     raise VisibleDevicesError(f"{what}: {entry} matches GPUs {matches}; give more of the UUID")
+
+
+def _mig_by_name(entry: str, snapshot: Snapshot, what: str) -> str:
+    if entry.startswith("MIG-GPU-"):
+        return _mig_by_instance(entry, snapshot, what)
+    matches = [m.uuid for m in snapshot.mig_devices if m.uuid and m.uuid.startswith(entry)]
+    if len(matches) == 1:
+        return str(matches[0])
+    if not matches:
+        raise VisibleDevicesError(f"{what}: {entry} matches no MIG device on this machine")
+    raise VisibleDevicesError(f"{what}: {entry} matches {len(matches)} MIG devices; give more")
+
+
+def _mig_by_instance(entry: str, snapshot: Snapshot, what: str) -> str:
+    """`MIG-GPU-<uuid>/<gi>/<ci>`: the GPU's UUID and the instance ids."""
+    gpu_uuid, _, ids = entry.removeprefix("MIG-").partition("/")
+    gi, _, ci = ids.partition("/")
+    parents = {gpu.index for gpu in snapshot.gpus if gpu.uuid == gpu_uuid}
+    for mig in snapshot.mig_devices:
+        if (
+            mig.gpu_index in parents
+            and mig.uuid
+            and ((str(mig.gpu_instance_id), str(mig.compute_instance_id)) == (gi, ci))
+        ):
+            return mig.uuid
+    raise VisibleDevicesError(f"{what}: {entry} matches no MIG device on this machine")

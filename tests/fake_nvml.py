@@ -21,6 +21,21 @@ import pytest
 
 MIB = 1 << 20
 PROCESS_VERSIONS = ("v3", "v2", "v1")
+NO_INSTANCE = 0xFFFF_FFFF
+
+
+@dataclass
+class FakeMig:
+    """A MIG device of a MIG-enabled `FakeGpu`; its processes are listed on the GPU."""
+
+    uuid: str
+    profile: str = "1g.10gb"
+    gpu_instance_id: int = 7
+    compute_instance_id: int = 0
+    total: int = 9984 * MIB
+    used: int = 0
+    gpu: FakeGpu | None = None
+    gone: bool = False
 
 
 @dataclass
@@ -44,6 +59,11 @@ class FakeGpu:
     unsupported: set[str] = field(default_factory=set)
     failing: set[str] = field(default_factory=set)
     lost: bool = False
+    mig_mode: int | None = None
+    """1 = MIG enabled (utilization then reads NOT_SUPPORTED), 0 = disabled, None = no MIG."""
+    migs: list[FakeMig] = field(default_factory=list)
+    instances: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """pid -> (GPU instance id, compute instance id), for processes in MIG devices."""
 
 
 @dataclass
@@ -84,15 +104,19 @@ class FakeNvml:
             "nvmlSystemGetDriverVersion": lambda: self.driver_version,
             "nvmlSystemGetCudaDriverVersion": lambda: self.cuda_version,
             "nvmlDeviceGetUUID": _getter("uuid", lambda g: g.uuid),
-            "nvmlDeviceGetName": _getter("name", lambda g: g.name),
+            "nvmlDeviceGetName": _getter(
+                "name", lambda g: g.name if isinstance(g, FakeGpu) else _mig_name(g)
+            ),
             "nvmlDeviceGetPciInfo_v3": _getter(
                 "pci", lambda g: SimpleNamespace(busId=g.pci_bus_id.encode())
             ),
             "nvmlDeviceGetMemoryInfo": self._memory,
-            "nvmlDeviceGetUtilizationRates": _getter(
-                "utilization",
-                lambda g: SimpleNamespace(gpu=g.utilization, memory=g.memory_utilization),
-            ),
+            "nvmlDeviceGetUtilizationRates": _getter("utilization", _utilization),
+            "nvmlDeviceGetMigMode": _getter("mig", _mig_mode),
+            "nvmlDeviceGetMaxMigDeviceCount": _getter("mig", lambda g: 7 if g.mig_mode else 0),
+            "nvmlDeviceGetMigDeviceHandleByIndex": _getter("mig", _mig_handle),
+            "nvmlDeviceGetGpuInstanceId": _getter("mig", lambda m: m.gpu_instance_id),
+            "nvmlDeviceGetComputeInstanceId": _getter("mig", lambda m: m.compute_instance_id),
             "nvmlDeviceGetTemperature": _getter("temperature", lambda g, _sensor: g.temperature),
             "nvmlDeviceGetPowerUsage": _getter("power", lambda g: g.power_mw),
             "nvmlDeviceGetEnforcedPowerLimit": _getter("power_limit", lambda g: g.power_limit_mw),
@@ -111,8 +135,11 @@ class FakeNvml:
             raise pynvml.NVMLError_GpuIsLost()
         return gpu
 
-    def _memory(self, gpu: FakeGpu, version: int | None = None) -> SimpleNamespace:
+    def _memory(self, gpu: FakeGpu | FakeMig, version: int | None = None) -> SimpleNamespace:
         _check(gpu, "memory")
+        if isinstance(gpu, FakeMig):
+            free = gpu.total - gpu.used
+            return SimpleNamespace(total=gpu.total, used=gpu.used, free=free, reserved=0)
         free = gpu.total - gpu.used - gpu.reserved
         if version is None:  # v1 counts the reservation as used
             return SimpleNamespace(total=gpu.total, used=gpu.used + gpu.reserved, free=free)
@@ -141,19 +168,54 @@ class FakeNvml:
             assert ctypes.sizeof(buffer._type_) == entry_size, f"{symbol}: wrong struct layout"
             for slot, (pid, used) in zip(buffer, listed, strict=False):
                 slot.pid, slot.usedGpuMemory = pid, used
+                if version != "v1":
+                    instance = gpu.instances.get(pid, (NO_INSTANCE, NO_INSTANCE))
+                    slot.gpuInstanceId, slot.computeInstanceId = instance
             count.value = len(listed)
             return pynvml.NVML_SUCCESS
 
         return running_processes
 
 
-def _check(gpu: FakeGpu, name: str) -> None:
+def _check(gpu: FakeGpu | FakeMig, name: str) -> None:
+    if isinstance(gpu, FakeMig):
+        if gpu.gone:
+            raise pynvml.NVMLError_InvalidArgument()
+        assert gpu.gpu is not None
+        gpu = gpu.gpu
     if gpu.lost:
         raise pynvml.NVMLError_GpuIsLost()
     if name in gpu.unsupported:
         raise pynvml.NVMLError_NotSupported()
     if name in gpu.failing:
         raise pynvml.NVMLError_Unknown()
+
+
+def _utilization(gpu: FakeGpu) -> SimpleNamespace:
+    if gpu.mig_mode:
+        raise pynvml.NVMLError_NotSupported()  # as drivers do on a MIG-enabled GPU
+    return SimpleNamespace(gpu=gpu.utilization, memory=gpu.memory_utilization)
+
+
+def _mig_mode(gpu: FakeGpu) -> list[int]:
+    if gpu.mig_mode is None:
+        raise pynvml.NVMLError_NotSupported()
+    return [gpu.mig_mode, gpu.mig_mode]
+
+
+def _mig_handle(gpu: FakeGpu, index: int) -> FakeMig:
+    present = [mig for mig in gpu.migs if not mig.gone]
+    if index >= 7:
+        raise pynvml.NVMLError_InvalidArgument()
+    if not gpu.mig_mode or index >= len(present):
+        raise pynvml.NVMLError_NotFound()
+    present[index].gpu = gpu
+    return present[index]
+
+
+def _mig_name(mig: FakeMig) -> str:
+    assert mig.gpu is not None
+    return f"{mig.gpu.name} MIG {mig.profile}"
 
 
 def _getter(name: str, read: Callable[..., Any]) -> Callable[..., Any]:
@@ -180,3 +242,27 @@ def eight_gpu_node() -> FakeNvml:
             )
         )
     return FakeNvml(gpus)
+
+
+def mig_gpu(index: int, profiles: tuple[str, ...], **values: Any) -> FakeGpu:
+    """An A100 in MIG mode with one MIG device per profile; `values` override FakeGpu fields."""
+    gpu = FakeGpu(
+        name="NVIDIA A100-SXM4-80GB",
+        uuid=f"GPU-{index:08d}-0000-0000-0000-00000000a100",
+        pci_bus_id=f"00000000:{0x07 + index:02X}:00.0",
+        mig_mode=1,
+        unsupported={"fan"},
+        **values,
+    )
+    gib = {"1g.10gb": 9984, "2g.20gb": 19968, "3g.40gb": 39936, "7g.80gb": 81152}
+    gpu.migs = [
+        FakeMig(
+            uuid=f"MIG-{index:08d}-0000-0000-0000-{number:012d}",
+            profile=profile,
+            gpu_instance_id=number + 1,
+            total=gib[profile] * MIB,
+            gpu=gpu,
+        )
+        for number, profile in enumerate(profiles)
+    ]
+    return gpu

@@ -13,9 +13,9 @@ import pytest
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.nvml import NvmlBackend
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.models import GpuSample, ProcessUsage, Snapshot
+from gpuwatch.models import GpuSample, MigDevice, ProcessUsage, Snapshot
 from tests.conftest import FROZEN_TIME
-from tests.fake_nvml import FakeGpu, FakeNvml
+from tests.fake_nvml import FakeGpu, FakeNvml, mig_gpu
 
 SCENARIO = """
 [[gpu]]
@@ -27,11 +27,21 @@ unsupported = ["fan_pct", "power_w"]
 [[gpu]]
 fault = "lost"
 
+[[gpu]]
+model = "A100-80GB"
+mig = ["3g.40gb", "1g.10gb"]
+
 [[process]]
 gpu = 0
 pid = 7
 memory = "3GiB"
 kind = "compute+graphics"
+
+[[process]]
+gpu = 2
+mig = 1
+pid = 8
+memory = "1GiB"
 """
 
 
@@ -50,6 +60,7 @@ def backend(
             FakeGpu(compute=[(11, 1 << 30)], graphics=[(11, 1 << 30), (12, 2 << 30)]),
             FakeGpu(uuid="GPU-lost", lost=True),
             FakeGpu(uuid="GPU-quiet", unsupported={"fan", "power", "temperature"}),
+            mig_gpu(3, ("3g.40gb", "1g.10gb")),
         )
         opened = NvmlBackend()
     with opened:
@@ -83,6 +94,14 @@ def test_full_sample_has_promised_types(backend: Backend) -> None:
         assert isinstance(process, ProcessUsage)
         _assert_fields_match_annotations(process)
         assert process.gpu_index in {gpu.index for gpu in snapshot.gpus}
+    split = {gpu.index for gpu in snapshot.gpus if gpu.mig_enabled}
+    for device in snapshot.mig_devices:
+        assert isinstance(device, MigDevice)
+        _assert_fields_match_annotations(device)
+        assert device.gpu_index in split, "MIG devices belong to MIG-enabled GPUs"
+        assert device.uuid and device.uuid.startswith("MIG-")
+    placed = {p.mig_uuid for p in snapshot.processes} - {None}
+    assert placed <= {device.uuid for device in snapshot.mig_devices}
 
 
 def test_gpus_are_in_index_order_and_healthy_ones_report_memory(backend: Backend) -> None:
@@ -111,7 +130,9 @@ def test_selection_scope_reads_identity_memory_and_utilization(backend: Backend)
         _assert_fields_match_annotations(gpu)
         if gpu.ok:
             assert gpu.uuid and gpu.memory_free_bytes is not None
-            assert gpu.utilization_pct is not None
+            # The driver reports no utilization for a MIG-enabled GPU, which is never chosen whole.
+            assert gpu.utilization_pct is not None or gpu.mig_enabled
+    assert all(device.memory_free_bytes is not None for device in snapshot.mig_devices)
 
 
 def test_snapshot_survives_a_round_trip_through_json_types(backend: Backend) -> None:

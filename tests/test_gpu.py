@@ -98,3 +98,17 @@ def test_select_refuses_after_the_driver_started() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert "CUDA driver is initialised" in out
+
+
+def test_mig_mode_and_devices_agree_with_nvidia_smi() -> None:
+    # Read-only: MIG mode is never changed here, whatever the GPU's mode is.
+    data = gpuwatch_json()
+    modes = [row[0] for row in smi("mig.mode.current")]
+    gpus = data["gpus"]
+    assert isinstance(gpus, list)
+    assert [gpu["mig_enabled"] for gpu in gpus] == [mode == "Enabled" for mode in modes]
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True)
+    smi_migs = {word.rstrip(")") for word in listed.stdout.split() if word.startswith("MIG-")}
+    devices = data["mig_devices"]
+    assert isinstance(devices, list)
+    assert {device["uuid"] for device in devices} == smi_migs

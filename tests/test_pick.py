@@ -297,12 +297,20 @@ class TestLeaseEdges:
         assert run_cli("pick", "--sim", "1").exit_code == 4
 
     @pytest.mark.parametrize(
-        "value", ["", "-1", "MIG-6f3a2b1c-0000"], ids=["empty", "minus-one", "mig-only"]
+        ("value", "message"),
+        [
+            ("", "leaves no whole GPU to choose from"),
+            ("-1", "leaves no whole GPU to choose from"),
+            ("MIG-6f3a2b1c-0000", "names only MIG devices, but no GPU on this machine has"),
+        ],
+        ids=["empty", "minus-one", "mig-only"],
     )
-    def test_visible_devices_that_hide_every_gpu_mean_no_gpu(self, value: str) -> None:
+    def test_visible_devices_that_hide_every_gpu_mean_no_gpu(
+        self, value: str, message: str
+    ) -> None:
         result = run_cli("pick", "--sim", "4", env={"CUDA_VISIBLE_DEVICES": value})
         assert result.exit_code == 3
-        assert "leaves no whole GPU to choose from" in result.stderr
+        assert message in result.stderr
 
     def test_a_nested_pick_may_use_the_gpus_of_the_job_it_runs_in(
         self, picks: Callable[[str], Picks]

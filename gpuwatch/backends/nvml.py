@@ -11,6 +11,15 @@ Driver calls are what watching a GPU costs, so a sample makes as few as it can:
 A full sample of a GPU costs 9 calls, 10 with a fan: memory, utilization,
 temperature, power, power limit, SM clock, P-state, fan, compute and graphics
 processes. A selection sample costs 2: memory and utilization.
+
+MIG costs nothing on GPUs without it: a GPU whose utilization reads is not in
+MIG mode (the driver reports no utilization for a MIG-enabled GPU), so the MIG
+mode is asked only of GPUs whose utilization is not reported. A MIG-enabled GPU
+then costs, per sample, its MIG mode, one handle lookup per MIG device plus the
+one that finds no more, and each device's UUID (handles are reused when the GPU
+is reconfigured) and memory; a device's name and instance ids are read once per
+UUID. Processes are placed in their MIG device by the instance ids the driver
+puts in the GPU's process list, at no extra call.
 """
 
 from __future__ import annotations
@@ -26,9 +35,10 @@ from dataclasses import dataclass, field
 import pynvml
 
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.backends.mig_changes import MigChanges
 from gpuwatch.errors import BackendError, DriverNotFoundError, NoGpuError
 from gpuwatch.hostinfo import HostProcess, HostProcessTable
-from gpuwatch.models import GpuSample, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.models import GpuSample, MigDevice, ProcessKind, ProcessUsage, Snapshot
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -53,6 +63,7 @@ _VERSION_UNKNOWN = (
 )
 _VALUE_NOT_AVAILABLE = 0xFFFF_FFFF_FFFF_FFFF
 _PSTATE_UNKNOWN = 32
+_NO_INSTANCE = 0xFFFF_FFFF  # a process's instance ids on a GPU without MIG
 _MAX_PROCESS_LIST_TRIES = 4
 
 # Newest layout first. The unversioned (v1) symbols take a struct that current
@@ -71,8 +82,11 @@ _PROCESS_SYMBOLS = {
 }
 
 
-# One process's use of one GPU, before the host is asked about it: (pid, GPU, bytes, kind).
-_Used = tuple[int, "_Gpu", "int | None", ProcessKind]
+# One process's use of one GPU, before the host is asked about it:
+# (pid, GPU, bytes, kind, MIG device UUID).
+_Used = tuple[int, "_Gpu", "int | None", ProcessKind, "str | None"]
+# A process list entry: (pid, bytes, GPU instance id, compute instance id).
+_Listed = tuple[int, "int | None", "int | None", "int | None"]
 
 
 class _ProcessInfoV1(ctypes.Structure):
@@ -90,6 +104,10 @@ class _Gpu:
     pci_bus_id: str | None = None
     not_reported: set[str] = field(default_factory=set)
     process_capacity: int = 64
+    mig_slots: int | None = None
+    """How many MIG devices the GPU can hold (asked once)."""
+    mig_names: dict[str, tuple[str | None, int | None, int | None]] = field(default_factory=dict)
+    """Name, GPU and compute instance ids of each MIG device seen, by UUID."""
 
 
 @dataclass(slots=True)
@@ -135,16 +153,19 @@ class NvmlBackend(Backend):
         self._process_symbols = {kind: list(names) for kind, names in _PROCESS_SYMBOLS.items()}
         self._versions: tuple[str | None, str | None] | None = None
         self._hosts: HostProcessTable | None = None
+        self._mig_changes = MigChanges()
 
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         taken_at = time.time()
         full = scope is SampleScope.FULL
         gpus: list[GpuSample] = []
         used_by: list[list[_Used]] = []
+        mig_devices: list[MigDevice] = []
         for gpu in self._gpus:
-            sample, processes = self._sample_gpu(gpu, full)
+            sample, processes, migs = self._sample_gpu(gpu, full, taken_at)
             gpus.append(sample)
             used_by.append(processes)
+            mig_devices.extend(migs)
         driver_version, cuda_version = self._driver_versions() if full else (None, None)
         return Snapshot(
             taken_at=taken_at,
@@ -153,6 +174,7 @@ class NvmlBackend(Backend):
             cuda_driver_version=cuda_version,
             gpus=tuple(gpus),
             processes=self._with_host_details(used_by) if full else (),
+            mig_devices=tuple(mig_devices),
         )
 
     def close(self) -> None:
@@ -162,17 +184,29 @@ class NvmlBackend(Backend):
                 self._hosts.close()
             self._shutdown()
 
-    def _sample_gpu(self, gpu: _Gpu, full: bool) -> tuple[GpuSample, list[_Used]]:
+    def _sample_gpu(
+        self, gpu: _Gpu, full: bool, now: float
+    ) -> tuple[GpuSample, list[_Used], list[MigDevice]]:
         fields = _Fields(gpu)
         try:
             handle = self._handle(gpu, full)
             memory = fields.read("memory", self._memory_info, handle) or (None,) * 4
             utilization = fields.read("utilization", pynvml.nvmlDeviceGetUtilizationRates, handle)
+            mig_enabled = False if utilization is not None else _mig_mode(fields, handle)
+            migs: list[MigDevice] = []
+            if mig_enabled:
+                migs, complete = self._mig_devices(fields, gpu, handle)
+                # A partial list says nothing of the devices missing from it.
+                mig_enabled = True if complete else None
+            if mig_enabled is not None:
+                fields.faults.extend(self._mig_changes.notes(gpu.index, migs, now))
+                _forget_names(gpu, migs)
             metrics = self._full_metrics(fields, handle) if full else {}
-            processes = self._processes(fields, gpu, handle) if full else []
+            processes = self._processes(fields, gpu, handle, migs) if full else []
         except pynvml.NVMLError as error:
             gpu.handle = None  # asked for afresh next time, so a GPU that comes back is seen
-            return self._identity(gpu, error=str(error)), []
+            error_text = self._mig_changes.lost_with(gpu.index, str(error))
+            return self._identity(gpu, error=error_text), [], []
         return (
             self._identity(
                 gpu,
@@ -183,9 +217,11 @@ class NvmlBackend(Backend):
                 utilization_pct=utilization.gpu if utilization else None,
                 memory_utilization_pct=utilization.memory if utilization else None,
                 error="; ".join(fields.faults) or None,
+                mig_enabled=mig_enabled,
                 **metrics,
             ),
             processes,
+            migs,
         )
 
     @staticmethod
@@ -204,6 +240,61 @@ class NvmlBackend(Backend):
             gpu.name = pynvml.nvmlDeviceGetName(gpu.handle)
             gpu.pci_bus_id = _text(pynvml.nvmlDeviceGetPciInfo_v3(gpu.handle).busId)
         return gpu.handle
+
+    def _mig_devices(self, fields: _Fields, gpu: _Gpu, handle: Any) -> tuple[list[MigDevice], bool]:
+        """The GPU's MIG devices, and whether the list is complete."""
+        if gpu.mig_slots is None:
+            gpu.mig_slots = fields.read(
+                "MIG device count", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle
+            )
+        count = gpu.mig_slots
+        devices: list[MigDevice] = []
+        for index in range(count or 0):
+            try:
+                mig_handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            except pynvml.NVMLError_NotFound:
+                break  # MIG device indices are dense: as nvidia-smi and nvitop, stop at a gap
+            except _GPU_GONE:
+                raise
+            except pynvml.NVMLError as error:
+                fields.faults.append(f"MIG device {gpu.index}:{index}: {error}")
+                return devices, False
+            if (device := self._mig_device(gpu, index, mig_handle)) is not None:
+                devices.append(device)
+        # A device whose UUID could not be read might be any of those seen before.
+        return devices, count is not None and all(device.uuid for device in devices)
+
+    def _mig_device(self, gpu: _Gpu, index: int, handle: Any) -> MigDevice | None:
+        """One MIG device; `None` when it went away while being read."""
+        uuid = None
+        try:
+            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+            if uuid not in gpu.mig_names:
+                gpu.mig_names[uuid] = (
+                    _text(pynvml.nvmlDeviceGetName(handle)),
+                    pynvml.nvmlDeviceGetGpuInstanceId(handle),
+                    pynvml.nvmlDeviceGetComputeInstanceId(handle),
+                )
+            total, used, free, _ = self._memory_info(handle)
+        except _GPU_GONE:
+            raise
+        except pynvml.NVMLError_InvalidArgument:
+            return None  # destroyed between the lookup and now
+        except pynvml.NVMLError as error:
+            return MigDevice(gpu.index, index, uuid, error=str(error))
+        name, gpu_instance, compute_instance = gpu.mig_names[uuid]
+        return MigDevice(
+            gpu_index=gpu.index,
+            index=index,
+            uuid=uuid,
+            name=name,
+            profile=_profile(name),
+            gpu_instance_id=gpu_instance,
+            compute_instance_id=compute_instance,
+            memory_total_bytes=total,
+            memory_used_bytes=used,
+            memory_free_bytes=free,
+        )
 
     def _memory_info(self, handle: Any) -> tuple[int, int, int, int | None]:
         if self._memory_v2:
@@ -235,20 +326,23 @@ class NvmlBackend(Backend):
             "performance_state": None if pstate == _PSTATE_UNKNOWN else pstate,
         }
 
-    def _processes(self, fields: _Fields, gpu: _Gpu, handle: Any) -> list[_Used]:
+    def _processes(
+        self, fields: _Fields, gpu: _Gpu, handle: Any, migs: list[MigDevice]
+    ) -> list[_Used]:
         kinds: dict[int, ProcessKind] = {}
         memory: dict[int, int | None] = {}
+        where: dict[int, str | None] = {}
+        by_instance = {(m.gpu_instance_id, m.compute_instance_id): m.uuid for m in migs}
         for kind in (ProcessKind.COMPUTE, ProcessKind.GRAPHICS):
             listed = fields.read(f"{kind} processes", self._process_list, gpu, kind, handle)
-            for pid, used_bytes in listed or ():
+            for pid, used_bytes, gpu_instance, compute_instance in listed or ():
                 # A process in both lists is one process using the GPU both ways.
                 kinds[pid] = ProcessKind.COMPUTE_GRAPHICS if pid in kinds else kind
                 memory[pid] = used_bytes if memory.get(pid) is None else memory[pid]
-        return [(pid, gpu, memory[pid], kinds[pid]) for pid in kinds]
+                where[pid] = where.get(pid) or by_instance.get((gpu_instance, compute_instance))
+        return [(pid, gpu, memory[pid], kinds[pid], where[pid]) for pid in kinds]
 
-    def _process_list(
-        self, gpu: _Gpu, kind: ProcessKind, handle: Any
-    ) -> list[tuple[int, int | None]]:
+    def _process_list(self, gpu: _Gpu, kind: ProcessKind, handle: Any) -> list[_Listed]:
         symbols = self._process_symbols[kind]
         while symbols:
             try:
@@ -286,7 +380,7 @@ class NvmlBackend(Backend):
             pynvml.nvmlShutdown()
 
 
-def _read_process_list(symbol: str, handle: Any, gpu: _Gpu) -> list[tuple[int, int | None]]:
+def _read_process_list(symbol: str, handle: Any, gpu: _Gpu) -> list[_Listed]:
     function = pynvml._nvmlGetFunctionPointer(symbol)
     layout = _ProcessInfoV1 if symbol.endswith("Processes") else pynvml.c_nvmlProcessInfo_v2_t
     for _ in range(_MAX_PROCESS_LIST_TRIES):
@@ -300,15 +394,26 @@ def _read_process_list(symbol: str, handle: Any, gpu: _Gpu) -> list[tuple[int, i
     if result != pynvml.NVML_SUCCESS:
         raise pynvml.NVMLError(result)
     return [
-        (info.pid, None if info.usedGpuMemory == _VALUE_NOT_AVAILABLE else info.usedGpuMemory)
+        (
+            info.pid,
+            None if info.usedGpuMemory == _VALUE_NOT_AVAILABLE else info.usedGpuMemory,
+            _instance_id(info, "gpuInstanceId"),
+            _instance_id(info, "computeInstanceId"),
+        )
         for info in buffer[: count.value]
     ]
 
 
+def _instance_id(info: Any, name: str) -> int | None:
+    """A MIG instance id from a process list entry; the v1 layout has none."""
+    value = getattr(info, name, _NO_INSTANCE)
+    return None if value == _NO_INSTANCE else int(value)
+
+
 def _process_usage(used: _Used, host: HostProcess | None) -> ProcessUsage:
-    pid, gpu, memory_used_bytes, kind = used
+    pid, gpu, memory_used_bytes, kind, mig_uuid = used
     if host is None:
-        return ProcessUsage(pid, gpu.index, gpu.uuid, memory_used_bytes, kind)
+        return ProcessUsage(pid, gpu.index, gpu.uuid, memory_used_bytes, kind, mig_uuid=mig_uuid)
     return ProcessUsage(
         pid=pid,
         gpu_index=gpu.index,
@@ -320,7 +425,33 @@ def _process_usage(used: _Used, host: HostProcess | None) -> ProcessUsage:
         cpu_pct=host.cpu_pct,
         rss_bytes=host.rss_bytes,
         started_at=host.started_at,
+        mig_uuid=mig_uuid,
     )
+
+
+def _mig_mode(fields: _Fields, handle: Any) -> bool | None:
+    """Whether the GPU is in MIG mode (asked only of GPUs whose utilization is not reported)."""
+    mode = fields.read("MIG mode", pynvml.nvmlDeviceGetMigMode, handle)
+    if mode is None:
+        return None
+    if mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+        # Out of MIG mode (again): utilization may read now, so ask for it next time.
+        fields.gpu.not_reported.discard("utilization")
+        return False
+    return True
+
+
+def _profile(name: str | None) -> str | None:
+    """`1g.10gb` from `NVIDIA A100-SXM4-80GB MIG 1g.10gb`, the form drivers name MIG devices."""
+    if name is None or " MIG " not in name:
+        return None
+    return name.rsplit(" MIG ", 1)[1].strip() or None
+
+
+def _forget_names(gpu: _Gpu, devices: list[MigDevice]) -> None:
+    """Drops what was remembered of MIG devices that are gone."""
+    for uuid in set(gpu.mig_names) - {device.uuid for device in devices}:
+        del gpu.mig_names[uuid]
 
 
 def _watts(milliwatts: int | None) -> float | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.backends import sim_mig
 from gpuwatch.errors import InvalidValueError, ScenarioError
 from gpuwatch.models import ProcessKind
 from gpuwatch.units import parse_duration, parse_size
@@ -92,6 +93,8 @@ class SimGpu:
     load: Load
     unsupported: frozenset[str] = frozenset()
     fault: str | None = None
+    mig: tuple[str, ...] = ()
+    """The profiles of its MIG devices, when MIG-enabled (see `sim_mig`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,8 @@ class SimProcess:
     memory_low_bytes: int
     memory_high_bytes: int
     kind: ProcessKind = ProcessKind.COMPUTE
+    mig: int | None = None
+    """The index of the MIG device it runs in, on a MIG-enabled GPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +164,7 @@ def scenario_from_dict(data: dict[str, Any]) -> Scenario:
             f"a scenario has 1 to {MAX_GPUS} GPUs ([[gpu]] tables), not {len(gpus)}"
         )
     processes = tuple(
-        _process(_Table(f"process[{number}]", entry, _PROCESS_KEYS), len(gpus))
+        _process(_Table(f"process[{number}]", entry, _PROCESS_KEYS), gpus)
         for number, entry in enumerate(top.tables("process"))
     )
     return Scenario(
@@ -217,8 +222,9 @@ _GPU_KEYS = {
     "period",
     "unsupported",
     "fault",
+    "mig",
 }
-_PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind"}
+_PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind", "mig"}
 
 
 def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
@@ -263,6 +269,7 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
                 load=load,
                 unsupported=unsupported,
                 fault="GPU is lost" if fault == "lost" else fault,
+                mig=sim_mig.check_profiles(entry.where, entry.strings("mig")),
             )
         )
     return gpus
@@ -289,10 +296,10 @@ def _load(entry: _Table) -> Load:
     return Load(shape, low, high, period_s)
 
 
-def _process(entry: _Table, gpu_count: int) -> SimProcess:
+def _process(entry: _Table, gpus: list[SimGpu]) -> SimProcess:
     gpu = entry.integer("gpu", None)
-    if not 0 <= gpu < gpu_count:
-        raise ScenarioError(f"{entry.where}.gpu: no GPU {gpu} (the scenario has {gpu_count})")
+    if not 0 <= gpu < len(gpus):
+        raise ScenarioError(f"{entry.where}.gpu: no GPU {gpu} (the scenario has {len(gpus)})")
     memory = entry.data.get("memory", "0")
     low, high = (memory, memory) if isinstance(memory, str) else _pair(entry, "memory", memory)
     try:
@@ -309,6 +316,7 @@ def _process(entry: _Table, gpu_count: int) -> SimProcess:
         memory_low_bytes=_size(entry, "memory", low),
         memory_high_bytes=_size(entry, "memory", high),
         kind=kind,
+        mig=sim_mig.check_process_mig(entry.where, entry.data.get("mig"), gpus[gpu].mig),
     )
 
 

@@ -18,7 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.backends import sim_mig
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.backends.mig_changes import MigChanges
 from gpuwatch.backends.scenario import (
     Load,
     LoadShape,
@@ -29,7 +31,7 @@ from gpuwatch.backends.scenario import (
     load_scenario,
 )
 from gpuwatch.errors import ScenarioError
-from gpuwatch.models import GpuSample, ProcessUsage, Snapshot
+from gpuwatch.models import GpuSample, MigDevice, ProcessUsage, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class SimBackend(Backend):
         )
         self._stamp = self._file_stamp()
         self._loaded_at = clock()
+        self._mig_changes = MigChanges()
 
     @property
     def scenario(self) -> Scenario:
@@ -69,8 +72,16 @@ class SimBackend(Backend):
             for p in scenario.processes
             if scenario.gpus[p.gpu].fault is None
         )
+        migs = tuple(
+            device
+            for i, gpu in enumerate(scenario.gpus)
+            if gpu.mig and gpu.fault is None
+            for device in sim_mig.mig_devices(i, gpu.uuid, gpu.model.name, gpu.mig, processes)
+        )
         gpus = tuple(
-            _gpu_sample(i, gpu, utilization[i], processes, now, scenario.seed)
+            self._with_mig_changes(
+                _gpu_sample(i, gpu, utilization[i], processes, now, scenario.seed), migs, now
+            )
             for i, gpu in enumerate(scenario.gpus)
         )
         full = scope is SampleScope.FULL
@@ -81,10 +92,21 @@ class SimBackend(Backend):
             cuda_driver_version=scenario.cuda_driver_version,
             gpus=gpus,
             processes=processes if full else (),
+            mig_devices=migs,
         )
 
     def close(self) -> None:
         pass
+
+    def _with_mig_changes(
+        self, gpu: GpuSample, migs: tuple[MigDevice, ...], now: float
+    ) -> GpuSample:
+        """The GPU, reporting MIG devices that vanished since the last sample (as NVML's does)."""
+        if gpu.error is not None:
+            return replace(gpu, error=self._mig_changes.lost_with(gpu.index, gpu.error))
+        mine = [device for device in migs if device.gpu_index == gpu.index]
+        notes = self._mig_changes.notes(gpu.index, mine, now)
+        return replace(gpu, error="; ".join(notes)) if notes else gpu
 
     def _process(self, process: SimProcess, gpu: SimGpu, utilization_pct: float) -> ProcessUsage:
         span = process.memory_high_bytes - process.memory_low_bytes
@@ -100,6 +122,7 @@ class SimBackend(Backend):
             cpu_pct=round(5 + 0.9 * utilization_pct, 1),
             rss_bytes=(2 << 30) + memory // 16,
             started_at=self._loaded_at - 3600 * (1 + process.pid % 24),
+            mig_uuid=None if process.mig is None else sim_mig.mig_uuid(gpu.uuid, process.mig),
         )
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
@@ -187,4 +210,6 @@ def _gpu_sample(
     }
     for name in gpu.unsupported:
         metrics[name] = None
-    return replace(identity, **metrics)
+    if gpu.mig:  # as drivers: no utilization for a MIG-enabled GPU
+        metrics.update(utilization_pct=None, memory_utilization_pct=None)
+    return replace(identity, mig_enabled=bool(gpu.mig), **metrics)

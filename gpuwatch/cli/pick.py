@@ -14,10 +14,19 @@ import sys
 from collections.abc import Callable
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
-from gpuwatch.choices import Format, Strategy, check_gpu_count, check_percent
+from gpuwatch.choices import (
+    Format,
+    Strategy,
+    check_gpu_count,
+    check_mig,
+    check_one_mig_device,
+    check_percent,
+)
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.launch import exec_command
 from gpuwatch.leases import LeaseDir
+from gpuwatch.mig_policy import MigChoice
+from gpuwatch.models import Device, MigDevice
 from gpuwatch.policy import Choice, Request
 from gpuwatch.selector import Wanted, acquire, describe_wish, passed_down
 from gpuwatch.units import parse_duration, parse_size
@@ -39,11 +48,14 @@ examples:
   gpuwatch pick --min-free 20GiB --wait --timeout 2h -- python train.py
   gpuwatch pick --mem 10GiB -- python eval.py         share a GPU: declare your use
   export CUDA_VISIBLE_DEVICES=$(gpuwatch pick -n 2)   print only; no lease is held
+  gpuwatch pick --mig 1g.10gb -- python infer.py      a free MIG device of that profile
 
 CUDA_VISIBLE_DEVICES gets the GPUs' UUIDs, which mean the same GPUs whatever
 CUDA_DEVICE_ORDER says; --format index writes nvidia-smi indices and sets
 CUDA_DEVICE_ORDER=PCI_BUS_ID beside them. An existing CUDA_VISIBLE_DEVICES
 (Slurm, Kubernetes, yours) is the set to choose from; it is never widened.
+A GPU in MIG mode is only given out as MIG devices, with --mig, one per COMMAND
+(CUDA shows a process one MIG device); one of MIG- UUIDs only implies --mig any.
 
 exit status: COMMAND's own once it runs; 2 bad usage, 3 no NVIDIA driver or
 GPU, 4 not enough GPUs qualify, 5 timed out waiting, 126 COMMAND not
@@ -144,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="never these GPUs: nvidia-smi indices or UUIDs, comma-separated",
     )
     add(
+        "--mig",
+        type=_typed(check_mig, "a MIG profile"),
+        metavar="PROFILE|any",
+        help="a MIG device of a MIG-enabled GPU instead of a whole GPU: of this profile "
+        "(1g.10gb, 3g.40gb, ...) or any",
+    )
+    add(
         "--wait",
         action="store_true",
         help="wait in line until enough GPUs qualify, instead of failing",
@@ -186,8 +205,11 @@ def run_pick(args: list[str]) -> int:
         max_util_pct=options.max_util,
         mem_bytes=options.mem,
         strategy=Strategy(options.strategy),
+        mig=options.mig,
         exclude=tuple(e for group in options.exclude for e in group.split(",") if e),
     )
+    if wanted.wants_mig and command:
+        check_one_mig_device(options.gpus, "COMMAND")
     fmt = Format(options.format)
     waiting = options.wait or options.timeout is not None
     say = _say if options.verbose else None
@@ -204,10 +226,11 @@ def run_pick(args: list[str]) -> int:
         )
     env = passed_down(leases, child_environment(chosen, fmt, os.environ))
     if options.verbose or not command:
-        _say("chose GPU " + ", ".join(f"{gpu.index} ({gpu.uuid})" for gpu in chosen))
+        _say("chose " + ", ".join(_described(device) for device in chosen))
     if not command:
         print(env[VARIABLE])
-        note = "; also export CUDA_DEVICE_ORDER=PCI_BUS_ID" if fmt is Format.INDEX else ""
+        index_format = fmt is Format.INDEX and not wanted.wants_mig
+        note = "; also export CUDA_DEVICE_ORDER=PCI_BUS_ID" if index_format else ""
         sys.stderr.write(
             "gpuwatch: no lease is held, so another job may take these GPUs; "
             f"run your command as gpuwatch pick [...] -- COMMAND to hold them{note}\n"
@@ -216,6 +239,12 @@ def run_pick(args: list[str]) -> int:
     for lease in leases:
         lease.pass_to_child()
     exec_command(command, env)
+
+
+def _described(device: Device) -> str:
+    if isinstance(device, MigDevice):
+        return f"MIG device {device.label} {device.profile or ''} ({device.uuid})"
+    return f"GPU {device.index} ({device.uuid})"
 
 
 def _say(message: str) -> None:
@@ -229,7 +258,7 @@ class _WaitDisplay:
         self._terminal = sys.stderr.isatty()
         self._drawn = 0
 
-    def __call__(self, request: Request, choice: Choice, waited_s: float) -> None:
+    def __call__(self, request: Request, choice: Choice | MigChoice, waited_s: float) -> None:
         if not self._terminal and self._drawn:
             return
         width = _terminal_columns() - 1

@@ -1,5 +1,8 @@
 """`gpuwatch status` as a table: one line per GPU, one per process and lease under it.
 
+A MIG-enabled GPU has one line per MIG device under it, with that device's
+processes and leases under the device.
+
 Pure text in, text out: colour is decided by the caller and passed in.
 """
 
@@ -9,7 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuwatch.models import GpuSample, Lease, ProcessUsage, Snapshot
+from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage, Snapshot
 from gpuwatch.units import format_size
 
 _GIB = float(1 << 30)
@@ -47,16 +50,48 @@ def render(
     with_bar = width >= _NARROW
     for gpu in snapshot.gpus:
         lines.append(_gpu_line(gpu, name_width, with_bar, style))
-        processes = sorted(
-            snapshot.processes_on(gpu.index), key=lambda p: -(p.memory_used_bytes or 0)
-        )
-        lines.extend(_process_line(process, style, width) for process in processes)
-        lines.extend(
-            _lease_line(lease, style, width) for lease in leases if lease.gpu_uuid == gpu.uuid
-        )
+        migs = snapshot.mig_devices_of(gpu.index)
+        placed = {mig.uuid for mig in migs}
+        outside = [p for p in snapshot.processes_on(gpu.index) if p.mig_uuid not in placed]
+        lines.extend(_processes_and_leases(outside, gpu.uuid, leases, style, width))
+        for mig in migs:
+            lines.append(_mig_line(mig, with_bar, style))
+            in_mig = snapshot.processes_in(mig)
+            lines.extend(_processes_and_leases(in_mig, mig.uuid, leases, style, width, "  "))
     if not snapshot.gpus:
         lines.append("no GPUs")
     return "\n".join(lines) + "\n"
+
+
+def _processes_and_leases(
+    processes: Sequence[ProcessUsage],
+    uuid: str | None,
+    leases: Sequence[Lease],
+    style: Style,
+    width: int,
+    indent: str = "",
+) -> list[str]:
+    ordered = sorted(processes, key=lambda p: -(p.memory_used_bytes or 0))
+    lines = [_process_line(process, style, width - len(indent)) for process in ordered]
+    lines.extend(
+        _lease_line(lease, style, width - len(indent)) for lease in leases if lease.gpu_uuid == uuid
+    )
+    return [indent + line for line in lines]
+
+
+def _mig_line(mig: MigDevice, with_bar: bool, style: Style) -> str:
+    """`  0:2  1g.10gb   0.0 /   9.8 GiB  GI 13 CI 0`"""
+    label = style.paint(f"{mig.label:>5}", BOLD)
+    profile = _printable(mig.profile or mig.name or _MISSING)
+    if mig.error is not None:
+        return f"  {label}  {profile:<10} | {style.paint('error: ' + _printable(mig.error), RED)}"
+    memory = _memory(mig, with_bar, style)
+    ids = f"GI {_or_missing(mig.gpu_instance_id)} CI {_or_missing(mig.compute_instance_id)}"
+    return f"  {label}  {profile:<10} | {memory} | {ids}"
+
+
+def _or_missing(value: int | None) -> str:
+    return _MISSING if value is None else str(value)
 
 
 def _header(snapshot: Snapshot, style: Style) -> str:
@@ -86,7 +121,7 @@ def _gpu_line(gpu: GpuSample, name_width: int, with_bar: bool, style: Style) -> 
     return line
 
 
-def _memory(gpu: GpuSample, with_bar: bool, style: Style) -> str:
+def _memory(gpu: GpuSample | MigDevice, with_bar: bool, style: Style) -> str:
     used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
     if used is None or total is None or total <= 0:
         return f"{_MISSING:>16}"
@@ -104,7 +139,8 @@ def _memory(gpu: GpuSample, with_bar: bool, style: Style) -> str:
 
 def _utilization(gpu: GpuSample, style: Style) -> str:
     if gpu.utilization_pct is None:
-        return f"{_MISSING:>4}"
+        # The driver reports no utilization for a MIG-enabled GPU: say why there is none.
+        return " MIG" if gpu.mig_enabled else f"{_MISSING:>4}"
     return style.paint(f"{gpu.utilization_pct:3d}%", _level(gpu.utilization_pct / 100, 0.3, 0.8))
 
 

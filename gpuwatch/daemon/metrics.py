@@ -3,6 +3,9 @@
 Every GPU series carries the labels `gpu` (NVML index), `uuid`, `pci_bus_id`,
 `model_name` and `hostname`, so that dashboards can join, group and name GPUs
 across a fleet. A value a GPU does not report is left out, not sent as 0.
+
+MIG device series (`gpuwatch_mig_*`) carry the parent's `gpu` index, the MIG
+device's own `uuid`, its `profile`, `gpu_instance_id` and `compute_instance_id`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpuwatch._version import __version__
-from gpuwatch.models import GpuSample, Lease, Snapshot
+from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
 
 GPU_LABELS = ("gpu", "uuid", "pci_bus_id", "model_name", "hostname")
 # (metric name, help, value in base units or None)
@@ -88,6 +91,7 @@ class SnapshotCollector(Collector):
         yield from _gpu_metrics(snapshot)
         yield from _process_metrics(snapshot)
         yield from _lease_metrics(snapshot, leases, by_uuid)
+        yield from _mig_metrics(snapshot, leases)
 
 
 def registry_for(source: SnapshotSource) -> CollectorRegistry:
@@ -180,6 +184,60 @@ def _lease_metrics(
         declared.add_metric(labels, sum(lease.mem_bytes or 0 for lease in on_gpu))
     yield held
     yield declared
+
+
+MIG_LABELS = ("gpu", "uuid", "profile", "gpu_instance_id", "compute_instance_id", "hostname")
+_MIG_GAUGES: tuple[tuple[str, str, Callable[[MigDevice], int | None]], ...] = (
+    ("memory_total_bytes", "Memory of the MIG device.", lambda m: m.memory_total_bytes),
+    ("memory_used_bytes", "Memory in use on the MIG device.", lambda m: m.memory_used_bytes),
+    ("memory_free_bytes", "Memory free on the MIG device.", lambda m: m.memory_free_bytes),
+)
+
+
+def _mig_metrics(snapshot: Snapshot, leases: list[Lease]) -> Iterator[Metric]:
+    enabled = GaugeMetricFamily(
+        "gpuwatch_mig_enabled",
+        "1 when the GPU is in MIG mode (handed out as MIG devices only), 0 when not.",
+        labels=GPU_LABELS,
+    )
+    for gpu in snapshot.gpus:
+        if gpu.mig_enabled is not None:
+            enabled.add_metric(_gpu_labels(gpu, snapshot.hostname), int(gpu.mig_enabled))
+    yield enabled
+    families = {
+        name: GaugeMetricFamily(f"gpuwatch_mig_{name}", text, labels=MIG_LABELS)
+        for name, text, _ in _MIG_GAUGES
+    }
+    processes = GaugeMetricFamily(
+        "gpuwatch_mig_processes", "Processes in the MIG device.", labels=MIG_LABELS
+    )
+    held = GaugeMetricFamily(
+        "gpuwatch_mig_leases", "Leases held on the MIG device.", labels=(*MIG_LABELS, "mode")
+    )
+    for device in snapshot.mig_devices:
+        labels = _mig_labels(device, snapshot.hostname)
+        for name, _, value_of in _MIG_GAUGES:
+            if (value := value_of(device)) is not None:
+                families[name].add_metric(labels, value)
+        processes.add_metric(labels, len(snapshot.processes_in(device)))
+        on_it = [lease for lease in leases if device.uuid and lease.gpu_uuid == device.uuid]
+        exclusive = sum(lease.exclusive for lease in on_it)
+        held.add_metric([*labels, "exclusive"], exclusive)
+        held.add_metric([*labels, "shared"], len(on_it) - exclusive)
+    yield from families.values()
+    yield processes
+    yield held
+
+
+def _mig_labels(device: MigDevice, hostname: str) -> list[str]:
+    ids = (device.gpu_instance_id, device.compute_instance_id)
+    return [
+        str(device.gpu_index),
+        device.uuid or "",
+        device.profile or "",
+        *("" if value is None else str(value) for value in ids),
+        hostname,
+    ]
 
 
 def _gpu_labels(gpu: GpuSample, hostname: str) -> list[str]:

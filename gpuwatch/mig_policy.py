@@ -1,0 +1,193 @@
+"""Which MIG devices a job gets: the MIG twin of `gpuwatch.policy`, as pure.
+
+A MIG device qualifies when it is of the profile asked for, inside the job's
+CUDA_VISIBLE_DEVICES and outside its `--exclude`, readable, not leased against
+the request, not kept for a job waiting ahead, free of other processes (an
+exclusive request), and has the free memory asked for. The driver reports no
+utilization for MIG devices, so none is weighed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuwatch.choices import MIG_ANY as ANY
+from gpuwatch.choices import Strategy
+from gpuwatch.models import Lease, MigDevice, Snapshot
+from gpuwatch.policy import Request, Waiter, lease_conflict
+from gpuwatch.units import format_size
+
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class MigChoice:
+    """The outcome: `chosen` best first (empty unless all `count` qualify), and why not the rest."""
+
+    chosen: tuple[MigDevice, ...]
+    reasons: tuple[str, ...]
+    qualifying: int = 0
+
+    @property
+    def satisfied(self) -> bool:
+        return bool(self.chosen)
+
+
+@dataclass(slots=True)
+class _Candidate:
+    device: MigDevice
+    free_bytes: int
+    leases: list[Lease]
+    busy_pids: list[int]
+    """Processes running in it that are not the asking job's."""
+
+
+def choose_mig(
+    snapshot: Snapshot,
+    request: Request,
+    *,
+    leases: Sequence[Lease] = (),
+    mine: frozenset[str] = frozenset(),
+    waiting_ahead: Sequence[Waiter] = (),
+    seed: int = 0,
+) -> MigChoice:
+    """Chooses `request.count` MIG devices, or says for each why it cannot be had.
+
+    `mine`, `waiting_ahead` and `seed` mean what they mean to `policy.choose()`.
+    """
+    kept: dict[str, Waiter] = {}
+    everyone = _candidates(snapshot, leases, frozenset())
+    for waiter in waiting_ahead:
+        if waiter.request.mig is None:
+            continue  # waits for whole GPUs
+        ranked, _ = _qualify(everyone, waiter.request, kept, waiter.pid)
+        for candidate in ranked[: waiter.request.count]:
+            kept[str(candidate.device.uuid)] = waiter
+    candidates = _candidates(snapshot, leases, mine)
+    ranked, rejected = _qualify(candidates, request, kept, seed)
+    if len(ranked) >= request.count:
+        chosen = tuple(candidate.device for candidate in ranked[: request.count])
+        return MigChoice(chosen, tuple(rejected.values()), len(ranked))
+    for candidate in ranked:
+        rejected[candidate.device.label] = (
+            f"{_name(candidate.device)}: qualifies ({format_size(candidate.free_bytes)} free)"
+        )
+    ordered = sorted(rejected, key=lambda label: tuple(int(n) for n in label.split(":")))
+    return MigChoice((), tuple(rejected[label] for label in ordered), len(ranked))
+
+
+def free_mig_devices(snapshot: Snapshot, leases: Sequence[Lease]) -> int:
+    """How many MIG devices `--mig any` could have now: for the hint when no whole GPU can."""
+    return choose_mig(snapshot, Request(mig=ANY), leases=leases).qualifying
+
+
+def _candidates(
+    snapshot: Snapshot, leases: Iterable[Lease], mine: frozenset[str]
+) -> list[_Candidate]:
+    own_pids = {lease.pid for lease in leases if lease.lease_id in mine}
+    others = [lease for lease in leases if lease.lease_id not in mine]
+    candidates = []
+    for device in snapshot.mig_devices:
+        held = [lease for lease in others if device.uuid and lease.gpu_uuid == device.uuid]
+        processes = snapshot.processes_in(device)
+        used_by_pid = {p.pid: p.memory_used_bytes or 0 for p in processes}
+        # Memory a shared lease declared but its holder has not allocated yet is promised.
+        promised = sum(
+            max(0, (lease.mem_bytes or 0) - used_by_pid.get(lease.pid, 0)) for lease in held
+        )
+        busy = sorted(p.pid for p in processes if p.pid not in own_pids)
+        free = (device.memory_free_bytes or 0) - promised
+        candidates.append(_Candidate(device, free, held, busy))
+    return candidates
+
+
+def _qualify(
+    candidates: list[_Candidate], request: Request, kept: Mapping[str, Waiter], seed: int
+) -> tuple[list[_Candidate], dict[str, str]]:
+    qualifying, rejected = [], {}
+    for candidate in candidates:
+        reason = _reason_against(candidate, request, kept)
+        if reason is None:
+            qualifying.append(candidate)
+        else:
+            rejected[candidate.device.label] = f"{_name(candidate.device)}: {reason}"
+    qualifying.sort(key=lambda candidate: _rank(candidate, request.strategy, seed))
+    return qualifying, rejected
+
+
+def _reason_against(
+    candidate: _Candidate, request: Request, kept: Mapping[str, Waiter]
+) -> str | None:
+    device = candidate.device
+    if request.mig_allowed is not None and device.uuid not in request.mig_allowed:
+        return "not in CUDA_VISIBLE_DEVICES"
+    if device.gpu_index in request.excluded or device.uuid in request.mig_excluded:
+        return "excluded"
+    if request.mig not in (None, ANY) and device.profile != request.mig:
+        return f"profile {device.profile or 'unknown'}, not {request.mig}"
+    if device.error is not None:
+        return f"error: {device.error}"
+    if device.uuid is None or device.memory_free_bytes is None:
+        return "free memory unknown"
+    return _held(candidate, request, kept) or _too_full(candidate, request)
+
+
+def _held(candidate: _Candidate, request: Request, kept: Mapping[str, Waiter]) -> str | None:
+    shared = request.mem_bytes is not None
+    if reason := lease_conflict(candidate.leases, shared=shared):
+        return reason
+    if (waiter := kept.get(str(candidate.device.uuid))) is not None:
+        return f"kept for pid {waiter.pid} ({waiter.user}), which asked earlier"
+    if candidate.busy_pids and not shared:
+        pids = ", ".join(str(pid) for pid in candidate.busy_pids[:3])
+        more = " and more" if len(candidate.busy_pids) > 3 else ""
+        return f"in use by pid {pids}{more} (share it with --mem)"
+    return None
+
+
+def _too_full(candidate: _Candidate, request: Request) -> str | None:
+    needed = max(request.min_free_bytes or 0, request.mem_bytes or 0)
+    if candidate.free_bytes >= needed:
+        return None
+    return f"{format_size(max(0, candidate.free_bytes))} free < {format_size(needed)}"
+
+
+def _rank(candidate: _Candidate, strategy: Strategy, seed: int) -> tuple[float, ...]:
+    free_gib = candidate.free_bytes // _GIB
+    tie = _tie_breaker(seed, candidate.device)
+    if strategy is Strategy.PACK:
+        return (free_gib, tie)
+    # Without utilization, the fewest processes stands in for the least busy.
+    if strategy is Strategy.LEAST_UTIL:
+        return (len(candidate.busy_pids), -free_gib, tie)
+    return (-free_gib, len(candidate.leases), len(candidate.busy_pids), tie)
+
+
+def _tie_breaker(seed: int, device: MigDevice) -> float:
+    """A fixed shuffle of MIG devices per seed (Knuth's multiplicative hash)."""
+    key = device.gpu_index * 8 + device.index
+    return ((seed * 2654435761 + key * 40503) * 2246822519 & 0xFFFFFFFF) / 2**32
+
+
+def _name(device: MigDevice) -> str:
+    return f"MIG {device.label} ({device.profile or '?'})"
+
+
+def stale_mig_leases(snapshot: Snapshot, leases: Sequence[Lease]) -> list[Lease]:
+    """Leases of MIG devices that are gone: their GPU reads, its MIG devices are all known,
+    and the leased one is not among them (the GPU was reconfigured, or left MIG mode).
+
+    Only leases older than the snapshot count: a snapshot from the daemon may predate a MIG
+    device created since, and leased by a picker that read the driver itself.
+    """
+    present = {device.uuid for device in snapshot.mig_devices}
+    known = {gpu.index for gpu in snapshot.gpus if gpu.mig_enabled is not None}
+    return [
+        lease
+        for lease in leases
+        if lease.gpu_uuid.startswith("MIG-")
+        and lease.gpu_index in known
+        and lease.gpu_uuid not in present
+        and lease.started_at < snapshot.taken_at
+    ]
