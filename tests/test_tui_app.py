@@ -415,3 +415,21 @@ def test_an_added_panel_is_shown_and_handed_every_frame() -> None:
             assert "processes seen: 2" in str(panel.render())
 
     asyncio.run(main())
+
+
+def test_mig_devices_sit_under_their_gpu_and_name_where_processes_run() -> None:
+    # GIVEN the example MIG node: GPU 0 split into two MIG devices, GPU 1 whole
+    scenario = Path(__file__).resolve().parents[1] / "examples" / "mig-node.toml"
+    app = GpuwatchApp([sim_source(scenario)], interval_s=0.1, clock=lambda: FROZEN_TIME)
+
+    async def body(pilot: Pilot[int]) -> None:
+        cards = str(app.query_one(SectionView).render())
+        # THEN each MIG device has its line, with its profile
+        assert "0:0 3g.40gb" in cards and "0:1 2g.20gb" in cards
+        # AND the table says which MIG device each process runs in
+        table = app.query_one(ProcessTable)
+        gpu_column = table.get_column_index("gpu")
+        devices = {str(table.get_row_at(i)[gpu_column]).strip() for i in range(table.row_count)}
+        assert {"0:0", "0:1", "1"} <= devices
+
+    run(app, body)

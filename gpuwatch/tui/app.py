@@ -189,12 +189,14 @@ class GpuwatchApp(App[int]):
             self._redraw()
 
     def _redraw(self) -> None:
+        sections = self.state.sections
         self._layout = choose_layout(
             self.size.width,
             self.size.height,
+            [len(s.frame.snapshot.gpus) if s.frame and s.frame.snapshot else 1 for s in sections],
             [
-                len(s.frame.snapshot.gpus) if s.frame and s.frame.snapshot else 1
-                for s in self.state.sections
+                len(s.frame.snapshot.mig_devices) if s.frame and s.frame.snapshot else 0
+                for s in sections
             ],
         )
         self._home.query_one("#gpus").styles.height = self._layout.gpu_panel_lines

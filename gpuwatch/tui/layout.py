@@ -32,8 +32,12 @@ def card_lines(graph_rows: int) -> int:
     return 2 + graph_rows
 
 
-def choose_layout(width: int, height: int, gpu_counts: list[int]) -> Layout:
-    """The layout for a `width` x `height` terminal showing sections of `gpu_counts` GPUs."""
+def choose_layout(
+    width: int, height: int, gpu_counts: list[int], mig_counts: list[int] | None = None
+) -> Layout:
+    """The layout for a `width` x `height` terminal showing sections of `gpu_counts` GPUs
+    (and `mig_counts` MIG devices, a line each under their GPU)."""
+    migs = mig_counts or [0] * len(gpu_counts)
     widest = max(gpu_counts, default=1) or 1
     columns = max(1, min(widest, width // MIN_CARD_WIDTH))
     # The panel's padding (2) and scroll bar (1) take 3 cells; a blank column separates cards.
@@ -41,10 +45,15 @@ def choose_layout(width: int, height: int, gpu_counts: list[int]) -> Layout:
     budget = max(3, height - CHROME_LINES - max(MIN_TABLE_LINES, height * 2 // 5))
     graph_choices = (2, 1) if card_width >= GRAPH_MIN_CARD_WIDTH else ()
     for graph_rows in (*graph_choices, 0):
-        needed = _needed(gpu_counts, columns, graph_rows)
+        needed = _needed(gpu_counts, columns, graph_rows) + _mig_lines(migs, columns)
         if needed <= budget:
             return Layout(columns, card_width, graph_rows, needed)
     return Layout(columns, card_width, 0, budget)
+
+
+def _mig_lines(mig_counts: list[int], columns: int) -> int:
+    """A MIG line lengthens its card; cards side by side share the longest."""
+    return sum(math.ceil(count / columns) for count in mig_counts)
 
 
 def _needed(gpu_counts: list[int], columns: int, graph_rows: int) -> int:

@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuwatch.models import GpuSample, Lease
+from gpuwatch.models import GpuSample, Lease, MigDevice
 
 Span = tuple[str, str]
 Line = list[Span]
@@ -177,10 +177,12 @@ class CardInput:
     utilization_graph: Sequence[float | None] = ()
     leases: Sequence[Lease] = ()
     idle_note: str = ""
+    migs: Sequence[MigDevice] = ()
+    """Its MIG devices, one line each under the card."""
 
 
 def gpu_card(gpu: GpuSample, extra: CardInput, width: int, graph_rows: int) -> list[Line]:
-    """One GPU as `2 + graph_rows` lines of `width` cells."""
+    """One GPU as `2 + graph_rows` lines of `width` cells, and a line per MIG device."""
     lines = [_title_line(gpu, extra, width)]
     if gpu.error is not None and gpu.memory_total_bytes is None:
         lines.append([(fit(f"  error: {printable(gpu.error)}", width), "alarm")])
@@ -189,7 +191,31 @@ def gpu_card(gpu: GpuSample, extra: CardInput, width: int, graph_rows: int) -> l
     lines.append(_bars_line(gpu, width))
     if graph_rows:
         lines.extend(_graph_lines(extra, width, graph_rows))
+    lines.extend(mig_line(mig, width) for mig in extra.migs)
     return lines
+
+
+def mig_line(mig: MigDevice, width: int) -> Line:
+    """One MIG device under its GPU: `  0:2 1g.10gb  ███░░░ 3.1G/9.8G`."""
+    head = f"  {mig.label:>5} {printable(mig.profile or mig.name or MISSING):<10}"
+    if mig.error is not None:
+        return [
+            (head, "label"),
+            (fit(f" error: {printable(mig.error)}", width - len(head)), "alarm"),
+        ]
+    used, total = mig.memory_used_bytes, mig.memory_total_bytes
+    numbers = f" {gib(used):>5}/{gib(total)}"
+    bar_width = max(4, width - len(head) - len(numbers) - 1)
+    fraction = used / total if used is not None and total else None
+    if fraction is None:
+        bar: Line = [("·" * bar_width, "dim")]
+    else:
+        (filled,) = cells(bar_width, [fraction])
+        bar = [
+            ("█" * filled, level(fraction, THRESHOLDS.memory)),
+            ("░" * (bar_width - filled), "free"),
+        ]
+    return [(head + " ", "label"), *bar, (numbers, level(fraction, THRESHOLDS.memory))]
 
 
 def graph_width(width: int) -> int:

@@ -6,7 +6,7 @@ Pure: frames in, rows out; sorting, filtering, and which columns fit a width.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwatch.models import Lease, ProcessUsage
 from gpuwatch.policy import Waiter
@@ -39,6 +39,8 @@ class Row:
     local: bool
     wants: str = ""
     """What a waiting job asks for."""
+    device: str = ""
+    """Where it runs, as shown: the GPU's index, or `GPU:MIG` for a MIG device (`0:2`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,7 @@ def _running_s(row: Row, now: float) -> float:
 
 COLUMNS: tuple[Column, ...] = (
     Column("host", "HOST", 12, lambda r, _: r.source, 9),
-    Column("gpu", "GPU", 3, lambda r, _: -1 if r.gpu is None else r.gpu, 0),
+    Column("gpu", "GPU", 4, lambda r, _: (-1 if r.gpu is None else r.gpu, r.device), 0),
     Column("pid", "PID", 8, lambda r, _: r.pid, 0),
     Column("user", "USER", 10, lambda r, _: r.user or "", 0),
     Column("kind", "KIND", 7, lambda r, _: r.kind, 8),
@@ -100,11 +102,13 @@ def build_rows(
     by_gpu: dict[int, list[Lease]] = {}
     for lease in frame.leases:
         by_gpu.setdefault(lease.gpu_index, []).append(lease)
+    mig_labels = {mig.uuid: mig.label for mig in snapshot.mig_devices if mig.uuid}
     rows = [
-        _process_row(
-            frame, process, by_gpu.get(process.gpu_index, ()), idle_clocks, now, idle_after_s
+        replace(
+            _process_row(frame, p, by_gpu.get(p.gpu_index, ()), idle_clocks, now, idle_after_s),
+            device=mig_labels.get(p.mig_uuid or "", str(p.gpu_index)),
         )
-        for process in snapshot.processes
+        for p in snapshot.processes
     ]
     on_gpu = {(p.gpu_index, p.pid) for p in snapshot.processes}
     rows += [
@@ -296,7 +300,7 @@ def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911 -
     if key == "host":
         return row.source, ""
     if key == "gpu":
-        return ("-" if row.gpu is None else str(row.gpu)), ""
+        return (row.device or ("-" if row.gpu is None else str(row.gpu))), ""
     if key == "user":
         return (row.user or "?"), ("" if row.user else "dim")
     if key == "kind":

@@ -93,7 +93,9 @@ class Section:
 
     def card_input(self, gpu_index: int, now: float, card_width: int) -> render.CardInput:
         memory, utilization = self.graphs(gpu_index, now, render.graph_width(card_width))
-        return render.CardInput(memory, utilization, self.leases_on(gpu_index))
+        snapshot = self.frame.snapshot if self.frame is not None else None
+        migs = snapshot.mig_devices_of(gpu_index) if snapshot is not None else ()
+        return render.CardInput(memory, utilization, self.leases_on(gpu_index), migs=migs)
 
     def rows(self, now: float, idle_after_s: float) -> list[Row]:
         if self.frame is None:
