@@ -306,3 +306,20 @@ def test_state_stays_bounded_over_an_hour_of_samples() -> None:
 )
 def test_the_tui_logic_imports_no_textual(module: str) -> None:
     assert loaded_after(f"import {module}").isdisjoint(HEAVY)
+
+
+def test_a_held_gpu_idle_past_the_threshold_says_so_on_its_card() -> None:
+    # GIVEN GPU 0 held by a process and idle for 20 minutes; GPU 1 idle but unused
+    state = ScreenState(["node1"], 1.0)
+    for step in range(0, 1201, 60):
+        taken_at = FROZEN_TIME - 1200 + step
+        state.apply(
+            0,
+            frame([gpu(0, util=0), gpu(1, util=0, used_gib=0)], [process(1, 0)], taken_at=taken_at),
+            0.0,
+        )
+    section = state.sections[0]
+    # THEN only the held one carries the note
+    assert section.card_input(0, FROZEN_TIME, 80, idle_after_s=600).idle_note == "held, idle ≥20m"
+    assert section.card_input(1, FROZEN_TIME, 80, idle_after_s=600).idle_note == ""
+    assert section.card_input(0, FROZEN_TIME, 80, idle_after_s=3600).idle_note == ""

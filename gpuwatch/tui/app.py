@@ -228,7 +228,7 @@ class GpuwatchApp(App[int]):
             return  # shutting down: the widgets are going
         for section, view in zip(self.state.sections, views, strict=True):
             stalled = section.stalled_s(monotonic, self._stalled_after_s, self._opened_at)
-            view.show(section, self._layout, now, stalled)
+            view.show(section, self._layout, now, stalled, self.idle_after_s)
 
     def _host_stats(self) -> HostStats | None:
         for section in self.state.sections:

@@ -235,16 +235,16 @@ def _title_line(gpu: GpuSample, extra: CardInput, width: int) -> Line:
         (_power_text(gpu), level(power_fraction, THRESHOLDS.power)),
     ]
     tail = lease_summary(extra.leases)
+    tail_style = "lease"
     if extra.idle_note:
-        tail = f"{tail}  {extra.idle_note}".strip()
+        tail, tail_style = f"{extra.idle_note}  {tail}".strip(), "warn"
     if gpu.error is not None:
-        tail = f"error: {printable(gpu.error)}"
+        tail, tail_style = f"error: {printable(gpu.error)}", "alarm"
     facts_width = sum(len(text) for text, _ in facts)
     room = width - facts_width - 2
     head_text = fit(head, min(len(head), max(0, room)))
     left = room - len(head_text)
     tail_text = fit(f"  {tail}", left) if tail and left > 4 else " " * max(0, left)
-    tail_style = "alarm" if gpu.error else "lease"
     return [(head_text, "title"), (tail_text, tail_style), ("  ", ""), *facts]
 
 

@@ -91,11 +91,23 @@ class Section:
         frame = self.frame
         return [] if frame is None else [le for le in frame.leases if le.gpu_index == gpu_index]
 
-    def card_input(self, gpu_index: int, now: float, card_width: int) -> render.CardInput:
+    def card_input(
+        self, gpu_index: int, now: float, card_width: int, idle_after_s: float
+    ) -> render.CardInput:
         memory, utilization = self.graphs(gpu_index, now, render.graph_width(card_width))
         snapshot = self.frame.snapshot if self.frame is not None else None
         migs = snapshot.mig_devices_of(gpu_index) if snapshot is not None else ()
-        return render.CardInput(memory, utilization, self.leases_on(gpu_index), migs=migs)
+        leases = self.leases_on(gpu_index)
+        held = bool(leases) or (
+            snapshot is not None
+            and any(p.memory_used_bytes for p in snapshot.processes_on(gpu_index))
+        )
+        trend = self.trends.get(gpu_index)
+        idle = trend.idle.idle_for(now) if trend is not None and held else None
+        note = ""
+        if idle is not None and idle.seconds >= idle_after_s:
+            note = f"held, idle {'≥' if idle.at_least else ''}{render.duration(idle.seconds)}"
+        return render.CardInput(memory, utilization, leases, idle_note=note, migs=migs)
 
     def rows(self, now: float, idle_after_s: float) -> list[Row]:
         if self.frame is None:

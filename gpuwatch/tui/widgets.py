@@ -66,14 +66,21 @@ class SectionView(Static):
         super().__init__(id=f"section-{number}", classes="section")
         self.painter = Painter(self)
 
-    def show(self, section: Section, layout: Layout, now: float, stalled_s: float | None) -> None:
+    def show(
+        self,
+        section: Section,
+        layout: Layout,
+        now: float,
+        stalled_s: float | None,
+        idle_after_s: float,
+    ) -> None:
         lines = [self.painter.text(_header(section, stalled_s))]
         frame = section.frame
         if frame is not None and frame.snapshot is not None:
             cards = [
                 render.gpu_card(
                     gpu,
-                    section.card_input(gpu.index, now, layout.card_width),
+                    section.card_input(gpu.index, now, layout.card_width, idle_after_s),
                     layout.card_width,
                     layout.graph_rows,
                 )
