@@ -56,6 +56,7 @@ class Terminal:
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.name = f"tui-bench-{uuid.uuid4().hex[:8]}"
+        self.tmux = ["tmux", "-L", self.name]  # a server of its own: no other session interferes
         exports = " ".join(
             f"{name}={shlex.quote(env[name])}"
             for name in ("LD_LIBRARY_PATH", "FAKENVML_SCENARIO", "GPUWATCH_LEASE_DIR")
@@ -64,7 +65,7 @@ class Terminal:
         command = f"exec env {exports} TERM=xterm-256color {shlex.join(argv)}"
         subprocess.run(
             [
-                "tmux",
+                *self.tmux,
                 "new-session",
                 "-d",
                 "-s",
@@ -80,7 +81,9 @@ class Terminal:
         self.pid = int(self._tmux("display-message", "-p", "-t", self.name, "#{pane_pid}"))
 
     def _tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", *args], capture_output=True, text=True, check=False).stdout
+        return subprocess.run(
+            [*self.tmux, *args], capture_output=True, text=True, check=False
+        ).stdout
 
     def text(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", self.name)
@@ -90,7 +93,7 @@ class Terminal:
         return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
     def close(self) -> None:
-        self._tmux("kill-session", "-t", self.name)
+        self._tmux("kill-server")
 
 
 def first_frame_s(env: dict[str, str]) -> float:

@@ -72,10 +72,11 @@ class Tmux:
 
     def __init__(self, command: str, size: tuple[int, int]) -> None:
         self.name = f"gpuwatch-test-{uuid.uuid4().hex[:8]}"
+        self.tmux = ["tmux", "-L", self.name]  # a server of its own: no other session interferes
         env = {**os.environ, "TERM": "xterm-256color"}
         subprocess.run(
             [
-                "tmux",
+                *self.tmux,
                 "new-session",
                 "-d",
                 "-s",
@@ -92,7 +93,7 @@ class Tmux:
 
     def text(self) -> str:
         out = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name],
+            [*self.tmux, "capture-pane", "-p", "-t", self.name],
             check=False,
             capture_output=True,
             text=True,
@@ -108,10 +109,10 @@ class Tmux:
         raise AssertionError(f"{needle!r} never appeared; the screen:\n{self.text()}")
 
     def press(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], check=False, capture_output=True)
+        subprocess.run([*self.tmux, "kill-server"], check=False, capture_output=True)
 
 
 @pytest.mark.skipif(

@@ -33,12 +33,16 @@ KEYS: tuple[Key, ...] = (
     Key("escape", "clear", "Clear the filter and the tags", "Esc"),
     Key("space", "tag", "Tag or untag the selected process", "Space"),
     Key(
-        "i", "signal('SIGINT')", "Send SIGINT to the tagged or selected processes", "i", writes=True
+        "i",
+        "signal('SIGINT')",
+        "Send SIGINT to the tagged or selected processes (asks first)",
+        "i",
+        writes=True,
     ),
     Key(
         "t",
         "signal('SIGTERM')",
-        "Send SIGTERM to the tagged or selected processes",
+        "Send SIGTERM to the tagged or selected processes (asks first)",
         "t",
         writes=True,
         footer="SIGTERM",
@@ -46,7 +50,7 @@ KEYS: tuple[Key, ...] = (
     Key(
         "k",
         "signal('SIGKILL')",
-        "Send SIGKILL to the tagged or selected processes",
+        "Send SIGKILL to the tagged or selected processes (asks first)",
         "k",
         writes=True,
     ),
