@@ -433,3 +433,42 @@ def test_mig_devices_sit_under_their_gpu_and_name_where_processes_run() -> None:
         assert {"0:0", "0:1", "1"} <= devices
 
     run(app, body)
+
+
+def test_with_the_daemon_the_graphs_are_full_from_the_first_frame(tmp_path: Path) -> None:
+    # GIVEN a daemon that has sampled for a while (3 GPUs at a constant 40%)
+    from gpuwatch.backends.daemon import DaemonBackend
+    from gpuwatch.tui.frames import LocalSource
+    from tests.daemon_helpers import get_json, running_daemon, wait_until
+
+    with running_daemon(tmp_path) as (_, socket_path, _):
+        wait_until(
+            lambda: get_json(socket_path, "/v1/health")[1]["history"]["samples"] >= 15,
+            "some history",
+        )
+        source = LocalSource(DaemonBackend(str(socket_path)), None, host_stats=None)
+        # WHEN the screen opens on it (its own samples come only once a minute)
+        app = GpuwatchApp([source], interval_s=60)
+        import asyncio
+
+        async def main() -> None:
+            async with app.run_test(size=(160, 48)) as pilot:
+                await until(pilot, lambda: app.state.sections[0].frame is not None, "a frame")
+                await pilot.pause()
+                section = app.state.sections[0]
+                # THEN the header says where the past comes from, and the graph already
+                # holds the daemon's samples, not just the one frame
+                assert "from the daemon's history" in str(app.query_one(SectionView).render())
+                assert len(section.trends[0].utilization) >= 15
+
+        asyncio.run(main())
+
+
+def test_as_root_the_confirmation_warns_that_anyones_job_can_stop() -> None:
+    from gpuwatch.tui.screens import confirm_text
+    from gpuwatch.tui.signals import Plan, Target
+
+    plan = Plan((Target(7, "bob", "python train.py", None),), (), as_root=True)
+    shown = "".join(text for text, _ in confirm_text("SIGKILL", plan))
+    assert shown.startswith("You are root: this can stop anyone's job.")
+    assert "pid 7  bob  python train.py" in shown

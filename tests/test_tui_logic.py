@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
+
 import pytest
 
-from gpuwatch.tui import render
+from gpuwatch.tui import render, signals
 from gpuwatch.tui.frames import parse_series
 from gpuwatch.tui.layout import choose_layout
 from gpuwatch.tui.rows import BY_KEY, RowFilter, build_rows, cell_text, columns_for, sort_rows
@@ -323,3 +326,34 @@ def test_a_held_gpu_idle_past_the_threshold_says_so_on_its_card() -> None:
     assert section.card_input(0, FROZEN_TIME, 80, idle_after_s=600).idle_note == "held, idle ≥20m"
     assert section.card_input(1, FROZEN_TIME, 80, idle_after_s=600).idle_note == ""
     assert section.card_input(0, FROZEN_TIME, 80, idle_after_s=3600).idle_note == ""
+
+
+@pytest.mark.parametrize(
+    ("my_uid", "target_uids", "allowed"),
+    [
+        (0, (1000, 1000), True),
+        (1000, (1000, 1000), True),
+        (1000, (2000, 1000), True),
+        (1000, (2000, 2000), False),
+    ],
+    ids=["root", "own", "saved-uid-is-ours", "someone-else"],
+)
+def test_who_may_signal_follows_the_kernel(
+    my_uid: int, target_uids: tuple[int, int], allowed: bool
+) -> None:
+    assert signals.may_signal(my_uid, target_uids) is allowed
+
+
+def test_the_plan_leaves_out_what_cannot_be_signalled_and_says_why() -> None:
+    # GIVEN a process of root's (pid 1), one on another machine, and one that does not exist
+    rows = build_rows(frame([gpu(0)], [process(1, 0), process(4_000_000, 0)]), {}, FROZEN_TIME, 0)
+    remote = build_rows(frame([gpu(0)], [process(os.getpid(), 0)], source="node9"), {}, 0, 0)
+    remote = [replace(r, local=False) for r in remote]
+    # WHEN an ordinary user plans to signal them all
+    plan = signals.plan([*rows, *remote], my_uid=12345)
+    # THEN none is offered, each with its reason, and no root warning is due
+    assert plan.targets == () and not plan.as_root
+    reasons = " | ".join(plan.refused)
+    assert "pid 1: belongs to " in reasons
+    assert "no such process here" in reasons
+    assert "on node9, not on this machine" in reasons
