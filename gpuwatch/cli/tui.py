@@ -66,7 +66,8 @@ def tui(
 
     app = GpuwatchApp(sources, interval_s=interval_s, readonly=readonly, idle_after_s=idle_after_s)
     try:
-        return app.run() or 0
+        app.run()
+        return app.return_code or 0  # 1 when the app stopped on an error it showed
     finally:
         for source in sources:
             source.close()
