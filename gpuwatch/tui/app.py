@@ -30,6 +30,7 @@ from gpuwatch.tui.state import ScreenState
 from gpuwatch.tui.widgets import HostLine, Panel, ProcessTable, SectionView
 
 DEFAULT_IDLE_AFTER_S = 600.0
+SAMPLER_EXIT_WAIT_S = 2.0
 
 
 class FrameArrived(Message):
@@ -150,6 +151,11 @@ class GpuwatchApp(App[int]):
     def on_unmount(self) -> None:
         for sampler in self._samplers:
             sampler.stop.set()
+        # Let each sampler finish its current read (a remote one closes its ssh), but never
+        # wait long on one stuck in the driver: it is a daemon thread, the exit ends it.
+        deadline = time.monotonic() + SAMPLER_EXIT_WAIT_S
+        for sampler in self._samplers:
+            sampler.join(max(0.0, deadline - time.monotonic()))
 
     # --- data -----------------------------------------------------------------------------
 
