@@ -15,7 +15,10 @@
     │   ├── CudaAlreadyInitializedError  CUDA started in this process before select()
     │   └── AlreadySelectedError       select() was already called in this process
     ├── LeaseError                     the lease directory is missing, unsafe or unusable
+    │   └── LeaseBusyError             its lock stayed held by another process past the deadline
     ├── DaemonError                    the daemon cannot start (socket in use, bad settings)
+    │   └── ConfigFileError            its --config file is unreadable or has a bad value
+    │                                  (also an InvalidValueError: a usage error)
     └── LaunchError                    the command to run on the chosen GPUs could not start
         ├── CommandNotFoundError       no such command (exit code 127, as in a shell)
         └── CommandNotExecutableError  found, but not executable (exit code 126)
@@ -98,8 +101,16 @@ class LeaseError(GpuwatchError):
     """The lease directory is missing, unsafe (symlinks, foreign owners) or unusable."""
 
 
+class LeaseBusyError(LeaseError):
+    """Another process kept the lease directory's lock longer than a picker may wait."""
+
+
 class DaemonError(GpuwatchError):
     """The daemon cannot start or reload: its socket is in use, or a setting is wrong."""
+
+
+class ConfigFileError(DaemonError, InvalidValueError):
+    """The daemon's `--config` file cannot be read, or one of its values is out of range."""
 
 
 class LaunchError(GpuwatchError):

@@ -1,8 +1,11 @@
 """What the host knows of a process the GPU driver reports: user, command, CPU, RSS.
 
-The driver gives only pids. A pid may belong to another PID namespace (a
-container), may have exited since, or may be hidden from this user (`hidepid`);
-each of these gives no details, never an error.
+The driver gives only pids, as the host's initial PID namespace numbers them.
+A pid may have exited since, or be hidden from this user (`hidepid`): it then
+gets no details, never an error. When gpuwatch itself runs in another PID
+namespace (a container without `--pid=host`), the same numbers name other,
+unrelated processes here (the driver's pid 1 is the host's init, not the
+container's), so no pid gets details at all.
 
 Read straight from Linux's /proc, and cheaply, since the daemon does it for
 every GPU process every second: a process seen before costs one `pread` of
@@ -20,6 +23,9 @@ _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # Positions in /proc/PID/stat after the ")" that closes the command name (see proc(5)).
 _UTIME, _STIME, _STARTTIME, _RSS_PAGES = 11, 12, 19, 21
+_INITIAL_PID_NAMESPACE = "pid:[4026531836]"  # the kernel's PROC_PID_INIT_INO, fixed since 3.8
+# Characters a POSIX shell takes literally, as in shlex.quote (which would import re).
+_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
 
 
 class HostProcess:
@@ -77,11 +83,15 @@ class HostProcessTable:
         self._known: dict[int, _Known] = {}
         self._users: dict[int, str] = {}
         self._boot_time_s: float | None = None
+        self.pids_are_local = _in_initial_pid_namespace(proc)
+        """Whether the driver's pids name this namespace's processes; if not, none is looked up."""
 
     def lookup(self, pids: set[int]) -> dict[int, HostProcess]:
         """Details for each visible pid in `pids`; forgets processes not asked for."""
         for gone in self._known.keys() - pids:
             self._known.pop(gone).forget()
+        if not self.pids_are_local:
+            return {}
         now = time.time()
         boot_time_s = self._boot_time()
         found = {}
@@ -137,7 +147,7 @@ class HostProcessTable:
             raise
         start_ticks = int(stat[stat.rfind(")") + 2 :].split()[_STARTTIME])
         name = stat[stat.find("(") + 1 : stat.rfind(")")]
-        command = " ".join(arg for arg in argv if arg) or name
+        command = shell_command(argv) or name
         known = _Known(start_ticks, self._user(uid), command, stat_fd)
         self._known[pid] = known
         return known, stat
@@ -157,6 +167,34 @@ class HostProcessTable:
                 line = next(line for line in stat if line.startswith("btime "))
             self._boot_time_s = float(line.split()[1])
         return self._boot_time_s
+
+
+def shell_command(argv: list[str]) -> str:
+    """A command line as a shell would take it back: `python3 -c 'import time; ...'`.
+
+    `argv` is /proc/PID/cmdline split at its NULs. A process that rewrote its
+    command line into one string (`postgres: checkpointer`, padded with NULs)
+    is shown as it wrote it, as `ps` and nvitop show it.
+    """
+    while argv and not argv[-1]:
+        argv = argv[:-1]
+    if len(argv) == 1:
+        return argv[0]
+    return " ".join(_shell_quote(arg) for arg in argv)
+
+
+def _shell_quote(arg: str) -> str:
+    if arg and all(c in _SHELL_SAFE for c in arg):
+        return arg
+    return "'" + arg.replace("'", "'\"'\"'") + "'"
+
+
+def _in_initial_pid_namespace(proc: str) -> bool:
+    """Whether this process sees the host's pids (true too when the kernel will not say)."""
+    try:
+        return os.readlink(f"{proc}/self/ns/pid") == _INITIAL_PID_NAMESPACE
+    except OSError:
+        return True
 
 
 def _pread(fd: int) -> str:

@@ -7,19 +7,26 @@ holding the file exits, however it exits (SIGKILL too). A file whose lock
 nobody holds is stale, and is removed by the next picker.
 
 Choosing GPUs and claiming them happen under a lock on the directory itself,
-so pickers started together see each other's claims. Jobs waiting for GPUs
-queue as `.wait` files, locked the same way, in arrival order.
+so pickers started together see each other's claims. The lock is held only
+around file operations, never across a driver or daemon call, and is waited on
+with a deadline: any user can take it, and one who keeps it is named in the
+error. Jobs waiting for GPUs queue as `.wait` files, locked the same way, in
+arrival order.
 
-The directory is `$GPUWATCH_LEASE_DIR`, else `/run/gpuwatch` when every user
-may write there (the systemd unit makes it so), else `/tmp/gpuwatch`. Users
+The directory is `$GPUWATCH_LEASE_DIR`, else `/run/gpuwatch/leases` when
+every user may write there (the systemd unit makes it so), else `/tmp/gpuwatch`
+(see `gpuwatch.paths`). Users
 share it, so nothing in it is trusted: symlinks are never followed, only
-regular files are read, records are checked field by field, a lease's user is
-its file's owner, and a directory that another user could empty is refused.
+regular files are read, records are checked field by field (a bad one is
+skipped and counted), a lease's user is its file's owner, a waiting ticket
+counts only while the process it names lives, belongs to the file's owner and
+holds the file's lock, and a directory that another user could empty is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import json
@@ -30,8 +37,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gpuwatch.errors import LeaseError
+from gpuwatch.errors import LeaseBusyError, LeaseError
+from gpuwatch.lease_records import (
+    MAX_COMMAND_CHARS,
+    Malformed,
+    lease_from,
+    record_from,
+    waiter_from,
+)
+from gpuwatch.locking import file_key, flock_holders, flock_within, process_uids
 from gpuwatch.models import Device, GpuSample, Lease
+from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -44,33 +60,23 @@ if TYPE_CHECKING:
 ENV_VARIABLE = "GPUWATCH_LEASE_DIR"
 HELD_VARIABLE = "GPUWATCH_HELD"
 """Lease ids a job holds, passed down to the processes it starts: their GPUs are its own."""
-SYSTEM_DIR = "/run/gpuwatch"
-FALLBACK_DIR = "/tmp/gpuwatch"
 _SHARED_MODE = 0o1777  # everyone may add files; only a file's owner may remove it
 _FILE_MODE = 0o644
 _MAX_FILE_BYTES = 64 << 10
-_MAX_COMMAND_CHARS = 4096
 _HIGH_FD = 512  # where a lease's descriptor goes in a command: out of the way of shell redirections
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_LEASE_FIELDS = {
-    "gpu_uuid": (str,),
-    "gpu_index": (int,),
-    "pid": (int,),
-    "command": (str,),
-    "started_at": (int, float),
-}
+LOCK_WAIT_S = 10.0
+"""The longest a picker waits for the directory lock, which is held for milliseconds."""
 
 
-def default_lease_dir() -> str:
-    """Where leases live on this machine (see the module docstring)."""
-    if configured := os.environ.get(ENV_VARIABLE):
-        return configured
-    try:
-        info = os.lstat(SYSTEM_DIR)
-    except OSError:
-        return FALLBACK_DIR
-    shared = stat.S_ISDIR(info.st_mode) and info.st_mode & _SHARED_MODE == _SHARED_MODE
-    return SYSTEM_DIR if shared else FALLBACK_DIR
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseFiles:
+    """What a look at the lease directory found."""
+
+    leases: list[Lease]
+    skipped: int = 0
+    """Files held by a live process but malformed (bad JSON, fields out of range, not a
+    regular file): ignored, as if absent."""
 
 
 def held_by_this_job() -> frozenset[str]:
@@ -126,6 +132,7 @@ class LeaseDir:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = os.fspath(path) if path is not None else default_lease_dir()
         self._locked = False
+        self._unreadable = 0
         self._prepare()
 
     @classmethod
@@ -140,30 +147,50 @@ class LeaseDir:
             return None
 
     @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Holds the directory-wide lock: choose and claim inside it.
+    def locked(self, timeout_s: float = LOCK_WAIT_S) -> Iterator[None]:
+        """Holds the directory-wide lock for file operations: re-read leases and claim
+        inside it, never call the driver or the daemon inside it.
 
         The lock is on the directory itself, which no user can replace or
-        chmod away from the others.
+        chmod away from the others. Raises `LeaseBusyError`, naming the
+        holder, when it stays held for `timeout_s`.
         """
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not flock_within(fd, timeout_s):
+                raise LeaseBusyError(self._busy_message(fd, timeout_s))
             self._locked = True
             yield
         finally:
             self._locked = False
             os.close(fd)
 
+    def _busy_message(self, fd: int, waited_s: float) -> str:
+        pids = flock_holders().get(file_key(os.fstat(fd)), [])
+        holders = ", ".join(_process_named(pid) for pid in pids if pid > 0)
+        return (
+            f"the lease directory {self.path} stayed locked for {waited_s:.1f}s by "
+            f"{holders or 'a process not visible here'}, where a lock lasts milliseconds; "
+            "ask its owner to stop it, or try again later"
+        )
+
     def leases(self) -> list[Lease]:
         """The leases in force. Under `locked()`, stale files are removed too."""
-        found = []
-        for name, data, owner in self._live_entries(".lease"):
-            if (
-                lease := _lease_from(data, lease_id=name.removesuffix(".lease"), user=owner)
-            ) is not None:
-                found.append(lease)
-        return found
+        return self.read().leases
+
+    def read(self) -> LeaseFiles:
+        """The leases in force, and how many malformed files were skipped."""
+        found, skipped = [], 0
+        for name, data, info in self._live_entries(".lease"):
+            try:
+                found.append(
+                    lease_from(
+                        data, lease_id=name.removesuffix(".lease"), user=user_name(info.st_uid)
+                    )
+                )
+            except Malformed:
+                skipped += 1
+        return LeaseFiles(found, skipped + self._unreadable)
 
     def claim(self, gpu: Device, *, mem_bytes: int | None, command: str) -> HeldLease:
         """Takes a lease on `gpu` (or a MIG device) for this process. Call it under `locked()`."""
@@ -171,15 +198,17 @@ class LeaseDir:
             "gpu_uuid": str(gpu.uuid),
             "gpu_index": gpu.index if isinstance(gpu, GpuSample) else gpu.gpu_index,
             "pid": os.getpid(),
-            "command": command[:_MAX_COMMAND_CHARS],
+            "command": command[:MAX_COMMAND_CHARS],
             "started_at": time.time(),
             "mem_bytes": mem_bytes,
         }
+        try:
+            lease = lease_from(record, lease_id="", user=user_name(os.getuid()))
+        except Malformed as error:  # a GPU no reader would believe, say from a scenario
+            raise LeaseError(f"cannot lease {gpu.uuid}: {error}") from None
         fd, path = self._publish("lease", record)
-        name = os.path.basename(path).removesuffix(".lease")
-        lease = _lease_from(record, lease_id=name, user=user_name(os.getuid()))
-        assert lease is not None
-        return HeldLease(fd, path, lease)
+        lease_id = os.path.basename(path).removesuffix(".lease")
+        return HeldLease(fd, path, dataclasses.replace(lease, lease_id=lease_id))
 
     def drop(self, lease: Lease) -> None:
         """Removes a lease that no longer means anything (its MIG device is gone), even while
@@ -191,25 +220,33 @@ class LeaseDir:
         """Joins the line of waiting jobs; the returned ticket leaves it when released."""
         record = {
             "pid": os.getpid(),
-            "command": command[:_MAX_COMMAND_CHARS],
+            "command": command[:MAX_COMMAND_CHARS],
             "request": request.to_dict(),
         }
         return HeldFile(*self._publish("wait", record))
 
     def waiting_before(self, ticket: HeldFile | None) -> list[Waiter]:
-        """Jobs that joined the line before `ticket` (all of them when `None`), oldest first."""
-        from gpuwatch.policy import Request, Waiter  # only pickers read the line
+        """Jobs that joined the line before `ticket` (all of them when `None`), oldest first.
 
+        A ticket counts only while the process it names is alive, belongs to the
+        ticket file's owner and holds the file's lock: anyone can write a ticket,
+        but not for someone else's process. `Waiter.waited_s` comes from the
+        file's name, which a forger cannot date in the future.
+        """
+        entries = sorted(self._live_entries(".wait"), key=lambda entry: entry[0])
+        if ticket is not None:
+            mine = os.path.basename(ticket.path)
+            entries = [entry for entry in entries if entry[0] < mine]
+        holders = flock_holders() if entries else {}
+        now_ns = time.monotonic_ns()
         waiters = []
-        for name, data, owner in sorted(self._live_entries(".wait")):
-            if ticket is not None and name >= os.path.basename(ticket.path):
-                break
-            try:
+        for name, data, info in entries:
+            with contextlib.suppress(Malformed):
                 waiters.append(
-                    Waiter(_field(data, "pid", int), owner, Request.from_dict(data["request"]))
+                    waiter_from(
+                        name, data, info, user_name(info.st_uid), holders=holders, now_ns=now_ns
+                    )
                 )
-            except (KeyError, TypeError, ValueError, AttributeError):
-                continue  # a malformed ticket: whoever wrote it is not in line
         return waiters
 
     def _prepare(self) -> None:
@@ -236,7 +273,7 @@ class LeaseDir:
         if not self._owner_trusted(info):
             raise LeaseError(
                 f"{self.path} belongs to {user_name(info.st_uid)}, who could remove anyone's "
-                f"leases; have an administrator create {SYSTEM_DIR} (mode 1777, see README) "
+                f"leases; an administrator makes one for all with `{MAKE_SHARED_LEASE_DIR}`, "
                 f"or set {ENV_VARIABLE}"
             )
 
@@ -270,63 +307,59 @@ class LeaseDir:
             raise
         return fd, final
 
-    def _live_entries(self, suffix: str) -> Iterator[tuple[str, dict[str, Any], str]]:
-        """(file name, record, owner's name) of each held file ending in `suffix`."""
+    def _live_entries(self, suffix: str) -> list[tuple[str, dict[str, Any], os.stat_result]]:
+        """(file name, record, file status) of each held file ending in `suffix`.
+
+        Held files that cannot be read as a record are counted in `_unreadable`.
+        """
         try:
             names = [entry.name for entry in os.scandir(self.path)]
         except OSError as error:
             raise LeaseError(f"cannot list {self.path}: {error.strerror}") from error
+        entries, self._unreadable = [], 0
         for name in names:
             if name.endswith(suffix):
-                found = self._read_if_held(os.path.join(self.path, name))
+                try:
+                    found = self._read_if_held(os.path.join(self.path, name))
+                except Malformed:
+                    self._unreadable += 1
+                    continue
                 if found is not None:
-                    yield name, found[0], user_name(found[1])
+                    entries.append((name, *found))
             elif name.endswith(".tmp") and self._locked:
-                self._read_if_held(os.path.join(self.path, name))  # removes a dead draft
+                with contextlib.suppress(Malformed):  # removes a dead draft
+                    self._read_if_held(os.path.join(self.path, name))
+        return entries
 
-    def _read_if_held(self, path: str) -> tuple[dict[str, Any], int] | None:
-        """(record, owner uid) of a held file; removes it (under the lock) when stale."""
+    def _read_if_held(self, path: str) -> tuple[dict[str, Any], os.stat_result] | None:
+        """(record, status) of a held file; `None` when it is gone or stale (and then
+        removed, under the lock). Raises `Malformed` for anything else."""
         try:
             fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
-        except OSError:
-            return None  # removed meanwhile, or a symlink
+        except FileNotFoundError:
+            return None  # removed meanwhile
+        except OSError as error:
+            raise Malformed(path) from error  # a symlink, or unreadable
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_FILE_BYTES:
-                return None
+                raise Malformed(path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except OSError as error:
                 if error.errno != errno.EWOULDBLOCK:
-                    return None
-                data = json.loads(os.read(fd, _MAX_FILE_BYTES) or b"null")
-                return (data, info.st_uid) if isinstance(data, dict) else None
+                    raise Malformed(path) from error
+                return record_from(os.read(fd, _MAX_FILE_BYTES), path), info
             if self._locked:
                 # Another user's file in a sticky directory cannot go: harmless, since unlocked.
                 with contextlib.suppress(OSError):
                     os.unlink(path)
             return None
-        except (ValueError, RecursionError):  # not JSON, or JSON nested to crash parsers
-            return None
         finally:
             os.close(fd)
 
 
-def _lease_from(data: dict[str, Any], *, lease_id: str, user: str) -> Lease | None:
-    """A lease from a record, checked field by field; `None` when anything is off."""
-    try:
-        values = {name: _field(data, name, *kinds) for name, kinds in _LEASE_FIELDS.items()}
-        mem_bytes = data.get("mem_bytes")
-        if mem_bytes is not None:
-            mem_bytes = _field(data, "mem_bytes", int)
-    except (KeyError, TypeError):
-        return None
-    values["started_at"] = float(values["started_at"])
-    return Lease(user=user, mem_bytes=mem_bytes, lease_id=lease_id, **values)
-
-
-def _field(data: dict[str, Any], name: str, *kinds: type) -> Any:
-    value = data[name]
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise TypeError(f"{name}: {value!r}")
-    return value
+def _process_named(pid: int) -> str:
+    """`pid 4242 (alice)`, for messages about another process."""
+    uids = process_uids(pid)
+    return f"pid {pid} ({user_name(uids[0])})" if uids else f"pid {pid}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.choices import Strategy
 from gpuwatch.models import Lease, MigDevice, Snapshot
-from gpuwatch.policy import Request, Waiter, lease_conflict
+from gpuwatch.policy import Request, Waiter, keepers, lease_conflict
 from gpuwatch.units import format_size
 
 _GIB = 1 << 30
@@ -58,9 +58,7 @@ def choose_mig(
     """
     kept: dict[str, Waiter] = {}
     everyone = _candidates(snapshot, leases, frozenset())
-    for waiter in waiting_ahead:
-        if waiter.request.mig is None:
-            continue  # waits for whole GPUs
+    for waiter in keepers(waiting_ahead, mig=True):
         ranked, _ = _qualify(everyone, waiter.request, kept, waiter.pid)
         for candidate in ranked[: waiter.request.count]:
             kept[str(candidate.device.uuid)] = waiter

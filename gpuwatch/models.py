@@ -104,6 +104,8 @@ class ProcessUsage:
     process that has exited, or access denied. `cpu_pct` is in percent of one
     core: averaged over the process's lifetime the first time it is seen (as
     `ps` shows it), then over the interval since the previous sample (as `top`).
+    `command` is the command line quoted as a shell would take it back
+    (`python3 -c 'import time; time.sleep(300)'`).
     """
 
     pid: int

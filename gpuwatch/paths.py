@@ -1,18 +1,33 @@
-"""Where the daemon's socket is: one answer for the daemon and its clients.
+"""Where the daemon's socket and the shared lease directory are: one answer for everyone.
 
-The daemon listens on `--socket`, else `$RUNTIME_DIRECTORY/gpuwatch.sock` when
-systemd gave it a runtime directory (`/run/gpuwatch`), else
-`$XDG_RUNTIME_DIR/gpuwatch.sock` (the user's own). Clients look at
-`$GPUWATCH_SOCKET`, else at the system's socket, then at the user's.
+    /run/gpuwatch/              the daemon's: only it (or root) may write here
+    /run/gpuwatch/gpuwatch.sock the API, open to every local user
+    /run/gpuwatch/leases/       leases of every user: world-writable and sticky, like /tmp
+
+Nobody but the daemon can put anything at its socket's path, so no other user
+can stop it from starting or answer in its name. The daemon listens on
+`--socket`, else `$RUNTIME_DIRECTORY/gpuwatch.sock` under systemd, else
+`$XDG_RUNTIME_DIR/gpuwatch.sock`; without either (ssh without logind, cron,
+containers) root takes the system socket, and any other user a directory of
+their own: `/run/user/UID`, else `/tmp/gpuwatch-UID`. Clients look at
+`$GPUWATCH_SOCKET`, else at the system socket, then at the user's own places.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 
 ENV_SOCKET = "GPUWATCH_SOCKET"
+ENV_LEASE_DIR = "GPUWATCH_LEASE_DIR"
 SOCKET_NAME = "gpuwatch.sock"
-SYSTEM_SOCKET = "/run/gpuwatch/gpuwatch.sock"
+SYSTEM_DIR = "/run/gpuwatch"
+SYSTEM_SOCKET = f"{SYSTEM_DIR}/{SOCKET_NAME}"
+SYSTEM_LEASE_DIR = f"{SYSTEM_DIR}/leases"
+FALLBACK_LEASE_DIR = "/tmp/gpuwatch"
+MAKE_SHARED_LEASE_DIR = f"sudo install -d -m 1777 {SYSTEM_LEASE_DIR}"
+"""The one command that gives every user of a machine a lease directory they can share."""
+_STICKY_SHARED = 0o1777
 
 
 def socket_candidates() -> list[str]:
@@ -22,13 +37,62 @@ def socket_candidates() -> list[str]:
     candidates = [SYSTEM_SOCKET]
     if runtime_dir := os.environ.get("XDG_RUNTIME_DIR"):
         candidates.append(os.path.join(runtime_dir, SOCKET_NAME))
+    else:
+        candidates.append(os.path.join(_user_run_dir(), SOCKET_NAME))
+    candidates.append(os.path.join(_user_tmp_dir(), SOCKET_NAME))
     return candidates
 
 
-def daemon_socket_path() -> str | None:
-    """Where a daemon started without `--socket` listens; `None` when nowhere fits."""
+def daemon_socket_path() -> str:
+    """Where a daemon started without `--socket` listens; makes its directory if needed."""
     for variable in ("RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR"):
         if directory := os.environ.get(variable):
             # systemd may list several runtime directories, separated by colons.
             return os.path.join(directory.split(":")[0], SOCKET_NAME)
-    return None
+    if os.geteuid() == 0 and _private_dir(SYSTEM_DIR, 0o755):
+        return SYSTEM_SOCKET
+    if _private_dir(_user_run_dir(), 0o700):
+        return os.path.join(_user_run_dir(), SOCKET_NAME)
+    if _private_dir(_user_tmp_dir(), 0o700):
+        return os.path.join(_user_tmp_dir(), SOCKET_NAME)
+    # Someone else took /tmp/gpuwatch-UID: a fresh name nobody can guess.
+    import tempfile
+
+    return os.path.join(tempfile.mkdtemp(prefix=f"gpuwatch-{os.geteuid()}-"), SOCKET_NAME)
+
+
+def default_lease_dir() -> str:
+    """`$GPUWATCH_LEASE_DIR`, else the system's shared directory when it is there, else
+    `/tmp/gpuwatch` (which serves several users only if root made it: see
+    `MAKE_SHARED_LEASE_DIR`)."""
+    if configured := os.environ.get(ENV_LEASE_DIR):
+        return configured
+    try:
+        info = os.lstat(SYSTEM_LEASE_DIR)
+    except OSError:
+        return FALLBACK_LEASE_DIR
+    shared = stat.S_ISDIR(info.st_mode) and info.st_mode & _STICKY_SHARED == _STICKY_SHARED
+    return SYSTEM_LEASE_DIR if shared else FALLBACK_LEASE_DIR
+
+
+def _user_run_dir() -> str:
+    return f"/run/user/{os.geteuid()}"
+
+
+def _user_tmp_dir() -> str:
+    return f"/tmp/gpuwatch-{os.geteuid()}"
+
+
+def _private_dir(path: str, mode: int) -> bool:
+    """Makes `path` (a directory of this user) if missing; whether it is this user's alone."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022

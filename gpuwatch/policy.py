@@ -3,11 +3,16 @@
 `choose()` takes a snapshot, the leases in force and the jobs waiting ahead in
 line, and returns the GPUs to give and, for every other GPU, one line saying
 why not. No I/O happens here; `gpuwatch.selector` gathers the inputs.
+
+A job waiting ahead keeps the GPUs it could use from jobs behind it, so that
+small jobs do not starve a large one. Since anyone can join the line, that is
+bounded: only each user's first job in line keeps GPUs, only for
+`KEEP_LIMIT_S`, and only when this node could ever meet its request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuwatch.choices import Strategy
@@ -20,6 +25,10 @@ if TYPE_CHECKING:
 
 _GIB = 1 << 30
 _MAX_NAME_CHARS = 128
+KEEP_LIMIT_S = 1800.0
+"""How long a waiting job keeps GPUs from later jobs; after that it waits as their equal."""
+_MAX_COUNT = 1 << 16
+_MAX_BYTES = 1 << 53
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +67,15 @@ class Request:
         """The inverse of `to_dict`, strict: raises `ValueError` for anything malformed
         (waiting tickets come from a directory every user can write to)."""
         allowed = data.get("allowed")
+        strategy = data.get("strategy", Strategy.MOST_FREE.value)
+        if not isinstance(strategy, str):
+            raise ValueError(f"not a strategy: {strategy!r}")
         return cls(
-            count=_number(data["count"], int, minimum=1),
-            min_free_bytes=_optional(data.get("min_free_bytes"), int),
-            max_util_pct=_optional(data.get("max_util_pct"), float),
-            mem_bytes=_optional(data.get("mem_bytes"), int),
-            strategy=Strategy(data.get("strategy", Strategy.MOST_FREE)),
+            count=_number(data["count"], int, 1, _MAX_COUNT),
+            min_free_bytes=_optional(data.get("min_free_bytes"), int, _MAX_BYTES),
+            max_util_pct=_optional(data.get("max_util_pct"), float, 100),
+            mem_bytes=_optional(data.get("mem_bytes"), int, _MAX_BYTES),
+            strategy=Strategy(strategy),
             allowed=None if allowed is None else _indices(allowed),
             excluded=_indices(data.get("excluded", [])),
             **_mig_from_dict(data),
@@ -101,21 +113,26 @@ def _uuids(values: object) -> frozenset[str]:
     return frozenset(values)
 
 
-def _number(value: object, kind: type, *, minimum: float = 0) -> Any:
+def _number(value: object, kind: type, minimum: float, maximum: float) -> Any:
     ok_types = (int, float) if kind is float else (int,)
-    if isinstance(value, bool) or not isinstance(value, ok_types) or value < minimum:
-        raise ValueError(f"not a {kind.__name__} >= {minimum}: {value!r}")
+    # Range first: NaN fails it, and an int too large for a float never meets float().
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, ok_types)
+        or not minimum <= value <= maximum
+    ):
+        raise ValueError(f"not a {kind.__name__} in [{minimum}, {maximum}]: {value!r}")
     return kind(value)
 
 
-def _optional(value: object, kind: type) -> Any:
-    return None if value is None else _number(value, kind)
+def _optional(value: object, kind: type, maximum: float) -> Any:
+    return None if value is None else _number(value, kind, 0, maximum)
 
 
 def _indices(values: object) -> frozenset[int]:
-    if not isinstance(values, list):
-        raise ValueError(f"not a list of GPU indices: {values!r}")
-    return frozenset(_number(value, int) for value in values)
+    if not isinstance(values, list) or len(values) > _MAX_COUNT:
+        raise ValueError("not a list of GPU indices")
+    return frozenset(_number(value, int, 0, _MAX_COUNT) for value in values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +142,8 @@ class Waiter:
     pid: int
     user: str
     request: Request
+    waited_s: float = 0.0
+    """How long it has been in line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +188,9 @@ def choose(
     """
     everyone = _candidates(snapshot, leases)
     kept: dict[int, Waiter] = {}
-    for waiter in waiting_ahead:
-        if waiter.request.mig is not None:
-            continue  # waits for a MIG device, which is no whole GPU
+    for waiter in keepers(waiting_ahead, mig=False):
+        if not _could_ever_serve(snapshot, waiter.request):
+            continue
         ranked, _ = _qualify(everyone, waiter.request, kept, waiter.pid)
         for candidate in ranked[: waiter.request.count]:
             kept[candidate.gpu.index] = waiter
@@ -186,6 +205,32 @@ def choose(
             f"GPU {candidate.gpu.index}: qualifies ({format_size(candidate.free_bytes)} free)"
         )
     return Choice((), tuple(rejected[index] for index in sorted(rejected)), len(ranked))
+
+
+def keepers(waiting_ahead: Sequence[Waiter], *, mig: bool) -> Iterator[Waiter]:
+    """The waiters ahead that may keep devices of their kind (MIG devices with `mig`, else
+    whole GPUs): each user's first in line, for `KEEP_LIMIT_S`."""
+    users: set[str] = set()
+    for waiter in waiting_ahead:
+        if (waiter.request.mig is not None) is not mig or waiter.user in users:
+            continue
+        users.add(waiter.user)
+        if waiter.waited_s <= KEEP_LIMIT_S:
+            yield waiter
+
+
+def _could_ever_serve(snapshot: Snapshot, request: Request) -> bool:
+    """Whether enough of these GPUs could serve `request` once idle (a GPU whose size is
+    unknown might)."""
+    needed = max(request.min_free_bytes or 0, request.mem_bytes or 0)
+    big_enough = sum(
+        1
+        for gpu in snapshot.gpus
+        if (request.allowed is None or gpu.index in request.allowed)
+        and gpu.index not in request.excluded
+        and (gpu.memory_total_bytes is None or gpu.memory_total_bytes >= needed)
+    )
+    return big_enough >= request.count
 
 
 def _candidates(snapshot: Snapshot, leases: Iterable[Lease]) -> list[_Candidate]:

@@ -1,8 +1,13 @@
 """The engine that selects GPUs for a job, under `gpuwatch pick` and `gpuwatch.select()`.
 
-The steps, under the lease directory's lock: read the leases in force and the
-jobs waiting ahead, sample the GPUs, let `policy.choose()` decide, and claim
-what it chose. Waiting repeats this until enough GPUs qualify.
+The steps: sample the GPUs, then, under the lease directory's lock, read the
+leases in force and the jobs waiting ahead, let `policy.choose()` decide, and
+claim what it chose. The lock is shared with every user, so it is held only
+around those file operations, never across a driver or daemon call, and is
+waited on with a deadline. Choosing again under the lock, from leases read
+under it, is what keeps a GPU from two exclusive jobs and `--mem` from being
+over-committed, however old the sample. Waiting repeats this until enough GPUs
+qualify.
 """
 
 from __future__ import annotations
@@ -20,7 +25,14 @@ from gpuwatch.errors import (
     NotEnoughGpusError,
     WaitTimeoutError,
 )
-from gpuwatch.leases import HELD_VARIABLE, HeldFile, HeldLease, LeaseDir, held_by_this_job
+from gpuwatch.leases import (
+    HELD_VARIABLE,
+    LOCK_WAIT_S,
+    HeldFile,
+    HeldLease,
+    LeaseDir,
+    held_by_this_job,
+)
 from gpuwatch.mig_policy import MigChoice, choose_mig, free_mig_devices, stale_mig_leases
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.policy import Choice, Request, Waiter, choose
@@ -174,17 +186,20 @@ def acquire(
     # GPUs leased to this job (and passed down to it) are its own to use: a script that
     # selected GPUs may start workers that call select() again, and nested picks are fine.
     mine = held_by_this_job()
+    # Shared leases are weighed against their holders' use, which needs the processes;
+    # so is whether a MIG device is free.
+    full = wanted.needs_names or wanted.wants_mig
     try:
         while True:
-            with lease_dir.locked():
+            full = full or _any_shared(lease_dir.leases())  # a look without the lock
+            snapshot = backend.sample(SampleScope.FULL if full else SampleScope.SELECTION)
+            request = request or wanted.resolve(snapshot)
+            with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
                 leases = lease_dir.leases()
-                shared = any(not lease.exclusive for lease in leases)
-                # Shared leases are weighed against their holders' use, which needs the
-                # processes; so is whether a MIG device is free.
-                full = shared or wanted.needs_names or wanted.wants_mig
-                snapshot = backend.sample(SampleScope.FULL if full else SampleScope.SELECTION)
+                if not full and _any_shared(leases):
+                    full = True  # shared since the look: sample their processes first
+                    continue
                 leases = _without_stale(lease_dir, leases, snapshot)
-                request = request or wanted.resolve(snapshot)
                 ahead = lease_dir.waiting_before(ticket)
                 choice = _choose(snapshot, request, leases, mine, ahead)
                 if choice.satisfied:
@@ -210,6 +225,16 @@ def acquire(
     finally:
         if ticket is not None:
             ticket.release()
+
+
+def _any_shared(leases: list[Lease]) -> bool:
+    return any(not lease.exclusive for lease in leases)
+
+
+def _lock_wait_s(timeout_s: float | None, waited_s: float) -> float:
+    """How long to wait for the directory lock: `LOCK_WAIT_S`, or less when the
+    timeout comes sooner."""
+    return LOCK_WAIT_S if timeout_s is None else min(LOCK_WAIT_S, max(0.0, timeout_s - waited_s))
 
 
 def _choose(

@@ -27,6 +27,12 @@ _SIZE_UNITS = {
     "tb": 10**12,
 }
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+MAX_SIZE_BYTES = 1 << 50
+"""The largest size any value may name (1PiB): far above any GPU, far below overflow."""
+MAX_DURATION_S = 10_000 * 86400.0
+"""The longest duration any value may name (10000d, within what every timer of the
+standard library takes); each option may allow less."""
+_MAX_DIGITS = 30  # longer numbers are typos or attacks, and int() of 4,300 digits raises
 
 
 def parse_size(text: str) -> int:
@@ -38,17 +44,57 @@ def parse_size(text: str) -> int:
     number, unit = _split(text)
     factor = _SIZE_UNITS.get(unit.lower())
     if number is None or factor is None:
-        raise InvalidValueError(f"{text!r} is not a size: use e.g. 8GiB, 500MB or 1.5G")
+        raise InvalidValueError(f"{_shown(text)} is not a size: use e.g. 8GiB, 500MB or 1.5G")
+    if number * factor > MAX_SIZE_BYTES:
+        raise InvalidValueError(f"{_shown(text)} is too large: the most is 1024TiB")
     return int(number * factor)
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, *, most_s: float = MAX_DURATION_S) -> float:
     """Seconds in a human duration: `500ms`, `1.5s`, `10m`, `24h`, `2d`, or plain seconds."""
     number, unit = _split(text)
     factor = _DURATION_UNITS.get(unit.lower())
     if number is None or factor is None:
-        raise InvalidValueError(f"{text!r} is not a duration: use e.g. 500ms, 30s, 10m or 24h")
+        raise InvalidValueError(
+            f"{_shown(text)} is not a duration: use e.g. 500ms, 30s, 10m or 24h"
+        )
+    if number * factor > min(most_s, MAX_DURATION_S):
+        most = format_duration(min(most_s, MAX_DURATION_S))
+        raise InvalidValueError(f"{_shown(text)} is too long: the most is {most}")
     return number * factor
+
+
+def format_duration(seconds: float) -> str:
+    """The largest unit that says `seconds` exactly: `format_duration(86400) == '1d'`."""
+    for unit in ("d", "h", "m", "s"):
+        count = seconds / _DURATION_UNITS[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
+def parse_whole_number(text: str, *, low: int, high: int) -> int:
+    """A whole number from `low` to `high`, in ASCII digits only.
+
+    `int()` alone would take `' 3'`, `'1_000'` and `'٣'` (an Arabic-Indic three).
+    """
+    stripped = text.strip()
+    if not (stripped.isdigit() and stripped.isascii()):
+        raise InvalidValueError(f"{_shown(text)} is not a whole number")
+    value = int(stripped) if len(stripped) <= _MAX_DIGITS else None
+    if value is None or not low <= value <= high:
+        raise InvalidValueError(f"{_shown(stripped)} is out of range: give {low} to {high:,}")
+    return value
+
+
+def parse_number(text: str, *, low: float, high: float) -> float:
+    """A plain decimal number (`12`, `0.5`) from `low` to `high`: no `nan`, `inf` or `1e3`."""
+    number, unit = _split(text)
+    if number is None or unit:
+        raise InvalidValueError(f"{_shown(text)} is not a number")
+    if not low <= number <= high:
+        raise InvalidValueError(f"{_shown(text)} is out of range: give {low:g} to {high:g}")
+    return number
 
 
 def format_size(num_bytes: int, *, precision: int = 1) -> str:
@@ -72,3 +118,8 @@ def _split(text: str) -> tuple[float | None, str]:
     if not (digits.isdigit() and digits.isascii()):
         return None, unit
     return float(number), unit
+
+
+def _shown(text: str) -> str:
+    """`text` quoted for a message, and cut short: a value can be megabytes long."""
+    return repr(text) if len(text) <= 40 else repr(text[:40]) + "..."

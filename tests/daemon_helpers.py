@@ -88,3 +88,71 @@ def running_daemon(
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         process.communicate(timeout=10)
+
+
+OTHER_USER = "gpuwatch-test"
+
+FLOOD = r"""
+import socket, sys, threading, time
+kind, address, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def slow_client():
+    # Sends one byte every 2 s, and comes back each time it is let go.
+    while True:
+        try:
+            if kind == "unix":
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(address)
+            else:
+                s = socket.socket()
+                s.bind(("127.0.0.2", 0))  # another machine's address, as far as the daemon sees
+                s.connect(("127.0.0.1", int(address)))
+            while True:
+                s.send(b"G")
+                time.sleep(2)
+        except OSError:
+            time.sleep(0.2)
+
+for _ in range(count):
+    threading.Thread(target=slow_client, daemon=True).start()
+print("flooding", flush=True)
+time.sleep(3600)
+"""
+
+
+def other_user() -> tuple[int, int]:
+    """(uid, gid) of a local user other than this one; skips the test where none can be had."""
+    import pwd
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("playing another local user needs root and setpriv")
+    try:
+        entry = pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
+            capture_output=True,
+            check=False,
+        )
+        if made.returncode not in (0, 9):  # 9: made meanwhile by a test beside this one
+            pytest.skip(f"cannot add a test user: {made.stderr.decode().strip()}")
+        entry = pwd.getpwnam(OTHER_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def as_user(uid: int, gid: int, *command: str) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *command]
+
+
+@contextmanager
+def flood(command: list[str]) -> Iterator[None]:
+    """Runs `command` (FLOOD, as some user) until the block ends."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None and process.stdout.readline() == "flooding\n"
+            yield
+        finally:
+            process.kill()

@@ -129,6 +129,6 @@ def test_a_stalled_poller_is_reported_by_health() -> None:
     api = Api(poller, Settings(socket_path="unused"), registry_for(lambda: (None, [], True)))
     # GIVEN a sample that came, and then a driver call that has not returned for 100 s
     poller.state = PollState(snapshot(time.time()), None, time.monotonic() - 100, 7)
-    health = api.health()
+    health = api.health({})
     assert health.status == 503 and b'"status": "stalled"' in health.body
-    assert api.snapshot().status == 503
+    assert api.snapshot({}).status == 503

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import pwd
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuwatch import hostinfo
-from gpuwatch.hostinfo import HostProcessTable
+from gpuwatch.hostinfo import HostProcessTable, shell_command
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -46,10 +49,8 @@ def test_live_process_has_user_command_rss_and_start_time() -> None:
     # GIVEN this very process, which has been running for a while
     details = HostProcessTable().lookup({os.getpid()})[os.getpid()]
     assert details.user == pwd.getpwuid(os.getuid()).pw_name
-    assert (
-        details.command
-        == " ".join(Path(f"/proc/{os.getpid()}/cmdline").read_text().split("\0")).strip()
-    )
+    argv = Path(f"/proc/{os.getpid()}/cmdline").read_text().rstrip("\0").split("\0")
+    assert shlex.split(details.command or "") == argv
     assert details.rss_bytes and details.rss_bytes > 1 << 20
     assert details.started_at is not None and details.started_at < time.time()
     assert details.cpu_pct is not None and details.cpu_pct > 0
@@ -137,3 +138,53 @@ def test_a_process_that_exits_is_forgotten_with_its_descriptor() -> None:
         sleeper.wait()
     assert table.lookup({sleeper.pid}) == {}
     assert len(os.listdir("/proc/self/fd")) == open_before
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (
+            ["python3", "-c", "import time; time.sleep(300)"],
+            "python3 -c 'import time; time.sleep(300)'",
+        ),
+        (["python", "train.py", "--lr", "0.1"], "python train.py --lr 0.1"),
+        (["sh", "-c", "echo it's"], "sh -c 'echo it'\"'\"'s'"),
+        (["prog", "", "x"], "prog '' x"),
+        (["postgres: checkpointer", "", ""], "postgres: checkpointer"),
+    ],
+    ids=["python-c", "plain", "single-quote", "empty-argument", "rewritten-title"],
+)
+def test_command_lines_are_quoted_as_a_shell_would(
+    tmp_path: Path, argv: list[str], shown: str
+) -> None:
+    # GIVEN a process whose /proc/PID/cmdline holds ARGV, NUL-separated
+    fake_proc(tmp_path, 5, comm="x", argv=argv, cpu_ticks=0, start_ticks=0)
+    # THEN its command is the line that would run it again
+    assert HostProcessTable(proc=str(tmp_path)).lookup({5})[5].command == shown
+
+
+@given(st.lists(st.text(min_size=1), min_size=2, max_size=6))
+@settings(max_examples=200)
+def test_a_quoted_command_splits_back_into_its_arguments(argv: list[str]) -> None:
+    argv = [arg.replace("\0", "") or "x" for arg in argv]
+    assert shlex.split(shell_command(argv)) == argv
+
+
+def test_inside_another_pid_namespace_no_host_pid_is_attributed(tmp_path: Path) -> None:
+    # GIVEN gpuwatch in a container's PID namespace, where the driver's pid 1 (the host's
+    # init) and pid 42 name the container's own, unrelated processes
+    for pid in (1, 42):
+        fake_proc(tmp_path, pid, comm="sh", argv=["sh"], cpu_ticks=0, start_ticks=0)
+    (tmp_path / "self" / "ns").mkdir(parents=True)
+    os.symlink("pid:[4026532451]", tmp_path / "self" / "ns" / "pid")
+    table = HostProcessTable(proc=str(tmp_path))
+    # THEN none of them is given the local process's user or command
+    assert not table.pids_are_local
+    assert table.lookup({1, 42}) == {}
+
+
+def test_in_the_initial_pid_namespace_pids_are_looked_up(tmp_path: Path) -> None:
+    fake_proc(tmp_path, 42, comm="sh", argv=["sh"], cpu_ticks=0, start_ticks=0)
+    (tmp_path / "self" / "ns").mkdir(parents=True)
+    os.symlink("pid:[4026531836]", tmp_path / "self" / "ns" / "pid")
+    assert HostProcessTable(proc=str(tmp_path)).lookup({42})[42].command == "sh"

@@ -86,3 +86,35 @@ def test_dashboard_and_alerts_use_only_metrics_that_exist() -> None:
     assert used, "the dashboard should chart gpuwatch metrics"
     assert used <= exported, sorted(used - exported)
     assert "gpuwatch" in (EXAMPLES / "prometheus.yml").read_text()
+
+
+def test_a_gpu_lost_before_its_first_sample_is_named_by_what_is_known() -> None:
+    # GIVEN a GPU that could tell nothing but its index before it was lost
+    snapshot = sim_snapshot()
+    lost = snapshot.gpus[0].__class__(
+        index=2, uuid=None, name=None, pci_bus_id=None, error="GPU is lost"
+    )
+    metrics = scrape(Snapshot(snapshot.taken_at, "vm", None, None, (lost,), ()), [])
+    # THEN it is down, with no made-up identity
+    (up,) = metrics["gpuwatch_gpu_up"]
+    assert up.value == 0 and up.labels["gpu"] == "2" and up.labels["hostname"] == "vm"
+    assert up.labels["uuid"] == "" and up.labels["pci_bus_id"] == ""
+    # AND the alert on it says only what is known, never "GPU 2 () on vm"
+    alerts = (EXAMPLES / "gpuwatch-alerts.yml").read_text()
+    for label in ("uuid", "pci_bus_id"):
+        uses = re.findall(r"\{\{[^}]*\$labels\." + label + r"[^}]*\}\}", alerts)
+        assert all(use.startswith("{{ with ") for use in uses), uses
+
+
+def test_while_the_snapshot_is_not_current_every_gpu_is_down_and_no_value_is_sent() -> None:
+    metrics = scrape(sim_snapshot(), [], sampling=False)
+    assert {sample.value for sample in metrics["gpuwatch_gpu_up"]} == {0}
+    assert len(metrics["gpuwatch_gpu_up"]) == 4
+    assert "gpuwatch_memory_free_bytes" not in metrics
+    assert metrics["gpuwatch_sample_timestamp_seconds"][0].value == FROZEN_TIME
+
+
+def test_the_dashboards_stat_panels_carry_no_timeseries_options() -> None:
+    dashboard = json.loads((EXAMPLES / "grafana-dashboard.json").read_text())
+    stats = [panel for panel in dashboard["panels"] if panel["type"] == "stat"]
+    assert stats and not [panel["title"] for panel in stats if "legend" in panel["options"]]

@@ -146,6 +146,17 @@ def test_gpu_lost_before_start_is_reported_without_identity(fake_nvml: Install) 
     assert healthy.ok and healthy.uuid == "GPU-ok"
 
 
+def test_a_gpu_that_cannot_tell_its_uuid_is_still_named_by_its_pci_bus_id(
+    fake_nvml: Install,
+) -> None:
+    # GIVEN a GPU whose UUID and readings fail, but whose PCI bus id the driver still knows
+    fake_nvml(FakeGpu(failing={"uuid", "memory", "utilization"}, pci_bus_id="00000000:3B:00.0"))
+    with NvmlBackend() as backend:
+        (gpu,) = backend.sample().gpus
+    # THEN it is reported faulty, under what the driver could tell
+    assert not gpu.ok and gpu.uuid is None and gpu.pci_bus_id == "00000000:3B:00.0"
+
+
 def test_one_failing_field_is_named_in_the_error_and_the_rest_is_read(fake_nvml: Install) -> None:
     fake_nvml(FakeGpu(failing={"temperature"}))
     with NvmlBackend() as backend:

@@ -105,21 +105,29 @@ class TestAnswers:
     @pytest.mark.parametrize(
         ("args", "env", "message"),
         [
-            (["-n", "0"], {}, "argument -n/--gpus: 0: ask for at least 1 GPU"),
+            (
+                ["-n", "0"],
+                {},
+                "Invalid value for '-n' / '--gpus': '0' is out of range: give 1 to 1,024",
+            ),
             (["-n", "5"], {}, "5 GPUs asked for, but this machine has 4"),
             (
                 ["-n", "3"],
                 {"CUDA_VISIBLE_DEVICES": "0,1"},
                 "3 GPUs asked for, but CUDA_VISIBLE_DEVICES allows 2",
             ),
-            (["--min-free", "8XB"], {}, "argument --min-free: '8XB' is not a size"),
-            (["--timeout", "soon"], {}, "argument --timeout: 'soon' is not a duration"),
-            (["--max-util", "150"], {}, "150 is not a percentage from 0 to 100"),
-            (["--strategy", "best"], {}, "argument --strategy: invalid choice: 'best'"),
+            (["--min-free", "8XB"], {}, "Invalid value for '--min-free': '8XB' is not a size"),
+            (["--timeout", "soon"], {}, "Invalid value for '--timeout': 'soon' is not a duration"),
+            (
+                ["--max-util", "150"],
+                {},
+                "Invalid value for '--max-util': '150' is out of range: give 0 to 100",
+            ),
+            (["--strategy", "best"], {}, "Invalid value for '--strategy': 'best'"),
             (["--exclude", "9"], {}, "--exclude: no GPU 9 on this machine"),
             ([], {"CUDA_VISIBLE_DEVICES": "0,zero"}, "'zero' is not a GPU index"),
             ([], {"CUDA_VISIBLE_DEVICES": "7"}, "no GPU 7 on this machine"),
-            (["--bogus"], {}, "unrecognized arguments: --bogus"),
+            (["--bogus"], {}, "No such option '--bogus'"),
         ],
         ids=[
             "n-zero",
@@ -146,7 +154,7 @@ class TestAnswers:
     def test_help_teaches_with_examples(self) -> None:
         result = run_cli("pick", "--help")
         assert result.exit_code == 0
-        assert "examples:" in result.stdout and "--wait" in result.stdout
+        assert "Examples:" in result.stdout and "--wait" in result.stdout
         assert "pick" in run_cli("--help").stdout
 
 
@@ -263,6 +271,18 @@ class TestRunningCommands:
         assert result.stderr.startswith("gpuwatch: waiting 0s for 1 GPU, 0 qualify now")
         assert "gave up after waiting" in result.stderr
         assert f"GPU 0: leased by pid {holder.pid}" in result.stderr
+
+    def test_waiting_counts_one_qualifying_gpu_in_the_singular(
+        self, picks: Callable[[str], Picks]
+    ) -> None:
+        # GIVEN one of two GPUs held WHEN a pick waits for both
+        group = picks("2")
+        holder = group.start("--", "sh", "-c", "echo ready; exec sleep 60")
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        result = run_cli("pick", "--sim", "2", "-n", "2", "--timeout", "0.3s")
+        # THEN the wait says "1 qualifies"
+        assert result.exit_code == 5
+        assert result.stderr.startswith("gpuwatch: waiting 0s for 2 GPUs, 1 qualifies now")
 
 
 class TestLeaseEdges:

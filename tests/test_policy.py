@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.policy import Request, Strategy, Waiter, choose
+from gpuwatch.policy import KEEP_LIMIT_S, Request, Strategy, Waiter, choose
 
 GIB = 1 << 30
 
@@ -178,6 +178,51 @@ class TestWaitingInLine:
         assert [g.index for g in choice.chosen] == []
         assert choose(FOUR, Request(count=2), waiting_ahead=line).chosen[0].index == 2
 
+    @pytest.mark.parametrize(
+        ("waited_s", "kept"),
+        [(0.0, True), (KEEP_LIMIT_S - 1, True), (KEEP_LIMIT_S + 1, False)],
+        ids=["just-arrived", "nearly-at-the-limit", "past-the-limit"],
+    )
+    def test_a_waiter_keeps_gpus_for_a_limited_time(self, waited_s: float, kept: bool) -> None:
+        # GIVEN a job waiting for every GPU of the node
+        earlier = Waiter(100, "alice", Request(count=4), waited_s=waited_s)
+        # THEN later jobs are kept off the GPUs, but not forever
+        assert choose(FOUR, Request(), waiting_ahead=(earlier,)).satisfied is not kept
+
+    @pytest.mark.parametrize(
+        ("users", "satisfied"),
+        [(("alice", "alice", "alice"), True), (("alice", "bob", "carol"), False)],
+        ids=["one-user", "three-users"],
+    )
+    def test_only_each_users_first_waiter_keeps_gpus(
+        self, users: tuple[str, ...], satisfied: bool
+    ) -> None:
+        # GIVEN three jobs waiting for one GPU each
+        line = tuple(Waiter(100 + n, user, Request()) for n, user in enumerate(users))
+        # THEN one user's queue keeps one GPU, three users' queues keep three
+        assert choose(FOUR, Request(count=2), waiting_ahead=line).satisfied is satisfied
+
+    @pytest.mark.parametrize(
+        "impossible",
+        [
+            Request(count=5),
+            Request(min_free_bytes=81 * GIB),
+            Request(mem_bytes=81 * GIB),
+            Request(allowed=frozenset({7})),
+            Request(count=2, excluded=frozenset({0, 1, 2})),
+        ],
+        ids=[
+            "more-gpus-than-the-node",
+            "bigger-than-any-gpu",
+            "declares-more-than-any-gpu",
+            "only-gpus-not-here",
+            "excludes-too-many",
+        ],
+    )
+    def test_a_waiter_this_node_can_never_serve_keeps_nothing(self, impossible: Request) -> None:
+        earlier = Waiter(100, "alice", impossible)
+        assert choose(FOUR, Request(count=4), waiting_ahead=(earlier,)).satisfied
+
 
 def test_ties_between_equal_gpus_are_broken_differently_by_different_pickers() -> None:
     equal = node(*(gpu(i, 80) for i in range(8)))
@@ -197,6 +242,32 @@ def test_request_round_trips_through_a_waiting_ticket() -> None:
         excluded=frozenset({0}),
     )
     assert Request.from_dict(request.to_dict()) == request
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"count": 0},
+        {"count": 10**400},
+        {"count": True},
+        {"min_free_bytes": -1},
+        {"min_free_bytes": 10**400},
+        {"mem_bytes": 1.5},
+        {"max_util_pct": float("nan")},
+        {"max_util_pct": float("inf")},
+        {"max_util_pct": 100.5},
+        {"strategy": ["pack"]},
+        {"strategy": "fastest"},
+        {"allowed": [-1]},
+        {"excluded": [2**70]},
+        {"excluded": "0"},
+    ],
+    ids=lambda changes: "-".join(f"{k}={v!r}"[:30] for k, v in changes.items()),
+)
+def test_a_ticket_request_out_of_range_is_refused(changes: dict[str, object]) -> None:
+    # GIVEN a ticket's request as another user may write it
+    with pytest.raises(ValueError, match="not a"):
+        Request.from_dict({**Request(count=2).to_dict(), **changes})
 
 
 def test_a_jobs_own_leases_are_its_to_use_but_not_a_waiters() -> None:

@@ -86,3 +86,11 @@ def test_no_ssh_here_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path:
     result = run_cli("status", "--host", "node7")
     assert result.exit_code == 6 and "ssh is not installed here" in result.stderr
     assert os.environ["PATH"] == str(tmp_path / "empty")
+
+
+def test_verbose_says_the_gpus_come_from_the_host() -> None:
+    # WHEN status shows another host's GPUs with -v
+    result = run_cli("status", "--host", "node7", "--sim", "2", "-v")
+    # THEN it says where they were read, as it does for local GPUs
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == "gpuwatch: reading GPUs of node7 over ssh (gpuwatch status there)\n"

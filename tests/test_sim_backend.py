@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -130,8 +131,10 @@ def test_bad_edit_keeps_the_previous_scenario(
         ("65", "1 to 64 GPUs"),
         ("four", "neither a GPU count"),
         ("/no/such/file.toml", "neither a GPU count"),
+        ("٣", "1 to 64 GPUs"),
+        ("9" * 5000, "1 to 64 GPUs"),
     ],
-    ids=["zero", "too-many", "word", "missing-file"],
+    ids=["zero", "too-many", "word", "missing-file", "arabic-indic-digit", "5000-digits"],
 )
 def test_bad_sim_spec_is_refused(spec: str, message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
@@ -183,6 +186,96 @@ def test_bad_scenario_file_names_file_entry_and_fix(
         load_scenario(path)
     assert str(raised.value).startswith(str(path))
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[gpu]]\ncount = 1000000000\n", "gpu\\[0\\].count: 1000000000 is out of range"),
+        ("[[gpu]]\ncount = 40\n[[gpu]]\ncount = 40\n", "gpu\\[1\\].count: 40 is out of range"),
+        ("[[gpu]]\ncount = 0\n", "count: 0 is out of range: give 1 to 64"),
+        ("[[gpu]]\npower_limit_w = nan\n", "power_limit_w: nan is out of range"),
+        ("[[gpu]]\npower_limit_w = inf\n", "power_limit_w: inf is out of range"),
+        ("[[gpu]]\npower_limit_w = -5\n", "power_limit_w: -5.0 is out of range"),
+        ("[[gpu]]\nutilization_pct = nan\n", "utilization_pct: needs 0 <= low"),
+        ("[[gpu]]\nutilization_pct = [-1, 50]\n", "utilization_pct: needs 0 <= low"),
+        (
+            "[[gpu]]\nmemory_total = '1GiB'\nmemory_reserved = '2GiB'\n",
+            "memory_reserved: '2GiB' is out of range",
+        ),
+        ("[[gpu]]\nmemory_total = '0'\n", "memory_total: '0' is out of range"),
+        ("[[gpu]]\nmemory_total = '" + "9" * 400 + "G'\n", "memory_total: .* is too large"),
+        ("[[gpu]]\nperiod = '0.001s'\n", "period: give 100ms to 24h"),
+        ("[[gpu]]\nperiod = '9999999999'\n", "period: .* is too long"),
+        ("seed = -1\n[[gpu]]\n", "seed: -1 is out of range"),
+        ("[[gpu]]\n[[process]]\ngpu = 0\npid = -4\n", "pid: -4 is out of range"),
+        ("[[gpu]]\n[[process]]\ngpu = 0\npid = 99999999\n", "pid: 99999999 is out of range"),
+        (
+            "[[gpu]]\n[[process]]\ngpu = 0\npid = 4\nmemory = ['6GiB', '2GiB']\n",
+            "memory: write \\[low, high\\], the lower first",
+        ),
+        (
+            "[[gpu]]\nuuid = 'GPU-a'\n[[gpu]]\nuuid = 'GPU-a'\n",
+            "two GPUs have the same uuid",
+        ),
+        ("a = " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
+        ("[[gpu]]\nuuid = 'GPU-0,GPU-1'\n", 'uuid: write "GPU-..." of letters'),
+        ("[[gpu]]\nuuid = 'GPU-\\u001b[2J'\n", 'uuid: write "GPU-..." of letters'),
+        ("[[gpu]]\npci_bus_id = '00:18 0'\n", "pci_bus_id: write letters"),
+    ],
+    ids=[
+        "count-billion",
+        "count-over-64-in-all",
+        "count-zero",
+        "power-nan",
+        "power-inf",
+        "power-negative",
+        "utilization-nan",
+        "utilization-negative",
+        "reserved-above-total",
+        "total-zero",
+        "size-400-digits",
+        "period-too-short",
+        "period-too-long",
+        "seed-negative",
+        "pid-negative",
+        "pid-above-pid-max",
+        "memory-reversed",
+        "duplicate-uuid",
+        "deeply-nested",
+        "uuid-with-comma",
+        "uuid-with-escape",
+        "bus-id-with-space",
+    ],
+)
+def test_out_of_range_scenario_values_are_refused_naming_them(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    # GIVEN a scenario with one value out of its range
+    path = write(tmp_path, text)
+    # WHEN it is loaded THEN one error names the entry and key, never a crash or a hang
+    with pytest.raises(ScenarioError, match=message) as raised:
+        load_scenario(path)
+    assert str(raised.value).startswith(str(path)) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda path: path.write_bytes(bytes(range(256)) * 8), "not UTF-8 text"),
+        (lambda path: path.write_text("# x\n" * 300_000), "larger than 1024KiB"),
+        (os.mkfifo, "not a regular file"),
+    ],
+    ids=["binary", "oversized", "fifo"],
+)
+def test_a_file_that_is_not_a_scenario_is_refused_at_once(
+    tmp_path: Path, make: Callable[[Path], object], message: str
+) -> None:
+    # GIVEN a file a scenario cannot be read from (a FIFO would block a plain open())
+    path = tmp_path / "node.toml"
+    make(path)
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(path)
 
 
 def test_open_backend_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.paths import SYSTEM_DIR
+from gpuwatch.paths import SYSTEM_LEASE_DIR as LEASES
+
 UNIT = Path(__file__).resolve().parents[1] / "systemd" / "gpuwatch.service"
+TMPFILES = UNIT.with_name("gpuwatch.tmpfiles.conf")
 
 
 def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
@@ -30,7 +34,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     assert "gpuwatch.service" not in result.stderr, result.stderr
 
 
-def test_unit_is_a_notify_service_with_a_watchdog_and_a_shared_runtime_directory() -> None:
+def test_unit_is_a_notify_service_with_a_watchdog_and_a_private_runtime_directory() -> None:
     settings = {}
     for line in UNIT.read_text().splitlines():
         if "=" in line and not line.startswith("#"):
@@ -39,8 +43,27 @@ def test_unit_is_a_notify_service_with_a_watchdog_and_a_shared_runtime_directory
     assert settings["Type"] == "notify" and settings["Restart"] == "on-failure"
     assert int(settings["WatchdogSec"]) > 0
     assert settings["RuntimeDirectory"] == "gpuwatch"
-    assert settings["RuntimeDirectoryMode"] == "1777", "every user takes leases there"
+    assert settings["RuntimeDirectoryMode"] == "0755", "nobody but the daemon writes there"
+    assert settings["ExecStartPre"].endswith("install -d -m 1777 -o root -g root " + LEASES)
     assert settings["RuntimeDirectoryPreserve"] == "yes", "leases outlive daemon restarts"
     assert settings["ProtectSystem"] == "strict" and settings["NoNewPrivileges"] == "yes"
     assert settings["User"] == "gpuwatch"
     assert "--socket /run/gpuwatch/gpuwatch.sock" in settings["ExecStart"]
+
+
+def test_tmpfiles_make_a_private_socket_directory_and_a_shared_lease_directory(
+    tmp_path: Path,
+) -> None:
+    tmpfiles = shutil.which("systemd-tmpfiles")
+    if tmpfiles is None:
+        pytest.skip("systemd-tmpfiles is not installed")
+    # GIVEN a machine whose /run/gpuwatch was left world-writable by an older unit
+    (tmp_path / "run" / "gpuwatch").mkdir(parents=True)
+    (tmp_path / "run" / "gpuwatch").chmod(0o1777)
+    # WHEN tmpfiles runs (at boot, or by hand after an upgrade)
+    subprocess.run(
+        [tmpfiles, "--create", f"--root={tmp_path}", str(TMPFILES)], check=True, timeout=60
+    )
+    # THEN only its owner may write the socket's directory, and everyone the leases'
+    assert (tmp_path / SYSTEM_DIR[1:]).stat().st_mode & 0o7777 == 0o755
+    assert (tmp_path / LEASES[1:]).stat().st_mode & 0o7777 == 0o1777

@@ -3,7 +3,15 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.units import format_size, parse_duration, parse_size
+from gpuwatch.units import (
+    MAX_DURATION_S,
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_number,
+    parse_size,
+    parse_whole_number,
+)
 
 
 @pytest.mark.parametrize(
@@ -54,3 +62,63 @@ def test_parse_duration_refuses_nonsense(text: str) -> None:
 )
 def test_format_size(size: int, expected: str) -> None:
     assert format_size(size) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1" * 400 + "GiB", "1025TiB", "1200TiB"],
+    ids=["400-digits", "just-above-1024TiB", "1200TiB"],
+)
+def test_a_size_beyond_1024TiB_is_refused_not_overflowed(text: str) -> None:
+    # GIVEN a size no machine has WHEN parsed THEN one error, never an OverflowError
+    with pytest.raises(InvalidValueError, match="too large: the most is 1024TiB"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "most_s", "message"),
+    [
+        ("9999999999", MAX_DURATION_S, "the most is 10000d"),
+        ("1" * 400, MAX_DURATION_S, "the most is 10000d"),
+        ("25h", 86400.0, "the most is 1d"),
+        ("2h", 3600.0, "the most is 1h"),
+    ],
+    ids=["ten-digits", "400-digits", "option-max-1d", "option-max-1h"],
+)
+def test_a_duration_beyond_its_most_is_refused(text: str, most_s: float, message: str) -> None:
+    with pytest.raises(InvalidValueError, match=message):
+        parse_duration(text, most_s=most_s)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("٣", "is not a whole number"),  # an Arabic-Indic three: int() would take it
+        ("1_0", "is not a whole number"),
+        ("-1", "is not a whole number"),
+        ("0", "out of range: give 1 to 64"),
+        ("65", "out of range: give 1 to 64"),
+        ("9" * 5000, "out of range: give 1 to 64"),  # int() would raise ValueError
+    ],
+    ids=["arabic-indic-digit", "underscore", "negative", "zero", "above", "5000-digits"],
+)
+def test_whole_numbers_are_ascii_digits_within_range(text: str, message: str) -> None:
+    with pytest.raises(InvalidValueError, match=message):
+        parse_whole_number(text, low=1, high=64)
+
+
+def test_whole_number_in_range_is_taken() -> None:
+    assert parse_whole_number(" 64 ", low=1, high=64) == 64
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "1e3", "\u0661\u0660", "-5"], ids=str)
+def test_numbers_are_plain_decimals(text: str) -> None:
+    with pytest.raises(InvalidValueError):
+        parse_number(text, low=0, high=100)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(86400.0, "1d"), (3600.0, "1h"), (90.0, "90s"), (0.1, "100ms")], ids=str
+)
+def test_format_duration_uses_the_largest_exact_unit(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text

@@ -1,11 +1,8 @@
 """Where snapshots come from: the `Backend` interface and `open_backend()`.
 
 - `daemon`: the latest snapshot of a running `gpuwatch daemon`, over its socket.
-- `daemon`: the latest snapshot of a running `gpuwatch daemon`, over its socket.
 - `nvml`: the GPUs of this machine, through the NVIDIA driver.
 - `sim`: a simulated node (`--sim 4`, or `--sim scenario.toml`).
-
-`auto`, the default, asks the daemon and falls back to the driver.
 
 `auto`, the default, asks the daemon and falls back to the driver.
 

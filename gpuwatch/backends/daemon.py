@@ -1,9 +1,12 @@
 """The daemon backend: snapshots from a running `gpuwatch daemon`, over its Unix socket.
 
 A client that finds the daemon starts no driver and makes no NVML call; the
-snapshot is at most one sampling interval old. The HTTP spoken here is the
-least that works (one GET, HTTP/1.0, read to the end): `http.client` would
-cost `gpuwatch pick` more start-up time than the whole request.
+snapshot is at most one sampling interval old, and one older than the daemon
+says it may be (`X-Gpuwatch-Stale-After`, seconds) is refused, so that a
+daemon that stopped sampling is never taken for a current view. The HTTP
+spoken here is the least that works (one GET, HTTP/1.0, read to the end):
+`http.client` would cost `gpuwatch pick` more start-up time than the whole
+request.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import os
 import socket
 import stat
+import time
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import DaemonUnavailableError
@@ -19,11 +23,22 @@ from gpuwatch.models import Snapshot
 from gpuwatch.paths import socket_candidates
 
 TIMEOUT_S = 2.0
+STALE_AFTER_HEADER = "x-gpuwatch-stale-after"
+DEFAULT_STALE_AFTER_S = 10.0
+"""How old a snapshot may be when the daemon does not say (an older daemon)."""
 _MAX_RESPONSE_BYTES = 64 << 20
 
 
 def http_get(socket_path: str, path: str, timeout_s: float = TIMEOUT_S) -> tuple[int, bytes]:
     """GETs `path` from the daemon at `socket_path`: (status, body)."""
+    status, _, body = http_request(socket_path, path, timeout_s)
+    return status, body
+
+
+def http_request(
+    socket_path: str, path: str, timeout_s: float = TIMEOUT_S
+) -> tuple[int, dict[str, str], bytes]:
+    """GETs `path` from the daemon at `socket_path`: (status, headers in lower case, body)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.settimeout(timeout_s)
         connection.connect(socket_path)
@@ -35,10 +50,15 @@ def http_get(socket_path: str, path: str, timeout_s: float = TIMEOUT_S) -> tuple
             if size > _MAX_RESPONSE_BYTES:
                 raise ValueError("response too large")
     head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    status_line = head.split(b"\r\n", 1)[0].split()
-    if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/"):
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    words = status_line.split()
+    if len(words) < 2 or not words[0].startswith("HTTP/"):
         raise ValueError("not an HTTP response")
-    return int(status_line[1]), body
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(words[1]), headers, body
 
 
 class DaemonBackend(Backend):
@@ -72,12 +92,13 @@ class DaemonBackend(Backend):
     def _fetch(self, path: str) -> Snapshot:
         try:
             _check_owner(path)
-            status, body = http_get(path, "/v1/snapshot", self._timeout_s)
+            status, headers, body = http_request(path, "/v1/snapshot", self._timeout_s)
             if status != 200:
                 raise DaemonUnavailableError(
-                    f"the daemon at {path} has no snapshot yet (HTTP {status})"
+                    f"the daemon at {path} has no current snapshot (HTTP {status}: "
+                    f"{_error_of(body)})"
                 )
-            return Snapshot.from_dict(json.loads(body))
+            return _current(Snapshot.from_dict(json.loads(body)), headers, path)
         except FileNotFoundError:
             raise DaemonUnavailableError(f"no daemon socket at {path}") from None
         except ConnectionRefusedError:
@@ -90,18 +111,46 @@ class DaemonBackend(Backend):
             raise DaemonUnavailableError(f"the daemon at {path} failed: {error}") from None
 
 
-def _check_owner(path: str) -> None:
-    """Trusts a socket made by root, by this user, or by the owner of its directory.
+def _current(snapshot: Snapshot, headers: dict[str, str], path: str) -> Snapshot:
+    """`snapshot`, unless it is older than the daemon itself would serve."""
+    try:
+        stale_after_s = float(headers.get(STALE_AFTER_HEADER, DEFAULT_STALE_AFTER_S))
+    except ValueError:
+        stale_after_s = DEFAULT_STALE_AFTER_S
+    age_s = time.time() - snapshot.taken_at
+    if not age_s <= max(stale_after_s, DEFAULT_STALE_AFTER_S):  # NaN too
+        raise DaemonUnavailableError(
+            f"the daemon at {path} serves a snapshot {age_s:.0f}s old: it no longer samples"
+        )
+    return snapshot
 
-    /run/gpuwatch is writable by every user (leases live there), so while the
-    daemon is down anyone could plant a socket at its place and answer in its
-    name; the daemon's socket belongs to the daemon, which owns the directory.
+
+def _error_of(body: bytes) -> str:
+    try:
+        return str(json.loads(body)["error"])[:200]
+    except (ValueError, KeyError, TypeError):
+        return "no reason given"
+
+
+def _check_owner(path: str) -> None:
+    """Trusts a socket made by root, by this user, or by a user root gave its directory to.
+
+    While a daemon is down, anyone who can write its directory could plant a
+    socket there and answer in its name. The system's directory belongs to the
+    daemon's user, and only root could have given it to them (its parent is
+    root's and only root may write there); `/tmp/gpuwatch-UID`, made by whoever
+    came first, is no such place.
     """
     info = os.lstat(path)
     if not stat.S_ISSOCK(info.st_mode):
         raise DaemonUnavailableError(f"{path} is not a socket")
-    directory_owner = os.stat(os.path.dirname(os.path.abspath(path))).st_uid
-    if info.st_uid not in (0, os.getuid(), directory_owner):
-        raise DaemonUnavailableError(
-            f"{path} belongs to uid {info.st_uid}, not to the daemon: ignored"
-        )
+    if info.st_uid in (0, os.getuid()) or info.st_uid == _owner_placed_by_root(path):
+        return
+    raise DaemonUnavailableError(f"{path} belongs to uid {info.st_uid}, not to the daemon: ignored")
+
+
+def _owner_placed_by_root(path: str) -> int | None:
+    directory = os.path.dirname(os.path.abspath(path))
+    owner = os.stat(directory).st_uid
+    parent = os.stat(os.path.dirname(directory))
+    return owner if parent.st_uid == 0 and not parent.st_mode & 0o022 else None

@@ -234,11 +234,15 @@ class NvmlBackend(Backend):
     def _handle(gpu: _Gpu, full: bool) -> Any:
         if gpu.handle is None:
             gpu.handle = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
+        # Each part of the identity on its own: a GPU that cannot tell its UUID (lost, or
+        # needing a reset) may still tell its PCI bus id, which names it in alerts.
         if gpu.uuid is None:
-            gpu.uuid = pynvml.nvmlDeviceGetUUID(gpu.handle)
+            gpu.uuid = _told(pynvml.nvmlDeviceGetUUID, gpu.handle)
+        if full and gpu.pci_bus_id is None:
+            pci = _told(pynvml.nvmlDeviceGetPciInfo_v3, gpu.handle)
+            gpu.pci_bus_id = _text(pci.busId) if pci is not None else None
         if full and gpu.name is None:
-            gpu.name = pynvml.nvmlDeviceGetName(gpu.handle)
-            gpu.pci_bus_id = _text(pynvml.nvmlDeviceGetPciInfo_v3(gpu.handle).busId)
+            gpu.name = _told(pynvml.nvmlDeviceGetName, gpu.handle)
         return gpu.handle
 
     def _mig_devices(self, fields: _Fields, gpu: _Gpu, handle: Any) -> tuple[list[MigDevice], bool]:
@@ -456,6 +460,14 @@ def _forget_names(gpu: _Gpu, devices: list[MigDevice]) -> None:
 
 def _watts(milliwatts: int | None) -> float | None:
     return None if milliwatts is None else milliwatts / 1000
+
+
+def _told(read: Any, handle: Any) -> Any:
+    """What `read` tells of the GPU, or `None` when the driver cannot tell."""
+    try:
+        return read(handle)
+    except pynvml.NVMLError:
+        return None
 
 
 def _text(value: str | bytes) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import tomllib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,16 @@ from typing import Any
 from gpuwatch.backends import sim_mig
 from gpuwatch.errors import InvalidValueError, ScenarioError
 from gpuwatch.models import ProcessKind
-from gpuwatch.units import parse_duration, parse_size
+from gpuwatch.tomlfile import read_toml
+from gpuwatch.units import MAX_SIZE_BYTES, parse_duration, parse_size, parse_whole_number
 
 MAX_GPUS = 64
+MAX_PROCESSES = 4096
+MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
+MAX_POWER_W = 10_000.0
+MAX_SEED = (1 << 32) - 1
+MIN_MEMORY_TOTAL_BYTES = 1 << 20
+PERIOD_RANGE_S = (0.1, 86400.0)
 # Metrics a scenario may declare unsupported (the GPU then reports None for them).
 OPTIONAL_METRICS = frozenset(
     {
@@ -123,10 +130,12 @@ class Scenario:
 def parse_sim_spec(spec: str) -> int | Path:
     """`--sim` takes a GPU count or the path of a scenario file."""
     if spec.strip().isdigit():
-        count = int(spec)
-        if not 1 <= count <= MAX_GPUS:
-            raise ScenarioError(f"--sim {spec}: a simulated node has 1 to {MAX_GPUS} GPUs")
-        return count
+        try:
+            return parse_whole_number(spec, low=1, high=MAX_GPUS)
+        except InvalidValueError:
+            raise ScenarioError(
+                f"--sim {spec}: a simulated node has 1 to {MAX_GPUS} GPUs"
+            ) from None
     path = Path(spec)
     if not path.is_file():
         raise ScenarioError(
@@ -138,11 +147,11 @@ def parse_sim_spec(spec: str) -> int | Path:
 def load_scenario(path: Path) -> Scenario:
     """Reads and checks a scenario file."""
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as error:
-        raise ScenarioError(f"{path}: cannot read the scenario: {error}") from error
-    except tomllib.TOMLDecodeError as error:
-        raise ScenarioError(f"{path}: not valid TOML: {error}") from error
+        data = read_toml(path)
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: cannot read the scenario: no such file") from None
+    except InvalidValueError as error:
+        raise ScenarioError(f"{path}: {error}") from None
     try:
         return scenario_from_dict(data)
     except (InvalidValueError, ScenarioError) as error:
@@ -155,17 +164,20 @@ def scenario_from_dict(data: dict[str, Any]) -> Scenario:
         data,
         {"hostname", "driver_version", "cuda_driver_version", "seed", "gpu", "process"},
     )
-    seed = top.integer("seed", 0)
+    seed = top.integer("seed", 0, high=MAX_SEED)
     gpus: list[SimGpu] = []
     for number, entry in enumerate(top.tables("gpu")):
         gpus.extend(_gpus(_Table(f"gpu[{number}]", entry, _GPU_KEYS), seed, len(gpus)))
-    if not 1 <= len(gpus) <= MAX_GPUS:
-        raise ScenarioError(
-            f"a scenario has 1 to {MAX_GPUS} GPUs ([[gpu]] tables), not {len(gpus)}"
-        )
+    if not gpus:
+        raise ScenarioError(f"a scenario has 1 to {MAX_GPUS} GPUs ([[gpu]] tables), not 0")
+    if len(uuids := {gpu.uuid for gpu in gpus}) < len(gpus):
+        raise ScenarioError(f"two GPUs have the same uuid; uuids seen: {', '.join(sorted(uuids))}")
+    entries = top.tables("process")
+    if len(entries) > MAX_PROCESSES:
+        raise ScenarioError(f"a scenario has at most {MAX_PROCESSES} [[process]] tables")
     processes = tuple(
         _process(_Table(f"process[{number}]", entry, _PROCESS_KEYS), gpus)
-        for number, entry in enumerate(top.tables("process"))
+        for number, entry in enumerate(entries)
     )
     return Scenario(
         hostname=top.string("hostname", "sim-node"),
@@ -234,12 +246,16 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
             f"{entry.where}.model: unknown model {model_name!r}; known: {', '.join(MODELS)}"
         )
     base = MODELS[model_name]
+    total = entry.size("memory_total", base.memory_total_bytes, low=MIN_MEMORY_TOTAL_BYTES)
+    power_limit_w = entry.number("power_limit_w", base.power_limit_w, low=1, high=MAX_POWER_W)
     model = GpuModel(
         name=entry.string("name", base.name),
-        memory_total_bytes=entry.size("memory_total", base.memory_total_bytes),
-        memory_reserved_bytes=entry.size("memory_reserved", base.memory_reserved_bytes),
-        power_limit_w=entry.number("power_limit_w", base.power_limit_w),
-        idle_power_w=base.idle_power_w,
+        memory_total_bytes=total,
+        memory_reserved_bytes=entry.size(
+            "memory_reserved", min(base.memory_reserved_bytes, total), high=total
+        ),
+        power_limit_w=power_limit_w,
+        idle_power_w=min(base.idle_power_w, power_limit_w),
         max_sm_clock_mhz=base.max_sm_clock_mhz,
         has_fan=base.has_fan,
     )
@@ -251,9 +267,10 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
         )
     fault = entry.string("fault", "") or None
     load = _load(entry)
-    count = entry.integer("count", 1)
-    if count < 1:
-        raise ScenarioError(f"{entry.where}.count: must be at least 1")
+    # Checked before any GPU is made: a count of a billion must fail now, not after the RAM.
+    count = entry.integer("count", 1, low=1, high=max(1, MAX_GPUS - first_index))
+    if first_index + count > MAX_GPUS:
+        raise ScenarioError(f"{entry.where}: a scenario has at most {MAX_GPUS} GPUs in all")
     if count > 1 and ("uuid" in entry.data or "pci_bus_id" in entry.data):
         raise ScenarioError(
             f"{entry.where}: a repeated GPU (count > 1) cannot set uuid or pci_bus_id"
@@ -264,8 +281,8 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
         gpus.append(
             SimGpu(
                 model=model,
-                uuid=entry.string("uuid", made.uuid),
-                pci_bus_id=entry.string("pci_bus_id", made.pci_bus_id),
+                uuid=_identifier(entry, "uuid", made.uuid, "GPU-"),
+                pci_bus_id=_identifier(entry, "pci_bus_id", made.pci_bus_id, ""),
                 load=load,
                 unsupported=unsupported,
                 fault="GPU is lost" if fault == "lost" else fault,
@@ -291,17 +308,21 @@ def _load(entry: _Table) -> Load:
         period_s = parse_duration(entry.string("period", "60s"))
     except InvalidValueError as error:
         raise ScenarioError(f"{entry.where}.period: {error}") from None
-    if period_s <= 0:
-        raise ScenarioError(f"{entry.where}.period: must be longer than 0s")
+    shortest, longest = PERIOD_RANGE_S
+    if not shortest <= period_s <= longest:
+        raise ScenarioError(f"{entry.where}.period: give 100ms to 24h")
     return Load(shape, low, high, period_s)
 
 
 def _process(entry: _Table, gpus: list[SimGpu]) -> SimProcess:
-    gpu = entry.integer("gpu", None)
+    gpu = entry.integer("gpu", None, low=-(1 << 63), high=1 << 63)  # range checked below
     if not 0 <= gpu < len(gpus):
         raise ScenarioError(f"{entry.where}.gpu: no GPU {gpu} (the scenario has {len(gpus)})")
     memory = entry.data.get("memory", "0")
     low, high = (memory, memory) if isinstance(memory, str) else _pair(entry, "memory", memory)
+    low_bytes, high_bytes = _size(entry, "memory", low), _size(entry, "memory", high)
+    if low_bytes > high_bytes:
+        raise ScenarioError(f"{entry.where}.memory: write [low, high], the lower first")
     try:
         kind = ProcessKind(entry.string("kind", "compute"))
     except ValueError:
@@ -310,11 +331,11 @@ def _process(entry: _Table, gpus: list[SimGpu]) -> SimProcess:
         ) from None
     return SimProcess(
         gpu=gpu,
-        pid=entry.integer("pid", None),
+        pid=entry.integer("pid", None, low=1, high=MAX_PID),
         user=entry.string("user", "root"),
         command=entry.string("command", "python"),
-        memory_low_bytes=_size(entry, "memory", low),
-        memory_high_bytes=_size(entry, "memory", high),
+        memory_low_bytes=low_bytes,
+        memory_high_bytes=high_bytes,
         kind=kind,
         mig=sim_mig.check_process_mig(entry.where, entry.data.get("mig"), gpus[gpu].mig),
     )
@@ -334,13 +355,30 @@ def _default_gpu(index: int, load: Load, seed: int) -> SimGpu:
     )
 
 
-def _size(entry: _Table, key: str, value: object) -> int:
+def _identifier(entry: _Table, key: str, default: str, prefix: str) -> str:
+    """A uuid or bus id: it ends up in CUDA_VISIBLE_DEVICES, so no commas, spaces or escapes."""
+    value = entry.string(key, default)
+    allowed = value.startswith(prefix) and 0 < len(value) <= 80
+    if not (allowed and value.isascii() and all(c.isalnum() or c in "-:." for c in value)):
+        shown = f'"{prefix}..." of ' if prefix else ""
+        raise ScenarioError(
+            f"{entry.where}.{key}: write {shown}letters, digits, '-', ':' and '.' only"
+        )
+    return value
+
+
+def _size(entry: _Table, key: str, value: object, low: int = 0, high: int = MAX_SIZE_BYTES) -> int:
     if not isinstance(value, str):
         raise ScenarioError(f'{entry.where}.{key}: write a size in quotes, e.g. "20GiB"')
     try:
-        return parse_size(value)
+        size = parse_size(value)
     except InvalidValueError as error:
         raise ScenarioError(f"{entry.where}.{key}: {error}") from None
+    if not low <= size <= high:
+        raise ScenarioError(
+            f"{entry.where}.{key}: {value!r} is out of range: give {low:,} to {high:,} bytes"
+        )
+    return size
 
 
 def _pair(entry: _Table, key: str, value: object) -> tuple[Any, Any]:
@@ -379,14 +417,24 @@ class _Table:
     def string(self, key: str, default: str | None) -> str:
         return str(self._get(key, default, str, "a string"))
 
-    def integer(self, key: str, default: int | None) -> int:
-        return int(self._get(key, default, int, "a whole number"))
+    def integer(self, key: str, default: int | None, *, low: int = 0, high: int = MAX_GPUS) -> int:
+        value = int(self._get(key, default, int, "a whole number"))
+        if not low <= value <= high:
+            raise ScenarioError(
+                f"{self.where}.{key}: {value} is out of range: give {low} to {high}"
+            )
+        return value
 
-    def number(self, key: str, default: float) -> float:
-        return float(self._get(key, default, (int, float), "a number"))
+    def number(self, key: str, default: float, *, low: float, high: float) -> float:
+        value = float(self._get(key, default, (int, float), "a number"))
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ScenarioError(
+                f"{self.where}.{key}: {value} is out of range: give {low:g} to {high:g}"
+            )
+        return value
 
-    def size(self, key: str, default: int) -> int:
-        return _size(self, key, self.data[key]) if key in self.data else default
+    def size(self, key: str, default: int, *, low: int = 0, high: int = MAX_SIZE_BYTES) -> int:
+        return _size(self, key, self.data[key], low, high) if key in self.data else default
 
     def strings(self, key: str) -> list[str]:
         values = self._get(key, [], list, "a list of strings")

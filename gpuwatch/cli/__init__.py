@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
-from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NoGpuError, NotEnoughGpusError
+from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NotEnoughGpusError
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Runs the command line and exits with its code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     if args[:1] == ["pick"]:
         from gpuwatch.cli.pick import run_pick
 
@@ -40,7 +40,9 @@ def run_reporting_errors(command: Callable[[], int]) -> int:
     try:
         return command()
     except GpuwatchError as error:
-        hint = _NO_GPU_HINT if isinstance(error, DriverNotFoundError | NoGpuError) else ""
+        # Only a missing driver is helped by simulating: no GPU left by CUDA_VISIBLE_DEVICES
+        # or --exclude would be the same on a simulated node.
+        hint = _NO_GPU_HINT if isinstance(error, DriverNotFoundError) else ""
         reasons = error.reasons if isinstance(error, NotEnoughGpusError) else ()
         return fail(f"{error}{hint}", exit_code_for(error), details=reasons)
     except KeyboardInterrupt:
@@ -60,8 +62,15 @@ def run_reporting_errors(command: Callable[[], int]) -> int:
 
 
 def fail(message: str, code: int, *, details: Sequence[str] = ()) -> int:
-    """Prints `gpuwatch: error: MESSAGE` (and indented details) to stderr; returns `code`."""
+    """Prints `gpuwatch: error: MESSAGE` (and indented details) to stderr; returns `code`.
+
+    Messages quote what they were given (file names, values, lease records), which
+    may hold escape sequences: those are shown as `?`.
+    """
+    from gpuwatch.cli.terminal import printable  # here: pick loads it only when it fails
+
     lines = [f"gpuwatch: error: {message}", *(f"  {detail}" for detail in details)]
+    lines = [printable(line) for line in lines]
     sys.stderr.write("\n".join(lines) + "\n")
     return code
 
@@ -70,11 +79,16 @@ def _run_click(args: list[str]) -> int:
     import click
 
     from gpuwatch.cli.app import cli
+    from gpuwatch.cli.terminal import help_width
 
     try:
-        result = cli.main(args=args, prog_name="gpuwatch", standalone_mode=False)
+        result = cli.main(
+            args=args, prog_name="gpuwatch", standalone_mode=False, terminal_width=help_width()
+        )
     except click.UsageError as error:
-        command = error.ctx.command_path if error.ctx else "gpuwatch"
+        # click gives no context for some errors (an option without its value)
+        named = args[:1] if args[:1] and not args[0].startswith("-") else []
+        command = error.ctx.command_path if error.ctx else " ".join(["gpuwatch", *named])
         message = error.format_message().rstrip(".")
         return fail(f"{message} (see '{command} --help')", ExitCode.USAGE)
     except click.Abort:

@@ -13,5 +13,7 @@ import click
 
 if TYPE_CHECKING:
     FloatParamType = click.ParamType[float]
+    IntParamType = click.ParamType[int]
 else:
     FloatParamType = click.ParamType
+    IntParamType = click.ParamType

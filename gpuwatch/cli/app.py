@@ -7,6 +7,7 @@ import importlib
 import click
 
 from gpuwatch._version import __version__
+from gpuwatch.cli.options import HelpContext
 
 # name -> "module:function"; the order is the order of `gpuwatch --help`.
 _COMMANDS = {
@@ -18,6 +19,8 @@ _COMMANDS = {
 
 
 class _LazyGroup(click.Group):
+    context_class = HelpContext
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(_COMMANDS)
 
@@ -36,8 +39,8 @@ class _LazyGroup(click.Group):
 def cli() -> None:
     """Watch the GPUs of a shared machine, and pick free ones for your jobs.
 
-    \b
     Without a GPU, add --sim 4 to any command to try it on a simulated node.
+
     Exit codes: 0 ok, 1 failed, 2 bad usage, 3 no NVIDIA driver or no GPU,
     4 not enough free GPUs, 5 timed out waiting, 6 remote host unreachable,
     126/127 command not executable / not found, 130 interrupted.

@@ -7,30 +7,31 @@ import logging
 import click
 from click.core import ParameterSource
 
-from gpuwatch.cli.options import Duration
+from gpuwatch.cli.options import Command, Duration
 from gpuwatch.daemon.settings import (
     DEFAULT_HISTORY_S,
     DEFAULT_INTERVAL_S,
+    MAX_INTERVAL_S,
     MIN_INTERVAL_S,
     Settings,
     check_retention,
     parse_listen,
 )
-from gpuwatch.errors import DaemonError, InvalidValueError
+from gpuwatch.errors import InvalidValueError
 from gpuwatch.paths import daemon_socket_path
 
 _FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "listen"}
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option(
     "--interval",
     "interval_s",
-    type=Duration(minimum_s=MIN_INTERVAL_S),
+    type=Duration(minimum_s=MIN_INTERVAL_S, maximum_s=MAX_INTERVAL_S),
     default=DEFAULT_INTERVAL_S,
     metavar="DURATION",
     show_default="1s",
-    help="How often to sample the GPUs.",
+    help="How often to sample the GPUs (100ms to 1h).",
 )
 @click.option(
     "--history",
@@ -46,7 +47,8 @@ _FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "l
     "socket_path",
     metavar="PATH",
     help="The Unix socket of the API.  [default: $RUNTIME_DIRECTORY/gpuwatch.sock "
-    "under systemd, else $XDG_RUNTIME_DIR/gpuwatch.sock]",
+    "under systemd, else $XDG_RUNTIME_DIR/gpuwatch.sock, else /run/gpuwatch/gpuwatch.sock "
+    "for root and /run/user/UID or /tmp/gpuwatch-UID for others]",
 )
 @click.option(
     "--listen",
@@ -87,18 +89,14 @@ def daemon(
 
     \b
     Examples:
-      gpuwatch daemon                              # API on $XDG_RUNTIME_DIR/gpuwatch.sock
-      gpuwatch daemon --listen 9400                # + http://127.0.0.1:9400/metrics
-      gpuwatch daemon --sim 8 --socket /tmp/gw.sock --interval 500ms
-      curl --unix-socket /tmp/gw.sock http://gpuwatch/v1/health
+      gpuwatch daemon                 # API on $XDG_RUNTIME_DIR/gpuwatch.sock
+      gpuwatch daemon --listen 19400  # + http://127.0.0.1:19400/metrics
+      gpuwatch daemon --sim 8 --socket /tmp/gw.sock
+      curl --unix-socket /tmp/gw.sock http://gw/v1/health
     """
     from gpuwatch.daemon.service import run_daemon
 
     socket_path = socket_path or daemon_socket_path()
-    if socket_path is None:
-        raise DaemonError(
-            "no runtime directory for the socket ($XDG_RUNTIME_DIR is unset): pass --socket PATH"
-        )
     try:
         listen_at = parse_listen(listen or "")
     except InvalidValueError as error:

@@ -10,6 +10,7 @@ from gpuwatch.errors import (
     DriverNotFoundError,
     GpuwatchError,
     InvalidValueError,
+    LeaseBusyError,
     NoGpuError,
     NotEnoughGpusError,
     RemoteError,
@@ -35,7 +36,8 @@ class ExitCode(enum.IntEnum):
     NOT_ENOUGH_GPUS = 4
     """`pick`: fewer GPUs qualify than asked for (without --wait)."""
     TIMEOUT = 5
-    """`pick --wait --timeout`: still not enough GPUs when the time was up."""
+    """`pick --wait --timeout`: still not enough GPUs when the time was up; or `pick`:
+    another process kept the lease directory locked past --timeout (at most 10s)."""
     REMOTE = 6
     """`status --host`: the host cannot be reached, or has no gpuwatch."""
     CANNOT_EXECUTE = 126
@@ -54,6 +56,7 @@ _BY_ERROR: tuple[tuple[type[GpuwatchError], ExitCode], ...] = (
     (NoGpuError, ExitCode.NO_GPU),
     (RemoteError, ExitCode.REMOTE),
     (WaitTimeoutError, ExitCode.TIMEOUT),
+    (LeaseBusyError, ExitCode.TIMEOUT),
     (NotEnoughGpusError, ExitCode.NOT_ENOUGH_GPUS),
     (CommandNotFoundError, ExitCode.COMMAND_NOT_FOUND),
     (CommandNotExecutableError, ExitCode.CANNOT_EXECUTE),

@@ -1,16 +1,17 @@
-"""Options and value types shared by several commands."""
+"""Options, value types and the help layout shared by the click commands."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import click
 
 from gpuwatch.backends import BACKEND_KINDS
-from gpuwatch.cli._compat import FloatParamType
+from gpuwatch.cli._compat import FloatParamType, IntParamType
+from gpuwatch.cli.terminal import definition_list, fit_line, paragraphs
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.units import parse_duration
+from gpuwatch.units import MAX_DURATION_S, format_duration, parse_duration, parse_whole_number
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,8 +21,9 @@ class Duration(FloatParamType):
 
     name = "duration"
 
-    def __init__(self, *, minimum_s: float = 0.0) -> None:
+    def __init__(self, *, minimum_s: float = 0.0, maximum_s: float = MAX_DURATION_S) -> None:
         self.minimum_s = minimum_s
+        self.maximum_s = maximum_s
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -29,12 +31,30 @@ class Duration(FloatParamType):
         if isinstance(value, float):
             return value
         try:
-            seconds = parse_duration(str(value))
+            seconds = parse_duration(str(value), most_s=self.maximum_s)
         except InvalidValueError as error:
             self.fail(str(error), param, ctx)
         if seconds < self.minimum_s:
-            self.fail(f"{value!r} is too short: the least is {self.minimum_s:g}s", param, ctx)
+            least = format_duration(self.minimum_s)
+            self.fail(f"{value!r} is too short: the least is {least}", param, ctx)
         return seconds
+
+
+class WholeNumber(IntParamType):
+    """A whole number within a range, in ASCII digits (click's INT takes `'٣'` and `'1_0'`)."""
+
+    name = "number"
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_whole_number(str(value), low=self.low, high=self.high)
+        except InvalidValueError as error:
+            self.fail(str(error), param, ctx)
 
 
 def backend_options(command: F) -> F:
@@ -42,12 +62,38 @@ def backend_options(command: F) -> F:
     command = click.option(
         "--sim",
         metavar="N|FILE",
-        help="Simulate N GPUs, or the node a scenario file describes (see README). "
+        help="Simulate N GPUs, or the node a scenario file describes (see README).  "
         "[default: $GPUWATCH_SIM]",
     )(command)
     return click.option(
         "--backend",
         type=click.Choice(BACKEND_KINDS),
-        help="Where GPUs are read: auto (the NVIDIA driver), nvml, or sim. "
-        "[default: $GPUWATCH_BACKEND or auto]",
+        help="Where GPUs are read: auto (the daemon if it runs, else the NVIDIA driver), "
+        "daemon, nvml, or sim.  [default: $GPUWATCH_BACKEND or auto]",
     )(command)
+
+
+class HelpFormatter(click.HelpFormatter):
+    """click's help, laid out by the same functions as `gpuwatch pick --help`."""
+
+    def write_text(self, text: str) -> None:
+        self.buffer.extend(
+            line + "\n"
+            for line in paragraphs(text.split("\n\n"), self.width, indent=self.current_indent)
+        )
+
+    def write_dl(
+        self, rows: Iterable[tuple[str, str]], col_max: int = 30, col_spacing: int = 2
+    ) -> None:
+        lines = definition_list(list(rows), self.width, indent=self.current_indent)
+        self.buffer.extend(fit_line(line, self.width) + "\n" for line in lines)
+
+
+class HelpContext(click.Context):
+    formatter_class = HelpFormatter
+
+
+class Command(click.Command):
+    """A gpuwatch command: help drawn as every other command's."""
+
+    context_class = HelpContext

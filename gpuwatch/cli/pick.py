@@ -29,7 +29,7 @@ from gpuwatch.mig_policy import MigChoice
 from gpuwatch.models import Device, MigDevice
 from gpuwatch.policy import Choice, Request
 from gpuwatch.selector import Wanted, acquire, describe_wish, passed_down
-from gpuwatch.units import parse_duration, parse_size
+from gpuwatch.units import parse_duration, parse_number, parse_size, parse_whole_number
 from gpuwatch.visible import VARIABLE, child_environment
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
@@ -39,16 +39,15 @@ if TYPE_CHECKING:
 _DESCRIPTION = """\
 Choose free GPUs, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES set
 to them. The lease lasts as long as COMMAND runs (however it ends), so jobs
-started alongside are given other GPUs. Without COMMAND, print the choice."""
+started alongside are given other GPUs. Without COMMAND, print the choice.
 
-_EPILOG = """\
-examples:
-  gpuwatch pick -- python train.py                    the GPU with the most free memory
-  gpuwatch pick -n 2 -- torchrun --nproc-per-node 2 train_ddp.py
-  gpuwatch pick --min-free 20GiB --wait --timeout 2h -- python train.py
-  gpuwatch pick --mem 10GiB -- python eval.py         share a GPU: declare your use
-  export CUDA_VISIBLE_DEVICES=$(gpuwatch pick -n 2)   print only; no lease is held
-  gpuwatch pick --mig 1g.10gb -- python infer.py      a free MIG device of that profile
+Examples:
+  gpuwatch pick -- python train.py       # the GPU with most free memory
+  gpuwatch pick -n 2 -- torchrun --nproc-per-node 2 x.py
+  gpuwatch pick --min-free 20GiB --timeout 2h -- ./job
+  gpuwatch pick --mem 10GiB -- python eval.py   # share a GPU
+  export CUDA_VISIBLE_DEVICES=$(gpuwatch pick -n 2)   # no lease
+  gpuwatch pick --mig 1g.10gb -- python infer.py   # a MIG device
 
 CUDA_VISIBLE_DEVICES gets the GPUs' UUIDs, which mean the same GPUs whatever
 CUDA_DEVICE_ORDER says; --format index writes nvidia-smi indices and sets
@@ -57,31 +56,54 @@ CUDA_DEVICE_ORDER=PCI_BUS_ID beside them. An existing CUDA_VISIBLE_DEVICES
 A GPU in MIG mode is only given out as MIG devices, with --mig, one per COMMAND
 (CUDA shows a process one MIG device); one of MIG- UUIDs only implies --mig any.
 
-exit status: COMMAND's own once it runs; 2 bad usage, 3 no NVIDIA driver or
+Exit status: COMMAND's own once it runs; 2 bad usage, 3 no NVIDIA driver or
 GPU, 4 not enough GPUs qualify, 5 timed out waiting, 126 COMMAND not
 executable, 127 COMMAND not found."""
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """argparse's formatter, told the width so that it does not import shutil to ask
-    (which would cost every pick more than parsing does)."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, width=max(40, _terminal_columns() - 2))
-
-
-def _terminal_columns() -> int:
-    if (columns := os.environ.get("COLUMNS", "")).isdigit():
-        return int(columns)
-    try:
-        return os.get_terminal_size(sys.stdout.fileno()).columns
-    except (OSError, ValueError):
-        return 80
+_USAGE = "gpuwatch pick [OPTIONS] [--] [COMMAND [ARGS...]]"
+_MAX_GPU_COUNT = 1024
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse, drawing its help and errors as the click commands do (gpuwatch.cli.terminal)."""
+
+    def format_help(self) -> str:
+        from gpuwatch.cli.terminal import definition_list, help_width, paragraphs
+
+        width = help_width()
+        lines = [f"Usage: {_USAGE}", ""]
+        lines += paragraphs(_DESCRIPTION.split("\n\n"), width)
+        lines += ["", "Options:"]
+        rows = [_option_row(action) for action in self._actions if action.option_strings]
+        lines += definition_list(rows, width)
+        return "\n".join(lines) + "\n"
+
     def error(self, message: str) -> NoReturn:
-        raise InvalidValueError(f"{message} (see 'gpuwatch pick --help')")
+        raise InvalidValueError(f"{_clicklike(message)} (see 'gpuwatch pick --help')")
+
+
+def _option_row(action: argparse.Action) -> tuple[str, str]:
+    term = ", ".join(action.option_strings)
+    if action.choices is not None:
+        term += f" [{'|'.join(str(choice) for choice in action.choices)}]"
+    elif action.nargs != 0 and action.metavar:
+        term += f" {action.metavar}"
+    default = action.default not in (None, False, [], argparse.SUPPRESS)
+    return term, (action.help or "") + (f"  [default: {action.default}]" if default else "")
+
+
+def _clicklike(message: str) -> str:
+    """argparse's `argument -n/--gpus: MESSAGE` worded as click words it."""
+    if message.startswith("unrecognized arguments: "):
+        return f"No such option {message.removeprefix('unrecognized arguments: ')!r}"
+    head, _, detail = message.partition(": ")
+    if not head.startswith("argument ") or not detail:
+        return message
+    names = " / ".join(f"'{name}'" for name in head.removeprefix("argument ").split("/"))
+    if detail.startswith("expected one argument"):
+        return f"Option {names} requires an argument"
+    if detail.startswith("invalid choice: "):
+        return f"Invalid value for {names}: {detail.removeprefix('invalid choice: ')}"
+    return f"Invalid value for {names}: {detail}"
 
 
 def _typed(parse: Callable[[str], object], what: str) -> Callable[[str], object]:
@@ -98,20 +120,28 @@ def _typed(parse: Callable[[str], object], what: str) -> Callable[[str], object]
 
 
 def _gpu_count(text: str) -> int:
-    return check_gpu_count(int(text) if text.isdigit() else text)
+    return check_gpu_count(parse_whole_number(text, low=1, high=_MAX_GPU_COUNT))
 
 
 def _percent(text: str) -> float:
-    return check_percent(float(text.rstrip("%")))
+    return check_percent(parse_number(text.strip().removesuffix("%"), low=0, high=100))
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse asks a formatter to check every option as it is added; told a width, it
+    does not import shutil to ask the terminal (which would cost every pick more than
+    parsing does). Help is drawn by `_Parser.format_help`, not by this."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=80)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gpuwatch pick",
-        usage="gpuwatch pick [OPTIONS] [--] [COMMAND [ARGS...]]",
-        description=_DESCRIPTION,
-        epilog=_EPILOG,
+        usage=_USAGE,
         formatter_class=_Formatter,
+        add_help=False,
         allow_abbrev=False,
     )
     add = parser.add_argument
@@ -121,76 +151,84 @@ def build_parser() -> argparse.ArgumentParser:
         type=_typed(_gpu_count, "a GPU count"),
         default=1,
         metavar="N",
-        help="how many GPUs (default: 1)",
+        help=f"How many GPUs (1 to {_MAX_GPU_COUNT}).",
     )
     add(
         "--min-free",
         type=_typed(parse_size, "a size"),
         metavar="SIZE",
-        help="only GPUs with at least SIZE free memory (8GiB, 500MB, ...)",
+        help="Only GPUs with at least SIZE free memory (8GiB, 500MB, ...).",
     )
     add(
         "--max-util",
         type=_typed(_percent, "a percentage"),
         metavar="PCT",
-        help="only GPUs at most PCT%% busy",
+        help="Only GPUs at most PCT% busy (0 to 100).",
     )
     add(
         "--mem",
         type=_typed(parse_size, "a size"),
         metavar="SIZE",
-        help="memory the job will use: share a GPU with others while all fit "
-        "(default: the GPU is the job's alone)",
+        help="Memory the job will use: share a GPU with others while all fit.  "
+        "[default: the GPU is the job's alone]",
     )
     add(
         "--strategy",
         choices=[s.value for s in Strategy],
         default=Strategy.MOST_FREE.value,
-        help="ranking: most free memory (default), least busy, or the tightest fit (pack)",
+        help="Ranking: most free memory, least busy, or the tightest fit (pack).",
     )
     add(
         "--exclude",
         action="append",
         default=[],
         metavar="GPUS",
-        help="never these GPUs: nvidia-smi indices or UUIDs, comma-separated",
+        help="Never these GPUs: nvidia-smi indices or UUIDs, comma-separated.",
     )
     add(
         "--mig",
         type=_typed(check_mig, "a MIG profile"),
         metavar="PROFILE|any",
-        help="a MIG device of a MIG-enabled GPU instead of a whole GPU: of this profile "
-        "(1g.10gb, 3g.40gb, ...) or any",
+        help="A MIG device of a MIG-enabled GPU instead of a whole GPU: of this profile "
+        "(1g.10gb, 3g.40gb, ...) or any.",
     )
     add(
         "--wait",
         action="store_true",
-        help="wait in line until enough GPUs qualify, instead of failing",
+        help="Wait in line until enough GPUs qualify, instead of failing.",
     )
     add(
         "--timeout",
         type=_typed(parse_duration, "a duration"),
         metavar="DURATION",
-        help="with --wait, give up after DURATION (30s, 10m, 2h); implies --wait",
+        help="With --wait, give up after DURATION (30s, 10m, 2h); implies --wait.",
     )
     add(
         "--format",
         choices=[f.value for f in Format],
         default=Format.UUID.value,
-        help="how to write CUDA_VISIBLE_DEVICES (default: uuid)",
+        help="How to write CUDA_VISIBLE_DEVICES.",
     )
     add(
         "--backend",
         choices=BACKEND_KINDS,
-        help="where GPUs are read (default: auto, the daemon if it runs, else the driver)",
+        help="Where GPUs are read: auto (the daemon if it runs, else the NVIDIA driver), "
+        "daemon, nvml, or sim.  [default: $GPUWATCH_BACKEND or auto]",
     )
-    add("--sim", metavar="N|FILE", help="a simulated node: N GPUs, or a scenario file")
+    add(
+        "--sim",
+        metavar="N|FILE",
+        help="Simulate N GPUs, or the node a scenario file describes (see README).  "
+        "[default: $GPUWATCH_SIM]",
+    )
     add(
         "-v",
         "--verbose",
         action="store_true",
-        help="say on stderr which GPUs were chosen, and why the daemon was not used",
+        help="Say on stderr which GPUs were chosen, why the daemon was not used, and how many "
+        "malformed lease files were skipped.",
     )
+    add("-h", "--help", action="help", help="Show this message and exit.")
     add("command", nargs=argparse.REMAINDER, metavar="COMMAND", help=argparse.SUPPRESS)
     return parser
 
@@ -213,11 +251,14 @@ def run_pick(args: list[str]) -> int:
     fmt = Format(options.format)
     waiting = options.wait or options.timeout is not None
     say = _say if options.verbose else None
+    lease_dir = LeaseDir()
+    if say is not None and (skipped := lease_dir.read().skipped):
+        say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
     with open_backend(options.backend, options.sim, on_fallback=say) as backend:
         chosen, leases = acquire(
             backend,
             wanted,
-            lease_dir=LeaseDir(),
+            lease_dir=lease_dir,
             command=" ".join(command) or "(print only)",
             hold=bool(command),
             wait=waiting,
@@ -261,11 +302,14 @@ class _WaitDisplay:
     def __call__(self, request: Request, choice: Choice | MigChoice, waited_s: float) -> None:
         if not self._terminal and self._drawn:
             return
-        width = _terminal_columns() - 1
+        from gpuwatch.cli.terminal import printable, terminal_columns
+
+        width = terminal_columns() - 1
+        qualify = "qualifies" if choice.qualifying == 1 else "qualify"
         lines = [
             f"gpuwatch: waiting {waited_s:.0f}s for {describe_wish(request)}, "
-            f"{choice.qualifying} qualify now (Ctrl-C to give up)",
-            *(f"  {reason}" for reason in choice.reasons),
+            f"{choice.qualifying} {qualify} now (Ctrl-C to give up)",
+            *(f"  {printable(reason)}" for reason in choice.reasons),
         ]
         if self._terminal:
             up = f"\x1b[{self._drawn}F" if self._drawn else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -11,15 +12,17 @@ import click
 
 from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
-from gpuwatch.cli.options import Duration, backend_options
+from gpuwatch.cli.options import Command, Duration, WholeNumber, backend_options
 from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.sampling import watch
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
+MAX_WATCH_S = 86400.0
+MAX_COUNT = 1_000_000_000
 
 
-@click.command()
+@click.command(cls=Command)
 @backend_options
 @click.option(
     "--json",
@@ -30,15 +33,16 @@ _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 @click.option(
     "--watch",
     "interval_s",
-    type=Duration(minimum_s=0.05),
+    type=Duration(minimum_s=0.05, maximum_s=MAX_WATCH_S),
     metavar="SECONDS",
-    help="Sample again every SECONDS (e.g. 1, 500ms): redraw the table, or with "
-    "--json print one JSON object per line (NDJSON).",
+    help="Sample again every SECONDS (e.g. 1, 500ms; 50ms to 24h): redraw the table, or "
+    "with --json print one JSON object per line (NDJSON).",
 )
 @click.option(
     "--count",
-    type=click.IntRange(min=1),
-    help="With --watch, stop after COUNT samples.  [default: run until Ctrl-C]",
+    type=WholeNumber(1, MAX_COUNT),
+    metavar="N",
+    help="With --watch, stop after N samples.  [default: run until Ctrl-C]",
 )
 @click.option(
     "--host",
@@ -57,7 +61,8 @@ _CLEAR_SCREEN = "\x1b[H\x1b[2J"
     "-v",
     "--verbose",
     is_flag=True,
-    help="Say where the GPUs were read from (the daemon, or the driver and why).",
+    help="Say where the GPUs were read from (the daemon, or the driver and why), and how "
+    "many malformed lease files were skipped.",
 )
 def status(
     backend: str | None,
@@ -75,10 +80,10 @@ def status(
 
     \b
     Examples:
-      gpuwatch status                         # a table, like gpustat
-      gpuwatch status --sim 4                 # a simulated 4-GPU node
-      gpuwatch status --json | jq '.gpus[] | {index, memory_free_bytes}'
-      gpuwatch status --watch 2               # redraw every 2 seconds
+      gpuwatch status                   # a table, like gpustat
+      gpuwatch status --sim 4           # a simulated 4-GPU node
+      gpuwatch status --json | jq '.gpus[].utilization_pct'
+      gpuwatch status --watch 2         # redraw every 2 seconds
       gpuwatch status --json --watch 1 >> gpus.ndjson
       gpuwatch status --host alice@node7 --watch 2
     """
@@ -88,6 +93,8 @@ def status(
     if host is not None:
         from gpuwatch.remote import remote_snapshots
 
+        if verbose:
+            _say(f"reading GPUs of {host} over ssh (gpuwatch status there)")
         frames = remote_snapshots(
             host,
             interval_s=interval_s or 1.0,
@@ -116,10 +123,10 @@ def _local_frames(
         if say is not None:
             say(f"reading GPUs from {_described(source)}")
         if interval_s is None:
-            yield source.sample(), _leases(lease_dir)
+            yield source.sample(), _leases(lease_dir, say)
             return
         for snapshot in watch(source, interval_s, count=count):
-            yield snapshot, _leases(lease_dir)
+            yield snapshot, _leases(lease_dir, say)
 
 
 def _described(source: Backend) -> str:
@@ -131,18 +138,37 @@ def _say(message: str) -> None:
     click.echo(f"gpuwatch: {message}", err=True)
 
 
-def _leases(lease_dir: LeaseDir | None) -> list[Lease]:
-    return lease_dir.leases() if lease_dir is not None else []
+def _leases(lease_dir: LeaseDir | None, say: Callable[[str], None] | None) -> list[Lease]:
+    if lease_dir is None:
+        return []
+    found = lease_dir.read()
+    if found.skipped and say is not None:
+        say(f"skipped {found.skipped} malformed file(s) in the lease directory {lease_dir.path}")
+    return found.leases
 
 
 def _print_json(snapshot: Snapshot, leases: list[Lease], *, pretty: bool) -> None:
     data = {**snapshot.to_dict(), "leases": [lease.to_dict() for lease in leases]}
-    sys.stdout.write(json.dumps(data, indent=2 if pretty else None) + "\n")
+    text = json.dumps(_strict(data), indent=2 if pretty else None, allow_nan=False)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _strict(value: object) -> object:
+    """`value` with NaN and infinities as `None`: JSON has no such numbers, and a value
+    that is not a number is one nobody could report (a driver's, a remote host's)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(item) for item in value]
+    return value
 
 
 def _table_printer(color: str) -> Callable[..., None]:
     from gpuwatch.cli.table import Style, render
+    from gpuwatch.cli.terminal import terminal_columns
 
     if color == "auto":
         use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -151,10 +177,8 @@ def _table_printer(color: str) -> Callable[..., None]:
     encoding = (sys.stdout.encoding or "").lower().replace("-", "")
     style = Style(color=use_color, unicode=encoding == "utf8")
 
-    import shutil
-
     def print_table(snapshot: Snapshot, leases: list[Lease], *, pretty: bool) -> None:
-        width = shutil.get_terminal_size().columns
+        width = terminal_columns()
         sys.stdout.write(render(snapshot, leases=leases, style=style, width=width))
         sys.stdout.flush()
 

@@ -12,12 +12,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpuwatch.cli.terminal import printable
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage, Snapshot
 from gpuwatch.units import format_size
 
 _GIB = float(1 << 30)
 _BAR_WIDTH = 20
-_NARROW = 90  # below this many columns the memory bar is left out
+_MIN_NAME = 6
 _MISSING = "-"
 
 
@@ -44,18 +45,17 @@ def render(
     style: Style = Style(),
     width: int = 120,
 ) -> str:
-    """The whole table, ending in a newline."""
-    lines = [_header(snapshot, style)]
-    name_width = max((len(gpu.name or "") for gpu in snapshot.gpus), default=4)
-    with_bar = width >= _NARROW
+    """The whole table, ending in a newline; no line is wider than `width` (at 40 or more)."""
+    lines = [_header(snapshot, style, width)]
+    layout = _layout(snapshot.gpus, width, style)
     for gpu in snapshot.gpus:
-        lines.append(_gpu_line(gpu, name_width, with_bar, style))
+        lines.append(_gpu_line(gpu, layout, style))
         migs = snapshot.mig_devices_of(gpu.index)
         placed = {mig.uuid for mig in migs}
         outside = [p for p in snapshot.processes_on(gpu.index) if p.mig_uuid not in placed]
         lines.extend(_processes_and_leases(outside, gpu.uuid, leases, style, width))
         for mig in migs:
-            lines.append(_mig_line(mig, with_bar, style))
+            lines.append(_mig_line(mig, layout, style, width))
             in_mig = snapshot.processes_in(mig)
             lines.extend(_processes_and_leases(in_mig, mig.uuid, leases, style, width, "  "))
     if not snapshot.gpus:
@@ -79,111 +79,185 @@ def _processes_and_leases(
     return [indent + line for line in lines]
 
 
-def _mig_line(mig: MigDevice, with_bar: bool, style: Style) -> str:
-    """`  0:2  1g.10gb   0.0 /   9.8 GiB  GI 13 CI 0`"""
+def _mig_line(mig: MigDevice, layout: _Layout, style: Style, width: int) -> str:
+    """`  0:2  1g.10gb   0.0 /   9.8 GiB  GI 13 CI 0`; the instance ids go first when narrow."""
     label = style.paint(f"{mig.label:>5}", BOLD)
-    profile = _printable(mig.profile or mig.name or _MISSING)
+    profile = printable(mig.profile or mig.name or _MISSING)
+    head = f"  {label}  {profile:<10} | "
+    head_width = 2 + max(5, len(mig.label)) + 2 + max(10, len(profile)) + 3
     if mig.error is not None:
-        return f"  {label}  {profile:<10} | {style.paint('error: ' + _printable(mig.error), RED)}"
-    memory = _memory(mig, with_bar, style)
+        error = _cut("error: " + printable(mig.error), max(10, width - head_width), style)
+        return head + style.paint(error, RED)
+    memory = _memory(mig, layout.bar, style)
     ids = f"GI {_or_missing(mig.gpu_instance_id)} CI {_or_missing(mig.compute_instance_id)}"
-    return f"  {label}  {profile:<10} | {memory} | {ids}"
+    if head_width + len(memory.plain) + 3 + len(ids) > width:
+        return head + memory.painted
+    return f"{head}{memory.painted} | {ids}"
 
 
 def _or_missing(value: int | None) -> str:
     return _MISSING if value is None else str(value)
 
 
-def _header(snapshot: Snapshot, style: Style) -> str:
+def _header(snapshot: Snapshot, style: Style, width: int) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot.taken_at))
-    parts = [style.paint(snapshot.hostname, BOLD), when]
+    parts = [printable(snapshot.hostname), when]
     if snapshot.driver_version:
-        parts.append(f"driver {snapshot.driver_version}")
+        parts.append(f"driver {printable(snapshot.driver_version)}")
     if snapshot.cuda_driver_version:
-        parts.append(f"CUDA {snapshot.cuda_driver_version}")
-    return "  ".join(parts)
+        parts.append(f"CUDA {printable(snapshot.cuda_driver_version)}")
+    while len(parts) > 1 and len("  ".join(parts)) > width:  # the versions go first
+        parts.pop()
+    host = _cut(parts[0], width, style)
+    return "  ".join([style.paint(host, BOLD), *parts[1:]])
 
 
-def _gpu_line(gpu: GpuSample, name_width: int, with_bar: bool, style: Style) -> str:
-    index = style.paint(f"[{gpu.index}]", BOLD)
-    name = _printable(gpu.name or _MISSING).ljust(name_width)
-    if gpu.error is not None and gpu.memory_total_bytes is None:
-        return f"{index} {name} | {style.paint('error: ' + _printable(gpu.error), BOLD, RED)}"
-    cells = [
-        _memory(gpu, with_bar, style),
-        _utilization(gpu, style),
-        _temperature(gpu, style),
-        _power(gpu),
-    ]
-    line = f"{index} {name} | " + " | ".join(cells)
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    """Text in a table cell: what it shows (`plain`, to measure) and how (`painted`)."""
+
+    plain: str
+    painted: str
+
+    @classmethod
+    def of(cls, text: str, style: Style, *codes: str) -> _Cell:
+        return cls(text, style.paint(text, *codes))
+
+    def padded(self, width: int) -> str:
+        return " " * (width - len(self.plain)) + self.painted
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What a GPU line shows, chosen once per table so that the columns line up.
+
+    Narrower terminals lose, in turn: the memory bar, power, temperature, and
+    then the end of the GPU's name.
+    """
+
+    index_width: int
+    name_width: int
+    cell_widths: tuple[int, ...]
+    """Widths of the metric columns shown, left to right."""
+    bar: bool
+
+
+def _layout(gpus: Sequence[GpuSample], width: int, style: Style) -> _Layout:
+    index_width = max((len(f"[{gpu.index}]") for gpu in gpus), default=3)
+    name_width = max((len(printable(gpu.name or _MISSING)) for gpu in gpus), default=4)
+    rows = [_cells(gpu, style, bar=False) for gpu in gpus if _readable(gpu)]
+    widths = tuple(max((len(row[i].plain) for row in rows), default=4) for i in range(4))
+    fixed = index_width + 1 + name_width
+    for bar, kept in ((True, 4), (False, 4), (False, 3), (False, 2)):
+        shown = widths[:kept]
+        if fixed + sum(3 + w for w in shown) + (_BAR_WIDTH + 1 if bar else 0) <= width:
+            return _Layout(index_width, name_width, shown, bar)
+    rest = index_width + 1 + sum(3 + w for w in widths[:2])
+    return _Layout(index_width, max(_MIN_NAME, width - rest), widths[:2], False)
+
+
+def _readable(gpu: GpuSample) -> bool:
+    return gpu.error is None or gpu.memory_total_bytes is not None
+
+
+def _gpu_line(gpu: GpuSample, layout: _Layout, style: Style) -> str:
+    index = style.paint(f"[{gpu.index}]".ljust(layout.index_width), BOLD)
+    name = _short_name(printable(gpu.name or _MISSING), layout.name_width, style)
+    head = f"{index} {name.ljust(layout.name_width)}"
+    if not _readable(gpu):
+        room = layout.name_width + sum(3 + w for w in layout.cell_widths) - len(name) - 3
+        error = _cut("error: " + printable(gpu.error or ""), max(room, 10), style)
+        return f"{index} {name} | {style.paint(error, BOLD, RED)}"
+    cells = _cells(gpu, style, bar=layout.bar)
+    line = head + "".join(
+        " | " + cell.padded(w + (_BAR_WIDTH + 1 if i == 0 and layout.bar else 0))
+        for i, (cell, w) in enumerate(zip(cells, layout.cell_widths, strict=False))
+    )
     if gpu.error is not None:
-        line += " | " + style.paint("error: " + _printable(gpu.error), RED)
+        line += " | " + style.paint("error: " + printable(gpu.error), RED)
     return line
 
 
-def _memory(gpu: GpuSample | MigDevice, with_bar: bool, style: Style) -> str:
+def _short_name(name: str, width: int, style: Style) -> str:
+    """A GPU's name within `width`: "NVIDIA " goes first, then the end."""
+    if len(name) > width:
+        name = name.removeprefix("NVIDIA ")
+    return _cut(name, width, style)
+
+
+def _cut(text: str, width: int, style: Style) -> str:
+    """`text` within `width` columns, ending in an ellipsis when it was cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + ("…" if style.unicode else "~")
+
+
+def _cells(gpu: GpuSample, style: Style, *, bar: bool) -> list[_Cell]:
+    return [
+        _memory(gpu, bar, style),
+        _utilization(gpu, style),
+        _temperature(gpu, style),
+        _power(gpu, style),
+    ]
+
+
+def _memory(gpu: GpuSample | MigDevice, with_bar: bool, style: Style) -> _Cell:
     used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
     if used is None or total is None or total <= 0:
-        return f"{_MISSING:>16}"
-    fraction = used / total
+        return _Cell.of(_MISSING, style)
+    fraction = min(1.0, max(0.0, used / total))
     text = f"{used / _GIB:5.1f} / {total / _GIB:5.1f} GiB"
+    level = _level(fraction, 0.5, 0.8)
     if not with_bar:
-        return style.paint(text, _level(fraction, 0.5, 0.8))
+        return _Cell.of(text, style, level)
     full, empty = ("█", "░") if style.unicode else ("#", ".")
     filled = round(fraction * _BAR_WIDTH)
-    bar = style.paint(full * filled, _level(fraction, 0.5, 0.8)) + style.paint(
-        empty * (_BAR_WIDTH - filled), DIM
-    )
-    return f"{bar} {text}"
+    bar = full * filled + empty * (_BAR_WIDTH - filled)
+    painted = style.paint(full * filled, level) + style.paint(empty * (_BAR_WIDTH - filled), DIM)
+    return _Cell(f"{bar} {text}", f"{painted} {style.paint(text, level)}")
 
 
-def _utilization(gpu: GpuSample, style: Style) -> str:
+def _utilization(gpu: GpuSample, style: Style) -> _Cell:
     if gpu.utilization_pct is None:
         # The driver reports no utilization for a MIG-enabled GPU: say why there is none.
-        return " MIG" if gpu.mig_enabled else f"{_MISSING:>4}"
-    return style.paint(f"{gpu.utilization_pct:3d}%", _level(gpu.utilization_pct / 100, 0.3, 0.8))
+        return _Cell.of("MIG" if gpu.mig_enabled else _MISSING, style)
+    level = _level(gpu.utilization_pct / 100, 0.3, 0.8)
+    return _Cell.of(f"{gpu.utilization_pct:3d}%", style, level)
 
 
-def _temperature(gpu: GpuSample, style: Style) -> str:
+def _temperature(gpu: GpuSample, style: Style) -> _Cell:
     if gpu.temperature_c is None:
-        return f"{_MISSING:>4}"
+        return _Cell.of(_MISSING, style)
     degree = "°C" if style.unicode else "C"
-    return style.paint(f"{gpu.temperature_c:2d}{degree}", _level(gpu.temperature_c, 60, 80))
+    level = _level(gpu.temperature_c, 60, 80)
+    return _Cell.of(f"{gpu.temperature_c:2d}{degree}", style, level)
 
 
-def _power(gpu: GpuSample) -> str:
+def _power(gpu: GpuSample, style: Style) -> _Cell:
     draw = _MISSING if gpu.power_w is None else f"{gpu.power_w:.0f}"
     limit = _MISSING if gpu.power_limit_w is None else f"{gpu.power_limit_w:.0f}"
-    return f"{draw:>4} / {limit:>4} W"
+    return _Cell.of(f"{draw:>4} / {limit:>4} W", style)
 
 
 def _process_line(process: ProcessUsage, style: Style, width: int) -> str:
     memory = (
         _MISSING if process.memory_used_bytes is None else format_size(process.memory_used_bytes)
     )
-    user = style.paint(f"{_printable(process.user or '?'):<10}", CYAN)
+    user = style.paint(f"{printable(process.user or '?'):<10}", CYAN)
     head = f"    {user} {process.pid:>8}  {memory:>9}  "
-    command = _printable(process.command or _MISSING)
-    room = max(10, width - 4 - 10 - 1 - 8 - 2 - 9 - 2)
-    if len(command) > room:
-        command = command[: room - 1] + ("…" if style.unicode else "~")
-    return head + style.paint(command, DIM) if process.command is None else head + command
+    room = max(0, width - 4 - 10 - 1 - 8 - 2 - 9 - 2)
+    if process.command is None:
+        return head + style.paint(_cut(_MISSING, room, style), DIM)
+    return head + _cut(printable(process.command), room, style)
 
 
 def _lease_line(lease: Lease, style: Style, width: int) -> str:
     how = "exclusive" if lease.mem_bytes is None else f"shared, {format_size(lease.mem_bytes)}"
     since = time.strftime("%H:%M", time.localtime(lease.started_at))
-    text = _printable(
+    text = printable(
         f"leased by {lease.user} (pid {lease.pid}, {how}, since {since}): {lease.command}"
     )
-    text = f"    {text}"
-    return style.paint(text[:width], YELLOW)
-
-
-def _printable(text: str) -> str:
-    """`text` with control characters shown as `?`: commands and lease files come from other
-    users, and an escape sequence in them must not reach this terminal."""
-    return "".join("?" if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in text)
+    return style.paint(_cut(f"    {text}", width, style), YELLOW)
 
 
 def _level(value: float, warn: float, alarm: float) -> str:

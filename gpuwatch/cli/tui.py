@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import click
 
-from gpuwatch.cli.options import Duration, backend_options
+from gpuwatch.cli.options import Command, Duration, backend_options
 
 
-@click.command()
+@click.command(cls=Command)
 @backend_options
 @click.option(
     "--interval",
     "interval_s",
-    type=Duration(minimum_s=0.1),
+    type=Duration(minimum_s=0.1, maximum_s=3600.0),
     default="1s",
     show_default=True,
     metavar="SECONDS",
-    help="Sample every SECONDS (e.g. 1, 500ms).",
+    help="Sample every SECONDS (e.g. 1, 500ms; 100ms to 1h).",
 )
 @click.option(
     "--host",
@@ -30,11 +30,12 @@ from gpuwatch.cli.options import Duration, backend_options
 @click.option(
     "--idle-after",
     "idle_after_s",
-    type=Duration(minimum_s=0),
+    type=Duration(minimum_s=0, maximum_s=7 * 86400.0),
     default="10m",
     show_default=True,
     metavar="DURATION",
-    help="Mark a process as an idle holder when it holds memory on a GPU idle this long.",
+    help="Mark a process as an idle holder when it holds memory on a GPU idle this long "
+    "(up to 7d).",
 )
 def tui(
     backend: str | None,

@@ -1,7 +1,9 @@
 """`gpuwatch daemon`: one poller per machine, serving local clients and Prometheus.
 
 - `service`: the daemon's life (start, SIGHUP reload, SIGTERM stop, systemd notify);
-- `api`: the read-only HTTP API on the Unix socket;
+- `api`: the read-only HTTP API: its routes, and when a snapshot is current;
+- `listeners`: the Unix socket and TCP servers, with their caps per client;
+- `wire`: HTTP/1.1 framing under a deadline, every error in JSON;
 - `metrics`: the Prometheus exposition;
 - `settings`: flags and the config file;
 - `notify`: sd_notify.

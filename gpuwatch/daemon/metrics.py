@@ -2,7 +2,11 @@
 
 Every GPU series carries the labels `gpu` (NVML index), `uuid`, `pci_bus_id`,
 `model_name` and `hostname`, so that dashboards can join, group and name GPUs
-across a fleet. A value a GPU does not report is left out, not sent as 0.
+across a fleet; one the driver could not tell (a GPU lost before its first
+sample) is empty, which Prometheus reads as absent. A value a GPU does not
+report is left out, not sent as 0. While the snapshot is not current (sampling
+fails or stalls), no value of it is sent: every GPU is down, and
+`gpuwatch_sample_timestamp_seconds` says how old the last snapshot is.
 
 MIG device series (`gpuwatch_mig_*`) carry the parent's `gpu` index, the MIG
 device's own `uuid`, its `profile`, `gpu_instance_id` and `compute_instance_id`.
@@ -61,7 +65,7 @@ _GPU_GAUGES: tuple[tuple[str, str, Callable[[GpuSample], float | None]], ...] = 
 )
 
 SnapshotSource = Callable[[], tuple[Snapshot | None, list[Lease], bool]]
-"""Returns the latest snapshot, the leases in force, and whether the last sample succeeded."""
+"""Returns the latest snapshot, the leases in force, and whether the snapshot is current."""
 
 
 class SnapshotCollector(Collector):
@@ -71,13 +75,13 @@ class SnapshotCollector(Collector):
         self._source = source
 
     def collect(self) -> Iterator[Metric]:
-        snapshot, leases, sampling = self._source()
+        snapshot, leases, current = self._source()
         yield _gauge("build_info", "gpuwatch's version.", [("version", __version__)], 1)
         yield _gauge(
             "sampling_up",
-            "1 when the last attempt to sample the GPUs succeeded.",
+            "1 while sampling the GPUs succeeds and the snapshot is current.",
             [],
-            1 if sampling else 0,
+            1 if current else 0,
         )
         if snapshot is None:
             return
@@ -87,6 +91,9 @@ class SnapshotCollector(Collector):
             [("hostname", snapshot.hostname)],
             snapshot.taken_at,
         )
+        if not current:
+            yield from _gpus_down(snapshot)
+            return
         by_uuid = {gpu.uuid: gpu for gpu in snapshot.gpus}
         yield from _gpu_metrics(snapshot)
         yield from _process_metrics(snapshot)
@@ -109,9 +116,26 @@ def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
         name: GaugeMetricFamily(f"gpuwatch_{name}", text, labels=GPU_LABELS)
         for name, text, _ in _GPU_GAUGES
     }
-    up = GaugeMetricFamily(
+    for gpu in snapshot.gpus:
+        labels = _gpu_labels(gpu, snapshot.hostname)
+        for name, _, value_of in _GPU_GAUGES:
+            if (value := value_of(gpu)) is not None:
+                families[name].add_metric(labels, value)
+    yield from families.values()
+    yield from _identity_metrics(snapshot, up=lambda gpu: gpu.ok)
+
+
+def _gpus_down(snapshot: Snapshot) -> Iterator[Metric]:
+    """Who the GPUs are, all down: nothing of a snapshot that is not current passes for a
+    reading."""
+    yield from _identity_metrics(snapshot, up=lambda gpu: False)
+
+
+def _identity_metrics(snapshot: Snapshot, up: Callable[[GpuSample], bool]) -> Iterator[Metric]:
+    up_family = GaugeMetricFamily(
         "gpuwatch_gpu_up",
-        "1 when the GPU could be read, 0 after a fault (see gpuwatch status).",
+        "1 when the GPU could be read, 0 after a fault or while sampling fails "
+        "(see gpuwatch status).",
         labels=GPU_LABELS,
     )
     info = GaugeMetricFamily(
@@ -121,15 +145,11 @@ def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
     )
     for gpu in snapshot.gpus:
         labels = _gpu_labels(gpu, snapshot.hostname)
-        for name, _, value_of in _GPU_GAUGES:
-            if (value := value_of(gpu)) is not None:
-                families[name].add_metric(labels, value)
-        up.add_metric(labels, 1 if gpu.ok else 0)
+        up_family.add_metric(labels, 1 if up(gpu) else 0)
         info.add_metric(
             [*labels, snapshot.driver_version or "", snapshot.cuda_driver_version or ""], 1
         )
-    yield from families.values()
-    yield up
+    yield up_family
     yield info
 
 

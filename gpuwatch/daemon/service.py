@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import os
 import resource
 import signal
 import threading
@@ -20,11 +19,13 @@ import time
 
 from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
-from gpuwatch.daemon.api import Api, TcpMetricsServer, UnixApiServer
+from gpuwatch.daemon.api import Api, stale_reason
+from gpuwatch.daemon.listeners import TcpMetricsServer, UnixApiServer
 from gpuwatch.daemon.metrics import registry_for
 from gpuwatch.daemon.notify import Notifier
 from gpuwatch.daemon.settings import Settings, with_config_file
 from gpuwatch.models import Lease, Snapshot
+from gpuwatch.paths import socket_candidates
 from gpuwatch.sampling import Poller
 
 log = logging.getLogger("gpuwatch.daemon")
@@ -57,7 +58,7 @@ class Daemon:
         return 0
 
     def _serve(self) -> None:
-        server = UnixApiServer(self.settings.socket_path, self.api)
+        server = UnixApiServer(self.settings.socket_path, self.api.route)
         serving = False
         try:
             self._tcp = self._bind_tcp(self.settings)  # every listener bound before any answers
@@ -65,10 +66,11 @@ class Daemon:
             _serve_in_thread(server, "gpuwatch-api")
             serving = True
             log.info(
-                "serving %s every %gs on %s%s",
+                "serving %s every %gs on %s%s%s",
                 self._source_name(),
                 self.settings.interval_s,
                 self.settings.socket_path,
+                _clients_note(self.settings.socket_path),
                 _listen_note(self.settings),
             )
             # Everything made so far lives as long as the daemon: keep the collector from
@@ -81,8 +83,6 @@ class Daemon:
             if serving:
                 server.shutdown()
             server.server_close()
-            with contextlib.suppress(OSError):
-                os.unlink(self.settings.socket_path)
             self._close_tcp(self._tcp)
             self.poller.stop()
 
@@ -132,14 +132,13 @@ class Daemon:
         return "a simulated node" if self.settings.sim else "the NVIDIA driver"
 
     def _metrics_source(self) -> tuple[Snapshot | None, list[Lease], bool]:
-        state = self.poller.state
-        working = state.error is None and self.poller.stalled_s is None
-        return state.snapshot, self.api.current_leases(), working
+        current = stale_reason(self.poller) is None
+        return self.poller.state.snapshot, self.api.current_leases() if current else [], current
 
     def _bind_tcp(self, settings: Settings) -> TcpMetricsServer | None:
         if settings.listen is None:
             return None
-        tcp = TcpMetricsServer(*settings.listen, self.api)
+        tcp = TcpMetricsServer(*settings.listen, self.api.metrics_only)
         _serve_in_thread(tcp, "gpuwatch-metrics")
         return tcp
 
@@ -151,8 +150,8 @@ class Daemon:
 
     def _status_line(self) -> str:
         state = self.poller.state
-        if (stalled_s := self.poller.stalled_s) is not None:
-            return f"sampling stalled for {stalled_s:.0f}s"
+        if (stale := stale_reason(self.poller)) is not None:
+            return stale
         if state.snapshot is None:
             return f"waiting for the first sample ({state.error or 'starting'})"
         faulty = sum(not gpu.ok for gpu in state.snapshot.gpus)
@@ -175,6 +174,13 @@ def _raise_open_file_limit() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _clients_note(socket_path: str) -> str:
+    """How clients find a socket where they do not look by themselves."""
+    if socket_path in socket_candidates():
+        return ""
+    return f" (clients find it with GPUWATCH_SOCKET={socket_path})"
 
 
 def _listen_note(settings: Settings) -> str:

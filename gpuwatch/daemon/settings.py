@@ -9,20 +9,21 @@ administrator may add later); one that exists but does not parse is an error.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.errors import DaemonError, InvalidValueError
+from gpuwatch.errors import ConfigFileError, InvalidValueError
+from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import parse_duration
 
 MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 3600.0
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_HISTORY_S = 24 * 3600.0
 MAX_HISTORY_SAMPLES = 1_000_000
 """At most this many samples are kept (96 MB for 8 GPUs): over 11 days at 1 s."""
-_EXAMPLES = {"interval": '"1s"', "history": '"24h"', "listen": '"9400"'}
+_EXAMPLES = {"interval": '"1s"', "history": '"24h"', "listen": '"19400"'}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,31 +41,37 @@ class Settings:
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
-    """`9400` (loopback), `HOST:9400` or `[::1]:9400`; an empty text turns TCP off."""
+    """`19400` (loopback), `HOST:19400` or `[::1]:19400`; an empty text turns TCP off."""
     if not text:
         return None
     host, _, port = text.rpartition(":")
     bracketed = host.startswith("[") and host.endswith("]")
     if ":" in host and not bracketed:
         raise InvalidValueError(
-            f"listen {text!r}: write an IPv6 address in brackets, e.g. [::1]:9400"
+            f"listen {text!r}: write an IPv6 address in brackets, e.g. [::1]:19400"
         )
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not (port.isdigit() and port.isascii() and len(port) <= 5 and 0 < int(port) < 65536):
         raise InvalidValueError(
-            f"listen {text!r}: give PORT or HOST:PORT, e.g. 9400 or 0.0.0.0:9400"
+            f"listen {text!r}: give PORT or HOST:PORT, e.g. 19400 or 0.0.0.0:19400"
         )
     return (host[1:-1] if bracketed else host) or "127.0.0.1", int(port)
 
 
 def parse_interval(text: str) -> float:
-    seconds = parse_duration(text)
+    try:
+        seconds = parse_duration(text, most_s=MAX_INTERVAL_S)
+    except InvalidValueError as error:
+        raise InvalidValueError(f"interval {error}") from None
     if seconds < MIN_INTERVAL_S:
         raise InvalidValueError(f"interval {text!r} is too short: the least is {MIN_INTERVAL_S}s")
     return seconds
 
 
 def parse_history(text: str) -> float:
-    seconds = parse_duration(text)
+    try:
+        seconds = parse_duration(text)
+    except InvalidValueError as error:
+        raise InvalidValueError(f"history {error}") from None
     if seconds <= 0:
         raise InvalidValueError(f"history {text!r}: keep at least one sample")
     return seconds
@@ -86,15 +93,13 @@ def with_config_file(settings: Settings) -> Settings:
         return settings
     path = Path(settings.config_path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = read_toml(path)
     except FileNotFoundError:
         return settings
-    except OSError as error:
-        raise DaemonError(f"cannot read the config file {path}: {error.strerror}") from error
-    except tomllib.TOMLDecodeError as error:
-        raise DaemonError(f"{path}: not valid TOML: {error}") from error
+    except InvalidValueError as error:
+        raise ConfigFileError(f"the config file {path}: {error}") from None
     if unknown := set(data) - set(_EXAMPLES):
-        raise DaemonError(
+        raise ConfigFileError(
             f"{path}: unknown setting {sorted(unknown)[0]!r}; known: {', '.join(_EXAMPLES)}"
         )
     parsers = {
@@ -107,15 +112,15 @@ def with_config_file(settings: Settings) -> Settings:
         if key in settings.fixed_by_flags:
             continue
         if not isinstance(value, str):
-            raise DaemonError(f"{path}: {key} takes a string, e.g. {key} = {_EXAMPLES[key]}")
+            raise ConfigFileError(f"{path}: {key} takes a string, e.g. {key} = {_EXAMPLES[key]}")
         field, parse = parsers[key]
         try:
             changes[field] = parse(value)
         except InvalidValueError as error:
-            raise DaemonError(f"{path}: {error}") from None
+            raise ConfigFileError(f"{path}: {error}") from None
     fresh = replace(settings, **changes)
     try:
         check_retention(fresh.interval_s, fresh.history_s)
     except InvalidValueError as error:
-        raise DaemonError(f"{path}: {error}") from None
+        raise ConfigFileError(f"{path}: {error}") from None
     return fresh

@@ -1,0 +1,111 @@
+"""What a lease or ticket file says, checked: every field typed and in range.
+
+Any user can write these files, so each is read like a command-line argument
+from a stranger. A record that fails any check raises `Malformed`, and its
+file is skipped (and counted) as if it were absent; nothing out of range
+reaches a table, a metric or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+from gpuwatch.locking import FileKey, file_key, process_uids
+from gpuwatch.models import Lease
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gpuwatch.policy import Waiter
+
+MAX_COMMAND_CHARS = 4096
+MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT
+MAX_BYTES = 1 << 53  # far above any GPU's memory, and exact as a float
+_MAX_GPU_INDEX = 1 << 16
+_MAX_UUID_CHARS = 256
+_CLOCK_SKEW_S = 86400.0
+_TICKET_NAME = re.compile(r"(\d{20})-\d{1,10}-[0-9a-f]{8}\.wait")
+
+
+class Malformed(Exception):
+    """A held file whose record cannot be believed."""
+
+
+def record_from(raw: bytes, path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw or b"null")
+    except (ValueError, RecursionError) as error:  # not JSON, or nested to crash parsers
+        raise Malformed(path) from error
+    if not isinstance(data, dict):
+        raise Malformed(path)
+    return data
+
+
+def lease_from(data: dict[str, Any], *, lease_id: str, user: str) -> Lease:
+    """A lease from a record, each field type- and range-checked; raises `Malformed`."""
+    mem_bytes = data.get("mem_bytes")
+    return Lease(
+        gpu_uuid=_text(data, "gpu_uuid", 1, _MAX_UUID_CHARS),
+        gpu_index=_integer(data.get("gpu_index"), 0, _MAX_GPU_INDEX),
+        pid=_integer(data.get("pid"), 1, MAX_PID),
+        user=user,
+        command=_text(data, "command", 0, MAX_COMMAND_CHARS),
+        started_at=_timestamp(data.get("started_at")),
+        mem_bytes=None if mem_bytes is None else _integer(mem_bytes, 0, MAX_BYTES),
+        lease_id=lease_id,
+    )
+
+
+def waiter_from(
+    name: str,
+    data: dict[str, Any],
+    info: os.stat_result,
+    user: str,
+    *,
+    holders: dict[FileKey, list[int]],
+    now_ns: int,
+) -> Waiter:
+    """A waiting job from its ticket, or `Malformed` for a ticket that cannot be believed."""
+    from gpuwatch.policy import Request, Waiter  # only pickers read the line
+
+    match = _TICKET_NAME.fullmatch(name)
+    queued_ns = int(match.group(1)) if match else now_ns + 1
+    pid = _integer(data.get("pid"), 1, MAX_PID)
+    uids = process_uids(pid)
+    lockers = holders.get(file_key(info))
+    if queued_ns > now_ns or not uids or info.st_uid not in uids:
+        raise Malformed(name)  # misdated, or for a dead process or someone else's
+    if lockers is not None and pid not in lockers:
+        raise Malformed(name)  # the process it names does not hold it
+    try:
+        request = Request.from_dict(data["request"])
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise Malformed(name) from error
+    return Waiter(pid, user, request, waited_s=(now_ns - queued_ns) / 1e9)
+
+
+def _integer(value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise Malformed(f"not an integer in [{low}, {high}]")
+    return value
+
+
+def _text(data: dict[str, Any], name: str, shortest: int, longest: int) -> str:
+    value = data.get(name)
+    if not isinstance(value, str) or not shortest <= len(value) <= longest:
+        raise Malformed(f"{name}: not a string of {shortest} to {longest} characters")
+    return value
+
+
+def _timestamp(value: object) -> float:
+    """A Unix time between 1970 and a day from now: what `time.time()` wrote."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Malformed("not a time")
+    # Compared before any conversion: float(10**400) would raise; NaN compares false.
+    if not 0 <= value <= time.time() + _CLOCK_SKEW_S:
+        raise Malformed("a time out of range")
+    return float(value)
