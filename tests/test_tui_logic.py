@@ -357,3 +357,10 @@ def test_the_plan_leaves_out_what_cannot_be_signalled_and_says_why() -> None:
     assert "pid 1: belongs to " in reasons
     assert "no such process here" in reasons
     assert "on node9, not on this machine" in reasons
+
+
+def test_a_process_listed_twice_for_one_gpu_is_one_row_and_one_on_two_gpus_is_two() -> None:
+    f = frame([gpu(0), gpu(1)], [process(5, 0), process(5, 0), process(5, 1)])
+    rows = build_rows(f, {}, FROZEN_TIME, 600)
+    assert sorted(r.device for r in rows) == ["0", "1"]
+    assert len({r.key for r in rows}) == 2

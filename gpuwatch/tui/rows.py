@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gpuwatch.models import Lease, ProcessUsage
+from gpuwatch.models import Lease, ProcessUsage, Snapshot
 from gpuwatch.policy import Waiter
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import Frame
@@ -102,11 +102,12 @@ def build_rows(
     by_gpu: dict[int, list[Lease]] = {}
     for lease in frame.leases:
         by_gpu.setdefault(lease.gpu_index, []).append(lease)
-    mig_labels = {mig.uuid: mig.label for mig in snapshot.mig_devices if mig.uuid}
+    labels = device_labels(snapshot)
     rows = [
         replace(
             _process_row(frame, p, by_gpu.get(p.gpu_index, ()), idle_clocks, now, idle_after_s),
-            device=mig_labels.get(p.mig_uuid or "", str(p.gpu_index)),
+            key=process_key(frame.source, labels(p), p.pid),
+            device=labels(p),
         )
         for p in snapshot.processes
     ]
@@ -117,7 +118,19 @@ def build_rows(
         if (lease.gpu_index, lease.pid) not in on_gpu
     ]
     rows += [_waiter_row(frame, number, waiter) for number, waiter in enumerate(frame.waiters)]
-    return rows
+    # A process listed twice for one device (as the driver may) is one row.
+    return list({row.key: row for row in reversed(rows)}.values())[::-1]
+
+
+def process_key(source: str, device: str, pid: int) -> str:
+    """Names a process's row, and its series for the detail graphs."""
+    return f"{source}/{device}/{pid}"
+
+
+def device_labels(snapshot: Snapshot) -> Callable[[ProcessUsage], str]:
+    """Where a process runs, as shown: its GPU's index, or `GPU:MIG` (`0:2`)."""
+    mig_labels = {mig.uuid: mig.label for mig in snapshot.mig_devices if mig.uuid}
+    return lambda p: mig_labels.get(p.mig_uuid or "", str(p.gpu_index))
 
 
 def _idle(
@@ -142,7 +155,7 @@ def _process_row(
         else None
     )
     return Row(
-        key=f"{frame.source}/{process.gpu_index}/{process.pid}",
+        key="",  # set by the caller, who knows the device
         source=frame.source,
         gpu=process.gpu_index,
         pid=process.pid,

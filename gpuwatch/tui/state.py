@@ -13,7 +13,7 @@ from gpuwatch.history import GpuSeries
 from gpuwatch.models import Lease
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import Backfill, Frame
-from gpuwatch.tui.rows import Row, build_rows
+from gpuwatch.tui.rows import Row, build_rows, device_labels, process_key
 from gpuwatch.tui.trends import GpuTrend, ProcessTrends
 
 GRAPH_WINDOW_S = 600.0
@@ -130,8 +130,9 @@ class ScreenState:
         if snapshot is None:
             return
         prefix = f"{section.label}/"
+        labels = device_labels(snapshot)
         samples = [
-            (f"{prefix}{p.gpu_index}/{p.pid}", p.memory_used_bytes, p.cpu_pct)
+            (process_key(section.label, labels(p), p.pid), p.memory_used_bytes, p.cpu_pct)
             for p in snapshot.processes
         ]
         self.process_trends.update(snapshot.taken_at, samples)
