@@ -6,7 +6,10 @@ import os
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gpuwatch.models import GpuSample
 from gpuwatch.tui import render, signals
 from gpuwatch.tui.frames import parse_series
 from gpuwatch.tui.layout import choose_layout
@@ -364,3 +367,54 @@ def test_a_process_listed_twice_for_one_gpu_is_one_row_and_one_on_two_gpus_is_tw
     rows = build_rows(f, {}, FROZEN_TIME, 600)
     assert sorted(r.device for r in rows) == ["0", "1"]
     assert len({r.key for r in rows}) == 2
+
+
+_maybe_int = st.one_of(st.none(), st.integers(min_value=-(1 << 40), max_value=1 << 50))
+_maybe_float = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    total=_maybe_int,
+    used=_maybe_int,
+    reserved=_maybe_int,
+    util=st.one_of(st.none(), st.integers(min_value=-5, max_value=500)),
+    temperature=st.one_of(st.none(), st.integers(min_value=-300, max_value=3000)),
+    power=_maybe_float,
+    limit=_maybe_float,
+    name=st.text(max_size=80),
+    width=st.integers(min_value=20, max_value=200),
+    graph=st.lists(st.one_of(st.none(), st.floats(allow_nan=False)), max_size=300),
+)
+def test_a_card_never_fails_or_overflows_whatever_the_gpu_reports(
+    total: int | None,
+    used: int | None,
+    reserved: int | None,
+    util: int | None,
+    temperature: int | None,
+    power: float | None,
+    limit: float | None,
+    name: str,
+    width: int,
+    graph: list[float | None],
+) -> None:
+    # GIVEN any values a driver (or a forged snapshot) could report
+    sample = GpuSample(
+        index=0,
+        uuid=None,
+        name=name,
+        pci_bus_id=None,
+        memory_total_bytes=total,
+        memory_used_bytes=used,
+        memory_reserved_bytes=reserved,
+        utilization_pct=util,
+        temperature_c=temperature,
+        power_w=power,
+        power_limit_w=limit,
+    )
+    # WHEN its card is drawn THEN it draws, no line is wider than the card, and nothing
+    # unprintable gets through
+    for line in render.gpu_card(sample, render.CardInput(graph, graph), width, 2):
+        text = "".join(part for part, _ in line)
+        assert len(text) <= width
+        assert all(ch.isprintable() for ch in text)

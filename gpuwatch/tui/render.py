@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -145,12 +144,13 @@ def clock_time(timestamp: float) -> str:
 
 
 def printable(text: str) -> str:
-    """`text` with control and format characters (escapes, bidi overrides) shown as `?`.
+    """`text` with every unprintable character (escapes, bidi overrides, line separators,
+    unassigned code points) shown as `?`.
 
     Commands and lease files come from other users; what reaches the terminal
     must be what it seems.
     """
-    return "".join("?" if unicodedata.category(c) in ("Cc", "Cf") else c for c in text)
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def fit(text: str, width: int) -> str:
@@ -187,12 +187,24 @@ def gpu_card(gpu: GpuSample, extra: CardInput, width: int, graph_rows: int) -> l
     if gpu.error is not None and gpu.memory_total_bytes is None:
         lines.append([(fit(f"  error: {printable(gpu.error)}", width), "alarm")])
         lines.extend([[(" " * width, "")] for _ in range(graph_rows)])
-        return lines
+        return [crop(line, width) for line in lines]
     lines.append(_bars_line(gpu, width))
     if graph_rows:
         lines.extend(_graph_lines(extra, width, graph_rows))
     lines.extend(mig_line(mig, width) for mig in extra.migs)
-    return lines
+    return [crop(line, width) for line in lines]
+
+
+def crop(line: Line, width: int) -> Line:
+    """`line` cut to `width` cells (a card narrower than its fixed parts loses its end)."""
+    out: Line = []
+    room = width
+    for text, style in line:
+        if room <= 0:
+            break
+        out.append((text[:room], style))
+        room -= len(text[:room])
+    return out
 
 
 def mig_line(mig: MigDevice, width: int) -> Line:
