@@ -418,3 +418,13 @@ def test_a_card_never_fails_or_overflows_whatever_the_gpu_reports(
         text = "".join(part for part, _ in line)
         assert len(text) <= width
         assert all(ch.isprintable() for ch in text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    total=st.integers(min_value=0, max_value=300),
+    parts=st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=4),
+)
+def test_cells_never_exceed_the_bar(total: int, parts: list[float]) -> None:
+    counts = render.cells(total, parts)
+    assert len(counts) == len(parts) and all(c >= 0 for c in counts) and sum(counts) <= total

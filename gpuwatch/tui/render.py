@@ -46,12 +46,16 @@ def level(value: float | None, limits: tuple[float, float]) -> str:
 
 
 def cells(total: int, parts: Sequence[float]) -> list[int]:
-    """Splits `total` cells among `parts` (fractions of the whole, summing to <= 1).
+    """Splits `total` cells among `parts` (fractions of the whole; out-of-range ones clipped).
 
     Largest remainders get the leftover cells, and any non-zero part gets at
     least one cell when there is room, so a sliver of use is never drawn as none.
     """
-    exact = [max(0.0, p) * total for p in parts]
+    clipped = [min(1.0, max(0.0, p)) if math.isfinite(p) else 0.0 for p in parts]
+    whole = sum(clipped)
+    if whole > 1.0:  # a GPU reporting more used than it has: draw it full, not past the end
+        clipped = [p / whole for p in clipped]
+    exact = [p * total for p in clipped]
     counts = [math.floor(x) for x in exact]
     for i, x in enumerate(exact):
         if x > 0 and counts[i] == 0 and sum(counts) < total:
@@ -60,6 +64,8 @@ def cells(total: int, parts: Sequence[float]) -> list[int]:
     order = sorted(range(len(parts)), key=lambda i: exact[i] - counts[i], reverse=True)
     for i in order[: max(0, spare)]:
         counts[i] += 1
+    while sum(counts) > total:
+        counts[counts.index(max(counts))] -= 1
     return counts
 
 
