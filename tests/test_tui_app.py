@@ -472,3 +472,39 @@ def test_as_root_the_confirmation_warns_that_anyones_job_can_stop() -> None:
     shown = "".join(text for text, _ in confirm_text("SIGKILL", plan))
     assert shown.startswith("You are root: this can stop anyone's job.")
     assert "pid 7  bob  python train.py" in shown
+
+
+def test_shift_t_shows_the_tree_and_asks_the_source_for_parents() -> None:
+    # GIVEN two ranks of one launcher, with their parents known
+    from dataclasses import replace
+
+    from gpuwatch.tui.frames import Ancestor
+
+    source = QuietSource()
+    source.tree = False  # type: ignore[attr-defined]
+    app = GpuwatchApp([source], clock=lambda: FROZEN_TIME, sample=False)
+    ancestors = (
+        Ancestor(100, 1, "alice", "torchrun"),
+        Ancestor(101, 100, "alice", "python"),
+        Ancestor(102, 100, "alice", "python"),
+    )
+    import asyncio
+
+    async def main() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            fed = frame([gpu(0)], [process(101, 0, gib=8), process(102, 0, gib=4)])
+            app.feed(0, replace(fed, ancestors=ancestors))
+            # WHEN T is pressed
+            await pilot.press("T")
+            # THEN the launcher heads its ranks, the source is asked for parents from now on
+            assert source.tree is True  # type: ignore[attr-defined]
+            table = app.query_one(ProcessTable)
+            command = table.get_column_index("command")
+            shown = [str(table.get_row_at(i)[command]).strip() for i in range(table.row_count)]
+            assert shown == ["torchrun", "├─ python train.py", "└─ python train.py"]
+            assert "tree view" in text_of(app, "#status")
+            # AND T again gives the flat list back
+            await pilot.press("T")
+            assert table.row_count == 2
+
+    asyncio.run(main())

@@ -428,3 +428,53 @@ def test_a_card_never_fails_or_overflows_whatever_the_gpu_reports(
 def test_cells_never_exceed_the_bar(total: int, parts: list[float]) -> None:
     counts = render.cells(total, parts)
     assert len(counts) == len(parts) and all(c >= 0 for c in counts) and sum(counts) <= total
+
+
+def test_the_tree_puts_ranks_under_their_launcher_and_starts_where_it_branches() -> None:
+    # GIVEN two ranks started by torchrun (from a shell under sshd), and an unrelated job
+    from gpuwatch.tui.frames import Ancestor
+    from gpuwatch.tui.tree import tree_order
+
+    ancestors = {
+        a.pid: a
+        for a in [
+            Ancestor(10, 1, "root", "sshd"),
+            Ancestor(50, 10, "alice", "bash"),
+            Ancestor(100, 50, "alice", "torchrun"),
+            Ancestor(101, 100, "alice", "python"),
+            Ancestor(102, 100, "alice", "python"),
+            Ancestor(200, 1, "bob", "python"),
+        ]
+    }
+    f = frame(
+        [gpu(0), gpu(1)], [process(101, 0, gib=9), process(200, 1, gib=5), process(102, 1, gib=1)]
+    )
+    rows = sort_rows(build_rows(f, {}, FROZEN_TIME, 600), "gpu_mem", reverse=True, now=FROZEN_TIME)
+    # WHEN laid out as a tree
+    tree = tree_order(rows, ancestors, "node1")
+    # THEN torchrun heads its ranks (sshd and bash above it are left out), biggest first
+    drawn = [(r.pid, r.kind, r.branch) for r in tree]
+    assert drawn == [
+        (100, "parent", ""),
+        (101, "compute", "├─ "),
+        (102, "compute", "└─ "),
+        (200, "compute", ""),
+    ]
+    assert cell_text(tree[2], BY_KEY["command"], FROZEN_TIME, tagged=False)[0].startswith("└─ ")
+
+
+def test_a_forged_parent_loop_still_ends() -> None:
+    from gpuwatch.tui.frames import Ancestor
+    from gpuwatch.tui.tree import tree_order
+
+    ancestors = {7: Ancestor(7, 8, None, "a"), 8: Ancestor(8, 7, None, "b")}
+    rows = build_rows(frame([gpu(0)], [process(7, 0)]), {}, FROZEN_TIME, 600)
+    assert [r.pid for r in tree_order(rows, ancestors, "node1") if r.kind != "parent"] == [7]
+
+
+def test_ancestors_are_read_from_proc_up_to_init() -> None:
+    from gpuwatch.tui.frames import read_ancestors
+
+    found = {a.pid: a for a in read_ancestors({os.getpid()})}
+    assert found[os.getpid()].ppid == os.getppid()
+    assert all(pid > 1 for pid in found)

@@ -100,6 +100,7 @@ class GpuwatchApp(App[int]):
         self.sort_reverse = True
         self.row_filter = RowFilter()
         self.tagged: set[str] = set()
+        self.tree_view = False
         self.message_text = ""
         self._sample = sample
         self.panels = list(panels)
@@ -245,7 +246,22 @@ class GpuwatchApp(App[int]):
     def current_rows(self) -> list[Row]:
         now = self.clock()
         rows = [r for r in self.state.rows(now, self.idle_after_s) if self.row_filter.matches(r)]
-        return row_logic.sort_rows(rows, self.sort_column, reverse=self.sort_reverse, now=now)
+        rows = row_logic.sort_rows(rows, self.sort_column, reverse=self.sort_reverse, now=now)
+        if self.tree_view:
+            from gpuwatch.tui.tree import tree_order
+
+            for section in self.state.sections:
+                if section.frame is not None and section.frame.ancestors:
+                    known = {a.pid: a for a in section.frame.ancestors}
+                    rows = tree_order(rows, known, section.label)
+        return rows
+
+    def action_tree(self) -> None:
+        self.tree_view = not self.tree_view
+        for source in self.sources:
+            if hasattr(source, "tree"):
+                source.tree = self.tree_view  # the next frame brings the ancestors
+        self.redraw()
 
     def _draw_table(self) -> None:
         table = self._home.query_one(ProcessTable)
@@ -266,6 +282,8 @@ class GpuwatchApp(App[int]):
     def _draw_status(self) -> None:
         title = row_logic.BY_KEY[self.sort_column].title
         parts = [f"sorted by {title} {'▼' if self.sort_reverse else '▲'}"]
+        if self.tree_view:
+            parts.append("tree view")
         if self.row_filter:
             parts.append(f"filter: {self._home.query_one('#filter', Input).value}")
         if self.row_filter.problem:

@@ -43,6 +43,16 @@ class HostStats:
 
 
 @dataclass(frozen=True, slots=True)
+class Ancestor:
+    """What the tree view needs of a process: its parent, owner and name."""
+
+    pid: int
+    ppid: int
+    user: str | None
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Frame:
     """What one source said at one moment.
 
@@ -57,6 +67,8 @@ class Frame:
     error: str | None = None
     local: bool = True
     """Whether the processes are on this machine (so they can be inspected and signalled)."""
+    ancestors: tuple[Ancestor, ...] = ()
+    """The GPU processes and their ancestors, read only while the tree view is on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +127,8 @@ class LocalSource(Source):
     lease_dir: LeaseDir | None = None
     host_stats: Callable[[], HostStats | None] | None = read_host_stats
     label: str = ""
+    tree: bool = False
+    """Read each process's ancestors too (set while the tree view is shown)."""
     _closed: bool = field(default=False, repr=False)
 
     def backfill(self) -> Backfill:
@@ -149,7 +163,11 @@ class LocalSource(Source):
                 waiters = tuple(self.lease_dir.waiting_before(None))
             except GpuwatchError as failure:
                 error = f"leases unreadable: {failure}"
-        return Frame(label, snapshot, leases, waiters, self._host(), error)
+        ancestors: tuple[Ancestor, ...] = ()
+        if self.tree:
+            pids = {p.pid for p in snapshot.processes} | {lease.pid for lease in leases}
+            ancestors = read_ancestors(pids)
+        return Frame(label, snapshot, leases, waiters, self._host(), error, ancestors=ancestors)
 
     def close(self) -> None:
         if not self._closed:
@@ -195,6 +213,27 @@ class RemoteSource(Source):
                 self.label, None, error=f"{error}; retrying in {self.retry_s:g}s", local=False
             )
             stop.wait(self.retry_s)
+
+
+def read_ancestors(pids: set[int], proc: str = "/proc", limit: int = 4096) -> tuple[Ancestor, ...]:
+    """Each of `pids` and its ancestors below init, from /proc; unreadable ones are left out."""
+    from gpuwatch.leases import user_name
+
+    found: dict[int, Ancestor] = {}
+    for start in pids:
+        pid = start
+        while pid > 1 and pid not in found and len(found) < limit:
+            try:
+                with open(f"{proc}/{pid}/stat", "rb") as stat_file:
+                    stat = stat_file.read(4096).decode(errors="replace")
+                uid = os.stat(f"{proc}/{pid}").st_uid
+                ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+            except (OSError, ValueError, IndexError):
+                break  # gone, hidden, or in another PID namespace
+            name = stat[stat.find("(") + 1 : stat.rfind(")")]
+            found[pid] = Ancestor(pid, ppid, user_name(uid), name)
+            pid = ppid
+    return tuple(found.values())
 
 
 def fetch_history(socket_path: str, window_s: float) -> list[GpuSeries]:

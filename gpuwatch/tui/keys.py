@@ -30,6 +30,7 @@ KEYS: tuple[Key, ...] = (
     Key("S", "previous_sort", "Sort by the previous column", "S"),
     Key("r", "reverse_sort", "Reverse the sort order", "r"),
     Key("slash", "filter", "Filter rows: user:NAME gpu:N idle WORD", "/", footer="filter"),
+    Key("T", "tree", "Tree view: processes under their parents (again: a flat list)", "T"),
     Key("escape", "clear", "Clear the filter and the tags", "Esc"),
     Key("space", "tag", "Tag or untag the selected process", "Space"),
     Key(

@@ -41,6 +41,8 @@ class Row:
     """What a waiting job asks for."""
     device: str = ""
     """Where it runs, as shown: the GPU's index, or `GPU:MIG` for a MIG device (`0:2`)."""
+    branch: str = ""
+    """In the tree view, the branch drawn before its command (`├─ `)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,5 +336,5 @@ def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911 -
         prefix = "≥" if row.idle.at_least else ""
         return f"{prefix}{render.duration(row.idle.seconds)}", "alarm"
     if row.command is None:
-        return "(not visible from here)", "dim"
-    return row.command, ""
+        return row.branch + "(not visible from here)", "dim"
+    return row.branch + row.command, "dim" if row.kind == "parent" else ""
