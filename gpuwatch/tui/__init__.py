@@ -16,5 +16,6 @@ importable and testable without it:
 - `layout`: how many GPU cards per line and how tall, from the terminal size.
 - `signals`: who may be signalled, and sending the signal.
 - `details`: a process's parents and environment, for the detail view.
+- `tree`: the tree view's order (processes under their parents).
 - `keys`: every key binding, shared by the app, its help screen and the README.
 """
