@@ -40,9 +40,9 @@ from gpuwatch.units import format_size
 from gpuwatch.visible import (
     ORDER_VARIABLE,
     VARIABLE,
-    parse_visible_devices,
     resolve,
     resolve_mig,
+    visible_entries,
 )
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
@@ -68,11 +68,10 @@ class Wanted:
     @classmethod
     def from_environment(cls, exclude: tuple[str, ...] = (), **asked: Any) -> Wanted:
         """Wishes (`Request` fields) plus this process's CUDA_VISIBLE_DEVICES and order."""
-        value = os.environ.get(VARIABLE)
         return cls(
             asked=Request(**asked),
             exclude=exclude,
-            visible=None if value is None else parse_visible_devices(value),
+            visible=visible_entries(os.environ.get(VARIABLE)),
             device_order=os.environ.get(ORDER_VARIABLE),
         )
 
