@@ -103,6 +103,8 @@ def test_no_hook_is_left_after_close(every: int) -> None:
     memory.close()
     assert hooks_on(model, optimizer) == 0
     assert memory.hooks_installed == 0
+    # no emptied hook dict left on a parameter either: autograd would call into it each step
+    assert all(parameter._backward_hooks is None for parameter in model.parameters())
 
 
 def test_no_hook_is_left_after_an_exception_in_the_loop() -> None:

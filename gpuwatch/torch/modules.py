@@ -90,6 +90,11 @@ class ModuleSampler:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for leaf in self._leaves:
+            # An emptied hook dict stays attached to the parameter, and autograd calls into
+            # Python for it at every backward: detach it, unless someone else hooked it since.
+            if not leaf._backward_hooks:
+                leaf._backward_hooks = None
         for frame in self._backward.values():
             if frame in self._open:  # a container's backward: it ends with the last gradient
                 self._close_backward(frame, self._last_grad)
@@ -112,6 +117,7 @@ class ModuleSampler:
         self._backward: dict[str, _Frame] = {}
         self._pending: dict[str, int] = {}
         self._hooked: dict[int, tuple[Any, list[tuple[bool, str]]]] = {}
+        self._leaves: list[Any] = []  # parameters whose hook dict this sampler created
         self._seen: dict[int, Any] = {}  # storage address -> a weak reference to its tensor
         self._produced = 0
         self._last_grad = 0
@@ -158,6 +164,8 @@ class ModuleSampler:
             return
         waiting = [(starts, name)]
         self._hooked[id(tensor)] = (weakref.ref(tensor), waiting)
+        if tensor.is_leaf and tensor._backward_hooks is None:
+            self._leaves.append(tensor)
         self._handles.append(tensor.register_hook(partial(self._gradient_ready, waiting)))
 
     def _gradient_ready(self, waiting: list[tuple[bool, str]], grad: Any) -> None:
