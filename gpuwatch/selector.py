@@ -36,7 +36,7 @@ from gpuwatch.leases import (
 from gpuwatch.mig_policy import MigChoice, choose_mig, free_mig_devices, stale_mig_leases
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.policy import Choice, Request, Waiter, choose
-from gpuwatch.units import format_size
+from gpuwatch.units import counted, format_size
 from gpuwatch.visible import (
     ORDER_VARIABLE,
     VARIABLE,
@@ -111,7 +111,7 @@ class Wanted:
             where = "this machine has" if allowed is None else f"{VARIABLE} allows"
             left = " after --exclude" if excluded else ""
             raise InvalidValueError(
-                f"{self.asked.count} GPUs asked for, but {where} {len(usable)}{left}"
+                f"{counted(self.asked.count, 'GPU')} asked for, but {where} {len(usable)}{left}"
             )
         return replace(self.asked, allowed=allowed, excluded=excluded)
 
@@ -150,8 +150,8 @@ class Wanted:
             )
         if self.asked.count > len(usable):
             raise InvalidValueError(
-                f"{self.asked.count} MIG devices asked for, but there are {len(usable)} "
-                "to choose from"
+                f"{counted(self.asked.count, 'MIG device')} asked for, but there "
+                f"{'is' if len(usable) == 1 else 'are'} {len(usable)} to choose from"
             )
         return replace(
             self.asked,

@@ -144,6 +144,24 @@ def test_systemd_hears_ready_watchdog_and_stopping(tmp_path: Path) -> None:
     assert "STOPPING=1" in messages[-1].splitlines()
 
 
+def test_systemd_status_names_one_gpu_in_the_singular(tmp_path: Path) -> None:
+    # GIVEN a daemon over a node of one GPU, started under systemd's notify socket
+    notify_path = str(tmp_path / "notify")
+    one_gpu = '[[gpu]]\nload = "constant"\nutilization_pct = 40\n'
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(notify_path)
+        listener.settimeout(10)
+        env = {"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "200000"}
+        with running_daemon(tmp_path, env=env, scenario=one_gpu):
+            # WHEN it reports its status once it has sampled
+            status = ""
+            while " GPU" not in status:
+                message = listener.recv(4096).decode()
+                status = next((line for line in message.splitlines() if "STATUS=" in line), "")
+    # THEN the status counts the GPU in the singular
+    assert status.startswith("STATUS=1 GPU, "), status
+
+
 def test_sigterm_stops_cleanly_within_two_seconds(tmp_path: Path) -> None:
     with running_daemon(tmp_path) as (process, sock, _):
         process.send_signal(signal.SIGTERM)

@@ -112,6 +112,11 @@ class TestAnswers:
             ),
             (["-n", "5"], {}, "5 GPUs asked for, but this machine has 4"),
             (
+                ["--exclude", "0,1,2,3"],
+                {},
+                "1 GPU asked for, but this machine has 0 after --exclude",
+            ),
+            (
                 ["-n", "3"],
                 {"CUDA_VISIBLE_DEVICES": "0,1"},
                 "3 GPUs asked for, but CUDA_VISIBLE_DEVICES allows 2",
@@ -132,6 +137,7 @@ class TestAnswers:
         ids=[
             "n-zero",
             "n-above-gpu-count",
+            "one-gpu-all-excluded",
             "n-above-visible",
             "bad-size",
             "bad-timeout",
