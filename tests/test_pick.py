@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -181,6 +182,20 @@ class TestRunningCommands:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=30)
         assert process.returncode == -signal.SIGTERM
+
+    def test_the_lease_records_the_command_quoted_as_a_shell_takes_it(
+        self, picks: Callable[[str], Picks]
+    ) -> None:
+        # GIVEN a command whose arguments hold spaces and quotes
+        script = 'cat "$GPUWATCH_LEASE_DIR"/*.lease'
+        # WHEN pick runs it, and it prints its own lease
+        process = picks("1").start("--", "sh", "-c", script, "it's")
+        out, err = process.communicate(timeout=60)
+        # THEN the lease's command gives back the same arguments to a shell
+        assert process.returncode == 0, err
+        command = json.loads(out)["command"]
+        assert command == "sh -c 'cat \"$GPUWATCH_LEASE_DIR\"/*.lease' 'it'\"'\"'s'"
+        assert shlex.split(command) == ["sh", "-c", script, "it's"]
 
     @pytest.mark.parametrize(
         ("command", "code", "message"),

@@ -23,6 +23,7 @@ from gpuwatch.choices import (
     check_percent,
 )
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.hostinfo import shell_join
 from gpuwatch.launch import exec_command
 from gpuwatch.leases import LeaseDir
 from gpuwatch.mig_policy import MigChoice
@@ -259,7 +260,7 @@ def run_pick(args: list[str]) -> int:
             backend,
             wanted,
             lease_dir=lease_dir,
-            command=" ".join(command) or "(print only)",
+            command=shell_join(command) or "(print only)",
             hold=bool(command),
             wait=waiting,
             timeout_s=options.timeout,
