@@ -256,8 +256,21 @@ class TestClients:
         (["--listen", "http"], "give PORT or HOST:PORT"),
         (["--backend", "cuda"], "Invalid value for '--backend'"),
         (["--bogus"], "No such option"),
+        (
+            ["--history", "1000d"],
+            "history 1000d at one sample every 1s would keep 86,400,000 samples",
+        ),
+        (["--socket", ""], "Invalid value for '--socket': give a path"),
     ],
-    ids=["interval-zero", "interval-word", "bad-listen", "bad-backend", "unknown-flag"],
+    ids=[
+        "interval-zero",
+        "interval-word",
+        "bad-listen",
+        "bad-backend",
+        "unknown-flag",
+        "history-too-long",
+        "empty-socket",
+    ],
 )
 def test_bad_flags_are_one_line_and_exit_code_2(
     tmp_path: Path, args: list[str], message: str
