@@ -47,6 +47,7 @@ MAX_COUNT = 1_000_000_000
 @click.option(
     "--host",
     metavar="[USER@]HOST",
+    callback=lambda ctx, param, value: _checked_host(value),
     help="Show another machine's GPUs, read over ssh (gpuwatch must be installed "
     "there); --backend and --sim apply on that machine.",
 )
@@ -108,6 +109,13 @@ def status(
         if number and not as_json:
             sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
         show(snapshot, leases, pretty=interval_s is None)
+
+
+def _checked_host(host: str | None) -> str | None:
+    """A host for ssh: not empty, and not something ssh would read as one of its options."""
+    if host is not None and (not host.strip() or host.startswith("-")):
+        raise click.BadParameter(f"{host!r} is not a host name: give HOST or USER@HOST")
+    return host
 
 
 def _local_frames(
