@@ -79,7 +79,24 @@ class TestAnswers:
         result = run_cli("pick", "--sim", "4", "-n", "2")
         assert result.exit_code == 0
         assert result.stdout == f"{UUID[3]},{UUID[2]}\n"
-        assert "no lease is held" in result.stderr
+        assert "no lease is held, so another job may take these 2 GPUs" in result.stderr
+
+    @pytest.mark.parametrize(
+        ("args", "named"),
+        [(["--sim", "4"], "this GPU"), (["--sim", "{mig}", "--mig", "any"], "this MIG device")],
+        ids=["one-gpu", "one-mig-device"],
+    )
+    def test_print_only_names_what_it_chose_as_it_is(
+        self, tmp_path: Path, args: list[str], named: str
+    ) -> None:
+        # GIVEN a node, and one GPU or MIG device asked for without a command
+        mig = tmp_path / "mig.toml"
+        mig.write_text('[[gpu]]\nmodel = "A100-80GB"\nmig = ["1g.10gb"]\n')
+        # WHEN pick prints its choice
+        result = run_cli("pick", *(arg.format(mig=mig) for arg in args))
+        # THEN its warning speaks of one GPU, or of a MIG device, not of "these GPUs"
+        assert result.exit_code == 0, result.stderr
+        assert f"no lease is held, so another job may take {named};" in result.stderr
 
     def test_index_format_prints_nvidia_smi_indices_and_the_order_to_set(self) -> None:
         result = run_cli("pick", "--sim", "4", "-n", "2", "--format", "index")
