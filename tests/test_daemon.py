@@ -70,8 +70,10 @@ def _lease_gpu(lease_dir: Path, gpu: GpuSample):  # type: ignore[no-untyped-def]
         ("POST", "/v1/snapshot", 405),
         ("DELETE", "/v1/leases", 405),
         ("GET", "/v1/history?since=yesterday", 400),
+        ("GET", "/v1/history?since=nan", 400),
+        ("GET", "/v1/history?since=1e999", 400),
     ],
-    ids=["unknown-path", "post", "delete", "bad-since"],
+    ids=["unknown-path", "post", "delete", "bad-since", "since-nan", "since-infinite"],
 )
 def test_api_refuses_what_it_does_not_do(
     tmp_path: Path, method: str, path: str, expected: int
