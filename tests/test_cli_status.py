@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +56,22 @@ def test_watch_json_streams_one_object_per_line() -> None:
     assert len(lines) == 3
     taken = [json.loads(line)["taken_at"] for line in lines]
     assert taken == sorted(taken) and len(set(taken)) == 3
+
+
+@pytest.mark.parametrize("output", [["--json"], []], ids=["json", "table"])
+def test_a_reader_that_stops_reading_ends_the_watch_quietly(output: list[str]) -> None:
+    # GIVEN `gpuwatch status --watch` streaming into a pipe
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch", "status", "--sim", "2", "--watch", "50ms", *output],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stdout.readline()
+    # WHEN the reader goes away, as `| head -1` does
+    process.stdout.close()
+    _, stderr = process.communicate(timeout=60)
+    # THEN status ends with success and says nothing: `set -o pipefail` scripts go on
+    assert (process.returncode, stderr) == (ExitCode.OK, b"")
 
 
 def test_watch_table_off_a_terminal_prints_tables_one_after_another() -> None:

@@ -12,6 +12,7 @@ import click
 
 from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
+from gpuwatch.cli import reader_gone
 from gpuwatch.cli.options import Command, Duration, WholeNumber, backend_options
 from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
@@ -105,10 +106,14 @@ def status(
         )
     else:
         frames = _local_frames(backend, sim, interval_s, count, verbose)
-    for number, (snapshot, leases) in enumerate(frames):
-        if number and not as_json:
-            sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
-        show(snapshot, leases, pretty=interval_s is None)
+    try:
+        for number, (snapshot, leases) in enumerate(frames):
+            if number and not as_json:
+                sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
+            show(snapshot, leases, pretty=interval_s is None)
+    except BrokenPipeError:
+        # Here, not in gpuwatch.cli.main: click turns a broken pipe into exit status 1.
+        reader_gone()
 
 
 def _checked_host(host: str | None) -> str | None:
