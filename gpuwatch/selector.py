@@ -21,6 +21,7 @@ from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.errors import (
     InvalidValueError,
+    LeaseBusyError,
     NoGpuError,
     NotEnoughGpusError,
     WaitTimeoutError,
@@ -194,19 +195,27 @@ def acquire(
             full = full or _any_shared(lease_dir.leases())  # a look without the lock
             snapshot = backend.sample(SampleScope.FULL if full else SampleScope.SELECTION)
             request = request or wanted.resolve(snapshot)
-            with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
-                leases = lease_dir.leases()
-                if not full and _any_shared(leases):
-                    full = True  # shared since the look: sample their processes first
-                    continue
-                leases = _without_stale(lease_dir, leases, snapshot)
-                ahead = lease_dir.waiting_before(ticket)
-                choice = _choose(snapshot, request, leases, mine, ahead)
-                if choice.satisfied:
-                    held = _claim_all(lease_dir, choice.chosen, request, command) if hold else []
-                    return choice.chosen, held
-                if wait and ticket is None:
-                    ticket = lease_dir.enqueue(request, command)
+            try:
+                with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
+                    leases = lease_dir.leases()
+                    if not full and _any_shared(leases):
+                        full = True  # shared since the look: sample their processes first
+                        continue
+                    leases = _without_stale(lease_dir, leases, snapshot)
+                    ahead = lease_dir.waiting_before(ticket)
+                    choice = _choose(snapshot, request, leases, mine, ahead)
+                    if choice.satisfied:
+                        held = (
+                            _claim_all(lease_dir, choice.chosen, request, command) if hold else []
+                        )
+                        return choice.chosen, held
+                    if wait and ticket is None:
+                        ticket = lease_dir.enqueue(request, command)
+            except LeaseBusyError:
+                # Any user can hold the lock: a job told to wait goes on waiting, to its timeout.
+                if not wait or (timeout_s is not None and clock() - started >= timeout_s):
+                    raise
+                continue
             waited_s = clock() - started
             if not wait:
                 shortfall = _shortfall(request, choice) + _mig_hint(

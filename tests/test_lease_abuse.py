@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import selector
+from gpuwatch import leases, selector
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.errors import NotEnoughGpusError
 from gpuwatch.leases import LeaseDir
+from gpuwatch.locking import flock_within
 from gpuwatch.models import Snapshot
 from gpuwatch.selector import Wanted, acquire
 from tests.conftest import FROZEN_TIME, run_cli
@@ -72,6 +73,32 @@ class TestDirectoryLock:
         # THEN a pick without --wait still ends, instead of waiting forever
         assert result.exit_code == 5, result.stderr
         assert "stayed locked for 0.5s" in result.stderr
+
+    def test_a_waiting_pick_outlasts_a_lock_held_past_the_bound(
+        self, lease_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # GIVEN a directory lock held past the bound (shortened for the test), twice over
+        monkeypatch.setattr(selector, "LOCK_WAIT_S", 0.2)
+        go = tmp_path / "go"
+        failed_tries = []
+
+        def counting(fd: int, timeout_s: float) -> bool:
+            taken = flock_within(fd, timeout_s)
+            failed_tries.append(not taken)
+            if sum(failed_tries) >= 2:
+                go.touch()  # the holder lets go only once the pick waited past the bound twice
+            return taken
+
+        monkeypatch.setattr(leases, "flock_within", counting)
+        LeaseDir(lease_dir)
+        ready = tmp_path / "ready"
+        until_go = f"touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done"
+        with holding(["flock", "--exclusive", str(lease_dir), "sh", "-c", until_go], ready):
+            # WHEN a pick told to wait, with no timeout, meets it
+            result = run_cli("pick", "--sim", "2", "--wait")
+        # THEN it goes on waiting, and gets its GPU once the lock is free
+        assert result.exit_code == 0, result.stderr
+        assert sum(failed_tries) >= 2 and result.stdout.startswith("GPU-")
 
     def test_a_lock_held_by_another_user_ends_a_pick_naming_that_user(
         self, shared_dir: Path
