@@ -65,6 +65,8 @@ class Wanted:
     visible: tuple[str, ...] | None = None
     """The CUDA_VISIBLE_DEVICES entries in force; `None` when it is unset."""
     device_order: str | None = None
+    visible_text: str = ""
+    """CUDA_VISIBLE_DEVICES as written, for messages: `-1` leaves no entries."""
 
     @classmethod
     def from_environment(cls, exclude: tuple[str, ...] = (), **asked: Any) -> Wanted:
@@ -75,6 +77,7 @@ class Wanted:
             exclude=exclude,
             visible=None if value is None else parse_visible_devices(value),
             device_order=os.environ.get(ORDER_VARIABLE),
+            visible_text=value or "",
         )
 
     @property
@@ -103,8 +106,8 @@ class Wanted:
         )
         if allowed is not None and not allowed:
             raise NoGpuError(
-                f"{VARIABLE}={','.join(self.visible or ()) or '(empty)'} leaves no "
-                "whole GPU to choose from"
+                f"{VARIABLE}={self.visible_text or ','.join(self.visible or ())!r} leaves "
+                "no whole GPU to choose from"
             )
         excluded = resolve(self.exclude, gpus, device_order="PCI_BUS_ID", what="--exclude")
         usable = (allowed if allowed is not None else {gpu.index for gpu in gpus}) - excluded
