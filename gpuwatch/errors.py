@@ -77,12 +77,21 @@ class NotEnoughGpusError(SelectionError):
     """Fewer GPUs qualify than were asked for.
 
     `reasons` holds one line per GPU that was not chosen, saying why
-    ("GPU 3: 2.1GiB free < 8.0GiB").
+    ("GPU 3: 2.1GiB free < 8.0GiB"); the message ends with them, one indented
+    line each, as `gpuwatch pick` prints them.
     """
 
     def __init__(self, message: str, reasons: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.reasons = reasons
+
+    @property
+    def summary(self) -> str:
+        """The message's first line, without the reasons."""
+        return super().__str__()
+
+    def __str__(self) -> str:
+        return "\n".join([self.summary, *(f"  {reason}" for reason in self.reasons)])
 
 
 class WaitTimeoutError(NotEnoughGpusError):

@@ -36,6 +36,8 @@ class MigChoice:
 
 @dataclass(slots=True)
 class _Candidate:
+    """A MIG device weighed for the asking job."""
+
     device: MigDevice
     free_bytes: int
     leases: list[Lease]

@@ -24,6 +24,8 @@ class ProcessKind(enum.StrEnum):
     COMPUTE = "compute"
     GRAPHICS = "graphics"
     COMPUTE_GRAPHICS = "compute+graphics"
+    MPS = "mps"
+    """A client of the CUDA Multi-Process Service: its work runs in the MPS server's context."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable
 
 from gpuwatch.backends import open_backend
@@ -49,7 +50,7 @@ class Selection:
     are empty when `select(fallback="cpu")` found no GPU.
     """
 
-    __slots__ = ("_previous", "environment", "gpus", "leases", "mig_devices")
+    __slots__ = ("_asked", "_previous", "environment", "gpus", "leases", "mig_devices")
 
     def __init__(
         self,
@@ -57,6 +58,7 @@ class Selection:
         environment: dict[str, str] | None = None,
         leases: tuple[HeldLease, ...] = (),
         previous: dict[str, str | None] | None = None,
+        asked: dict[str, Any] | None = None,
     ) -> None:
         from gpuwatch.models import GpuSample
 
@@ -67,6 +69,7 @@ class Selection:
         self.environment = environment or {}
         self.leases = leases
         self._previous = previous or {}
+        self._asked = asked or {}
 
     def __repr__(self) -> str:
         return f"Selection(indices={self.indices}, environment={self.environment})"
@@ -109,6 +112,21 @@ class _ProcessState:
 
 _this_process = _ProcessState()
 
+# `select()` arguments as the user names them, keyed by how they are kept once checked.
+_ARGUMENT_NAMES = {
+    "count": "n",
+    "min_free_bytes": "min_free",
+    "max_util_pct": "max_util",
+    "mem_bytes": "mem",
+    "strategy": "strategy",
+    "exclude": "exclude",
+    "fallback": "fallback",
+    "format": "format",
+    "backend": "backend",
+    "sim": "sim",
+    "mig": "mig",
+}
+
 
 def select(
     n: int = 1,
@@ -131,7 +149,8 @@ def select(
     Call it before anything touches CUDA: it sets CUDA_VISIBLE_DEVICES in
     `os.environ`, and leases the GPUs to this process until it exits, so jobs
     started alongside are given others. An existing CUDA_VISIBLE_DEVICES
-    (from Slurm, Kubernetes or you) limits the choice; it is never widened.
+    (from Slurm, Kubernetes or you) limits the choice; it is never widened,
+    and one that hides every GPU (`-1`) means no GPU.
 
     Sizes take bytes or strings (`"8GiB"`, `"500MB"`); `timeout` seconds or
     a duration (`"10m"`). `mem` declares what the job will use, making the
@@ -145,61 +164,90 @@ def select(
     device, so `n` must then be 1. A CUDA_VISIBLE_DEVICES of `MIG-` UUIDs only
     implies `mig="any"`.
 
+    A process holds one selection at a time. Calling `select()` again (a
+    notebook cell run twice) returns the same selection when the arguments
+    agree (`wait` and `timeout` aside); when they differ it raises
+    `AlreadySelectedError`, naming them: `release()` the first one to choose
+    anew.
+
     >>> import gpuwatch
     >>> selection = gpuwatch.select(2, min_free="8GiB", sim=4)  # sim: a simulated node
     >>> selection.indices
     [3, 2]
     >>> os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(selection.uuids)
     True
+    >>> gpuwatch.select(2, min_free="8GiB", sim=4) is selection  # run again: the same GPUs
+    True
     >>> selection.release()
     """
+    asked = {
+        "count": _checked("n", check_gpu_count, n),
+        "min_free_bytes": _bytes(min_free, "min_free"),
+        "max_util_pct": None if max_util is None else _checked("max_util", check_percent, max_util),
+        "mem_bytes": _bytes(mem, "mem"),
+        "strategy": str(one_of(Strategy, strategy, "strategy")),
+        "exclude": tuple(str(entry) for entry in exclude),
+        "fallback": _checked_fallback(fallback),
+        "format": str(one_of(Format, format, "format")),
+        "backend": backend,
+        "sim": None if sim is None else str(sim),
+        "mig": None if mig is None else _checked("mig", check_mig, mig),
+    }
+    timeout_s = parse_duration(timeout) if isinstance(timeout, str) else timeout
     if (earlier := _this_process.selection) is not None:
-        raise AlreadySelectedError(
-            f"select() already chose GPUs {earlier.indices} for this process; "
-            "call .release() on that selection first"
-        )
+        return _same_as(earlier, asked)
     if (who := cuda_initialized()) is not None:
         raise CudaAlreadyInitializedError(
             f"{who} in this process, so CUDA_VISIBLE_DEVICES can no longer take effect; "
             "call gpuwatch.select() before any CUDA call (torch.cuda.is_available() is one)"
         )
-    if fallback not in ("error", "cpu"):
-        raise InvalidValueError(f"fallback={fallback!r}: choose one of error, cpu")
-    wishes = {
-        "count": _checked("n", check_gpu_count, n),
-        "min_free_bytes": _bytes(min_free, "min_free"),
-        "max_util_pct": None if max_util is None else _checked("max_util", check_percent, max_util),
-        "mem_bytes": _bytes(mem, "mem"),
-        "strategy": Strategy(one_of(Strategy, strategy, "strategy")),
-        "exclude": tuple(str(entry) for entry in exclude),
-        "mig": None if mig is None else _checked("mig", check_mig, mig),
-    }
-    chosen_format = Format(one_of(Format, format, "format"))
-    timeout_s = parse_duration(timeout) if isinstance(timeout, str) else timeout
     try:
-        return _select(wishes, chosen_format, backend, sim, wait, timeout_s)
+        _check_something_visible()
+        return _select(asked, wait, timeout_s)
     except (DriverNotFoundError, NoGpuError):
         if fallback != "cpu":
             raise
-        _this_process.selection = Selection()
+        _this_process.selection = Selection(asked=asked)
         return _this_process.selection
 
 
-def _select(
-    wishes: dict[str, Any],
-    fmt: Format,
-    backend: str | None,
-    sim: str | int | None,
-    wait: bool,
-    timeout_s: float | None,
-) -> Selection:
-    source = open_backend(backend, None if sim is None else str(sim))
+def _same_as(earlier: Selection, asked: dict[str, Any]) -> Selection:
+    """The earlier selection, when asked for again with the same arguments."""
+    differing = [key for key in _ARGUMENT_NAMES if earlier._asked.get(key) != asked[key]]
+    if not differing:
+        return earlier
+    now = ", ".join(f"{_ARGUMENT_NAMES[key]}={asked[key]!r}" for key in differing)
+    before = ", ".join(f"{_ARGUMENT_NAMES[key]}={earlier._asked.get(key)!r}" for key in differing)
+    raise AlreadySelectedError(
+        f"select({now}) differs from the select({before}) that chose GPUs {earlier.indices} "
+        "for this process; call .release() on that selection first to choose again"
+    )
+
+
+def _check_something_visible() -> None:
+    """Raises `NoGpuError` when CUDA_VISIBLE_DEVICES hides every GPU, before any is read."""
+    if (value := os.environ.get("CUDA_VISIBLE_DEVICES")) is not None:
+        from gpuwatch.visible import visible_entries  # loads the data model
+
+        visible_entries(value)
+
+
+def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selection:
+    source = open_backend(asked["backend"], asked["sim"])
     # There are GPUs: now load the engine.
     from gpuwatch.leases import HELD_VARIABLE, LeaseDir
     from gpuwatch.selector import Wanted, acquire, passed_down
     from gpuwatch.visible import ORDER_VARIABLE, VARIABLE, child_environment
 
-    wanted = Wanted.from_environment(**wishes)
+    wanted = Wanted.from_environment(
+        count=asked["count"],
+        min_free_bytes=asked["min_free_bytes"],
+        max_util_pct=asked["max_util_pct"],
+        mem_bytes=asked["mem_bytes"],
+        strategy=Strategy(asked["strategy"]),
+        exclude=asked["exclude"],
+        mig=asked["mig"],
+    )
     if wanted.wants_mig:
         check_one_mig_device(wanted.asked.count, "process")
     with source:
@@ -211,31 +259,60 @@ def _select(
             wait=wait,
             timeout_s=timeout_s,
         )
-    environment = passed_down(held, child_environment(gpus, fmt, {}))
+    environment = passed_down(held, child_environment(gpus, Format(asked["format"]), {}))
     previous = {name: os.environ.get(name) for name in (VARIABLE, ORDER_VARIABLE, HELD_VARIABLE)}
     os.environ.update(environment)
-    _this_process.selection = Selection(gpus, environment, tuple(held), previous)
+    _this_process.selection = Selection(gpus, environment, tuple(held), previous, asked)
     return _this_process.selection
 
 
 def device() -> Any:
     """The `torch.device` to compute on: `cuda:0` of the selection, else `cpu`.
 
-    Selects GPUs first (`select(fallback="cpu")`) if this process has not. CPU
-    is also the answer when torch itself cannot use CUDA (a CPU build).
+    Selects GPUs first (`select(fallback="cpu")`) if this process has not.
+    When torch itself cannot use CUDA (a CPU build on a GPU machine), the
+    answer is `cpu` too: a `RuntimeWarning` says why, once, and the GPUs
+    leased to this process are given back for other jobs.
     """
     import torch
 
     selection = _this_process.selection
     if selection is None:
         selection = select(fallback="cpu")
-    if len(selection) and torch.cuda.is_available():
+    if not len(selection):
+        return torch.device("cpu")
+    if torch.cuda.is_available():
         return torch.device("cuda", 0)
+    _give_back_unusable(selection, torch.version.cuda)
     return torch.device("cpu")
+
+
+def _give_back_unusable(selection: Selection, torch_cuda_version: str | None) -> None:
+    why = (
+        "this torch is a CPU-only build"
+        if torch_cuda_version is None
+        else "torch cannot use CUDA here (torch.cuda.is_available() is False)"
+    )
+    warnings.warn(
+        f"gpuwatch.device() is cpu: {why}; giving back GPUs {selection.indices}, "
+        "which select() leased to this process, for other jobs",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    asked = selection._asked
+    selection.release()
+    # From now on this process holds no GPU: the same question gets the CPU, silently.
+    _this_process.selection = Selection(asked=asked)
 
 
 def _own_command() -> str:
     return " ".join([os.path.basename(sys.executable), *sys.argv]).strip() or "python"
+
+
+def _checked_fallback(fallback: str) -> str:
+    if fallback not in ("error", "cpu"):
+        raise InvalidValueError(f"fallback={fallback!r}: choose one of error, cpu")
+    return fallback
 
 
 def _checked(name: str, check: Callable[[Any], Any], value: Any) -> Any:

@@ -41,9 +41,9 @@ from gpuwatch.units import counted, format_size
 from gpuwatch.visible import (
     ORDER_VARIABLE,
     VARIABLE,
-    parse_visible_devices,
     resolve,
     resolve_mig,
+    visible_entries,
 )
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
@@ -65,19 +65,15 @@ class Wanted:
     visible: tuple[str, ...] | None = None
     """The CUDA_VISIBLE_DEVICES entries in force; `None` when it is unset."""
     device_order: str | None = None
-    visible_text: str = ""
-    """CUDA_VISIBLE_DEVICES as written, for messages: `-1` leaves no entries."""
 
     @classmethod
     def from_environment(cls, exclude: tuple[str, ...] = (), **asked: Any) -> Wanted:
         """Wishes (`Request` fields) plus this process's CUDA_VISIBLE_DEVICES and order."""
-        value = os.environ.get(VARIABLE)
         return cls(
             asked=Request(**asked),
             exclude=exclude,
-            visible=None if value is None else parse_visible_devices(value),
+            visible=visible_entries(os.environ.get(VARIABLE)),
             device_order=os.environ.get(ORDER_VARIABLE),
-            visible_text=value or "",
         )
 
     @property
@@ -106,8 +102,8 @@ class Wanted:
         )
         if allowed is not None and not allowed:
             raise NoGpuError(
-                f"{VARIABLE}={self.visible_text or ','.join(self.visible or ())!r} leaves "
-                "no whole GPU to choose from"
+                f"{VARIABLE}={','.join(self.visible or ()) or '(empty)'} leaves no "
+                "whole GPU to choose from"
             )
         excluded = resolve(self.exclude, gpus, device_order="PCI_BUS_ID", what="--exclude")
         usable = (allowed if allowed is not None else {gpu.index for gpu in gpus}) - excluded

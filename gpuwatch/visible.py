@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpuwatch.choices import Format
-from gpuwatch.errors import VisibleDevicesError
+from gpuwatch.errors import NoGpuError, VisibleDevicesError
 from gpuwatch.models import Device, GpuSample, MigDevice, Snapshot
 
 VARIABLE = "CUDA_VISIBLE_DEVICES"
@@ -42,6 +42,23 @@ def parse_visible_devices(value: str) -> tuple[str, ...]:
             raise VisibleDevicesError(f"{VARIABLE}={value!r} names {entry} twice")
         entries.append(entry)
     return tuple(entries)
+
+
+def visible_entries(value: str | None) -> tuple[str, ...] | None:
+    """The entries of CUDA_VISIBLE_DEVICES, `None` when it is unset.
+
+    Raises `NoGpuError` when it is set but hides every GPU (`-1`, or empty: a
+    common way to say "no GPU"), before any GPU is read.
+    """
+    if value is None:
+        return None
+    entries = parse_visible_devices(value)
+    if not entries:
+        raise NoGpuError(
+            f"{VARIABLE}={value!r} hides every GPU from this process; unset it, or set it "
+            "to the GPUs this job may use"
+        )
+    return entries
 
 
 def resolve(

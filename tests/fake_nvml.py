@@ -56,6 +56,7 @@ class FakeGpu:
     pstate: int = 0
     compute: list[tuple[int, int]] = field(default_factory=list)
     graphics: list[tuple[int, int]] = field(default_factory=list)
+    mps: list[tuple[int, int]] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
     failing: set[str] = field(default_factory=set)
     lost: bool = False
@@ -148,7 +149,7 @@ class FakeNvml:
         return SimpleNamespace(total=gpu.total, used=gpu.used, free=free, reserved=gpu.reserved)
 
     def _function_pointer(self, symbol: str) -> Callable[..., int]:
-        kind = "compute" if "Compute" in symbol else "graphics"
+        kind = "mps" if "MPS" in symbol else "compute" if "Compute" in symbol else "graphics"
         version = symbol.rsplit("_", 1)[1] if symbol.endswith(("_v2", "_v3")) else "v1"
         if version not in self.process_versions:
             raise pynvml.NVMLError_FunctionNotFound()
@@ -158,7 +159,7 @@ class FakeNvml:
             self.calls[symbol] += 1
             if gpu.lost:
                 return pynvml.NVML_ERROR_GPU_IS_LOST
-            if "processes" in gpu.unsupported:
+            if {"processes", f"{kind} processes"} & gpu.unsupported:
                 return pynvml.NVML_ERROR_NOT_SUPPORTED
             listed = getattr(gpu, kind)
             count = count_ref._obj

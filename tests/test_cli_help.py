@@ -64,7 +64,7 @@ def test_a_simulated_node_is_not_told_to_try_a_simulated_node() -> None:
     result = run_cli("pick", "--sim", "4", env={"CUDA_VISIBLE_DEVICES": ""})
     # THEN the error says why, without suggesting --sim 4
     assert result.exit_code == 3
-    assert "leaves no whole GPU" in result.stderr and "--sim" not in result.stderr
+    assert "hides every GPU" in result.stderr and "--sim" not in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.daemon_helpers import running_daemon
+
 PACKAGE = Path(__file__).resolve().parents[1] / "gpuwatch"
 HEAVY = ("torch", "textual", "click", "pynvml")
 
@@ -91,3 +93,51 @@ def test_without_the_driver_library_pynvml_is_never_imported(tmp_path: Path) -> 
         "except gpuwatch.DriverNotFoundError:\n    pass"
     )
     assert "pynvml" not in loaded_after(statement)
+
+
+def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_unused_stdlib(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a daemon serving snapshots
+    with running_daemon(tmp_path) as (_, socket_path, _):
+        # WHEN pick chooses a GPU through it, as `gpuwatch pick` starts
+        statement = (
+            "import os\n"
+            f"os.environ['GPUWATCH_SOCKET'] = {str(socket_path)!r}\n"
+            f"os.environ['GPUWATCH_LEASE_DIR'] = {str(tmp_path / 'leases')!r}\n"
+            "from gpuwatch.cli import main\n"
+            "try:\n    main(['pick', '-n', '2'])\n"
+            "except SystemExit as done:\n    assert done.code == 0, done.code\n"
+        )
+        loaded = loaded_after(statement)
+    # THEN it loads no pynvml, no socket wrapper, and not the inspect machinery
+    # (ast, dis) that dataclasses imports without using
+    assert loaded.isdisjoint({*HEAVY, "socket", "ast", "dis", "tokenize"})
+
+
+def test_a_one_shot_status_loads_no_sampling_loop() -> None:
+    statement = (
+        "from gpuwatch.cli import main\n"
+        "try:\n    main(['status', '--json', '--sim', '2'])\n"
+        "except SystemExit as done:\n    assert done.code == 0, done.code\n"
+        "import sys\n"
+        "assert 'gpuwatch.sampling' not in sys.modules and 'gpuwatch.history' not in sys.modules\n"
+    )
+    loaded_after(statement)
+
+
+def test_a_deferred_module_loads_when_first_used() -> None:
+    # GIVEN a module deferred before anything imported it
+    statement = (
+        "import sys\n"
+        "from gpuwatch._lazyimport import defer\n"
+        "defer('colorsys')\n"
+        "import colorsys\n"
+        "assert 'rgb_to_hsv' not in vars(colorsys)\n"
+        # WHEN it is used, THEN it works, for this importer and any later one
+        "assert colorsys.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)\n"
+        "import colorsys as again\n"
+        "assert again.hsv_to_rgb(0.0, 1.0, 1.0) == (1.0, 0.0, 0.0)\n"
+        "assert type(sys.modules['colorsys']).__name__ == 'module'\n"
+    )
+    loaded_after(statement)

@@ -357,8 +357,8 @@ class TestLeaseEdges:
     @pytest.mark.parametrize(
         ("value", "message"),
         [
-            ("", "CUDA_VISIBLE_DEVICES='' leaves no whole GPU to choose from"),
-            ("-1", "CUDA_VISIBLE_DEVICES='-1' leaves no whole GPU to choose from"),
+            ("", "CUDA_VISIBLE_DEVICES='' hides every GPU"),
+            ("-1", "CUDA_VISIBLE_DEVICES='-1' hides every GPU"),
             ("MIG-6f3a2b1c-0000", "names only MIG devices, but no GPU on this machine has"),
         ],
         ids=["empty", "minus-one", "mig-only"],

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pynvml
@@ -112,12 +112,42 @@ def test_works_when_torch_is_imported_but_cuda_not_started(monkeypatch: pytest.M
     assert len(gpuwatch.select(sim=4)) == 1
 
 
-def test_selecting_twice_is_refused_until_released() -> None:
+def test_selecting_again_with_the_same_arguments_returns_the_same_selection(
+    lease_dir: Path,
+) -> None:
+    # GIVEN a notebook cell that selected a GPU
+    first = gpuwatch.select(min_free="1GiB", sim=4)
+    # WHEN the cell runs again, with the same wishes however they are written
+    again = gpuwatch.select(1, min_free=1 << 30, sim="4", wait=True)
+    # THEN it gets the same selection, and the process still holds one lease
+    assert again is first
+    assert len(LeaseDir(lease_dir).leases()) == 1
+
+
+def test_selecting_again_differently_names_what_differs_until_released() -> None:
     first = gpuwatch.select(sim=4)
-    with pytest.raises(AlreadySelectedError, match=r"already chose GPUs \[3\]"):
-        gpuwatch.select(sim=4)
+    # WHEN a second call asks for something else, THEN it is refused, saying what differs
+    with pytest.raises(
+        AlreadySelectedError,
+        match=r"select\(n=2, strategy='pack'\) differs from the select\(n=1, "
+        r"strategy='most-free'\) that chose GPUs \[3\].*\.release\(\)",
+    ):
+        gpuwatch.select(2, strategy="pack", sim=4)
+    # AND once the first is released, the new wishes are met
     first.release()
-    assert gpuwatch.select(sim=4).indices == [3]
+    assert gpuwatch.select(2, strategy="pack", sim=4).indices == [0, 1]
+
+
+def test_selecting_again_after_cuda_started_still_returns_the_selection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a selection, and then CUDA started by the training that followed
+    first = gpuwatch.select(sim=4)
+    fake_torch = types.ModuleType("torch")
+    fake_torch.cuda = types.SimpleNamespace(is_initialized=lambda: True)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    # WHEN the notebook is run from the top again, THEN it keeps its GPUs
+    assert gpuwatch.select(sim=4) is first
 
 
 def test_fallback_cpu_gives_an_empty_selection_without_a_driver(
@@ -152,20 +182,31 @@ def test_bad_arguments_are_clear_errors(kwargs: dict[str, object], message: str)
         gpuwatch.select(sim=4, **kwargs)  # type: ignore[arg-type]
 
 
-def test_device_is_cpu_when_torch_cannot_use_cuda() -> None:
+def test_device_on_a_cpu_build_of_torch_warns_and_gives_the_gpus_back(lease_dir: Path) -> None:
     torch = pytest.importorskip("torch")
-    gpuwatch.select(sim=4)
-    assert gpuwatch.device() == torch.device("cpu")  # the CPU build of torch
+    # GIVEN GPUs selected, and a CPU-only build of torch (as in this test environment)
+    selection = gpuwatch.select(2, sim=4)
+    # WHEN the script asks for its device
+    with pytest.warns(RuntimeWarning, match=r"CPU-only build; giving back GPUs \[3, 2\]"):
+        first = gpuwatch.device()
+    # THEN it computes on the CPU, and no longer keeps GPUs from other jobs
+    assert first == torch.device("cpu")
+    assert LeaseDir(lease_dir).leases() == []
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") is None
+    assert selection.environment  # what it had set, for the record
+    # AND asking again is quiet (pytest turns any further warning into an error)
+    assert gpuwatch.device() == torch.device("cpu")
 
 
-def test_device_selects_first_when_nothing_was_selected(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_device_selects_first_when_nothing_was_selected(
+    monkeypatch: pytest.MonkeyPatch, lease_dir: Path
+) -> None:
     pytest.importorskip("torch")
     monkeypatch.setenv("GPUWATCH_SIM", "2")
-    gpuwatch.device()
-    assert (
-        selection_module._this_process.selection is not None
-        and len(selection_module._this_process.selection) == 1
-    )
+    with pytest.warns(RuntimeWarning, match=r"giving back GPUs \[1\]"):
+        gpuwatch.device()  # selected GPU 1, which the CPU build cannot use
+    assert selection_module._this_process.selection is not None
+    assert LeaseDir(lease_dir).leases() == []
 
 
 def test_select_docstring_example_runs() -> None:
@@ -185,15 +226,33 @@ def test_select_with_cpu_fallback_imports_no_torch_or_ui(tmp_path: Path) -> None
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("value", ["", "-1"], ids=["empty", "minus-one"])
-def test_visible_devices_hiding_every_gpu_falls_back_to_cpu(
-    monkeypatch: pytest.MonkeyPatch, value: str
+@pytest.mark.parametrize("value", ["-1", "", "-1,0"], ids=["minus-one", "empty", "minus-first"])
+def test_visible_devices_hiding_every_gpu_means_no_gpu(
+    monkeypatch: pytest.MonkeyPatch, fake_nvml: Callable[..., FakeNvml], value: str
 ) -> None:
+    # GIVEN a script migrated from os.environ.setdefault("CUDA_VISIBLE_DEVICES", ...),
+    # run where CUDA_VISIBLE_DEVICES hides every GPU, on a GPU machine
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
-    assert gpuwatch.select(sim=4, fallback="cpu").gpus == ()
+    fake = fake_nvml()
+    # WHEN it selects with a CPU fallback, THEN it gets the CPU, without reading the GPUs
+    assert gpuwatch.select(fallback="cpu").gpus == ()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == value
     selection_module._this_process.selection = None
-    with pytest.raises(gpuwatch.NoGpuError, match="leaves no whole GPU"):
-        gpuwatch.select(sim=4)
+    # AND without one, the error quotes what was set
+    with pytest.raises(gpuwatch.NoGpuError, match=f"CUDA_VISIBLE_DEVICES={value!r} hides every"):
+        gpuwatch.select()
+    assert fake.total_calls == 0
+
+
+def test_not_enough_gpus_says_why_for_each_gpu() -> None:
+    # GIVEN a node where no GPU has 80GiB free, WHEN a script asks for it
+    with pytest.raises(NotEnoughGpusError) as raised:
+        gpuwatch.select(min_free="80GiB", sim=4)
+    # THEN the message itself (what a traceback shows) carries pick's per-GPU reasons
+    lines = str(raised.value).splitlines()
+    assert lines[0] == "1 GPU with 80.0GiB free wanted, 0 qualify"
+    assert lines[1:] == [f"  {reason}" for reason in raised.value.reasons]
+    assert len(lines) == 5 and lines[1].startswith("  GPU ")
 
 
 def test_release_gives_back_the_gpus_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,14 +6,15 @@ says it may be (`X-Gpuwatch-Stale-After`, seconds) is refused, so that a
 daemon that stopped sampling is never taken for a current view. The HTTP
 spoken here is the least that works (one GET, HTTP/1.0, read to the end):
 `http.client` would cost `gpuwatch pick` more start-up time than the whole
-request.
+request. For the same reason it uses `_socket`: the `socket` module's wrapper
+builds enums of every constant on import, which costs more than the request.
 """
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
-import socket
 import stat
 import time
 
@@ -39,7 +40,8 @@ def http_request(
     socket_path: str, path: str, timeout_s: float = TIMEOUT_S
 ) -> tuple[int, dict[str, str], bytes]:
     """GETs `path` from the daemon at `socket_path`: (status, headers in lower case, body)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+    connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         connection.settimeout(timeout_s)
         connection.connect(socket_path)
         connection.sendall(f"GET {path} HTTP/1.0\r\nHost: gpuwatch\r\n\r\n".encode())
@@ -49,6 +51,8 @@ def http_request(
             size += len(chunk)
             if size > _MAX_RESPONSE_BYTES:
                 raise ValueError("response too large")
+    finally:
+        connection.close()
     head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     words = status_line.split()

@@ -8,9 +8,10 @@ Driver calls are what watching a GPU costs, so a sample makes as few as it can:
 - a field the GPU reports as not supported is not asked for again;
 - a process list is read in one call, into a buffer sized from the last count,
   where pynvml's wrappers make two (a size probe, then the fill).
-A full sample of a GPU costs 9 calls, 10 with a fan: memory, utilization,
-temperature, power, power limit, SM clock, P-state, fan, compute and graphics
-processes. A selection sample costs 2: memory and utilization.
+A full sample of a GPU costs 10 calls, 11 with a fan: memory, utilization,
+temperature, power, power limit, SM clock, P-state, fan, and the compute, graphics
+and MPS client processes (one fewer where the driver does not support MPS). A
+selection sample costs 2: memory and utilization.
 
 MIG costs nothing on GPUs without it: a GPU whose utilization reads is not in
 MIG mode (the driver reports no utilization for a MIG-enabled GPU), so the MIG
@@ -78,6 +79,11 @@ _PROCESS_SYMBOLS = {
         "nvmlDeviceGetGraphicsRunningProcesses_v3",
         "nvmlDeviceGetGraphicsRunningProcesses_v2",
         "nvmlDeviceGetGraphicsRunningProcesses",
+    ),
+    ProcessKind.MPS: (
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+        "nvmlDeviceGetMPSComputeRunningProcesses",
     ),
 }
 
@@ -337,11 +343,11 @@ class NvmlBackend(Backend):
         memory: dict[int, int | None] = {}
         where: dict[int, str | None] = {}
         by_instance = {(m.gpu_instance_id, m.compute_instance_id): m.uuid for m in migs}
-        for kind in (ProcessKind.COMPUTE, ProcessKind.GRAPHICS):
+        for kind in _PROCESS_SYMBOLS:
+            # A driver without MPS answers "not supported" once, and is not asked again.
             listed = fields.read(f"{kind} processes", self._process_list, gpu, kind, handle)
             for pid, used_bytes, gpu_instance, compute_instance in listed or ():
-                # A process in both lists is one process using the GPU both ways.
-                kinds[pid] = ProcessKind.COMPUTE_GRAPHICS if pid in kinds else kind
+                kinds[pid] = _both(kinds[pid], kind) if pid in kinds else kind
                 memory[pid] = used_bytes if memory.get(pid) is None else memory[pid]
                 where[pid] = where.get(pid) or by_instance.get((gpu_instance, compute_instance))
         return [(pid, gpu, memory[pid], kinds[pid], where[pid]) for pid in kinds]
@@ -406,6 +412,14 @@ def _read_process_list(symbol: str, handle: Any, gpu: _Gpu) -> list[_Listed]:
         )
         for info in buffer[: count.value]
     ]
+
+
+def _both(listed: ProcessKind, also: ProcessKind) -> ProcessKind:
+    """The kind of a process found in two lists: compute and graphics make one process using
+    the GPU both ways; otherwise the first list's kind stands."""
+    if {listed, also} == {ProcessKind.COMPUTE, ProcessKind.GRAPHICS}:
+        return ProcessKind.COMPUTE_GRAPHICS
+    return listed
 
 
 def _instance_id(info: Any, name: str) -> int | None:

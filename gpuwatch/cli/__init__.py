@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from gpuwatch._lazyimport import UNUSED_AT_START, defer
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
 from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NotEnoughGpusError
 
@@ -28,6 +29,11 @@ _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Runs the command line and exits with its code."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    if args[:1] in (["pick"], ["status"]):
+        # Their start-up is paid on every job and every look. Commands that stay up (daemon,
+        # tui) or load torch keep the real modules: their libraries may introspect them.
+        for name in UNUSED_AT_START:  # imported by dependencies, seldom used: loaded on first use
+            defer(name)
     if args[:1] == ["pick"]:
         from gpuwatch.cli.pick import run_pick
 
@@ -43,8 +49,9 @@ def run_reporting_errors(command: Callable[[], int]) -> int:
         # Only a missing driver is helped by simulating: no GPU left by CUDA_VISIBLE_DEVICES
         # or --exclude would be the same on a simulated node.
         hint = _NO_GPU_HINT if isinstance(error, DriverNotFoundError) else ""
-        reasons = error.reasons if isinstance(error, NotEnoughGpusError) else ()
-        return fail(f"{error}{hint}", exit_code_for(error), details=reasons)
+        if isinstance(error, NotEnoughGpusError):  # each reason on a line of its own
+            return fail(error.summary, exit_code_for(error), details=error.reasons)
+        return fail(f"{error}{hint}", exit_code_for(error))
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:

@@ -16,7 +16,6 @@ from gpuwatch.cli import reader_gone
 from gpuwatch.cli.options import Command, Duration, WholeNumber, backend_options
 from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.sampling import watch
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MAX_WATCH_S = 86400.0
@@ -138,6 +137,8 @@ def _local_frames(
         if interval_s is None:
             yield source.sample(), _leases(lease_dir, say)
             return
+        from gpuwatch.sampling import watch  # a one-shot status does without it
+
         for snapshot in watch(source, interval_s, count=count):
             yield snapshot, _leases(lease_dir, say)
 
