@@ -182,3 +182,15 @@ def test_leases_show_who_holds_which_gpu(tmp_path: Path) -> None:
     below_gpu2 = table.split("[2] ")[1].split("[3] ")[0]
     assert f"leased by {held.lease.user} (pid {os.getpid()}, shared, 10.0GiB" in below_gpu2
     assert data["leases"] == [held.lease.to_dict()]
+
+
+def test_verbose_says_why_leases_of_a_refused_directory_are_not_shown(lease_dir: Path) -> None:
+    # GIVEN a lease directory that anyone could empty (world-writable, not sticky)
+    lease_dir.mkdir()
+    lease_dir.chmod(0o777)
+    # WHEN status is asked to say where things come from
+    result = run_cli("status", "--sim", "2", "-v")
+    # THEN the GPUs are shown, and it says why no lease is: pick refuses that directory too
+    assert result.exit_code == 0, result.stderr
+    assert "leases are not shown: " in result.stderr and "not sticky" in result.stderr
+    assert run_cli("pick", "--sim", "2", "--", "true").exit_code == ExitCode.FAILED

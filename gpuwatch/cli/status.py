@@ -130,7 +130,7 @@ def _local_frames(
     verbose: bool,
 ) -> Iterator[tuple[Snapshot, list[Lease]]]:
     say = _say if verbose else None
-    lease_dir = LeaseDir.read_only()
+    lease_dir = LeaseDir.read_only(on_refused=say)
     with open_backend(backend, sim, on_fallback=say) as source:
         if say is not None:
             say(f"reading GPUs from {_described(source)}")
