@@ -41,7 +41,7 @@ def run_cli(*args: str, env: dict[str, str | None] | None = None) -> CliResult:
 
 @pytest.fixture(autouse=True)
 def lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own lease directory, and chooses its own backend and GPUs:
+    """Every test gets its own lease directory, and chooses its own backend, daemon and GPUs:
     the developer's shell must not choose them for it."""
     for name in (
         "GPUWATCH_BACKEND",
@@ -53,6 +53,8 @@ def lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     path = tmp_path / "leases"
     monkeypatch.setenv("GPUWATCH_LEASE_DIR", str(path))
+    # Nor may a daemon that happens to run on this machine answer for the driver.
+    monkeypatch.setenv("GPUWATCH_SOCKET", str(tmp_path / "no-daemon.sock"))
     return path
 
 

@@ -13,6 +13,7 @@ from gpuwatch.cli.options import HelpContext
 _COMMANDS = {
     "status": "gpuwatch.cli.status:status",
     "pick": "gpuwatch.cli.app:pick",
+    "tui": "gpuwatch.cli.tui:tui",
     "daemon": "gpuwatch.cli.daemon:daemon",
 }
 

@@ -1,0 +1,74 @@
+"""`gpuwatch tui`: builds the sources and hands them to the live screen."""
+
+from __future__ import annotations
+
+import click
+
+from gpuwatch.cli.options import Command, Duration, backend_options
+
+
+@click.command(cls=Command)
+@backend_options
+@click.option(
+    "--interval",
+    "interval_s",
+    type=Duration(minimum_s=0.1, maximum_s=3600.0),
+    default="1s",
+    show_default=True,
+    metavar="SECONDS",
+    help="Sample every SECONDS (e.g. 1, 500ms; 100ms to 1h).",
+)
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    metavar="[USER@]HOST",
+    help="Show another machine, read over ssh (repeat for several; gpuwatch must be "
+    "installed there); --backend and --sim apply on those machines.",
+)
+@click.option("--readonly", is_flag=True, help="Never signal processes: the keys are off.")
+@click.option(
+    "--idle-after",
+    "idle_after_s",
+    type=Duration(minimum_s=0, maximum_s=7 * 86400.0),
+    default="10m",
+    show_default=True,
+    metavar="DURATION",
+    help="Mark a process as an idle holder when it holds memory on a GPU idle this long "
+    "(up to 7d).",
+)
+def tui(
+    backend: str | None,
+    sim: str | None,
+    interval_s: float,
+    hosts: tuple[str, ...],
+    readonly: bool,
+    idle_after_s: float,
+) -> int:
+    """The live screen: every GPU, its processes, leases, waiting jobs and recent history.
+
+    \b
+    Examples:
+      gpuwatch tui                      # this machine
+      gpuwatch tui --sim 8              # a simulated 8-GPU node
+      gpuwatch tui --host node7 --host alice@node8 --readonly
+    """
+    from gpuwatch.tui.frames import LocalSource, RemoteSource, Source
+
+    sources: list[Source]
+    if hosts:
+        sources = [RemoteSource(host, backend=backend, sim=sim) for host in hosts]
+    else:
+        from gpuwatch.backends import open_backend
+        from gpuwatch.leases import LeaseDir
+
+        sources = [LocalSource(open_backend(backend, sim), LeaseDir.read_only())]
+    from gpuwatch.tui.app import GpuwatchApp
+
+    app = GpuwatchApp(sources, interval_s=interval_s, readonly=readonly, idle_after_s=idle_after_s)
+    try:
+        app.run()
+        return app.return_code or 0  # 1 when the app stopped on an error it showed
+    finally:
+        for source in sources:
+            source.close()

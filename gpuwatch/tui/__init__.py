@@ -1,0 +1,21 @@
+"""`gpuwatch tui`: the live terminal view of one or several machines' GPUs.
+
+Only `app`, `screens` and `widgets` import Textual (and `gpuwatch.tcss` holds
+every colour and size). The rest is plain logic,
+importable and testable without it:
+
+- `frames`: what the screen shows of one machine at one moment (`Frame`), and
+  the `Source`s that produce frames on a worker thread (a backend on this
+  machine, or `gpuwatch status` streamed over ssh).
+- `trends`: bounded per-GPU and per-process series for the graphs, and how
+  long each GPU has been idle.
+- `state`: what the screen knows of each machine, fed frame by frame.
+- `render`: bars, graphs, numbers and colour levels, as text spans.
+- `rows`: the process table's rows (processes, leases, waiting jobs), their
+  sorting and filtering, and which columns fit a width.
+- `layout`: how many GPU cards per line and how tall, from the terminal size.
+- `signals`: who may be signalled, and sending the signal.
+- `details`: a process's parents and environment, for the detail view.
+- `tree`: the tree view's order (processes under their parents).
+- `keys`: every key binding, shared by the app, its help screen and the README.
+"""

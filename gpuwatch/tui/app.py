@@ -1,0 +1,423 @@
+"""`GpuwatchApp`: the live screen. It is handed its sources and never opens a backend.
+
+Each source runs on its own sampling thread, which posts `FrameArrived`
+messages; the UI thread only draws. A source that hangs stops only its own
+thread, and its section says for how long it has had no sample.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from gpuwatch.tui import rows as row_logic
+from gpuwatch.tui.frames import Backfill, Frame, HostStats, Source
+from gpuwatch.tui.keys import KEYS
+from gpuwatch.tui.layout import Layout, choose_layout
+from gpuwatch.tui.rows import Row, RowFilter
+from gpuwatch.tui.state import ScreenState
+from gpuwatch.tui.widgets import HostLine, Panel, ProcessTable, SectionView
+
+DEFAULT_IDLE_AFTER_S = 600.0
+SAMPLER_EXIT_WAIT_S = 2.0
+
+
+class FrameArrived(Message):
+    def __init__(self, number: int, frame: Frame) -> None:
+        super().__init__()
+        self.number = number
+        self.frame = frame
+
+
+class BackfillArrived(Message):
+    def __init__(self, number: int, backfill: Backfill) -> None:
+        super().__init__()
+        self.number = number
+        self.backfill = backfill
+
+
+class Sampler(threading.Thread):
+    """Runs one source and posts what it says; a daemon thread, so a hung driver never
+    keeps the program from exiting."""
+
+    def __init__(self, app: App[int], number: int, source: Source, interval_s: float) -> None:
+        super().__init__(name=f"gpuwatch-tui-sampler-{number}", daemon=True)
+        self._app, self._number, self._source = app, number, source
+        self._interval_s = interval_s
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            backfill = self._source.backfill()
+        except Exception as error:  # the past is a nicety; the present matters
+            backfill = Backfill(self._source.label, note=f"no history ({error})")
+        self._app.post_message(BackfillArrived(self._number, backfill))
+        for frame in self._source.frames(self._interval_s, self.stop):
+            if self.stop.is_set():
+                return
+            self._app.post_message(FrameArrived(self._number, frame))
+
+
+class GpuwatchApp(App[int]):
+    """The GPUs, processes, leases and waiting jobs of one or several machines."""
+
+    CSS_PATH = "gpuwatch.tcss"
+    TITLE = "gpuwatch"
+
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        *,
+        interval_s: float = 1.0,
+        readonly: bool = False,
+        idle_after_s: float = DEFAULT_IDLE_AFTER_S,
+        clock: Callable[[], float] = time.time,
+        sample: bool = True,
+        as_root: bool | None = None,
+        panels: Sequence[Panel] = (),
+    ) -> None:
+        """`clock` gives the wall time shown (running and idle times); `sample=False` starts
+        no threads, so frames come only from `feed()`; `as_root` defaults to the truth."""
+        super().__init__()
+        self.sources = list(sources)
+        self.interval_s = interval_s
+        self.readonly = readonly
+        self.idle_after_s = idle_after_s
+        self.clock = clock
+        self.state = ScreenState([s.label for s in self.sources], interval_s)
+        self.sort_column = "gpu_mem"
+        self.sort_reverse = True
+        self.row_filter = RowFilter()
+        self.tagged: set[str] = set()
+        self.tree_view = False
+        self.message_text = ""
+        self._sample = sample
+        self.panels = list(panels)
+        self.as_root = os.geteuid() == 0 if as_root is None else as_root
+        self._samplers: list[Sampler] = []
+        self._opened_at = time.monotonic()
+        self._stalled_after_s = max(3 * interval_s, 2.0)
+        self._layout: Layout | None = None
+        self._home: Screen[object] = Screen()
+        self._mounted_once = False
+        self._shown_stalled = False
+        for key in KEYS:
+            if key.action and not (key.writes and readonly):
+                self.bind(key.keys, key.action, description=key.footer, show=bool(key.footer))
+
+    # --- building -------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        with VerticalScroll(id="gpus"):
+            for number in range(len(self.sources)):
+                yield SectionView(number)
+        yield HostLine()
+        yield from self.panels
+        yield ProcessTable()
+        yield Static(id="status")
+        yield Input(
+            placeholder="filter: user:NAME gpu:N idle WORD   (Enter keeps, Esc clears)", id="filter"
+        )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        # Sampling starts while the screen is still being built: the first frame is
+        # then waiting for it, not the other way round.
+        if self._sample:
+            for number, source in enumerate(self.sources):
+                sampler = Sampler(self, number, source, self.interval_s)
+                self._samplers.append(sampler)
+                sampler.start()
+
+    def on_ready(self) -> None:
+        self._home = self.screen
+        self._mounted_once = True
+        self._draw_title()
+        self._home.query_one(ProcessTable).focus()
+        self.set_interval(1.0, self._watch_stalls)
+        self.redraw()
+
+    def on_unmount(self) -> None:
+        for sampler in self._samplers:
+            sampler.stop.set()
+        # Let each sampler finish its current read (a remote one closes its ssh), but never
+        # wait long on one stuck in the driver: it is a daemon thread, the exit ends it.
+        deadline = time.monotonic() + SAMPLER_EXIT_WAIT_S
+        for sampler in self._samplers:
+            sampler.join(max(0.0, deadline - time.monotonic()))
+
+    # --- data -----------------------------------------------------------------------------
+
+    def feed(self, number: int, frame: Frame) -> None:
+        """Applies a frame as if its sampler had posted it."""
+        self.state.apply(number, frame, time.monotonic())
+        self.redraw()
+        self._refresh_detail()
+
+    @on(FrameArrived)
+    def _frame_arrived(self, message: FrameArrived) -> None:
+        self.feed(message.number, message.frame)
+
+    @on(BackfillArrived)
+    def _backfill_arrived(self, message: BackfillArrived) -> None:
+        self.state.sections[message.number].apply_backfill(message.backfill)
+
+    def _watch_stalls(self) -> None:
+        """Between frames, redraws only to say (or stop saying) that samples are late."""
+        monotonic = time.monotonic()
+        stalled = any(
+            s.stalled_s(monotonic, self._stalled_after_s, self._opened_at) is not None
+            for s in self.state.sections
+        )
+        if stalled or self._shown_stalled:
+            self._shown_stalled = stalled
+            with contextlib.suppress(NoMatches):
+                self._draw_sections()
+
+    # --- drawing --------------------------------------------------------------------------
+
+    def redraw(self) -> None:
+        if not self._mounted_once:
+            return
+        # While shutting down the widgets are gone, but a frame may still be queued.
+        with contextlib.suppress(NoMatches):
+            self._redraw()
+
+    def _redraw(self) -> None:
+        sections = self.state.sections
+        self._layout = choose_layout(
+            self.size.width,
+            self.size.height,
+            [len(s.frame.snapshot.gpus) if s.frame and s.frame.snapshot else 1 for s in sections],
+            [
+                len(s.frame.snapshot.mig_devices) if s.frame and s.frame.snapshot else 0
+                for s in sections
+            ],
+        )
+        self._home.query_one("#gpus").styles.height = self._layout.gpu_panel_lines
+        self._draw_sections()
+        self._home.query_one(HostLine).show(self._host_stats(), self.size.width)
+        for panel in self.panels:
+            panel.show_state(self.state, self.clock())
+        self._draw_table()
+        self._draw_status()
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    def _draw_title(self) -> None:
+        parts = ["gpuwatch"]
+        if self.readonly:
+            parts.append("read-only")
+        elif self.as_root:
+            parts.append("running as root: signals reach every user's processes")
+        parts.append("? help  q quit")
+        self._home.query_one("#title", Static).update("  ·  ".join(parts))
+
+    def _draw_sections(self) -> None:
+        if self._layout is None:
+            return
+        now, monotonic = self.clock(), time.monotonic()
+        views = list(self._home.query(SectionView))
+        if len(views) != len(self.state.sections):
+            return  # shutting down: the widgets are going
+        for section, view in zip(self.state.sections, views, strict=True):
+            stalled = section.stalled_s(monotonic, self._stalled_after_s, self._opened_at)
+            view.show(section, self._layout, now, stalled, self.idle_after_s)
+
+    def _host_stats(self) -> HostStats | None:
+        for section in self.state.sections:
+            if section.frame is not None and section.frame.host is not None:
+                return section.frame.host
+        return None
+
+    def current_rows(self) -> list[Row]:
+        now = self.clock()
+        rows = [r for r in self.state.rows(now, self.idle_after_s) if self.row_filter.matches(r)]
+        rows = row_logic.sort_rows(rows, self.sort_column, reverse=self.sort_reverse, now=now)
+        if self.tree_view:
+            from gpuwatch.tui.tree import tree_order
+
+            for section in self.state.sections:
+                if section.frame is not None and section.frame.ancestors:
+                    known = {a.pid: a for a in section.frame.ancestors}
+                    rows = tree_order(rows, known, section.label)
+        return rows
+
+    def action_tree(self) -> None:
+        self.tree_view = not self.tree_view
+        for source in self.sources:
+            if hasattr(source, "tree"):
+                source.tree = self.tree_view  # the next frame brings the ancestors
+        self.redraw()
+
+    def _draw_table(self) -> None:
+        table = self._home.query_one(ProcessTable)
+        columns = row_logic.columns_for(self.size.width, several_hosts=len(self.sources) > 1)
+        if self.sort_column not in {c.key for c in columns}:
+            self.sort_column = "gpu_mem"
+        rows = self.current_rows()
+        self.tagged &= {row.key for row in rows}
+        table.show(
+            rows,
+            columns,
+            self.clock(),
+            self.tagged,
+            (self.sort_column, self.sort_reverse),
+            self.size.width,
+        )
+
+    def _draw_status(self) -> None:
+        title = row_logic.BY_KEY[self.sort_column].title
+        parts = [f"sorted by {title} {'▼' if self.sort_reverse else '▲'}"]
+        if self.tree_view:
+            parts.append("tree view")
+        if self.row_filter:
+            parts.append(f"filter: {self._home.query_one('#filter', Input).value}")
+        if self.row_filter.problem:
+            parts.append(self.row_filter.problem)
+        if self.tagged:
+            parts.append(f"{len(self.tagged)} tagged")
+        if self.message_text:
+            parts.append(self.message_text)
+        self._home.query_one("#status", Static).update("  ·  ".join(parts))
+
+    # --- actions --------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        from gpuwatch.tui.screens import HelpScreen
+
+        self.push_screen(HelpScreen(self.readonly))
+
+    def _cycle_sort(self, step: int) -> None:
+        table = self._home.query_one(ProcessTable)
+        keys = [c.key for c in table.columns_shown if c.key != "host"] or ["gpu_mem"]
+        position = keys.index(self.sort_column) if self.sort_column in keys else 0
+        self.sort_column = keys[(position + step) % len(keys)]
+        self.redraw()
+
+    def action_next_sort(self) -> None:
+        self._cycle_sort(1)
+
+    def action_previous_sort(self) -> None:
+        self._cycle_sort(-1)
+
+    def action_reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self.redraw()
+
+    @on(DataTable.HeaderSelected)
+    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        if key == self.sort_column:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_column = key
+        self.redraw()
+
+    @on(DataTable.RowHighlighted)
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._home.query_one(ProcessTable).selected_key = event.row_key.value
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_detail()
+
+    def action_filter(self) -> None:
+        field = self._home.query_one("#filter", Input)
+        field.display = True
+        field.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.row_filter = RowFilter.parse(event.value)
+        self.redraw()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_kept(self) -> None:
+        self._home.query_one("#filter", Input).display = False
+        self._home.query_one(ProcessTable).focus()
+
+    def action_clear(self) -> None:
+        field = self._home.query_one("#filter", Input)
+        field.value = ""
+        field.display = False
+        self.row_filter = RowFilter()
+        self.tagged.clear()
+        self.message_text = ""
+        self._home.query_one(ProcessTable).focus()
+        self.redraw()
+
+    def selected_row(self) -> Row | None:
+        return self._home.query_one(ProcessTable).current_row()
+
+    def action_tag(self) -> None:
+        row = self.selected_row()
+        if row is not None:
+            self.tagged ^= {row.key}
+            self.redraw()
+
+    def action_detail(self) -> None:
+        from gpuwatch.tui.details import read_details, remote_details
+        from gpuwatch.tui.screens import DetailScreen
+
+        row = self.selected_row()
+        if row is None or len(self.screen_stack) > 1:
+            return  # Enter reaches both the table and the app: open one detail only
+        details = read_details(row.pid) if row.local else remote_details()
+        screen = DetailScreen(row, details)
+        self.push_screen(screen)
+        self.call_after_refresh(self._refresh_detail)
+
+    def _refresh_detail(self) -> None:
+        from gpuwatch.tui.screens import DetailScreen
+
+        screen = self.screen_stack[-1] if self.screen_stack else None
+        if isinstance(screen, DetailScreen):
+            key = screen.row.key
+            row = next(
+                (r for r in self.state.rows(self.clock(), self.idle_after_s) if r.key == key), None
+            )
+            screen.refresh_from(row, self.state.process_trends.get(key), self.size.width)
+
+    def action_signal(self, name: str) -> None:
+        from gpuwatch.tui.screens import ConfirmScreen
+        from gpuwatch.tui.signals import plan
+
+        table = self._home.query_one(ProcessTable)
+        chosen = [r for key in self.tagged if (r := table.row(key)) is not None]
+        if not chosen and (row := self.selected_row()) is not None:
+            chosen = [row]
+        if not chosen:
+            self.notify_status("select or tag a process first")
+            return
+        proposal = plan(chosen)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                from gpuwatch.tui.signals import send
+
+                self.notify_status("; ".join(send(proposal.targets, name)))
+                self.tagged.clear()
+            self.redraw()
+
+        self.push_screen(ConfirmScreen(name, proposal), answered)
+
+    def notify_status(self, text: str) -> None:
+        self.message_text = text
+        self._draw_status()
+
+    async def action_quit(self) -> None:
+        self.exit(0)

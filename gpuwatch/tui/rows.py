@@ -1,0 +1,340 @@
+"""The process table's rows: GPU processes, lease holders and waiting jobs.
+
+Pure: frames in, rows out; sorting, filtering, and which columns fit a width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gpuwatch.models import Lease, ProcessUsage, Snapshot
+from gpuwatch.policy import Waiter
+from gpuwatch.tui import render
+from gpuwatch.tui.frames import Frame
+from gpuwatch.tui.trends import Idle, IdleClock
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the process table.
+
+    `kind` is the driver's process kind, or `lease` for a holder that uses no
+    GPU memory yet, or `waiting` for a `pick --wait` job in line.
+    """
+
+    key: str
+    source: str
+    gpu: int | None
+    pid: int
+    user: str | None
+    kind: str
+    gpu_memory_bytes: int | None
+    cpu_pct: float | None
+    host_memory_bytes: int | None
+    started_at: float | None
+    command: str | None
+    lease: str
+    idle: Idle | None
+    local: bool
+    wants: str = ""
+    """What a waiting job asks for."""
+    device: str = ""
+    """Where it runs, as shown: the GPU's index, or `GPU:MIG` for a MIG device (`0:2`)."""
+    branch: str = ""
+    """In the tree view, the branch drawn before its command (`├─ `)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    title: str
+    width: int
+    sort_value: Callable[[Row, float], object]
+    drop_rank: int
+    """Narrow screens drop columns with the highest rank first; 0 is never dropped."""
+
+
+def _num(value: float | None) -> float:
+    return -1.0 if value is None else value
+
+
+def _running_s(row: Row, now: float) -> float:
+    return -1.0 if row.started_at is None else now - row.started_at
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("host", "HOST", 12, lambda r, _: r.source, 9),
+    Column("gpu", "GPU", 4, lambda r, _: (-1 if r.gpu is None else r.gpu, r.device), 0),
+    Column("pid", "PID", 8, lambda r, _: r.pid, 0),
+    Column("user", "USER", 10, lambda r, _: r.user or "", 0),
+    Column("kind", "KIND", 7, lambda r, _: r.kind, 8),
+    Column("gpu_mem", "GPU-MEM", 7, lambda r, _: _num(r.gpu_memory_bytes), 0),
+    Column("cpu", "CPU%", 5, lambda r, _: _num(r.cpu_pct), 5),
+    Column("host_mem", "HOST-MEM", 8, lambda r, _: _num(r.host_memory_bytes), 7),
+    Column("time", "TIME", 7, _running_s, 6),
+    Column("lease", "LEASE", 18, lambda r, _: r.lease, 4),
+    Column("idle", "IDLE", 8, lambda r, _: -1.0 if r.idle is None else r.idle.seconds, 3),
+    Column("command", "COMMAND", 0, lambda r, _: r.command or "", 0),
+)
+COLUMN_KEYS = tuple(column.key for column in COLUMNS)
+BY_KEY: Mapping[str, Column] = {column.key: column for column in COLUMNS}
+MIN_COMMAND_WIDTH = 16
+_CELL_PADDING = 2  # DataTable's padding around each cell
+
+
+def columns_for(width: int, *, several_hosts: bool) -> tuple[Column, ...]:
+    """The columns that fit `width` cells, dropping the least needed first."""
+    chosen = [c for c in COLUMNS if several_hosts or c.key != "host"]
+    while True:
+        used = sum(c.width + _CELL_PADDING for c in chosen) + MIN_COMMAND_WIDTH + 3
+        droppable = [c for c in chosen if c.drop_rank > 0]
+        if used <= width or not droppable:
+            return tuple(chosen)
+        chosen.remove(max(droppable, key=lambda c: c.drop_rank))
+
+
+def build_rows(
+    frame: Frame, idle_clocks: Mapping[int, IdleClock], now: float, idle_after_s: float
+) -> list[Row]:
+    """Every process, lease holder and waiting job of one frame, in no particular order."""
+    snapshot = frame.snapshot
+    if snapshot is None:
+        return []
+    by_gpu: dict[int, list[Lease]] = {}
+    for lease in frame.leases:
+        by_gpu.setdefault(lease.gpu_index, []).append(lease)
+    labels = device_labels(snapshot)
+    rows = [
+        replace(
+            _process_row(frame, p, by_gpu.get(p.gpu_index, ()), idle_clocks, now, idle_after_s),
+            key=process_key(frame.source, labels(p), p.pid),
+            device=labels(p),
+        )
+        for p in snapshot.processes
+    ]
+    on_gpu = {(p.gpu_index, p.pid) for p in snapshot.processes}
+    rows += [
+        _lease_row(frame, lease, idle_clocks, now, idle_after_s)
+        for lease in frame.leases
+        if (lease.gpu_index, lease.pid) not in on_gpu
+    ]
+    rows += [_waiter_row(frame, number, waiter) for number, waiter in enumerate(frame.waiters)]
+    # A process listed twice for one device (as the driver may) is one row.
+    return list({row.key: row for row in reversed(rows)}.values())[::-1]
+
+
+def process_key(source: str, device: str, pid: int) -> str:
+    """Names a process's row, and its series for the detail graphs."""
+    return f"{source}/{device}/{pid}"
+
+
+def device_labels(snapshot: Snapshot) -> Callable[[ProcessUsage], str]:
+    """Where a process runs, as shown: its GPU's index, or `GPU:MIG` (`0:2`)."""
+    mig_labels = {mig.uuid: mig.label for mig in snapshot.mig_devices if mig.uuid}
+    return lambda p: mig_labels.get(p.mig_uuid or "", str(p.gpu_index))
+
+
+def _idle(
+    clock: IdleClock | None, now: float, since: float | None, idle_after_s: float
+) -> Idle | None:
+    idle = clock.idle_for(now, since=since) if clock is not None else None
+    return idle if idle is not None and idle.seconds >= idle_after_s else None
+
+
+def _process_row(
+    frame: Frame,
+    process: ProcessUsage,
+    leases: Sequence[Lease],
+    idle_clocks: Mapping[int, IdleClock],
+    now: float,
+    idle_after_s: float,
+) -> Row:
+    holds_memory = bool(process.memory_used_bytes)
+    idle = (
+        _idle(idle_clocks.get(process.gpu_index), now, process.started_at, idle_after_s)
+        if holds_memory
+        else None
+    )
+    return Row(
+        key="",  # set by the caller, who knows the device
+        source=frame.source,
+        gpu=process.gpu_index,
+        pid=process.pid,
+        user=process.user,
+        kind=str(process.kind),
+        gpu_memory_bytes=process.memory_used_bytes,
+        cpu_pct=process.cpu_pct,
+        host_memory_bytes=process.rss_bytes,
+        started_at=process.started_at,
+        command=process.command,
+        lease=_lease_cell(process.pid, leases),
+        idle=idle,
+        local=frame.local,
+    )
+
+
+def _lease_cell(pid: int, leases: Sequence[Lease]) -> str:
+    """`holder` when this process holds the GPU's lease, else who does."""
+    own = [lease for lease in leases if lease.pid == pid]
+    if own:
+        return "holder " + _how(own[0])
+    return render.lease_summary(leases)
+
+
+def _how(lease: Lease) -> str:
+    return "(exclusive)" if lease.mem_bytes is None else f"(--mem {render.size(lease.mem_bytes)})"
+
+
+def _lease_row(
+    frame: Frame,
+    lease: Lease,
+    idle_clocks: Mapping[int, IdleClock],
+    now: float,
+    idle_after_s: float,
+) -> Row:
+    idle = _idle(idle_clocks.get(lease.gpu_index), now, lease.started_at, idle_after_s)
+    return Row(
+        key=f"{frame.source}/lease/{lease.lease_id or lease.pid}",
+        source=frame.source,
+        gpu=lease.gpu_index,
+        pid=lease.pid,
+        user=lease.user,
+        kind="lease",
+        gpu_memory_bytes=None,
+        cpu_pct=None,
+        host_memory_bytes=None,
+        started_at=lease.started_at,
+        command=lease.command,
+        lease="holder " + _how(lease),
+        idle=idle,
+        local=frame.local,
+    )
+
+
+def _waiter_row(frame: Frame, number: int, waiter: Waiter) -> Row:
+    request = waiter.request
+    wants = [f"{request.count} GPU" + ("s" if request.count > 1 else "")]
+    if request.min_free_bytes is not None:
+        wants.append(f"≥{render.size(request.min_free_bytes)} free")
+    if request.mem_bytes is not None:
+        wants.append(f"--mem {render.size(request.mem_bytes)}")
+    if request.max_util_pct is not None:
+        wants.append(f"≤{request.max_util_pct:g}% busy")
+    text = ", ".join(wants)
+    return Row(
+        key=f"{frame.source}/wait/{waiter.pid}",
+        source=frame.source,
+        gpu=None,
+        pid=waiter.pid,
+        user=waiter.user,
+        kind="waiting",
+        gpu_memory_bytes=None,
+        cpu_pct=None,
+        host_memory_bytes=None,
+        started_at=None,
+        command=f"#{number + 1} in line, wants {text}",
+        lease="",
+        idle=None,
+        local=frame.local,
+        wants=text,
+    )
+
+
+def sort_rows(rows: Iterable[Row], column: str, *, reverse: bool, now: float) -> list[Row]:
+    """Rows by `column`, ties broken by host, GPU and pid so the order is stable."""
+    sort_value = BY_KEY[column].sort_value
+    ordered = sorted(rows, key=lambda r: (r.source, -1 if r.gpu is None else r.gpu, r.pid))
+    return sorted(ordered, key=lambda r: sort_value(r, now), reverse=reverse)  # type: ignore[arg-type,return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class RowFilter:
+    """`user:alice gpu:3 idle text`: every term must match.
+
+    `user:NAME` and `gpu:N` match those fields exactly (`gpu:1,3` several GPUs),
+    `idle` keeps idle holders, and any other word must appear in the user,
+    pid, command or lease.
+    """
+
+    users: frozenset[str] = frozenset()
+    gpus: frozenset[int] = frozenset()
+    idle_only: bool = False
+    words: tuple[str, ...] = ()
+    problem: str = ""
+    """Terms that were not understood (ignored), for the status line."""
+
+    @classmethod
+    def parse(cls, text: str) -> RowFilter:
+        users: set[str] = set()
+        gpus: set[int] = set()
+        words: list[str] = []
+        bad: list[str] = []
+        idle_only = False
+        for term in text.split():
+            name, colon, value = term.partition(":")
+            if colon and name == "user" and value:
+                users.add(value)
+            elif colon and name == "gpu" and value:
+                numbers = value.split(",")
+                if all(n.isdigit() for n in numbers):
+                    gpus.update(int(n) for n in numbers)
+                else:
+                    bad.append(term)
+            elif term == "idle":
+                idle_only = True
+            else:
+                words.append(term.lower())
+        problem = f"not understood: {' '.join(bad)}" if bad else ""
+        return cls(frozenset(users), frozenset(gpus), idle_only, tuple(words), problem)
+
+    def __bool__(self) -> bool:
+        return bool(self.users or self.gpus or self.idle_only or self.words)
+
+    def matches(self, row: Row) -> bool:
+        if self.users and row.user not in self.users:
+            return False
+        if self.gpus and row.gpu not in self.gpus:
+            return False
+        if self.idle_only and row.idle is None:
+            return False
+        haystack = f"{row.user or ''} {row.pid} {row.command or ''} {row.lease}".lower()
+        return all(word in haystack for word in self.words)
+
+
+def cell_text(row: Row, column: Column, now: float, tagged: bool) -> tuple[str, str]:
+    """What one cell says, and its style name."""
+    key = column.key
+    if key == "pid":
+        return (f"{'*' if tagged else ' '}{row.pid}", "tagged" if tagged else "")
+    text, style = _cell(row, key, now)
+    return render.printable(text), style
+
+
+def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911 - one per column
+    if key == "host":
+        return row.source, ""
+    if key == "gpu":
+        return (row.device or ("-" if row.gpu is None else str(row.gpu))), ""
+    if key == "user":
+        return (row.user or "?"), ("" if row.user else "dim")
+    if key == "kind":
+        return row.kind, "warn" if row.kind == "waiting" else "lease" if row.kind == "lease" else ""
+    if key == "gpu_mem":
+        return render.size(row.gpu_memory_bytes), ""
+    if key == "cpu":
+        return (render.MISSING if row.cpu_pct is None else f"{row.cpu_pct:.0f}"), ""
+    if key == "host_mem":
+        return render.size(row.host_memory_bytes), ""
+    if key == "time":
+        return render.duration(None if row.started_at is None else now - row.started_at), ""
+    if key == "lease":
+        return row.lease, "lease"
+    if key == "idle":
+        if row.idle is None:
+            return "", ""
+        prefix = "≥" if row.idle.at_least else ""
+        return f"{prefix}{render.duration(row.idle.seconds)}", "alarm"
+    if row.command is None:
+        return row.branch + "(not visible from here)", "dim"
+    return row.branch + row.command, "dim" if row.kind == "parent" else ""

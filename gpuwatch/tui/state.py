@@ -1,0 +1,142 @@
+"""What the screen knows: per machine, the latest frame, the graphs' series and idle clocks.
+
+Pure and bounded: the app feeds frames in on its own thread and reads views
+out; nothing here grows with run time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from gpuwatch.history import GpuSeries
+from gpuwatch.models import Lease
+from gpuwatch.tui import render
+from gpuwatch.tui.frames import Backfill, Frame
+from gpuwatch.tui.rows import Row, build_rows, device_labels, process_key
+from gpuwatch.tui.trends import GpuTrend, ProcessTrends
+
+GRAPH_WINDOW_S = 600.0
+"""The span the GPU graphs cover."""
+PROCESS_SAMPLES = 300
+"""Samples kept per process for its detail graphs."""
+
+
+class Section:
+    """One machine on the screen."""
+
+    def __init__(self, number: int, label: str, interval_s: float) -> None:
+        self.number = number
+        self.label = label
+        self.frame: Frame | None = None
+        """The latest frame that had a snapshot."""
+        self.error: str | None = None
+        self.received_at: float | None = None
+        """Monotonic time of the latest frame, good or bad."""
+        self.history_note = "from this screen's samples"
+        self._capacity = max(60, min(4096, math.ceil(GRAPH_WINDOW_S / max(interval_s, 0.1)) * 2))
+        self.trends: dict[int, GpuTrend] = {}
+        self._pending: Sequence[GpuSeries] = ()
+
+    def apply_backfill(self, backfill: Backfill) -> None:
+        """Keeps the past until the first frame says how big each GPU's memory is."""
+        self._pending = backfill.series
+        self.history_note = backfill.note
+
+    def apply(self, frame: Frame, received_at: float) -> None:
+        self.received_at = received_at
+        self.error = frame.error
+        snapshot = frame.snapshot
+        if snapshot is None:
+            return
+        self.frame = frame
+        self.label = frame.source or self.label
+        if len(self.trends) != len(snapshot.gpus):
+            self.trends = {gpu.index: GpuTrend(self._capacity) for gpu in snapshot.gpus}
+        totals = {gpu.index: gpu.memory_total_bytes for gpu in snapshot.gpus}
+        for series in self._pending:
+            if (trend := self.trends.get(series.index)) is not None:
+                trend.add_history(
+                    series.taken_at,
+                    series.memory_used_bytes,
+                    series.utilization_pct,
+                    totals.get(series.index),
+                )
+        self._pending = ()
+        for gpu in snapshot.gpus:
+            used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
+            fraction = used / total if used is not None and total else None
+            trend = self.trends.get(gpu.index)
+            if trend is not None:
+                trend.add(snapshot.taken_at, fraction, gpu.utilization_pct)
+
+    def stalled_s(self, now_monotonic: float, after_s: float, opened_at: float) -> float | None:
+        """Seconds without any frame, once that is longer than `after_s`."""
+        since = self.received_at if self.received_at is not None else opened_at
+        waited = now_monotonic - since
+        return waited if waited >= after_s else None
+
+    def graphs(self, gpu_index: int, now: float, width: int) -> tuple[list[float | None], ...]:
+        """The memory and utilization graphs of one GPU, `width` cells over the window."""
+        trend = self.trends.get(gpu_index)
+        if trend is None:
+            return [], []
+        start = now - GRAPH_WINDOW_S
+        return (
+            trend.memory.buckets(start, now, width),
+            trend.utilization.buckets(start, now, width),
+        )
+
+    def leases_on(self, gpu_index: int) -> list[Lease]:
+        frame = self.frame
+        return [] if frame is None else [le for le in frame.leases if le.gpu_index == gpu_index]
+
+    def card_input(
+        self, gpu_index: int, now: float, card_width: int, idle_after_s: float
+    ) -> render.CardInput:
+        memory, utilization = self.graphs(gpu_index, now, render.graph_width(card_width))
+        snapshot = self.frame.snapshot if self.frame is not None else None
+        migs = snapshot.mig_devices_of(gpu_index) if snapshot is not None else ()
+        leases = self.leases_on(gpu_index)
+        held = bool(leases) or (
+            snapshot is not None
+            and any(p.memory_used_bytes for p in snapshot.processes_on(gpu_index))
+        )
+        trend = self.trends.get(gpu_index)
+        idle = trend.idle.idle_for(now) if trend is not None and held else None
+        note = ""
+        if idle is not None and idle.seconds >= idle_after_s:
+            note = f"held, idle {'≥' if idle.at_least else ''}{render.duration(idle.seconds)}"
+        return render.CardInput(memory, utilization, leases, idle_note=note, migs=migs)
+
+    def rows(self, now: float, idle_after_s: float) -> list[Row]:
+        if self.frame is None:
+            return []
+        idle = {index: trend.idle for index, trend in self.trends.items()}
+        return build_rows(self.frame, idle, now, idle_after_s)
+
+
+class ScreenState:
+    """Every section, and the process series shared by the detail view."""
+
+    def __init__(self, labels: Sequence[str], interval_s: float) -> None:
+        self.sections = [Section(n, label, interval_s) for n, label in enumerate(labels)]
+        self.process_trends = ProcessTrends(PROCESS_SAMPLES)
+
+    def apply(self, number: int, frame: Frame, received_at: float) -> None:
+        section = self.sections[number]
+        section.apply(frame, received_at)
+        snapshot = frame.snapshot
+        if snapshot is None:
+            return
+        prefix = f"{section.label}/"
+        labels = device_labels(snapshot)
+        samples = [
+            (process_key(section.label, labels(p), p.pid), p.memory_used_bytes, p.cpu_pct)
+            for p in snapshot.processes
+        ]
+        self.process_trends.update(snapshot.taken_at, samples)
+        self.process_trends.keep_only({key for key, _, _ in samples}, prefix)
+
+    def rows(self, now: float, idle_after_s: float) -> list[Row]:
+        return [row for section in self.sections for row in section.rows(now, idle_after_s)]

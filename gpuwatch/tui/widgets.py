@@ -1,0 +1,329 @@
+"""The widgets of the main screen. They only draw what they are given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.widgets import DataTable, Static
+
+from gpuwatch.tui import render
+from gpuwatch.tui.frames import HostStats
+from gpuwatch.tui.layout import Layout
+from gpuwatch.tui.rows import Column, Row, cell_text
+from gpuwatch.tui.state import GRAPH_WINDOW_S, ScreenState, Section
+
+# The span styles of `render`, each a component class styled in gpuwatch.tcss.
+SPAN_STYLES = (
+    "ok",
+    "warn",
+    "alarm",
+    "dim",
+    "title",
+    "label",
+    "lease",
+    "reserved",
+    "free",
+    "graph-memory",
+    "graph-util",
+    "tagged",
+    "heading",
+)
+
+
+class Painter:
+    """Turns spans into Rich text, with colours from the widget's component classes."""
+
+    def __init__(self, widget: Static | DataTable[Text]) -> None:
+        self._widget = widget
+        self._styles: dict[str, Style] = {}
+
+    def reset(self) -> None:
+        self._styles.clear()  # the theme or NO_COLOR may have changed
+
+    def style(self, name: str) -> Style:
+        if not name:
+            return Style()
+        if (style := self._styles.get(name)) is None:
+            style = self._styles[name] = self._widget.get_component_rich_style(f"span--{name}")
+        return style
+
+    def text(self, spans: Iterable[render.Span]) -> Text:
+        text = Text(no_wrap=True, overflow="crop")
+        for content, name in spans:
+            text.append(content, self.style(name))
+        return text
+
+
+class SectionView(Static):
+    """One machine: a header line, then its GPU cards, several per line when wide."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"span--{name}" for name in SPAN_STYLES}
+
+    def __init__(self, number: int) -> None:
+        super().__init__(id=f"section-{number}", classes="section")
+        self.painter = Painter(self)
+
+    def show(
+        self,
+        section: Section,
+        layout: Layout,
+        now: float,
+        stalled_s: float | None,
+        idle_after_s: float,
+    ) -> None:
+        lines = [self.painter.text(_header(section, stalled_s))]
+        frame = section.frame
+        if frame is not None and frame.snapshot is not None:
+            cards = [
+                render.gpu_card(
+                    gpu,
+                    section.card_input(gpu.index, now, layout.card_width, idle_after_s),
+                    layout.card_width,
+                    layout.graph_rows,
+                )
+                for gpu in frame.snapshot.gpus
+            ]
+            lines.extend(self.painter.text(spans) for spans in _side_by_side(cards, layout))
+        elif section.error is None:
+            lines.append(Text("waiting for the first sample…"))
+        text = Text("\n").join(lines)
+        text.no_wrap = True
+        text.overflow = "crop"
+        self.update(text)
+
+
+def _header(section: Section, stalled_s: float | None) -> render.Line:
+    frame = section.frame
+    spans: render.Line = [(render.printable(section.label or "…"), "title")]
+    if frame is not None and frame.snapshot is not None:
+        snapshot = frame.snapshot
+        spans.append((f"  {render.clock_time(snapshot.taken_at)}", "label"))
+        if snapshot.driver_version:
+            spans.append((f"  driver {snapshot.driver_version}", "label"))
+        if snapshot.cuda_driver_version:
+            spans.append((f"  CUDA {snapshot.cuda_driver_version}", "label"))
+        if frame.waiters:
+            spans.append((f"  {len(frame.waiters)} waiting for GPUs", "warn"))
+    if stalled_s is not None:
+        spans.append((f"  no sample for {stalled_s:.0f} s", "alarm"))
+    if section.error:
+        spans.append((f"  {render.printable(section.error)}", "alarm"))
+    if frame is not None:  # last: the least needed, the first cut on a narrow screen
+        minutes = GRAPH_WINDOW_S / 60
+        spans.append((f"  graphs: {minutes:.0f} min {section.history_note}", "dim"))
+    return spans
+
+
+def _side_by_side(cards: Sequence[list[render.Line]], layout: Layout) -> list[render.Line]:
+    """Cards laid out `layout.card_columns` to a line, separated by a blank column."""
+    out: list[render.Line] = []
+    columns = layout.card_columns
+    for first in range(0, len(cards), columns):
+        group = cards[first : first + columns]
+        for line in range(max(len(card) for card in group)):
+            spans: render.Line = []
+            for position, card in enumerate(group):
+                if position:
+                    spans.append((" ", ""))
+                row = card[line] if line < len(card) else [(" " * layout.card_width, "")]
+                spans.extend(row)
+            out.append(spans)
+    return out
+
+
+class Painted(Static):
+    """Text made of spans, coloured from gpuwatch.tcss (help, detail and confirmation)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"span--{name}" for name in SPAN_STYLES}
+
+    def __init__(self, spans: render.Line, *, id: str | None = None) -> None:
+        super().__init__(id=id, classes="painted")
+        self.painter = Painter(self)
+        self._spans = spans
+
+    def on_mount(self) -> None:
+        self.show(self._spans)
+
+    def show(self, spans: render.Line) -> None:
+        self._spans = spans
+        self.update(self.painter.text(spans))
+
+
+class HostLine(Static):
+    """CPU, memory, swap and load of this machine."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"span--{name}" for name in SPAN_STYLES}
+
+    def __init__(self) -> None:
+        super().__init__(id="host")
+        self.painter = Painter(self)
+
+    def show(self, stats: HostStats | None, width: int) -> None:
+        if stats is None:
+            self.update(
+                self.painter.text([("host: CPU, memory and load of this machine only", "dim")])
+            )
+            return
+        bar = 10 if width >= 100 else 6
+        memory = (
+            stats.memory_used_bytes / stats.memory_total_bytes if stats.memory_total_bytes else None
+        )
+        swap = stats.swap_used_bytes / stats.swap_total_bytes if stats.swap_total_bytes else None
+        spans: render.Line = [("CPU ", "label")]
+        spans += render.percent_bar(stats.cpu_pct, bar, render.THRESHOLDS.busy)
+        spans.append(
+            (
+                f" {stats.cpu_pct:3.0f}% of {stats.cpu_count}",
+                render.level(stats.cpu_pct / 100, render.THRESHOLDS.busy),
+            )
+        )
+        spans.append(("  MEM ", "label"))
+        spans += render.percent_bar(
+            None if memory is None else memory * 100, bar, render.THRESHOLDS.memory
+        )
+        spans.append(
+            (
+                f" {render.gib(stats.memory_used_bytes)}/{render.gib(stats.memory_total_bytes)}",
+                render.level(memory, render.THRESHOLDS.memory),
+            )
+        )
+        spans.append(("  SWP ", "label"))
+        if swap is None:
+            spans.append(("none", "dim"))
+        else:
+            spans.append(
+                (
+                    f"{render.gib(stats.swap_used_bytes)}/{render.gib(stats.swap_total_bytes)}",
+                    render.level(swap, render.THRESHOLDS.memory),
+                )
+            )
+        load = stats.load_1m / stats.cpu_count
+        spans.append(("  LOAD ", "label"))
+        spans.append(
+            (
+                f"{stats.load_1m:.2f} {stats.load_5m:.2f} {stats.load_15m:.2f}",
+                render.level(load, (0.8, 1.5)),
+            )
+        )
+        self.update(self.painter.text(spans))
+
+
+class Panel(Static):
+    """A panel another part of gpuwatch adds to the main screen (`GpuwatchApp(panels=...)`).
+
+    It sits between the host line and the process table, and is handed the screen's state
+    after every frame; style it in gpuwatch.tcss by its id or class.
+    """
+
+    def show_state(self, state: ScreenState, now: float) -> None:
+        """Redraws from `state` (`now` is the app's clock)."""
+
+
+class KeyedText(Text):
+    """A cell that knows its row, so rows can be put in an order of our choosing."""
+
+    row_key: str = ""
+
+
+class ProcessTable(DataTable[Text]):
+    """Processes, leases and waiting jobs; rows are updated in place, not rebuilt."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = DataTable.COMPONENT_CLASSES | {
+        f"span--{name}" for name in SPAN_STYLES
+    }
+
+    def __init__(self) -> None:
+        super().__init__(id="processes", cursor_type="row", zebra_stripes=False)
+        self.painter = Painter(self)
+        self.columns_shown: tuple[Column, ...] = ()
+        self.selected_key: str | None = None
+        self.order: list[str] = []
+        self._cells: dict[str, list[tuple[str, str]]] = {}
+        self._rows: dict[str, Row] = {}
+        self._sorted_by: tuple[str, bool] | None = None
+        self._width = 0
+
+    def row(self, key: str) -> Row | None:
+        return self._rows.get(key)
+
+    def current_row(self) -> Row | None:
+        """The row under the cursor."""
+        if self.row_count == 0:
+            return None
+        if self.selected_key is None:
+            cell = self.coordinate_to_cell_key(self.cursor_coordinate)
+            self.selected_key = cell.row_key.value
+        return self._rows.get(self.selected_key or "")
+
+    def show(
+        self,
+        rows: Sequence[Row],
+        columns: tuple[Column, ...],
+        now: float,
+        tagged: set[str],
+        sorted_by: tuple[str, bool],
+        width: int,
+    ) -> None:
+        if columns != self.columns_shown or width != self._width:
+            self._set_columns(columns, width)
+        wanted = {row.key for row in rows}
+        for gone in [key for key in self._cells if key not in wanted]:
+            self.remove_row(gone)
+            del self._cells[gone]
+        self._rows = {row.key: row for row in rows}
+        for row in rows:
+            cells = [cell_text(row, column, now, row.key in tagged) for column in columns]
+            self._put(row.key, cells, columns)
+        order = [row.key for row in rows]
+        if order != self.order:
+            rank = {key: position for position, key in enumerate(order)}
+            self.sort(columns[0].key, key=lambda cell: rank.get(cell.row_key, 0))
+            self.order = order
+        self._restore_cursor()
+        if sorted_by != self._sorted_by:
+            self._sorted_by = sorted_by
+            key, reverse = sorted_by
+            for column in columns:
+                arrow = (" ▼" if reverse else " ▲") if column.key == key else ""
+                label = column.title + arrow
+                self.columns[column.key].label = Text(label)  # type: ignore[index]
+
+    def _set_columns(self, columns: tuple[Column, ...], width: int) -> None:
+        self.clear(columns=True)
+        self._cells.clear()
+        self.order = []
+        fixed = sum(c.width + 2 for c in columns if c.key != "command")
+        for column in columns:
+            size = column.width if column.key != "command" else max(16, width - fixed - 3)
+            self.add_column(column.title, width=size, key=column.key)
+        self.columns_shown = columns
+        self._width = width
+        self._sorted_by = None
+
+    def _put(self, key: str, cells: list[tuple[str, str]], columns: tuple[Column, ...]) -> None:
+        before = self._cells.get(key)
+        if before is None:
+            self.add_row(*(self._text(key, c) for c in cells), key=key)
+        else:
+            for column, old, new in zip(columns, before, cells, strict=True):
+                if old != new:
+                    self.update_cell(key, column.key, self._text(key, new))
+        self._cells[key] = cells
+
+    def _text(self, key: str, cell: tuple[str, str]) -> KeyedText:
+        text = KeyedText(
+            cell[0], style=self.painter.style(cell[1]), no_wrap=True, overflow="ellipsis"
+        )
+        text.row_key = key
+        return text
+
+    def _restore_cursor(self) -> None:
+        key = self.selected_key
+        if key is None or key not in self._cells:
+            return
+        index = self.get_row_index(key)
+        if index != self.cursor_row:
+            self.move_cursor(row=index, animate=False, scroll=False)
