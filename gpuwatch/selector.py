@@ -33,6 +33,7 @@ from gpuwatch.leases import (
     HeldLease,
     LeaseDir,
     held_by_this_job,
+    user_name,
 )
 from gpuwatch.mig_policy import MigChoice, choose_mig, free_mig_devices, stale_mig_leases
 from gpuwatch.models import Device, Lease, Snapshot
@@ -202,7 +203,7 @@ def acquire(
                         continue
                     leases = _without_stale(lease_dir, leases, snapshot)
                     ahead = lease_dir.waiting_before(ticket)
-                    choice = _choose(snapshot, request, leases, mine, ahead)
+                    choice = _choose(snapshot, request, leases, _own(mine, leases), ahead)
                     if choice.satisfied:
                         held = (
                             _claim_all(lease_dir, choice.chosen, request, command) if hold else []
@@ -243,6 +244,15 @@ def _lock_wait_s(timeout_s: float | None, waited_s: float) -> float:
     """How long to wait for the directory lock: `LOCK_WAIT_S`, or less when the
     timeout comes sooner."""
     return LOCK_WAIT_S if timeout_s is None else min(LOCK_WAIT_S, max(0.0, timeout_s - waited_s))
+
+
+def _own(held: frozenset[str], leases: list[Lease]) -> frozenset[str]:
+    """The ids in GPUWATCH_HELD of leases this user holds: the variable is only the
+    environment, which another user's job may have been handed or may forge."""
+    me = user_name(os.getuid())
+    return frozenset(
+        lease.lease_id for lease in leases if lease.lease_id in held and lease.user == me
+    )
 
 
 def _choose(

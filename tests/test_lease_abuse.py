@@ -374,3 +374,25 @@ class TestExtremeRecords:
         assert leases_status == 200
         assert strict_json(leases.decode()) == {"leases": [], "skipped": len(BAD_VALUES)}
         assert metrics_status == 200 and b"gpuwatch_leases" in metrics
+
+
+class TestHeldVariable:
+    def test_another_users_lease_named_in_gpuwatch_held_is_still_theirs(
+        self, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # GIVEN another user holding an exclusive lease on the only GPU
+        ready = shared_dir / "ready"
+        lease_id = "00000000000000000001-1-0badf00d"
+        path = shared_dir / f"{lease_id}.lease"
+        record = json.dumps(lease_record(pid=1, mem_bytes=None))
+        write_and_hold = (
+            f"printf '%s' '{record}' > {path}; "
+            f"exec flock {path} sh -c 'touch {ready}; exec sleep 600'"
+        )
+        with holding(as_other_user(["sh", "-c", write_and_hold]), ready):
+            # WHEN this user's pick claims that lease as its own job's, through GPUWATCH_HELD
+            monkeypatch.setenv("GPUWATCH_HELD", lease_id)
+            result = run_cli("pick", "--sim", "1")
+        # THEN the GPU stays the other user's: only one's own leases are passed down
+        assert result.exit_code == 4, result.stderr
+        assert f"leased by pid 1 ({other_user().pw_name})" in result.stderr
