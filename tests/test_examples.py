@@ -63,7 +63,8 @@ THREADS_AFTER_MAIN = """
 import os, runpy, sys
 sys.argv = [sys.argv[1], "--steps", "3"]
 runpy.run_path(sys.argv[0], run_name="__main__")
-print("threads left:", len(os.listdir("/proc/self/task")), flush=True)
+# One write of the whole line: both ranks share the pipe, and print() writes in pieces.
+os.write(1, b"threads left: %d\\n" % len(os.listdir("/proc/self/task")))
 """
 
 
