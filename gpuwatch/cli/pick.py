@@ -23,6 +23,7 @@ from gpuwatch.choices import (
     check_percent,
 )
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.hostinfo import shell_join
 from gpuwatch.launch import exec_command
 from gpuwatch.leases import LeaseDir
 from gpuwatch.mig_policy import MigChoice
@@ -259,7 +260,7 @@ def run_pick(args: list[str]) -> int:
             backend,
             wanted,
             lease_dir=lease_dir,
-            command=" ".join(command) or "(print only)",
+            command=shell_join(command) or "(print only)",
             hold=bool(command),
             wait=waiting,
             timeout_s=options.timeout,
@@ -273,13 +274,19 @@ def run_pick(args: list[str]) -> int:
         index_format = fmt is Format.INDEX and not wanted.wants_mig
         note = "; also export CUDA_DEVICE_ORDER=PCI_BUS_ID" if index_format else ""
         sys.stderr.write(
-            "gpuwatch: no lease is held, so another job may take these GPUs; "
-            f"run your command as gpuwatch pick [...] -- COMMAND to hold them{note}\n"
+            f"gpuwatch: no lease is held, so another job may take {_these(chosen)}; "
+            f"run your command as gpuwatch pick [...] -- COMMAND to hold a lease{note}\n"
         )
         return 0
     for lease in leases:
         lease.pass_to_child()
     exec_command(command, env)
+
+
+def _these(chosen: tuple[Device, ...]) -> str:
+    """`this GPU`, `these 2 GPUs`, `this MIG device`: what a print-only pick chose."""
+    noun = "MIG device" if isinstance(chosen[0], MigDevice) else "GPU"
+    return f"this {noun}" if len(chosen) == 1 else f"these {len(chosen)} {noun}s"
 
 
 def _described(device: Device) -> str:
