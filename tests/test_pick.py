@@ -151,6 +151,7 @@ class TestAnswers:
             ([], {"CUDA_VISIBLE_DEVICES": "0,zero"}, "'zero' is not a GPU index"),
             ([], {"CUDA_VISIBLE_DEVICES": "7"}, "no GPU 7 on this machine"),
             (["--bogus"], {}, "No such option '--bogus'"),
+            (["--mem", "0"], {}, "'0' declares no memory"),
         ],
         ids=[
             "n-zero",
@@ -165,6 +166,7 @@ class TestAnswers:
             "malformed-visible-devices",
             "visible-device-missing",
             "unknown-option",
+            "mem-zero",
         ],
     )
     def test_bad_input_is_one_line_and_exit_code_2(

@@ -120,6 +120,13 @@ def _typed(parse: Callable[[str], object], what: str) -> Callable[[str], object]
     return convert
 
 
+def _declared_size(text: str) -> int:
+    size = parse_size(text)
+    if size == 0:  # a share of nothing would fit on any GPU, however full
+        raise InvalidValueError(f"{text!r} declares no memory: give what the job will use")
+    return size
+
+
 def _gpu_count(text: str) -> int:
     return check_gpu_count(parse_whole_number(text, low=1, high=_MAX_GPU_COUNT))
 
@@ -168,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--mem",
-        type=_typed(parse_size, "a size"),
+        type=_typed(_declared_size, "a size"),
         metavar="SIZE",
         help="Memory the job will use: share a GPU with others while all fit.  "
         "[default: the GPU is the job's alone]",
