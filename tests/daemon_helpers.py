@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -140,7 +141,18 @@ def other_user() -> tuple[int, int]:
         if made.returncode not in (0, 9):  # 9: made meanwhile by a test beside this one
             pytest.skip(f"cannot add a test user: {made.stderr.decode().strip()}")
         entry = pwd.getpwnam(OTHER_USER)
+    if not _can_import_gpuwatch(entry.pw_uid, entry.pw_gid):
+        pytest.skip(
+            f"{OTHER_USER} cannot import gpuwatch from {sys.executable} "
+            "(make the virtual environment and the checkout readable by other users)"
+        )
     return entry.pw_uid, entry.pw_gid
+
+
+@functools.cache
+def _can_import_gpuwatch(uid: int, gid: int) -> bool:
+    probe = as_user(uid, gid, sys.executable, "-c", "import gpuwatch")
+    return subprocess.run(probe, capture_output=True, check=False, cwd="/").returncode == 0
 
 
 def as_user(uid: int, gid: int, *command: str) -> list[str]:

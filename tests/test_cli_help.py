@@ -86,3 +86,13 @@ def test_a_simulated_node_is_not_told_to_try_a_simulated_node() -> None:
 def test_usage_errors_are_worded_alike(args: list[str], message: str) -> None:
     result = run_cli(*args)
     assert result.exit_code == 2 and message in result.stderr
+
+
+@pytest.mark.parametrize("command", ["status", "pick", "daemon"])
+def test_defaults_read_as_every_other_default(command: str) -> None:
+    # WHEN a command's help is read on a wide terminal
+    help_text = " ".join(run_cli(command, "--help", env={"COLUMNS": "200"}).stdout.split())
+    # THEN each default reads "[default: VALUE]", never click's "[default: (VALUE)]"
+    assert "[default: (" not in help_text
+    if command == "daemon":
+        assert "[default: 1s]" in help_text and "[default: 24h]" in help_text

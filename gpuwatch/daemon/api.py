@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import threading
 import time
@@ -128,6 +129,8 @@ class Api:
         try:
             if "since" in query:
                 start = float(query["since"])
+                if not math.isfinite(start):  # NaN would match every sample, inf none
+                    raise ValueError(query["since"])
             else:
                 start = time.time() - parse_duration(query.get("last", "600"))
         except (ValueError, InvalidValueError):
