@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.cli.app import _COMMANDS
 from tests.conftest import run_cli
 
-COMMANDS = [[], ["status"], ["pick"], ["daemon"]]
+COMMANDS = [[], ["status"], ["pick"], ["daemon"], ["torch-report"]]
 
 
 @pytest.mark.parametrize("columns", [60, 120], ids=["60-columns", "120-columns"])
-@pytest.mark.parametrize("command", COMMANDS, ids=["gpuwatch", "status", "pick", "daemon"])
+@pytest.mark.parametrize(
+    "command", COMMANDS, ids=["gpuwatch", "status", "pick", "daemon", "torch-report"]
+)
 def test_help_fits_the_terminal_and_has_one_shape(command: list[str], columns: int) -> None:
     # GIVEN a terminal COLUMNS wide WHEN a command's help is asked for
     result = run_cli(*command, "--help", env={"COLUMNS": str(columns)})
@@ -50,7 +53,7 @@ def test_bare_gpuwatch_prints_its_help_as_help() -> None:
     # THEN it prints the same help as --help, on stdout, and no error
     assert result.exit_code == 0 and result.stderr == ""
     assert result.stdout == run_cli("--help").stdout
-    assert result.stdout.rstrip().splitlines()[-1].split()[0] == "daemon"
+    assert result.stdout.rstrip().splitlines()[-1].split()[0] == list(_COMMANDS)[-1]
 
 
 @pytest.mark.parametrize("command", ["status", "pick"])
