@@ -180,6 +180,12 @@ def shell_command(argv: list[str]) -> str:
         argv = argv[:-1]
     if len(argv) == 1:
         return argv[0]
+    return shell_join(argv)
+
+
+def shell_join(argv: list[str]) -> str:
+    """`argv` as a shell would take it back (as `shlex.join`): lease commands are shown
+    quoted the same way as the command lines read from /proc."""
     return " ".join(_shell_quote(arg) for arg in argv)
 
 

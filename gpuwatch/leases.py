@@ -34,7 +34,7 @@ import os
 import pwd
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from gpuwatch.errors import LeaseBusyError, LeaseError
@@ -136,14 +136,22 @@ class LeaseDir:
         self._prepare()
 
     @classmethod
-    def read_only(cls, path: str | os.PathLike[str] | None = None) -> LeaseDir | None:
-        """The lease directory for looking only; `None` when there is none (yet)."""
+    def read_only(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        on_refused: Callable[[str], None] | None = None,
+    ) -> LeaseDir | None:
+        """The lease directory for looking only; `None` when there is none (yet), or when it
+        cannot be trusted (then `on_refused` is told why)."""
         path = os.fspath(path) if path is not None else default_lease_dir()
         if not os.path.isdir(path):
             return None
         try:
             return cls(path)
-        except LeaseError:
+        except LeaseError as error:
+            if on_refused is not None:
+                on_refused(f"leases are not shown: {error}")
             return None
 
     @contextmanager

@@ -184,7 +184,7 @@ def select(
         "count": _checked("n", check_gpu_count, n),
         "min_free_bytes": _bytes(min_free, "min_free"),
         "max_util_pct": None if max_util is None else _checked("max_util", check_percent, max_util),
-        "mem_bytes": _bytes(mem, "mem"),
+        "mem_bytes": _declared_bytes(mem),
         "strategy": str(one_of(Strategy, strategy, "strategy")),
         "exclude": tuple(str(entry) for entry in exclude),
         "fallback": _checked_fallback(fallback),
@@ -306,7 +306,9 @@ def _give_back_unusable(selection: Selection, torch_cuda_version: str | None) ->
 
 
 def _own_command() -> str:
-    return " ".join([os.path.basename(sys.executable), *sys.argv]).strip() or "python"
+    from gpuwatch.hostinfo import shell_join  # quoted as status shows /proc command lines
+
+    return shell_join([os.path.basename(sys.executable), *sys.argv]).strip() or "python"
 
 
 def _checked_fallback(fallback: str) -> str:
@@ -320,6 +322,13 @@ def _checked(name: str, check: Callable[[Any], Any], value: Any) -> Any:
         return check(value)
     except InvalidValueError as error:
         raise InvalidValueError(f"{name}: {error}") from None
+
+
+def _declared_bytes(mem: int | str | None) -> int | None:
+    declared = _bytes(mem, "mem")
+    if declared is not None and declared <= 0:  # a share of nothing would fit on any GPU
+        raise InvalidValueError(f"mem={mem!r} declares no memory: give what the job will use")
+    return declared
 
 
 def _bytes(value: int | str | None, name: str) -> int | None:

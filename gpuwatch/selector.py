@@ -21,6 +21,7 @@ from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.errors import (
     InvalidValueError,
+    LeaseBusyError,
     NoGpuError,
     NotEnoughGpusError,
     WaitTimeoutError,
@@ -32,11 +33,12 @@ from gpuwatch.leases import (
     HeldLease,
     LeaseDir,
     held_by_this_job,
+    user_name,
 )
 from gpuwatch.mig_policy import MigChoice, choose_mig, free_mig_devices, stale_mig_leases
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.policy import Choice, Request, Waiter, choose
-from gpuwatch.units import format_size
+from gpuwatch.units import counted, format_size
 from gpuwatch.visible import (
     ORDER_VARIABLE,
     VARIABLE,
@@ -110,7 +112,7 @@ class Wanted:
             where = "this machine has" if allowed is None else f"{VARIABLE} allows"
             left = " after --exclude" if excluded else ""
             raise InvalidValueError(
-                f"{self.asked.count} GPUs asked for, but {where} {len(usable)}{left}"
+                f"{counted(self.asked.count, 'GPU')} asked for, but {where} {len(usable)}{left}"
             )
         return replace(self.asked, allowed=allowed, excluded=excluded)
 
@@ -149,8 +151,8 @@ class Wanted:
             )
         if self.asked.count > len(usable):
             raise InvalidValueError(
-                f"{self.asked.count} MIG devices asked for, but there are {len(usable)} "
-                "to choose from"
+                f"{counted(self.asked.count, 'MIG device')} asked for, but there "
+                f"{'is' if len(usable) == 1 else 'are'} {len(usable)} to choose from"
             )
         return replace(
             self.asked,
@@ -193,19 +195,27 @@ def acquire(
             full = full or _any_shared(lease_dir.leases())  # a look without the lock
             snapshot = backend.sample(SampleScope.FULL if full else SampleScope.SELECTION)
             request = request or wanted.resolve(snapshot)
-            with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
-                leases = lease_dir.leases()
-                if not full and _any_shared(leases):
-                    full = True  # shared since the look: sample their processes first
-                    continue
-                leases = _without_stale(lease_dir, leases, snapshot)
-                ahead = lease_dir.waiting_before(ticket)
-                choice = _choose(snapshot, request, leases, mine, ahead)
-                if choice.satisfied:
-                    held = _claim_all(lease_dir, choice.chosen, request, command) if hold else []
-                    return choice.chosen, held
-                if wait and ticket is None:
-                    ticket = lease_dir.enqueue(request, command)
+            try:
+                with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
+                    leases = lease_dir.leases()
+                    if not full and _any_shared(leases):
+                        full = True  # shared since the look: sample their processes first
+                        continue
+                    leases = _without_stale(lease_dir, leases, snapshot)
+                    ahead = lease_dir.waiting_before(ticket)
+                    choice = _choose(snapshot, request, leases, _own(mine, leases), ahead)
+                    if choice.satisfied:
+                        held = (
+                            _claim_all(lease_dir, choice.chosen, request, command) if hold else []
+                        )
+                        return choice.chosen, held
+                    if wait and ticket is None:
+                        ticket = lease_dir.enqueue(request, command)
+            except LeaseBusyError:
+                # Any user can hold the lock: a job told to wait goes on waiting, to its timeout.
+                if not wait or (timeout_s is not None and clock() - started >= timeout_s):
+                    raise
+                continue
             waited_s = clock() - started
             if not wait:
                 shortfall = _shortfall(request, choice) + _mig_hint(
@@ -234,6 +244,15 @@ def _lock_wait_s(timeout_s: float | None, waited_s: float) -> float:
     """How long to wait for the directory lock: `LOCK_WAIT_S`, or less when the
     timeout comes sooner."""
     return LOCK_WAIT_S if timeout_s is None else min(LOCK_WAIT_S, max(0.0, timeout_s - waited_s))
+
+
+def _own(held: frozenset[str], leases: list[Lease]) -> frozenset[str]:
+    """The ids in GPUWATCH_HELD of leases this user holds: the variable is only the
+    environment, which another user's job may have been handed or may forge."""
+    me = user_name(os.getuid())
+    return frozenset(
+        lease.lease_id for lease in leases if lease.lease_id in held and lease.user == me
+    )
 
 
 def _choose(

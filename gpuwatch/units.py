@@ -97,6 +97,11 @@ def parse_number(text: str, *, low: float, high: float) -> float:
     return number
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 GPU`, `2 GPUs`: a count with its noun, singular or plural as English has it."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def format_size(num_bytes: int, *, precision: int = 1) -> str:
     """A binary size for people: `format_size(3 << 30) == '3.0GiB'`."""
     value = float(num_bytes)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.cli.app import _COMMANDS
 from tests.conftest import run_cli
 
-COMMANDS = [[], ["status"], ["pick"], ["daemon"]]
+COMMANDS = [[], ["status"], ["pick"], ["daemon"], ["torch-report"]]
 
 
 @pytest.mark.parametrize("columns", [60, 120], ids=["60-columns", "120-columns"])
-@pytest.mark.parametrize("command", COMMANDS, ids=["gpuwatch", "status", "pick", "daemon"])
+@pytest.mark.parametrize(
+    "command", COMMANDS, ids=["gpuwatch", "status", "pick", "daemon", "torch-report"]
+)
 def test_help_fits_the_terminal_and_has_one_shape(command: list[str], columns: int) -> None:
     # GIVEN a terminal COLUMNS wide WHEN a command's help is asked for
     result = run_cli(*command, "--help", env={"COLUMNS": str(columns)})
@@ -50,7 +53,7 @@ def test_bare_gpuwatch_prints_its_help_as_help() -> None:
     # THEN it prints the same help as --help, on stdout, and no error
     assert result.exit_code == 0 and result.stderr == ""
     assert result.stdout == run_cli("--help").stdout
-    assert result.stdout.rstrip().splitlines()[-1].split()[0] == "daemon"
+    assert result.stdout.rstrip().splitlines()[-1].split()[0] == list(_COMMANDS)[-1]
 
 
 @pytest.mark.parametrize("command", ["status", "pick"])
@@ -83,3 +86,13 @@ def test_a_simulated_node_is_not_told_to_try_a_simulated_node() -> None:
 def test_usage_errors_are_worded_alike(args: list[str], message: str) -> None:
     result = run_cli(*args)
     assert result.exit_code == 2 and message in result.stderr
+
+
+@pytest.mark.parametrize("command", ["status", "pick", "daemon"])
+def test_defaults_read_as_every_other_default(command: str) -> None:
+    # WHEN a command's help is read on a wide terminal
+    help_text = " ".join(run_cli(command, "--help", env={"COLUMNS": "200"}).stdout.split())
+    # THEN each default reads "[default: VALUE]", never click's "[default: (VALUE)]"
+    assert "[default: (" not in help_text
+    if command == "daemon":
+        assert "[default: 1s]" in help_text and "[default: 24h]" in help_text

@@ -41,6 +41,8 @@ from tests.conftest import run_cli
             "'--interval': '9999999999' is too long: the most is 1h",
         ),
         (["daemon", "--sim", "2", "--listen", "٩٤٠٠"], "give PORT or HOST:PORT"),
+        (["status", "--host", ""], "'--host': '' is not a host name"),
+        (["status", "--host", "-oProxyCommand=x"], "'--host': '-oProxyCommand=x' is not a"),
     ],
     ids=[
         "watch-ten-digits",
@@ -57,6 +59,8 @@ from tests.conftest import run_cli
         "timeout-400-digits",
         "daemon-interval-ten-digits",
         "daemon-listen-arabic-indic",
+        "host-empty",
+        "host-an-ssh-option",
     ],
 )
 def test_an_out_of_range_value_is_a_usage_error_naming_it(

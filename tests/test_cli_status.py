@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +56,22 @@ def test_watch_json_streams_one_object_per_line() -> None:
     assert len(lines) == 3
     taken = [json.loads(line)["taken_at"] for line in lines]
     assert taken == sorted(taken) and len(set(taken)) == 3
+
+
+@pytest.mark.parametrize("output", [["--json"], []], ids=["json", "table"])
+def test_a_reader_that_stops_reading_ends_the_watch_quietly(output: list[str]) -> None:
+    # GIVEN `gpuwatch status --watch` streaming into a pipe
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch", "status", "--sim", "2", "--watch", "50ms", *output],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stdout.readline()
+    # WHEN the reader goes away, as `| head -1` does
+    process.stdout.close()
+    _, stderr = process.communicate(timeout=60)
+    # THEN status ends with success and says nothing: `set -o pipefail` scripts go on
+    assert (process.returncode, stderr) == (ExitCode.OK, b"")
 
 
 def test_watch_table_off_a_terminal_prints_tables_one_after_another() -> None:
@@ -164,3 +182,15 @@ def test_leases_show_who_holds_which_gpu(tmp_path: Path) -> None:
     below_gpu2 = table.split("[2] ")[1].split("[3] ")[0]
     assert f"leased by {held.lease.user} (pid {os.getpid()}, shared, 10.0GiB" in below_gpu2
     assert data["leases"] == [held.lease.to_dict()]
+
+
+def test_verbose_says_why_leases_of_a_refused_directory_are_not_shown(lease_dir: Path) -> None:
+    # GIVEN a lease directory that anyone could empty (world-writable, not sticky)
+    lease_dir.mkdir()
+    lease_dir.chmod(0o777)
+    # WHEN status is asked to say where things come from
+    result = run_cli("status", "--sim", "2", "-v")
+    # THEN the GPUs are shown, and it says why no lease is: pick refuses that directory too
+    assert result.exit_code == 0, result.stderr
+    assert "leases are not shown: " in result.stderr and "not sticky" in result.stderr
+    assert run_cli("pick", "--sim", "2", "--", "true").exit_code == ExitCode.FAILED

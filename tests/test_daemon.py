@@ -70,8 +70,10 @@ def _lease_gpu(lease_dir: Path, gpu: GpuSample):  # type: ignore[no-untyped-def]
         ("POST", "/v1/snapshot", 405),
         ("DELETE", "/v1/leases", 405),
         ("GET", "/v1/history?since=yesterday", 400),
+        ("GET", "/v1/history?since=nan", 400),
+        ("GET", "/v1/history?since=1e999", 400),
     ],
-    ids=["unknown-path", "post", "delete", "bad-since"],
+    ids=["unknown-path", "post", "delete", "bad-since", "since-nan", "since-infinite"],
 )
 def test_api_refuses_what_it_does_not_do(
     tmp_path: Path, method: str, path: str, expected: int
@@ -142,6 +144,24 @@ def test_systemd_hears_ready_watchdog_and_stopping(tmp_path: Path) -> None:
     assert "READY=1" in messages[0].splitlines()
     assert any("WATCHDOG=1" in message.splitlines() for message in messages[1:])
     assert "STOPPING=1" in messages[-1].splitlines()
+
+
+def test_systemd_status_names_one_gpu_in_the_singular(tmp_path: Path) -> None:
+    # GIVEN a daemon over a node of one GPU, started under systemd's notify socket
+    notify_path = str(tmp_path / "notify")
+    one_gpu = '[[gpu]]\nload = "constant"\nutilization_pct = 40\n'
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(notify_path)
+        listener.settimeout(10)
+        env = {"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "200000"}
+        with running_daemon(tmp_path, env=env, scenario=one_gpu):
+            # WHEN it reports its status once it has sampled
+            status = ""
+            while " GPU" not in status:
+                message = listener.recv(4096).decode()
+                status = next((line for line in message.splitlines() if "STATUS=" in line), "")
+    # THEN the status counts the GPU in the singular
+    assert status.startswith("STATUS=1 GPU, "), status
 
 
 def test_sigterm_stops_cleanly_within_two_seconds(tmp_path: Path) -> None:
@@ -238,8 +258,21 @@ class TestClients:
         (["--listen", "http"], "give PORT or HOST:PORT"),
         (["--backend", "cuda"], "Invalid value for '--backend'"),
         (["--bogus"], "No such option"),
+        (
+            ["--history", "1000d"],
+            "history 1000d at one sample every 1s would keep 86,400,000 samples",
+        ),
+        (["--socket", ""], "Invalid value for '--socket': give a path"),
     ],
-    ids=["interval-zero", "interval-word", "bad-listen", "bad-backend", "unknown-flag"],
+    ids=[
+        "interval-zero",
+        "interval-word",
+        "bad-listen",
+        "bad-backend",
+        "unknown-flag",
+        "history-too-long",
+        "empty-socket",
+    ],
 )
 def test_bad_flags_are_one_line_and_exit_code_2(
     tmp_path: Path, args: list[str], message: str

@@ -35,6 +35,11 @@ def test_import_gpuwatch_loads_no_heavy_module() -> None:
         "gpuwatch.backends.sim",
         "gpuwatch.units",
         "gpuwatch.backends.scenario",
+        "gpuwatch.training",
+        "gpuwatch.oomreport",
+        "gpuwatch.memsnapshot",
+        "gpuwatch.daemon.training",
+        "gpuwatch.torch",
     ],
 )
 def test_headless_modules_load_no_ui_torch_or_driver(module: str) -> None:

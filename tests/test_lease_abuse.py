@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import selector
+from gpuwatch import leases, selector
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.errors import NotEnoughGpusError
 from gpuwatch.leases import LeaseDir
+from gpuwatch.locking import flock_within
 from gpuwatch.models import Snapshot
 from gpuwatch.selector import Wanted, acquire
 from tests.conftest import FROZEN_TIME, run_cli
@@ -72,6 +73,32 @@ class TestDirectoryLock:
         # THEN a pick without --wait still ends, instead of waiting forever
         assert result.exit_code == 5, result.stderr
         assert "stayed locked for 0.5s" in result.stderr
+
+    def test_a_waiting_pick_outlasts_a_lock_held_past_the_bound(
+        self, lease_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # GIVEN a directory lock held past the bound (shortened for the test), twice over
+        monkeypatch.setattr(selector, "LOCK_WAIT_S", 0.2)
+        go = tmp_path / "go"
+        failed_tries = []
+
+        def counting(fd: int, timeout_s: float) -> bool:
+            taken = flock_within(fd, timeout_s)
+            failed_tries.append(not taken)
+            if sum(failed_tries) >= 2:
+                go.touch()  # the holder lets go only once the pick waited past the bound twice
+            return taken
+
+        monkeypatch.setattr(leases, "flock_within", counting)
+        LeaseDir(lease_dir)
+        ready = tmp_path / "ready"
+        until_go = f"touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done"
+        with holding(["flock", "--exclusive", str(lease_dir), "sh", "-c", until_go], ready):
+            # WHEN a pick told to wait, with no timeout, meets it
+            result = run_cli("pick", "--sim", "2", "--wait")
+        # THEN it goes on waiting, and gets its GPU once the lock is free
+        assert result.exit_code == 0, result.stderr
+        assert sum(failed_tries) >= 2 and result.stdout.startswith("GPU-")
 
     def test_a_lock_held_by_another_user_ends_a_pick_naming_that_user(
         self, shared_dir: Path
@@ -347,3 +374,25 @@ class TestExtremeRecords:
         assert leases_status == 200
         assert strict_json(leases.decode()) == {"leases": [], "skipped": len(BAD_VALUES)}
         assert metrics_status == 200 and b"gpuwatch_leases" in metrics
+
+
+class TestHeldVariable:
+    def test_another_users_lease_named_in_gpuwatch_held_is_still_theirs(
+        self, shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # GIVEN another user holding an exclusive lease on the only GPU
+        ready = shared_dir / "ready"
+        lease_id = "00000000000000000001-1-0badf00d"
+        path = shared_dir / f"{lease_id}.lease"
+        record = json.dumps(lease_record(pid=1, mem_bytes=None))
+        write_and_hold = (
+            f"printf '%s' '{record}' > {path}; "
+            f"exec flock {path} sh -c 'touch {ready}; exec sleep 600'"
+        )
+        with holding(as_other_user(["sh", "-c", write_and_hold]), ready):
+            # WHEN this user's pick claims that lease as its own job's, through GPUWATCH_HELD
+            monkeypatch.setenv("GPUWATCH_HELD", lease_id)
+            result = run_cli("pick", "--sim", "1")
+        # THEN the GPU stays the other user's: only one's own leases are passed down
+        assert result.exit_code == 4, result.stderr
+        assert f"leased by pid 1 ({other_user().pw_name})" in result.stderr

@@ -178,11 +178,22 @@ class TestPick:
             (["--mig", "any", "--max-util", "50"], "MIG devices report no utilization"),
             (["--mig", "any", "-n", "4"], "4 MIG devices asked for, but there are 3"),
             (
+                ["--mig", "any", "--exclude", "0"],
+                "1 MIG device asked for, but there are 0 to choose from",
+            ),
+            (
                 ["--mig", "any", "-n", "2", "--", "true"],
                 "CUDA gives a process only one MIG device",
             ),
         ],
-        ids=["bad-profile", "absent-profile", "max-util", "too-many", "two-for-one-command"],
+        ids=[
+            "bad-profile",
+            "absent-profile",
+            "max-util",
+            "too-many",
+            "one-all-excluded",
+            "two-for-one-command",
+        ],
     )
     def test_what_cannot_work_is_refused_with_exit_code_2(
         self, node: Path, args: list[str], message: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -78,7 +79,24 @@ class TestAnswers:
         result = run_cli("pick", "--sim", "4", "-n", "2")
         assert result.exit_code == 0
         assert result.stdout == f"{UUID[3]},{UUID[2]}\n"
-        assert "no lease is held" in result.stderr
+        assert "no lease is held, so another job may take these 2 GPUs" in result.stderr
+
+    @pytest.mark.parametrize(
+        ("args", "named"),
+        [(["--sim", "4"], "this GPU"), (["--sim", "{mig}", "--mig", "any"], "this MIG device")],
+        ids=["one-gpu", "one-mig-device"],
+    )
+    def test_print_only_names_what_it_chose_as_it_is(
+        self, tmp_path: Path, args: list[str], named: str
+    ) -> None:
+        # GIVEN a node, and one GPU or MIG device asked for without a command
+        mig = tmp_path / "mig.toml"
+        mig.write_text('[[gpu]]\nmodel = "A100-80GB"\nmig = ["1g.10gb"]\n')
+        # WHEN pick prints its choice
+        result = run_cli("pick", *(arg.format(mig=mig) for arg in args))
+        # THEN its warning speaks of one GPU, or of a MIG device, not of "these GPUs"
+        assert result.exit_code == 0, result.stderr
+        assert f"no lease is held, so another job may take {named};" in result.stderr
 
     def test_index_format_prints_nvidia_smi_indices_and_the_order_to_set(self) -> None:
         result = run_cli("pick", "--sim", "4", "-n", "2", "--format", "index")
@@ -112,6 +130,11 @@ class TestAnswers:
             ),
             (["-n", "5"], {}, "5 GPUs asked for, but this machine has 4"),
             (
+                ["--exclude", "0,1,2,3"],
+                {},
+                "1 GPU asked for, but this machine has 0 after --exclude",
+            ),
+            (
                 ["-n", "3"],
                 {"CUDA_VISIBLE_DEVICES": "0,1"},
                 "3 GPUs asked for, but CUDA_VISIBLE_DEVICES allows 2",
@@ -128,10 +151,12 @@ class TestAnswers:
             ([], {"CUDA_VISIBLE_DEVICES": "0,zero"}, "'zero' is not a GPU index"),
             ([], {"CUDA_VISIBLE_DEVICES": "7"}, "no GPU 7 on this machine"),
             (["--bogus"], {}, "No such option '--bogus'"),
+            (["--mem", "0"], {}, "'0' declares no memory"),
         ],
         ids=[
             "n-zero",
             "n-above-gpu-count",
+            "one-gpu-all-excluded",
             "n-above-visible",
             "bad-size",
             "bad-timeout",
@@ -141,6 +166,7 @@ class TestAnswers:
             "malformed-visible-devices",
             "visible-device-missing",
             "unknown-option",
+            "mem-zero",
         ],
     )
     def test_bad_input_is_one_line_and_exit_code_2(
@@ -175,6 +201,20 @@ class TestRunningCommands:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=30)
         assert process.returncode == -signal.SIGTERM
+
+    def test_the_lease_records_the_command_quoted_as_a_shell_takes_it(
+        self, picks: Callable[[str], Picks]
+    ) -> None:
+        # GIVEN a command whose arguments hold spaces and quotes
+        script = 'cat "$GPUWATCH_LEASE_DIR"/*.lease'
+        # WHEN pick runs it, and it prints its own lease
+        process = picks("1").start("--", "sh", "-c", script, "it's")
+        out, err = process.communicate(timeout=60)
+        # THEN the lease's command gives back the same arguments to a shell
+        assert process.returncode == 0, err
+        command = json.loads(out)["command"]
+        assert command == "sh -c 'cat \"$GPUWATCH_LEASE_DIR\"/*.lease' 'it'\"'\"'s'"
+        assert shlex.split(command) == ["sh", "-c", script, "it's"]
 
     @pytest.mark.parametrize(
         ("command", "code", "message"),

@@ -44,6 +44,17 @@ def test_select_sets_visible_devices_and_holds_the_lease(lease_dir: Path) -> Non
     assert {lease.pid for lease in leases} == {os.getpid()}
 
 
+def test_the_lease_names_the_script_as_a_shell_would_quote_it(
+    lease_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a script started with an argument holding a space
+    monkeypatch.setattr(sys, "argv", ["train.py", "--note", "first run"])
+    # WHEN it selects a GPU THEN its lease shows the command as it was typed
+    gpuwatch.select(sim=4)
+    (lease,) = LeaseDir(lease_dir).leases()
+    assert lease.command.endswith("train.py --note 'first run'")
+
+
 SELECT_AND_HOLD = """
 import sys, time, gpuwatch
 print(gpuwatch.select(int(sys.argv[1]), sim=4).indices, flush=True)
@@ -174,8 +185,19 @@ def test_fallback_cpu_does_not_hide_busy_gpus() -> None:
         ({"strategy": "fastest"}, "choose one of most-free, least-util, pack"),
         ({"fallback": "gpu"}, "choose one of error, cpu"),
         ({"format": "pci"}, "choose one of uuid, index"),
+        ({"mem": 0}, "declares no memory"),
+        ({"mem": "0GiB"}, "declares no memory"),
     ],
-    ids=["n-zero", "bad-size", "bad-util", "bad-strategy", "bad-fallback", "bad-format"],
+    ids=[
+        "n-zero",
+        "bad-size",
+        "bad-util",
+        "bad-strategy",
+        "bad-fallback",
+        "bad-format",
+        "mem-zero",
+        "mem-zero-size",
+    ],
 )
 def test_bad_arguments_are_clear_errors(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidValueError, match=message):

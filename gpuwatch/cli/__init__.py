@@ -55,10 +55,7 @@ def run_reporting_errors(command: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        # The reader went away (`gpuwatch status --json --watch 1 | head -1`): not an error.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return ExitCode.OK
+        return reader_gone()
     except Exception as error:
         if os.environ.get("GPUWATCH_DEBUG"):
             raise
@@ -66,6 +63,14 @@ def run_reporting_errors(command: Callable[[], int]) -> int:
             f"unexpected {type(error).__name__}: {error} (GPUWATCH_DEBUG=1 shows where)",
             ExitCode.FAILED,
         )
+
+
+def reader_gone() -> int:
+    """The reader of stdout went away (`gpuwatch status --json --watch 1 | head -1`): not
+    an error. What is still buffered goes nowhere, so that exiting does not fail on it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return ExitCode.OK
 
 
 def fail(message: str, code: int, *, details: Sequence[str] = ()) -> int:

@@ -15,6 +15,7 @@ _COMMANDS = {
     "pick": "gpuwatch.cli.app:pick",
     "tui": "gpuwatch.cli.tui:tui",
     "daemon": "gpuwatch.cli.daemon:daemon",
+    "torch-report": "gpuwatch.cli.torch_report:torch_report",
 }
 
 

@@ -30,8 +30,7 @@ _FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "l
     type=Duration(minimum_s=MIN_INTERVAL_S, maximum_s=MAX_INTERVAL_S),
     default=DEFAULT_INTERVAL_S,
     metavar="DURATION",
-    show_default="1s",
-    help="How often to sample the GPUs (100ms to 1h).",
+    help="How often to sample the GPUs (100ms to 1h).  [default: 1s]",
 )
 @click.option(
     "--history",
@@ -39,8 +38,7 @@ _FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "l
     type=Duration(minimum_s=MIN_INTERVAL_S),
     default=DEFAULT_HISTORY_S,
     metavar="DURATION",
-    show_default="24h",
-    help="How much history to keep in memory (8 GPUs, 24h at 1s: 8.3 MB).",
+    help="How much history to keep in memory (8 GPUs, 24h at 1s: 8.3 MB).  [default: 24h]",
 )
 @click.option(
     "--socket",
@@ -96,6 +94,8 @@ def daemon(
     """
     from gpuwatch.daemon.service import run_daemon
 
+    if socket_path == "":
+        raise click.BadParameter("give a path, or leave --socket out", param_hint="'--socket'")
     socket_path = socket_path or daemon_socket_path()
     try:
         listen_at = parse_listen(listen or "")

@@ -37,7 +37,8 @@ class ExitCode(enum.IntEnum):
     """`pick`: fewer GPUs qualify than asked for (without --wait)."""
     TIMEOUT = 5
     """`pick --wait --timeout`: still not enough GPUs when the time was up; or `pick`:
-    another process kept the lease directory locked past --timeout (at most 10s)."""
+    another process kept the lease directory locked for 10s (without --wait) or past
+    --timeout."""
     REMOTE = 6
     """`status --host`: the host cannot be reached, or has no gpuwatch."""
     CANNOT_EXECUTE = 126

@@ -23,6 +23,7 @@ from gpuwatch.choices import (
     check_percent,
 )
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.hostinfo import shell_join
 from gpuwatch.launch import exec_command
 from gpuwatch.leases import LeaseDir
 from gpuwatch.mig_policy import MigChoice
@@ -119,6 +120,13 @@ def _typed(parse: Callable[[str], object], what: str) -> Callable[[str], object]
     return convert
 
 
+def _declared_size(text: str) -> int:
+    size = parse_size(text)
+    if size == 0:  # a share of nothing would fit on any GPU, however full
+        raise InvalidValueError(f"{text!r} declares no memory: give what the job will use")
+    return size
+
+
 def _gpu_count(text: str) -> int:
     return check_gpu_count(parse_whole_number(text, low=1, high=_MAX_GPU_COUNT))
 
@@ -167,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--mem",
-        type=_typed(parse_size, "a size"),
+        type=_typed(_declared_size, "a size"),
         metavar="SIZE",
         help="Memory the job will use: share a GPU with others while all fit.  "
         "[default: the GPU is the job's alone]",
@@ -259,7 +267,7 @@ def run_pick(args: list[str]) -> int:
             backend,
             wanted,
             lease_dir=lease_dir,
-            command=" ".join(command) or "(print only)",
+            command=shell_join(command) or "(print only)",
             hold=bool(command),
             wait=waiting,
             timeout_s=options.timeout,
@@ -273,13 +281,19 @@ def run_pick(args: list[str]) -> int:
         index_format = fmt is Format.INDEX and not wanted.wants_mig
         note = "; also export CUDA_DEVICE_ORDER=PCI_BUS_ID" if index_format else ""
         sys.stderr.write(
-            "gpuwatch: no lease is held, so another job may take these GPUs; "
-            f"run your command as gpuwatch pick [...] -- COMMAND to hold them{note}\n"
+            f"gpuwatch: no lease is held, so another job may take {_these(chosen)}; "
+            f"run your command as gpuwatch pick [...] -- COMMAND to hold a lease{note}\n"
         )
         return 0
     for lease in leases:
         lease.pass_to_child()
     exec_command(command, env)
+
+
+def _these(chosen: tuple[Device, ...]) -> str:
+    """`this GPU`, `these 2 GPUs`, `this MIG device`: what a print-only pick chose."""
+    noun = "MIG device" if isinstance(chosen[0], MigDevice) else "GPU"
+    return f"this {noun}" if len(chosen) == 1 else f"these {len(chosen)} {noun}s"
 
 
 def _described(device: Device) -> str:

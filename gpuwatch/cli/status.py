@@ -12,6 +12,7 @@ import click
 
 from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
+from gpuwatch.cli import reader_gone
 from gpuwatch.cli.options import Command, Duration, WholeNumber, backend_options
 from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
@@ -46,6 +47,7 @@ MAX_COUNT = 1_000_000_000
 @click.option(
     "--host",
     metavar="[USER@]HOST",
+    callback=lambda ctx, param, value: _checked_host(value),
     help="Show another machine's GPUs, read over ssh (gpuwatch must be installed "
     "there); --backend and --sim apply on that machine.",
 )
@@ -103,10 +105,21 @@ def status(
         )
     else:
         frames = _local_frames(backend, sim, interval_s, count, verbose)
-    for number, (snapshot, leases) in enumerate(frames):
-        if number and not as_json:
-            sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
-        show(snapshot, leases, pretty=interval_s is None)
+    try:
+        for number, (snapshot, leases) in enumerate(frames):
+            if number and not as_json:
+                sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
+            show(snapshot, leases, pretty=interval_s is None)
+    except BrokenPipeError:
+        # Here, not in gpuwatch.cli.main: click turns a broken pipe into exit status 1.
+        reader_gone()
+
+
+def _checked_host(host: str | None) -> str | None:
+    """A host for ssh: not empty, and not something ssh would read as one of its options."""
+    if host is not None and (not host.strip() or host.startswith("-")):
+        raise click.BadParameter(f"{host!r} is not a host name: give HOST or USER@HOST")
+    return host
 
 
 def _local_frames(
@@ -117,7 +130,7 @@ def _local_frames(
     verbose: bool,
 ) -> Iterator[tuple[Snapshot, list[Lease]]]:
     say = _say if verbose else None
-    lease_dir = LeaseDir.read_only()
+    lease_dir = LeaseDir.read_only(on_refused=say)
     with open_backend(backend, sim, on_fallback=say) as source:
         if say is not None:
             say(f"reading GPUs from {_described(source)}")

@@ -64,8 +64,16 @@ def tui(
 
         sources = [LocalSource(open_backend(backend, sim), LeaseDir.read_only())]
     from gpuwatch.tui.app import GpuwatchApp
+    from gpuwatch.tui.widgets import TrainingPanel
 
-    app = GpuwatchApp(sources, interval_s=interval_s, readonly=readonly, idle_after_s=idle_after_s)
+    panels = [] if hosts else [TrainingPanel()]  # training reports are this machine's own
+    app = GpuwatchApp(
+        sources,
+        interval_s=interval_s,
+        readonly=readonly,
+        idle_after_s=idle_after_s,
+        panels=panels,
+    )
     try:
         app.run()
         return app.return_code or 0  # 1 when the app stopped on an error it showed

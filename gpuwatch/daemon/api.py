@@ -6,6 +6,7 @@
                                        20,000 samples, the newest, and `truncated` says so)
     GET /v1/leases                 who holds which GPU (from the lease directory)
     GET /v1/health                 whether sampling works, and how big the history is
+    GET /v1/training               training processes watched by gpuwatch.torch.watch()
     GET /metrics                   Prometheus metrics (also over TCP, with `--listen`)
 
 Anything else is 404, and every method but GET and HEAD is 405: nothing here
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import threading
 import time
@@ -30,6 +32,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from gpuwatch._version import __version__
 from gpuwatch.daemon.settings import Settings
+from gpuwatch.daemon.training import training_body
 from gpuwatch.daemon.wire import Response, error_response, json_response
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases import LeaseDir, LeaseFiles
@@ -84,6 +87,7 @@ class Api:
             "/v1/leases": self.leases,
             "/v1/health": self.health,
             "/metrics": self.metrics,
+            "/v1/training": self.training,
         }
 
     def route(self, method: str, target: str) -> Response:
@@ -125,6 +129,8 @@ class Api:
         try:
             if "since" in query:
                 start = float(query["since"])
+                if not math.isfinite(start):  # NaN would match every sample, inf none
+                    raise ValueError(query["since"])
             else:
                 start = time.time() - parse_duration(query.get("last", "600"))
         except (ValueError, InvalidValueError):
@@ -187,6 +193,9 @@ class Api:
                 },
             },
         )
+
+    def training(self, query: Query) -> Response:
+        return json_response(200, training_body(self.poller.state.snapshot))
 
     def metrics(self, query: Query) -> Response:
         return Response(200, CONTENT_TYPE_LATEST, generate_latest(self._registry))

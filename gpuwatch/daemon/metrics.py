@@ -21,6 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpuwatch._version import __version__
+from gpuwatch.daemon.training import TrainingCollector
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
 
 GPU_LABELS = ("gpu", "uuid", "pci_bus_id", "model_name", "hostname")
@@ -107,6 +108,7 @@ def registry_for(source: SnapshotSource) -> CollectorRegistry:
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(source))
+    registry.register(TrainingCollector(source))  # gpuwatch_torch_*, from training reports
     ProcessCollector(namespace="gpuwatch_daemon", registry=registry)
     return registry
 

@@ -27,6 +27,7 @@ from gpuwatch.daemon.settings import Settings, with_config_file
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.paths import socket_candidates
 from gpuwatch.sampling import Poller
+from gpuwatch.units import counted
 
 log = logging.getLogger("gpuwatch.daemon")
 
@@ -156,7 +157,8 @@ class Daemon:
             return f"waiting for the first sample ({state.error or 'starting'})"
         faulty = sum(not gpu.ok for gpu in state.snapshot.gpus)
         note = f", {faulty} with faults" if faulty else ""
-        return f"{len(state.snapshot.gpus)} GPUs{note}, {state.samples} samples"
+        gpus = counted(len(state.snapshot.gpus), "GPU")
+        return f"{gpus}{note}, {counted(state.samples, 'sample')}"
 
 
 def run_daemon(settings: Settings) -> int:

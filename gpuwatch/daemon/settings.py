@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuwatch.errors import ConfigFileError, InvalidValueError
 from gpuwatch.tomlfile import read_toml
-from gpuwatch.units import parse_duration
+from gpuwatch.units import format_duration, parse_duration
 
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 3600.0
@@ -82,7 +82,8 @@ def check_retention(interval_s: float, history_s: float) -> None:
     samples = history_s / interval_s
     if samples > MAX_HISTORY_SAMPLES:
         raise InvalidValueError(
-            f"history {history_s:g}s at one sample every {interval_s:g}s would keep "
+            f"history {format_duration(history_s)} at one sample every "
+            f"{format_duration(interval_s)} would keep "
             f"{samples:,.0f} samples; keep at most {MAX_HISTORY_SAMPLES:,} (e.g. 24h at 1s)"
         )
 

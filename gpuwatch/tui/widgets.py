@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
+from gpuwatch.training import TrainingReports, reports_for_this_machine
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import HostStats
 from gpuwatch.tui.layout import Layout
 from gpuwatch.tui.rows import Column, Row, cell_text
 from gpuwatch.tui.state import GRAPH_WINDOW_S, ScreenState, Section
+from gpuwatch.tui.training import training_lines
+
+TRAINING_READ_EVERY_S = 1.0
 
 # The span styles of `render`, each a component class styled in gpuwatch.tcss.
 SPAN_STYLES = (
@@ -220,6 +227,46 @@ class Panel(Static):
 
     def show_state(self, state: ScreenState, now: float) -> None:
         """Redraws from `state` (`now` is the app's clock)."""
+
+
+class TrainingPanel(Panel):
+    """Each process `gpuwatch.torch.watch()` watches on this machine (`tui.training`).
+
+    Reports are read on a thread of its own, at most once a second, so a slow lease
+    directory never holds up the screen; the panel hides itself while there are none.
+    """
+
+    def __init__(self, reports: Callable[[], TrainingReports] = reports_for_this_machine) -> None:
+        super().__init__(id="training")
+        self._reports = reports
+        self._reading = threading.Lock()
+        self._read_at = -TRAINING_READ_EVERY_S
+        self.found = TrainingReports()
+        self.display = False
+
+    def show_state(self, state: ScreenState, now: float) -> None:
+        if time.monotonic() - self._read_at < TRAINING_READ_EVERY_S or not self._reading.acquire(
+            False
+        ):
+            return
+        self._read_at = time.monotonic()
+        threading.Thread(target=self._read, name="gpuwatch-tui-training", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            found = self._reports()
+        except Exception:  # an unreadable directory shows as no training, never a crash
+            found = TrainingReports()
+        finally:
+            self._reading.release()
+        # The app may have closed meanwhile: then there is nothing left to show it on.
+        with contextlib.suppress(Exception):
+            self.app.call_from_thread(self._show, found)
+
+    def _show(self, found: TrainingReports) -> None:
+        self.found = found
+        self.display = bool(found.reports)
+        self.update("\n".join(training_lines(found, max(20, self.size.width or 120))))
 
 
 class KeyedText(Text):

@@ -1,0 +1,220 @@
+"""An out-of-memory report: what was asked, what was free, where the memory went, what to do.
+
+`gpuwatch.torch.watch()` writes one as JSON (and as text, rendered by
+`render()`) when CUDA runs out of memory; `gpuwatch torch-report FILE` renders
+it again. The reader checks every field, as for training reports: the file may
+come from anywhere. No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpuwatch.fields import (
+    BadRecord,
+    bool_field,
+    bytes_field,
+    float_field,
+    int_field,
+    list_field,
+    optional,
+    text_field,
+)
+from gpuwatch.training import ModuleMemory, module_from_dict
+from gpuwatch.units import format_size
+
+FORMAT = "gpuwatch-oom/1"
+MAX_ITEMS = 20
+_MAX_FILE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSize:
+    """One live tensor at the time of the error."""
+
+    shape: str
+    dtype: str
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class OomReport:
+    """The facts at an out-of-memory error. Allocator figures are `None` when unknown."""
+
+    pid: int
+    rank: int
+    world_size: int
+    hostname: str
+    device: str
+    at: float
+    step: int
+    requested_bytes: int | None = None
+    device_free_bytes: int | None = None
+    allocated_bytes: int | None = None
+    allocated_peak_bytes: int | None = None
+    reserved_bytes: int | None = None
+    inactive_split_bytes: int | None = None
+    alloc_retries: int | None = None
+    nvml_process_bytes: int | None = None
+    gpu_uuid: str | None = None
+    model_training: bool | None = None
+    grad_enabled: bool | None = None
+    modules: tuple[ModuleMemory, ...] = ()
+    tensors: tuple[TensorSize, ...] = ()
+    snapshot_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, **asdict(self)}
+
+
+def report_from_dict(data: object) -> OomReport:
+    """An OOM report from decoded JSON, every field checked; raises `BadRecord`."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise BadRecord("not a gpuwatch OOM report")
+    world_size = int_field(data, "world_size", 1, 1 << 20)
+    sizes = (
+        "requested_bytes",
+        "device_free_bytes",
+        "allocated_bytes",
+        "allocated_peak_bytes",
+        "reserved_bytes",
+        "inactive_split_bytes",
+        "nvml_process_bytes",
+    )
+    return OomReport(
+        pid=int_field(data, "pid", 1, 1 << 22),
+        rank=int_field(data, "rank", 0, world_size - 1),
+        world_size=world_size,
+        hostname=text_field(data, "hostname"),
+        device=text_field(data, "device"),
+        at=float_field(data, "at", 0, 1e11),
+        step=int_field(data, "step"),
+        **{name: optional(data, name, bytes_field) for name in sizes},
+        alloc_retries=optional(data, "alloc_retries", int_field),
+        gpu_uuid=optional(data, "gpu_uuid", text_field),
+        model_training=optional(data, "model_training", bool_field),
+        grad_enabled=optional(data, "grad_enabled", bool_field),
+        modules=tuple(module_from_dict(item) for item in list_field(data, "modules", MAX_ITEMS)),
+        tensors=tuple(_tensor(item) for item in list_field(data, "tensors", MAX_ITEMS)),
+        snapshot_path=optional(data, "snapshot_path", _path),
+    )
+
+
+def read_report(path: str) -> OomReport:
+    """Reads and checks an OOM report file; raises `BadRecord` or `OSError`."""
+    with open(path, "rb") as file:
+        raw = file.read(_MAX_FILE_BYTES + 1)
+    if len(raw) > _MAX_FILE_BYTES:
+        raise BadRecord("larger than any OOM report gpuwatch writes")
+    try:
+        return report_from_dict(json.loads(raw))
+    except (ValueError, RecursionError) as error:
+        if isinstance(error, BadRecord):
+            raise
+        raise BadRecord("not JSON") from error
+
+
+def render(report: OomReport) -> str:
+    """The report for people: the facts, then the fixes that apply."""
+    return "\n".join([*_facts(report), "", "What to do:", *(f"  - {a}" for a in advice(report))])
+
+
+def advice(report: OomReport) -> list[str]:
+    """The fixes that apply to this error, the likeliest first."""
+    fixes = []
+    if _fragmented(report):
+        fixes.append(
+            "fragmentation: the cache holds enough free memory, but in pieces smaller than the "
+            "request; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before starting"
+        )
+    if report.model_training is False and report.grad_enabled:
+        fixes.append(
+            "the model is in eval mode but gradients are on: wrap evaluation in "
+            "torch.no_grad() (or torch.inference_mode()) so activations are not kept"
+        )
+    fixes.append("a smaller batch: activation memory grows with the batch size")
+    if report.modules:
+        names = ", ".join(module.name for module in report.modules[:3])
+        fixes.append(
+            f"activation checkpointing (torch.utils.checkpoint) on the largest modules "
+            f"({names}): recomputes their activations in backward instead of keeping them"
+        )
+    if report.grad_enabled is not False and report.model_training is not False:
+        fixes.append("in evaluation loops, torch.no_grad() keeps no activations for backward")
+    fixes.append(
+        "torch.cuda.empty_cache() does not help: before raising, the allocator already "
+        "released its unused cache and retried; empty_cache only hands cached memory to "
+        "other processes"
+    )
+    if _others_hold_the_gpu(report):
+        fixes.append("other processes hold most of this GPU: `gpuwatch status` shows which")
+    return fixes
+
+
+def _facts(report: OomReport) -> list[str]:
+    where = f"{report.device}" + (f" ({report.gpu_uuid})" if report.gpu_uuid else "")
+    lines = [
+        f"Out of memory on {where}, rank {report.rank} of {report.world_size}, "
+        f"pid {report.pid} on {report.hostname}, at step {report.step}",
+        f"  requested            {_size(report.requested_bytes)}",
+        f"  free on the device   {_size(report.device_free_bytes)}",
+        f"  reserved by torch    {_size(report.reserved_bytes)}",
+        f"  allocated to tensors {_size(report.allocated_bytes)}"
+        f" (peak {_size(report.allocated_peak_bytes)})",
+        f"  fragmented (cached, in split segments) {_size(report.inactive_split_bytes)}",
+        f"  allocator retries    {'-' if report.alloc_retries is None else report.alloc_retries}",
+    ]
+    if report.nvml_process_bytes is not None:
+        lines.append(
+            f"  driver's count for this process {_size(report.nvml_process_bytes)} "
+            "(beyond reserved: the CUDA context and other libraries)"
+        )
+    if report.modules:
+        lines += ["", "Largest modules (last sampled step: forward peak / backward peak):"]
+        lines += [
+            f"  {m.name:<40} {_size(m.forward_peak_bytes):>10} / {_size(m.backward_peak_bytes)}"
+            for m in report.modules[:10]
+        ]
+    if report.tensors:
+        lines += ["", "Largest live tensors:"]
+        lines += [f"  {_size(t.nbytes):>10}  {t.dtype} {t.shape}" for t in report.tensors[:10]]
+    if report.snapshot_path:
+        lines += [
+            "",
+            f"Memory snapshot: {report.snapshot_path} (open it at pytorch.org/memory_viz)",
+        ]
+    return lines
+
+
+def _fragmented(report: OomReport) -> bool:
+    split, requested = report.inactive_split_bytes, report.requested_bytes
+    return bool(split and requested and split >= requested)
+
+
+def _others_hold_the_gpu(report: OomReport) -> bool:
+    free, reserved, requested = (
+        report.device_free_bytes,
+        report.reserved_bytes,
+        report.requested_bytes,
+    )
+    if free is None or reserved is None or requested is None:
+        return False
+    return free < requested and reserved < requested
+
+
+def _size(value: int | None) -> str:
+    return "-" if value is None else format_size(value)
+
+
+def _tensor(item: object) -> TensorSize:
+    if not isinstance(item, dict):
+        raise BadRecord("tensors: not an object")
+    return TensorSize(
+        text_field(item, "shape"), text_field(item, "dtype"), bytes_field(item, "nbytes")
+    )
+
+
+def _path(data: dict[str, Any], name: str) -> str:
+    return text_field(data, name, 4096)

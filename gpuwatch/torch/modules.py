@@ -1,0 +1,241 @@
+"""Per-module memory for sampled steps: hooks put on for one step and taken off after it.
+
+Forward: a process-wide pre-hook and hook, which pass over other models'
+modules. Backward: hooks on tensors, not on modules. A hook on each tensor a
+module outputs marks the start of its backward (the gradient of its output is
+ready); hooks on its inputs mark the end (their gradients are ready), or, for
+a module whose inputs need no gradient (the first layer), hooks on its own
+parameters. A module whose backward no hook closes (a container) ends with the
+last gradient of the step. One hook per tensor serves every module waiting on
+it. Full backward hooks on modules are not used: they wrap each output in a
+function that makes a following in-place op (`ReLU(inplace=True)`) fail.
+
+Memory is read from a probe: the allocator's `allocated_now()` when it sees
+every tensor of the device (CUDA); otherwise a running count of the bytes of
+the tensors modules produce (outputs and the gradients passed between modules),
+each storage counted once while it lives, which is what the figures are on a
+CPU. A module's peak is the highest reading seen at any hook while it ran,
+above its start: a floor of the true peak, which no hook sees.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from gpuwatch.torch.stats import StatsSource
+from gpuwatch.training import ModuleMemory, fit_name
+
+
+@dataclass
+class _Frame:
+    name: str
+    start: int
+    high: int
+    pending_ends: int = 0
+
+
+@dataclass
+class _Record:
+    forward_delta: int = 0
+    forward_peak: int = 0
+    backward_delta: int | None = None
+    backward_peak: int | None = None
+
+
+class ModuleSampler:
+    """Measures every module of `model` during the steps between `install()` and `remove()`."""
+
+    def __init__(self, model: Any, source: StatsSource | None) -> None:
+        self._names = {
+            id(module): fit_name(name or type(model).__name__)
+            for name, module in model.named_modules()
+        }
+        self._source = source
+        self._allocated: Callable[[], int] | None = None
+        self._handles: list[Any] = []
+        self._reset()
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._handles)
+
+    @property
+    def hook_count(self) -> int:
+        return len(self._handles)
+
+    def install(self) -> None:
+        """Puts the forward hooks on; tensor hooks follow during the step."""
+        if self._handles:
+            return
+        from torch.nn.modules import module
+
+        # The allocator, once CUDA runs and if it sees every tensor; else the tensors' bytes.
+        source = self._source
+        uses_allocator = source is not None and source.tracks_tensors and source.ready()
+        self._allocated = source.allocated_now if source is not None and uses_allocator else None
+
+        # Two process-wide forward hooks, not two per module: a large model's thousands of
+        # registrations would cost more than its step. Other models' modules are ignored.
+        self._handles.append(module.register_module_forward_pre_hook(self._before_any))
+        self._handles.append(module.register_module_forward_hook(self._after_any))
+
+    def remove(self) -> list[ModuleMemory]:
+        """Takes every hook off (tensor hooks included); returns what the step measured,
+        the modules with the highest peak first."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        for leaf in self._leaves:
+            # An emptied hook dict stays attached to the parameter, and autograd calls into
+            # Python for it at every backward: detach it, unless someone else hooked it since.
+            if not leaf._backward_hooks:
+                leaf._backward_hooks = None
+        for frame in self._backward.values():
+            if frame in self._open:  # a container's backward: it ends with the last gradient
+                self._close_backward(frame, self._last_grad)
+        measured = [
+            ModuleMemory(
+                name,
+                record.forward_delta,
+                max(record.forward_peak, 0),
+                record.backward_delta,
+                None if record.backward_peak is None else max(record.backward_peak, 0),
+            )
+            for name, record in self._records.items()
+        ]
+        self._reset()
+        return sorted(measured, key=lambda module: module.peak_bytes, reverse=True)
+
+    def _reset(self) -> None:
+        self._records: dict[str, _Record] = {}
+        self._open: list[_Frame] = []
+        self._backward: dict[str, _Frame] = {}
+        self._pending: dict[str, int] = {}
+        self._hooked: dict[int, tuple[Any, list[tuple[bool, str]]]] = {}
+        self._leaves: list[Any] = []  # parameters whose hook dict this sampler created
+        self._seen: dict[int, Any] = {}  # storage address -> a weak reference to its tensor
+        self._produced = 0
+        self._last_grad = 0
+
+    def _before_any(self, module: Any, args: Any) -> None:
+        if (name := self._names.get(id(module))) is not None:
+            self._before(name, module, args)
+
+    def _after_any(self, module: Any, args: Any, output: Any) -> None:
+        if (name := self._names.get(id(module))) is not None:
+            self._after(name, module, args, output)
+
+    def _before(self, name: str, module: Any, args: Any) -> None:
+        now = self._read()
+        self._open.append(_Frame(name, now, now))
+        ends = [tensor for tensor in _tensors(args) if tensor.requires_grad]
+        if not ends:  # the first layer: its backward ends with its parameters' gradients
+            ends = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        for tensor in ends:
+            self._on_grad(tensor, starts=False, name=name)
+        self._pending[name] = self._pending.get(name, 0) + len(ends)
+
+    def _after(self, name: str, module: Any, args: Any, output: Any) -> None:
+        outputs = list(_tensors(output))
+        self._count(outputs)
+        now = self._read()
+        frame = next((f for f in reversed(self._open) if f.name == name), None)
+        if frame is None:
+            return
+        self._open.remove(frame)
+        record = self._records.setdefault(name, _Record())
+        record.forward_delta += now - frame.start
+        record.forward_peak = max(record.forward_peak, frame.high - frame.start)
+        for tensor in outputs:
+            if tensor.requires_grad:
+                self._on_grad(tensor, starts=True, name=name)
+
+    def _on_grad(self, tensor: Any, *, starts: bool, name: str) -> None:
+        """Calls back when `tensor`'s gradient is ready: one hook per tensor, however many
+        modules wait on it (an output is the next module's input)."""
+        known = self._hooked.get(id(tensor))
+        if known is not None and known[0]() is tensor:
+            known[1].append((starts, name))
+            return
+        waiting = [(starts, name)]
+        self._hooked[id(tensor)] = (weakref.ref(tensor), waiting)
+        if tensor.is_leaf and tensor._backward_hooks is None:
+            self._leaves.append(tensor)
+        self._handles.append(tensor.register_hook(partial(self._gradient_ready, waiting)))
+
+    def _gradient_ready(self, waiting: list[tuple[bool, str]], grad: Any) -> None:
+        self._count([grad])
+        self._last_grad = now = self._read()
+        for starts, name in waiting:
+            if starts:
+                self._backward_starts(name, now)
+            else:
+                self._backward_part_ends(name, now)
+
+    def _backward_starts(self, name: str, now: int) -> None:
+        """The gradient of a module's output is ready."""
+        if name not in self._backward:
+            frame = _Frame(name, now, now, pending_ends=self._pending.get(name, 0))
+            self._backward[name] = frame
+            self._open.append(frame)
+
+    def _backward_part_ends(self, name: str, now: int) -> None:
+        """The gradient of one of a module's inputs (or first layer's parameters) is ready."""
+        frame = self._backward.get(name)
+        if frame is None:
+            return
+        frame.pending_ends -= 1
+        if frame.pending_ends <= 0 and frame in self._open:
+            self._close_backward(frame, now)
+
+    def _close_backward(self, frame: _Frame, now: int) -> None:
+        self._open.remove(frame)
+        record = self._records.setdefault(frame.name, _Record())
+        record.backward_delta = now - frame.start
+        record.backward_peak = frame.high - frame.start
+
+    def _count(self, tensors: list[Any]) -> None:
+        """Adds the bytes of storages not counted yet: an in-place op's output, or a view,
+        shares its input's storage. Memory freed and reused is counted anew."""
+        if self._allocated is not None:
+            return
+        for tensor in tensors:
+            try:
+                storage = tensor.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
+                continue
+            pointer = storage.data_ptr()
+            known = self._seen.get(pointer)
+            if known is None or known() is None:
+                self._seen[pointer] = weakref.ref(tensor)
+                self._produced += storage.nbytes()
+
+    def _read(self) -> int:
+        now = self._allocated() if self._allocated is not None else self._produced
+        for frame in self._open:
+            frame.high = max(frame.high, now)
+        return now
+
+
+def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:
+    """The tensors in a module's arguments or output (nested tuples, lists and dicts)."""
+    if isinstance(value, _tensor_type()):
+        yield value
+    elif depth < 3 and isinstance(value, tuple | list):
+        for item in value:
+            yield from _tensors(item, depth + 1)
+    elif depth < 3 and isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item, depth + 1)
+
+
+@functools.cache
+def _tensor_type() -> type:
+    import torch  # here, not at the top: importing gpuwatch.torch must not import torch
+
+    return torch.Tensor

@@ -1,0 +1,184 @@
+"""Per-module memory: real hooks on real CPU models, on sampled steps only, and none left behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from gpuwatch.torch import SimulatedAllocator, watch  # noqa: E402
+
+BATCH = 16
+FLOAT_BYTES = 4
+
+
+def mlp(inplace: bool = False) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Linear(32, 64), nn.ReLU(inplace=inplace), nn.Linear(64, 128), nn.Linear(128, 1)
+    )
+
+
+def train_step(model: nn.Module, optimizer: Any) -> None:
+    loss = model(torch.randn(BATCH, 32)).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def hooks_on(model: nn.Module, optimizer: Any) -> int:
+    """Every hook a watch could leave: forward, pre-forward, parameter and optimizer hooks."""
+    count = len(optimizer._optimizer_step_post_hooks)
+    for module in model.modules():
+        count += len(module._forward_hooks) + len(module._forward_pre_hooks)
+        count += len(module._backward_hooks) + len(module._backward_pre_hooks)
+    for parameter in model.parameters():
+        count += len(parameter._backward_hooks or {})
+    return count
+
+
+def test_modules_are_measured_by_the_tensors_they_produce_on_cpu() -> None:
+    # GIVEN a CPU model watched per module
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, optimizer=optimizer, per_module=True, publish=False) as memory:
+        # WHEN one step runs
+        train_step(model, optimizer)
+        modules = {module.name: module for module in memory.last_modules}
+    # THEN each layer's forward is the bytes of its output, and backward was seen
+    assert modules["0"].forward_delta_bytes == BATCH * 64 * FLOAT_BYTES
+    assert modules["2"].forward_delta_bytes == BATCH * 128 * FLOAT_BYTES
+    assert modules["Sequential"].forward_peak_bytes >= BATCH * (64 + 128) * FLOAT_BYTES
+    assert modules["2"].backward_peak_bytes is not None
+    assert modules["2"].backward_peak_bytes > 0
+    # AND the largest module comes first
+    assert memory.last_modules[0].name == "Sequential"
+
+
+def test_hooks_are_on_only_for_sampled_steps() -> None:
+    # GIVEN a watch sampling every third step
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, optimizer=optimizer, per_module=True, every=3, publish=False) as memory:
+        on_during = []
+        for _ in range(7):
+            on_during.append(memory.hooks_installed > 0)
+            train_step(model, optimizer)
+        # THEN steps 0, 3 and 6 carried hooks, the others none
+        assert on_during == [True, False, False, True, False, False, True]
+        assert memory.modules_step == 7
+
+
+def test_inplace_activations_still_train_with_module_hooks() -> None:
+    # GIVEN a model with ReLU(inplace=True), which module-wide full backward hooks break
+    model = mlp(inplace=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    # WHEN it trains watched per module, THEN nothing raises and the ReLU is measured
+    with watch(model, optimizer=optimizer, per_module=True, publish=False) as memory:
+        for _ in range(3):
+            train_step(model, optimizer)
+        assert "1" in {module.name for module in memory.last_modules}
+
+
+def test_the_inplace_regression_test_can_fail() -> None:
+    # GIVEN the same model with a full backward hook on every module (what we avoid)
+    model = mlp(inplace=True)
+    for module in model.modules():
+        module.register_full_backward_hook(lambda *args: None)
+    # THEN the in-place op fails: the test above guards a real breakage
+    with pytest.raises(RuntimeError, match=r"inplace|in-place"):
+        model(torch.randn(BATCH, 32)).sum().backward()
+
+
+@pytest.mark.parametrize("every", [1, 2], ids=["every-step", "every-2"])
+def test_no_hook_is_left_after_close(every: int) -> None:
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    memory = watch(model, optimizer=optimizer, per_module=True, every=every, publish=False)
+    train_step(model, optimizer)
+    model(torch.randn(BATCH, 32))  # a forward whose backward never comes
+    memory.close()
+    assert hooks_on(model, optimizer) == 0
+    assert memory.hooks_installed == 0
+    # no emptied hook dict left on a parameter either: autograd would call into it each step
+    assert all(parameter._backward_hooks is None for parameter in model.parameters())
+
+
+def test_no_hook_is_left_after_an_exception_in_the_loop() -> None:
+    # GIVEN a loop that fails in the middle of a sampled step
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def loop() -> None:
+        with watch(model, optimizer=optimizer, per_module=True, source=SimulatedAllocator()):
+            train_step(model, optimizer)
+            model(torch.randn(BATCH, 32))
+            raise ValueError("bad batch")
+
+    with pytest.raises(ValueError, match="bad batch"):
+        loop()
+    # THEN the watch took every hook off on the way out
+    assert hooks_on(model, optimizer) == 0
+
+
+def test_evaluation_without_gradients_is_measured_forward_only() -> None:
+    model = mlp()
+    with watch(model, per_module=True, publish=False) as memory, torch.no_grad():
+        model(torch.randn(BATCH, 32))
+        memory.step()
+    modules = {module.name: module for module in memory.last_modules}
+    assert modules["0"].forward_delta_bytes == BATCH * 64 * FLOAT_BYTES
+    assert modules["0"].backward_delta_bytes is None
+
+
+class Allocating(nn.Module):
+    """A layer that takes `nbytes` of the simulated device in forward and keeps it."""
+
+    def __init__(self, sim: SimulatedAllocator, nbytes: int) -> None:
+        super().__init__()
+        self.sim, self.nbytes, self.linear = sim, nbytes, nn.Linear(8, 8)
+
+    def forward(self, x: Any) -> Any:
+        self.sim.allocate(self.nbytes)
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["cuda-started", "cuda-not-started"])
+def test_modules_are_measured_by_the_allocator_once_cuda_runs(started: bool) -> None:
+    # GIVEN an allocator that sees every tensor (as CUDA's does), started or not yet
+    sim = SimulatedAllocator(ready=started)
+    sim.tracks_tensors = True
+    model = nn.Sequential(Allocating(sim, 3 << 20), Allocating(sim, 1 << 20))
+    with watch(model, per_module=True, source=sim, publish=False) as memory:
+        model(torch.randn(4, 8))
+        memory.step()
+    modules = {module.name: module for module in memory.last_modules}
+    if started:
+        # THEN the figures are the allocator's
+        assert modules["0"].forward_delta_bytes == 3 << 20
+        assert modules["Sequential"].forward_delta_bytes == 4 << 20
+    else:
+        # THEN, CUDA not running, they are the bytes of the tensors produced
+        assert modules["0"].forward_delta_bytes == 4 * 8 * FLOAT_BYTES
+
+
+def test_a_module_with_an_unwieldy_name_still_publishes_a_readable_report(
+    lease_dir: Any,
+) -> None:
+    from gpuwatch.training import read_reports
+
+    # GIVEN a module whose name is too long and holds a control character
+    model = nn.Sequential()
+    model.add_module("x" * 300 + "\x1b", nn.Linear(4, 4))
+    with watch(model, per_module=True, source=SimulatedAllocator()) as memory:
+        model(torch.randn(2, 4))
+        memory.step()
+        memory.publish_now()
+        found = read_reports()
+    # THEN readers accept the report, with the name cut and cleaned
+    assert found.skipped == 0
+    (report,) = found.reports
+    assert any(m.name.startswith("xxx") and m.name.endswith("…") for m in report.modules)
