@@ -7,9 +7,12 @@ pynvml bindings (`--backend nvml`), in real terminals (tmux):
    the process table are on screen (median of several launches);
 2. steady CPU at a 1 s refresh over 60 s, with 100 processes, beside nvitop's TUI
    (`nvitop --interval 1`) on the same node, both running at once;
-3. RSS over two simulated hours: 7,200 frames fed to the app (headless), one per
-   simulated second (painted every 5th, to finish in minutes), RSS read every 20 minutes;
-   the second hour must not grow.
+3. memory over four simulated hours: 14,400 frames fed to the app (headless), one per
+   simulated second (painted every 5th, to finish in minutes), while the processes churn as
+   on a busy machine (every 10 s, 10 of the 100 exit and 10 new pids appear). Every 20
+   minutes: RSS, the interpreter's allocated blocks (RSS also counts allocator
+   fragmentation) and the fill of Textual's DataTable render caches. The first hour fills
+   every bounded buffer and cache; from hour 2 to hour 4 nothing may grow per frame.
 
 Run: python bench/tui_cost.py [--launches N] [--cpu-seconds S]
 """
@@ -33,7 +36,11 @@ from _common import NODE_8GPU, build_fakenvml, fakenvml_env, tool
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 SIZE = (160, 48)
-HOURS = 2  # the first hour fills every bounded buffer and cache; the second must stay flat
+HOURS = 4  # the first hour fills every bounded buffer and cache; hours 2 to 4 must stay flat
+CHURN_EVERY_S = 10
+CHURN_COUNT = 10
+FIRST_CHURN_PID = 1_000_000  # above the scenario's own pids
+WORKER = "python worker.py"
 
 
 def scenario_with_processes(total: int) -> Path:
@@ -43,7 +50,7 @@ def scenario_with_processes(total: int) -> Path:
     for number in range(total - have):
         lines.append(
             f"proc gpu={number % 8} pid={60000 + number} used=256MiB kind=compute "
-            f'name="python worker.py --id {number}"'
+            f'name="{WORKER} --id {number}"'
         )
     path = Path(tempfile.mkdtemp(prefix="tui-bench-")) / f"node-8gpu-{total}.txt"
     path.write_text("\n".join(lines) + "\n")
@@ -131,8 +138,37 @@ def steady_cpu(env: dict[str, str], seconds: float) -> dict[str, float]:
             terminal.close()
 
 
-def rss_over_an_hour() -> list[tuple[int, float]]:
-    """Runs in the fakenvml environment: (frames fed, RSS MiB) every 600 frames."""
+class Churn:
+    """Rewrites the scenario every CHURN_EVERY_S: the CHURN_COUNT oldest worker processes
+    exit and as many start under new pids (fakenvml re-reads a changed file)."""
+
+    def __init__(self, scenario: Path) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="tui-bench-churn-")) / scenario.name
+        lines = scenario.read_text().splitlines()
+        self._fixed = [line for line in lines if WORKER not in line]
+        self._pids = list(range(FIRST_CHURN_PID, FIRST_CHURN_PID + len(lines) - len(self._fixed)))
+        self._write()
+
+    def step(self) -> None:
+        newest = self._pids[-1]
+        self._pids = self._pids[CHURN_COUNT:] + list(range(newest + 1, newest + 1 + CHURN_COUNT))
+        self._write()
+
+    def _write(self) -> None:
+        workers = [
+            f"proc gpu={pid % 8} pid={pid} used={256 + pid % 64}MiB kind=compute "
+            f'name="{WORKER} --id {pid}"'
+            for pid in self._pids
+        ]
+        temporary = self.path.with_suffix(".new")
+        temporary.write_text("\n".join([*self._fixed, *workers]) + "\n")
+        os.replace(temporary, self.path)
+
+
+def memory_over_hours() -> list[tuple[int, float, int, str]]:
+    """Runs in the fakenvml environment: (frames fed, RSS MiB, allocated blocks, DataTable
+    cache fill) every 1,200 frames."""
+    import gc
     from dataclasses import replace
 
     import psutil
@@ -140,7 +176,10 @@ def rss_over_an_hour() -> list[tuple[int, float]]:
     from gpuwatch.backends import open_backend
     from gpuwatch.tui.app import GpuwatchApp
     from gpuwatch.tui.frames import LocalSource
+    from gpuwatch.tui.widgets import ProcessTable
 
+    churn = Churn(Path(os.environ["FAKENVML_SCENARIO"]))
+    os.environ["FAKENVML_SCENARIO"] = str(churn.path)  # read by nvmlInit, below
     start = time.time()
     clock = [start]
     source = LocalSource(open_backend("nvml"), None)
@@ -150,7 +189,10 @@ def rss_over_an_hour() -> list[tuple[int, float]]:
 
     async def run() -> None:
         async with app.run_test(size=SIZE) as pilot:
+            table = app.query_one(ProcessTable)
             for second in range(HOURS * 3600 + 1):
+                if second and second % CHURN_EVERY_S == 0:
+                    churn.step()
                 clock[0] = start + second
                 frame = source.read()
                 assert frame.snapshot is not None
@@ -158,10 +200,25 @@ def rss_over_an_hour() -> list[tuple[int, float]]:
                 if second % 5 == 0:
                     await pilot.pause()  # let the screen catch up and paint
                 if second % 1200 == 0:
-                    readings.append((second, me.memory_info().rss / (1 << 20)))
+                    gc.collect()
+                    readings.append(
+                        (
+                            second,
+                            me.memory_info().rss / (1 << 20),
+                            sys.getallocatedblocks(),
+                            _cache_fill(table),
+                        )
+                    )
 
     asyncio.run(run())
     return readings
+
+
+def _cache_fill(table: object) -> str:
+    """How full Textual's DataTable render caches are (LRU caches with a fixed size)."""
+    names = ("_cell_render_cache", "_row_render_cache", "_line_cache")
+    caches = [getattr(table, name, None) for name in names]
+    return "/".join(str(len(cache)) if cache is not None else "?" for cache in caches)
 
 
 def main() -> None:
@@ -172,8 +229,8 @@ def main() -> None:
     parser.add_argument("--only", choices=["launch", "cpu", "rss"], help="run one part")
     args = parser.parse_args()
     if args.rss_child:
-        for frames, mib in rss_over_an_hour():
-            print(f"{frames} {mib:.2f}")
+        for frames, mib, blocks, fill in memory_over_hours():
+            print(f"{frames} {mib:.2f} {blocks} {fill}")
         return
     library = build_fakenvml()
     lease_dir = tempfile.mkdtemp(prefix="tui-bench-leases-")
@@ -212,14 +269,21 @@ def report_rss(env: dict[str, str]) -> None:
         text=True,
         check=True,
     )
-    readings = [(int(a), float(b)) for a, b in (line.split() for line in child.stdout.splitlines())]
-    print(f"RSS over {HOURS} simulated hours at 1 s (headless), 8 GPUs / 100 processes:")
-    for frames, mib in readings:
-        print(f"  after {frames:>4} frames  {mib:7.1f} MiB")
-    (first, low), (last, high) = readings[len(readings) // 2], readings[-1]
+    readings = [line.split() for line in child.stdout.splitlines()]
+    print(
+        f"memory over {HOURS} simulated hours at 1 s (headless), 8 GPUs / 100 processes, "
+        f"{CHURN_COUNT} new pids every {CHURN_EVERY_S} s:"
+    )
+    print("  frames      RSS    allocated blocks   DataTable caches (cells/rows/lines)")
+    for frames, mib, blocks, fill in readings:
+        print(f"  {frames:>6}  {float(mib):7.1f} MiB  {int(blocks):>10,}        {fill}")
+    steady = [r for r in readings if int(r[0]) >= 3600]
+    (first, low_mib, low_blocks, _), (last, high_mib, high_blocks, _) = steady[0], steady[-1]
+    frames = int(last) - int(first)
     print(
         f"  growth from frame {first} to {last}: "
-        f"{1024 * (high - low) / (last - first):.2f} KiB per frame"
+        f"{1024 * (float(high_mib) - float(low_mib)) / frames:.3f} KiB RSS and "
+        f"{(int(high_blocks) - int(low_blocks)) / frames:.3f} blocks per frame"
     )
 
 
