@@ -2,10 +2,11 @@
 
 - Always on: microseconds per `step()` with the simulated allocator (the watch's own work:
   one read of the counters, the hand-over to the sender; publishing runs meanwhile).
-- Per module, every 10 steps: a small MLP on the CPU, mean step time with the watch over the
-  same without it, sampled steps included (their cost spread over the ten). CPU time of the
-  training thread is measured, not wall time, so other processes on a shared machine do not
-  count; rounds of each are interleaved so what noise remains hits both alike.
+- Per module, every 10 steps: a small MLP on the CPU, watched, against its bare twin, trained
+  in turn ten steps each; the ratio of each watched ten to the bare ten beside it holds the
+  sampled step and whatever it leaves to the steps after it. Reported as the median over
+  cycle pairs, then the median (and range) over repeats, in CPU time of the training thread
+  (other processes on a shared machine do not count) and in wall time.
 - On a GPU (only where torch sees CUDA): a larger model's step time with the always-on watch
   over the same without it.
 
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -87,17 +89,68 @@ def overhead_ratio(
     return without, with_, with_ / without
 
 
-def per_module_ratio(every: int) -> tuple[float, float, float]:
+@dataclass(frozen=True)
+class Paired:
+    """Per-module cost: the ratio of a watched cycle of `every` steps to a bare one."""
+
+    cpu_ratios: list[float]  # one per repeat: the median over its cycle pairs
+    wall_ratios: list[float]
+    bare_cpu_ms: float  # mean step, CPU time, across every bare cycle
+
+    def line(self, label: str) -> str:
+        cpu, wall = statistics.median(self.cpu_ratios), statistics.median(self.wall_ratios)
+        return (
+            f"{label}: x{cpu:.3f} CPU time (repeats {_spread(self.cpu_ratios)}), "
+            f"x{wall:.3f} wall time (repeats {_spread(self.wall_ratios)}); "
+            f"bare step {self.bare_cpu_ms:.3f} ms CPU"
+        )
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"{min(ratios):.3f}-{max(ratios):.3f}"
+
+
+def _cycle(
+    model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor, steps: int
+) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of `steps` training steps."""
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for _ in range(steps):
+        model(batch).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return time.thread_time() - cpu, time.perf_counter() - wall
+
+
+def per_module_paired(every: int, repeats: int, pairs: int) -> Paired:
+    """Two identical MLPs, one watched per module every `every` steps, trained in turn one
+    cycle of `every` steps each: a cycle holds one sampled step and the steps after it, so
+    the ratio of a watched cycle to the bare cycle beside it is the whole cost, and load from
+    other processes, which comes and goes over seconds, falls on both alike. The median over
+    cycle pairs sets aside the pairs a burst of load hit unevenly."""
     torch.set_num_threads(1)
-    model = mlp(256, "cpu")
     batch = torch.randn(64, 256)
-    return overhead_ratio(
-        model,
-        batch,
-        lambda m, o: watch(m, optimizer=o, per_module=True, every=every),
-        rounds=4 if QUICK else 20,
-        steps=100 if QUICK else 200,
-    )
+    bare, hooked = mlp(256, "cpu"), mlp(256, "cpu")
+    hooked.load_state_dict(bare.state_dict())
+    bare_opt = torch.optim.SGD(bare.parameters(), lr=1e-3)
+    hooked_opt = torch.optim.SGD(hooked.parameters(), lr=1e-3)
+    for model, optimizer in ((bare, bare_opt), (hooked, hooked_opt)):
+        _cycle(model, optimizer, batch, 20)  # warm-up
+    cpu_ratios, wall_ratios, bare_cpu = [], [], []
+    for _ in range(repeats):
+        cpu, wall = [], []
+        with watch(hooked, optimizer=hooked_opt, per_module=True, every=every) as memory:
+            _cycle(hooked, hooked_opt, batch, every)  # the watch's first cycle starts sampled
+            for _ in range(pairs):
+                bare_s = _cycle(bare, bare_opt, batch, every)
+                hooked_s = _cycle(hooked, hooked_opt, batch, every)
+                cpu.append(hooked_s[0] / bare_s[0])
+                wall.append(hooked_s[1] / bare_s[1])
+                bare_cpu.append(bare_s[0] / every)
+            assert memory.modules_step is not None, "the watch measured no module"
+        cpu_ratios.append(statistics.median(cpu))
+        wall_ratios.append(statistics.median(wall))
+    return Paired(cpu_ratios, wall_ratios, statistics.fmean(bare_cpu) * 1e3)
 
 
 def gpu_ratio() -> tuple[float, float, float] | None:
@@ -115,16 +168,10 @@ def main() -> None:
     print(f"torch {torch.__version__}, {'quick' if QUICK else 'full'} run")
     per_step = always_on_us_per_step(50_000 if QUICK else 200_000)
     print(f"always-on, simulated allocator: {per_step:.2f} us per step (target <= 10 us)")
-    without, with_, ratio = per_module_ratio(10)
-    print(
-        f"per-module every 10 steps, CPU MLP: {without * 1e3:.3f} ms -> {with_ * 1e3:.3f} ms "
-        f"mean step (CPU time), x{ratio:.3f} (target <= 1.05)"
-    )
-    without, with_, ratio = per_module_ratio(1)
-    print(
-        f"  (a sampled step itself: {without * 1e3:.3f} ms -> {with_ * 1e3:.3f} ms, "
-        f"x{ratio:.3f}; spread over 10 steps that is x{1 + (ratio - 1) / 10:.3f})"
-    )
+    repeats, pairs = (3, 30) if QUICK else (7, 60)
+    print(f"per module, CPU MLP: {repeats} repeats of {pairs} interleaved cycle pairs")
+    print(per_module_paired(10, repeats, pairs).line("  every 10 steps (target <= 1.05)"))
+    print(per_module_paired(1, repeats, pairs * 5).line("  every step (the sampled step alone)"))
     if (gpu := gpu_ratio()) is None:
         print("GPU always-on overhead: not run (torch sees no CUDA device here)")
     else:

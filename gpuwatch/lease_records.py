@@ -15,6 +15,7 @@ import time
 
 from gpuwatch.locking import FileKey, file_key, process_uids
 from gpuwatch.models import Lease
+from gpuwatch.record_fields import Malformed, float_field, int_field, optional, text_field
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -31,10 +32,6 @@ _CLOCK_SKEW_S = 86400.0
 _TICKET_NAME = re.compile(r"(\d{20})-\d{1,10}-[0-9a-f]{8}\.wait")
 
 
-class Malformed(Exception):
-    """A held file whose record cannot be believed."""
-
-
 def record_from(raw: bytes, path: str) -> dict[str, Any]:
     try:
         data = json.loads(raw or b"null")
@@ -47,15 +44,16 @@ def record_from(raw: bytes, path: str) -> dict[str, Any]:
 
 def lease_from(data: dict[str, Any], *, lease_id: str, user: str) -> Lease:
     """A lease from a record, each field type- and range-checked; raises `Malformed`."""
-    mem_bytes = data.get("mem_bytes")
     return Lease(
-        gpu_uuid=_text(data, "gpu_uuid", 1, _MAX_UUID_CHARS),
-        gpu_index=_integer(data.get("gpu_index"), 0, _MAX_GPU_INDEX),
-        pid=_integer(data.get("pid"), 1, MAX_PID),
+        gpu_uuid=text_field(data, "gpu_uuid", _MAX_UUID_CHARS, shortest=1, printable=False),
+        gpu_index=int_field(data, "gpu_index", 0, _MAX_GPU_INDEX),
+        pid=int_field(data, "pid", 1, MAX_PID),
         user=user,
-        command=_text(data, "command", 0, MAX_COMMAND_CHARS),
-        started_at=_timestamp(data.get("started_at")),
-        mem_bytes=None if mem_bytes is None else _integer(mem_bytes, 0, MAX_BYTES),
+        # A command line may hold any character: whoever displays it escapes it.
+        command=text_field(data, "command", MAX_COMMAND_CHARS, printable=False),
+        # A Unix time between 1970 and a day from now: what `time.time()` wrote.
+        started_at=float_field(data, "started_at", 0, time.time() + _CLOCK_SKEW_S),
+        mem_bytes=optional(data, "mem_bytes", _lease_bytes),
         lease_id=lease_id,
     )
 
@@ -74,7 +72,7 @@ def waiter_from(
 
     match = _TICKET_NAME.fullmatch(name)
     queued_ns = int(match.group(1)) if match else now_ns + 1
-    pid = _integer(data.get("pid"), 1, MAX_PID)
+    pid = int_field(data, "pid", 1, MAX_PID)
     uids = process_uids(pid)
     lockers = holders.get(file_key(info))
     if queued_ns > now_ns or not uids or info.st_uid not in uids:
@@ -88,24 +86,5 @@ def waiter_from(
     return Waiter(pid, user, request, waited_s=(now_ns - queued_ns) / 1e9)
 
 
-def _integer(value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise Malformed(f"not an integer in [{low}, {high}]")
-    return value
-
-
-def _text(data: dict[str, Any], name: str, shortest: int, longest: int) -> str:
-    value = data.get(name)
-    if not isinstance(value, str) or not shortest <= len(value) <= longest:
-        raise Malformed(f"{name}: not a string of {shortest} to {longest} characters")
-    return value
-
-
-def _timestamp(value: object) -> float:
-    """A Unix time between 1970 and a day from now: what `time.time()` wrote."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise Malformed("not a time")
-    # Compared before any conversion: float(10**400) would raise; NaN compares false.
-    if not 0 <= value <= time.time() + _CLOCK_SKEW_S:
-        raise Malformed("a time out of range")
-    return float(value)
+def _lease_bytes(data: dict[str, Any], name: str) -> int:
+    return int_field(data, name, 0, MAX_BYTES)

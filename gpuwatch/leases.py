@@ -38,16 +38,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from gpuwatch.errors import LeaseBusyError, LeaseError
-from gpuwatch.lease_records import (
-    MAX_COMMAND_CHARS,
-    Malformed,
-    lease_from,
-    record_from,
-    waiter_from,
-)
+from gpuwatch.lease_records import MAX_COMMAND_CHARS, lease_from, record_from, waiter_from
 from gpuwatch.locking import file_key, flock_holders, flock_within, process_uids
 from gpuwatch.models import Device, GpuSample, Lease
 from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
+from gpuwatch.record_fields import Malformed
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -65,6 +60,7 @@ _FILE_MODE = 0o644
 _MAX_FILE_BYTES = 64 << 10
 _HIGH_FD = 512  # where a lease's descriptor goes in a command: out of the way of shell redirections
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_OWN_SUFFIXES = ("lease", "wait", "tmp")
 LOCK_WAIT_S = 10.0
 """The longest a picker waits for the directory lock, which is held for milliseconds."""
 
@@ -292,6 +288,14 @@ class LeaseDir:
         parent = os.stat(os.path.dirname(os.path.abspath(self.path)))
         return not parent.st_mode & 0o022 and parent.st_uid == 0
 
+    def publish(self, suffix: str, record: dict[str, Any]) -> HeldFile:
+        """Publishes `record` beside the leases, as a file held until released: how other
+        kinds of record (training reports) are shared. `suffix` names the kind; the
+        directory's own kinds are refused, so no such record reads as a lease or a ticket."""
+        if not suffix.isalnum() or suffix in _OWN_SUFFIXES:
+            raise ValueError(f"suffix {suffix!r}: give a word other than {_OWN_SUFFIXES}")
+        return HeldFile(*self._publish(suffix, record))
+
     def _publish(self, suffix: str, record: dict[str, Any]) -> tuple[int, str]:
         """Writes `record` to a new locked file, made visible only once locked and complete."""
         # CLOCK_MONOTONIC is the same for every process on the machine and never steps back,
@@ -328,7 +332,7 @@ class LeaseDir:
         for name in names:
             if name.endswith(suffix):
                 try:
-                    found = self._read_if_held(os.path.join(self.path, name))
+                    found = self.read_held(os.path.join(self.path, name))
                 except Malformed:
                     self._unreadable += 1
                     continue
@@ -336,12 +340,13 @@ class LeaseDir:
                     entries.append((name, *found))
             elif name.endswith(".tmp") and self._locked:
                 with contextlib.suppress(Malformed):  # removes a dead draft
-                    self._read_if_held(os.path.join(self.path, name))
+                    self.read_held(os.path.join(self.path, name))
         return entries
 
-    def _read_if_held(self, path: str) -> tuple[dict[str, Any], os.stat_result] | None:
-        """(record, status) of a held file; `None` when it is gone or stale (and then
-        removed, under the lock). Raises `Malformed` for anything else."""
+    def read_held(self, path: str) -> tuple[dict[str, Any], os.stat_result] | None:
+        """(record, status) of a file in this directory that a live process holds; `None`
+        when it is gone or stale (and then removed, under the lock). Raises `Malformed` for
+        anything else: not a regular file (a symlink), too large, not a JSON object."""
         try:
             fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
         except FileNotFoundError:

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuwatch.fields import (
+from gpuwatch.record_fields import (
     BadRecord,
     bool_field,
     bytes_field,

@@ -23,9 +23,11 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpuwatch.fields import (
+from gpuwatch.leases import HeldFile, LeaseDir, user_name
+from gpuwatch.record_fields import (
     MAX_BYTES,
     BadRecord,
+    Malformed,
     bytes_field,
     float_field,
     int_field,
@@ -33,8 +35,6 @@ from gpuwatch.fields import (
     optional,
     text_field,
 )
-from gpuwatch.lease_records import Malformed
-from gpuwatch.leases import HeldFile, LeaseDir, user_name
 
 FORMAT = "gpuwatch-training/1"
 SUFFIX = "training"
@@ -205,7 +205,7 @@ def _held_record(directory: LeaseDir, path: str) -> tuple[Any, int] | None:
     """(record, owner's uid) of a file a live process holds, through the lease directory's
     own reader (held regular files only, no symlinks, size capped); `None` for any other."""
     try:
-        found = directory._read_if_held(path)
+        found = directory.read_held(path)
     except Malformed:  # not a record at all: as good as absent here
         return None
     if found is None:
@@ -234,7 +234,7 @@ class ReportFile:
     def publish(self, report: TrainingReport) -> None:
         """Writes `report` as a new locked file, then drops the previous one. Raises LeaseError."""
         # The lease directory's own writer: a locked draft, renamed into place once complete.
-        fresh = HeldFile(*self._directory._publish(SUFFIX, report.to_dict()))
+        fresh = self._directory.publish(SUFFIX, report.to_dict())
         previous, self._held = self._held, fresh
         if previous is not None:
             previous.release()

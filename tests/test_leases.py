@@ -129,6 +129,8 @@ GOOD = {"gpu_uuid": "GPU-3", "gpu_index": 3, "pid": 77, "command": "x", "started
         "mem-is-text",
         "index-is-bool",
         "missing-pid",
+        "started-past-any-float",
+        "started-tomorrow",
     ],
 )
 def test_junk_in_the_shared_directory_is_ignored(tmp_path: Path, junk: str) -> None:
@@ -139,6 +141,8 @@ def test_junk_in_the_shared_directory_is_ignored(tmp_path: Path, junk: str) -> N
         "mem-is-text": {**GOOD, "mem_bytes": "1"},
         "index-is-bool": {**GOOD, "gpu_index": True},
         "missing-pid": {key: value for key, value in GOOD.items() if key != "pid"},
+        "started-past-any-float": {**GOOD, "started_at": 10**400},
+        "started-tomorrow": {**GOOD, "started_at": time.time() + 2 * 86400},
     }
     if junk == "symlink":
         (tmp_path / "elsewhere.json").write_text(json.dumps(GOOD))
@@ -165,6 +169,42 @@ def test_junk_in_the_shared_directory_is_ignored(tmp_path: Path, junk: str) -> N
     finally:
         for fd in held:
             os.close(fd)
+
+
+def test_a_lease_whose_command_holds_a_newline_still_holds_its_gpu(tmp_path: Path) -> None:
+    # GIVEN a lease for a command whose arguments hold a newline and a tab
+    lease_dir = LeaseDir(tmp_path)
+    with lease_dir.locked():
+        held = lease_dir.claim(GPU, mem_bytes=None, command="python train.py --note 'a\nb\tc'")
+    # WHEN another process lists the leases THEN the lease is there, command and all
+    try:
+        (seen,) = LeaseDir(tmp_path).leases()
+        assert seen.command == "python train.py --note 'a\nb\tc'"
+    finally:
+        held.release()
+
+
+@pytest.mark.parametrize("suffix", ["lease", "wait", "tmp", "x.lease", ""], ids=repr)
+def test_other_records_cannot_pose_as_leases_or_tickets(tmp_path: Path, suffix: str) -> None:
+    # GIVEN a lease directory WHEN a caller publishes a record under one of its own kinds
+    # THEN it is refused, and nothing appears among the leases or the waiting line
+    with pytest.raises(ValueError, match="suffix"):
+        LeaseDir(tmp_path).publish(suffix, dict(GOOD))
+    assert LeaseDir(tmp_path).leases() == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_published_record_is_read_back_while_held(tmp_path: Path) -> None:
+    # GIVEN a record published under a kind of its own
+    lease_dir = LeaseDir(tmp_path)
+    held = lease_dir.publish("report", {"answer": 42})
+    # WHEN it is read while held THEN it comes back, with its owner's uid
+    found = lease_dir.read_held(held.path)
+    assert found is not None and found[0] == {"answer": 42}
+    assert found[1].st_uid == os.getuid()
+    # AND once released it reads as gone
+    held.release()
+    assert LeaseDir(tmp_path).read_held(held.path) is None
 
 
 def test_a_leases_user_is_its_files_owner_not_what_it_claims(tmp_path: Path) -> None:

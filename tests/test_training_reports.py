@@ -121,6 +121,7 @@ GOOD = a_report().to_dict()
         ("step", -1),
         ("step", 1.5),
         ("published_at", math.nan),
+        ("published_at", 10**400),  # a JSON integer no float can hold
         ("step_time_s", math.inf),
         ("allocated_bytes", -1),
         ("allocated_bytes", 1 << 70),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.fields import BadRecord
 from gpuwatch.memsnapshot import MAX_FILE_BYTES, NotASnapshot, load, summarize
 from gpuwatch.oomreport import read_report, render
+from gpuwatch.record_fields import BadRecord
 
 
 @click.command("torch-report", short_help="Show an OOM report or summarise a memory snapshot.")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -31,7 +31,7 @@ from gpuwatch.torch.stats import StatsSource
 from gpuwatch.training import ModuleMemory, fit_name
 
 
-@dataclass
+@dataclass(slots=True)
 class _Frame:
     name: str
     start: int
@@ -39,7 +39,7 @@ class _Frame:
     pending_ends: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     forward_delta: int = 0
     forward_peak: int = 0
@@ -141,19 +141,27 @@ class ModuleSampler:
         self._pending[name] = self._pending.get(name, 0) + len(ends)
 
     def _after(self, name: str, module: Any, args: Any, output: Any) -> None:
-        outputs = list(_tensors(output))
+        outputs = _tensors(output)
         self._count(outputs)
         now = self._read()
-        frame = next((f for f in reversed(self._open) if f.name == name), None)
+        frame = self._pop_frame(name)
         if frame is None:
             return
-        self._open.remove(frame)
         record = self._records.setdefault(name, _Record())
         record.forward_delta += now - frame.start
         record.forward_peak = max(record.forward_peak, frame.high - frame.start)
         for tensor in outputs:
             if tensor.requires_grad:
                 self._on_grad(tensor, starts=True, name=name)
+
+    def _pop_frame(self, name: str) -> _Frame | None:
+        """The innermost open frame of `name` (nearly always the last), taken off the stack."""
+        if self._open and self._open[-1].name == name:
+            return self._open.pop()
+        frame = next((f for f in reversed(self._open) if f.name == name), None)
+        if frame is not None:
+            self._open.remove(frame)
+        return frame
 
     def _on_grad(self, tensor: Any, *, starts: bool, name: str) -> None:
         """Calls back when `tensor`'s gradient is ready: one hook per tensor, however many
@@ -222,16 +230,27 @@ class ModuleSampler:
         return now
 
 
-def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:
+def _tensors(value: Any) -> list[Any]:
     """The tensors in a module's arguments or output (nested tuples, lists and dicts)."""
-    if isinstance(value, _tensor_type()):
-        yield value
+    tensor_type = _tensor_type()
+    if isinstance(value, tensor_type):  # the common cases first: a hook runs per module call
+        return [value]
+    if type(value) is tuple and len(value) == 1 and isinstance(value[0], tensor_type):
+        return [value[0]]
+    found: list[Any] = []
+    _collect(value, tensor_type, found, 0)
+    return found
+
+
+def _collect(value: Any, tensor_type: type, found: list[Any], depth: int) -> None:
+    if isinstance(value, tensor_type):
+        found.append(value)
     elif depth < 3 and isinstance(value, tuple | list):
         for item in value:
-            yield from _tensors(item, depth + 1)
+            _collect(item, tensor_type, found, depth + 1)
     elif depth < 3 and isinstance(value, dict):
         for item in value.values():
-            yield from _tensors(item, depth + 1)
+            _collect(item, tensor_type, found, depth + 1)
 
 
 @functools.cache

@@ -1,23 +1,25 @@
-"""Checked fields of JSON records that another user may have written (reports, OOM reports).
+"""Checked fields of JSON records that another user may have written: leases, tickets,
+training reports, OOM reports.
 
 Each getter returns the field when it has the right type and lies in range, and
-raises `BadRecord` (a `gpuwatch.lease_records.Malformed`) otherwise. Booleans
-are not numbers here, NaN and infinities are never numbers, and text must be
-printable: a name full of terminal escapes would repaint whoever displays it.
+raises `BadRecord` (a `Malformed`) otherwise. Booleans are not numbers here, NaN
+and infinities are never numbers, and text is printable unless a caller says
+otherwise: a name full of terminal escapes would repaint whoever displays it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, TypeVar
-
-from gpuwatch.lease_records import Malformed
 
 MAX_BYTES = 1 << 60  # 1 EiB: more than any device, small enough for every JSON reader
 MAX_COUNT = 1 << 53  # the largest integer a JSON reader that uses doubles keeps exact
 
 _T = TypeVar("_T")
+
+
+class Malformed(Exception):
+    """A record, or the file that holds it, that cannot be believed: skipped and counted."""
 
 
 class BadRecord(Malformed, ValueError):
@@ -33,17 +35,21 @@ def int_field(data: dict[str, Any], name: str, low: int = 0, high: int = MAX_COU
 
 
 def float_field(data: dict[str, Any], name: str, low: float, high: float) -> float:
+    """A number in [low, high] (finite bounds). Compared before any conversion: float() of a
+    400-digit integer raises, and NaN and the infinities fail the comparison."""
     value = _present(data, name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadRecord(f"{name}: {value!r:.40}")
-    if not math.isfinite(value) or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
         raise BadRecord(f"{name}: {value!r:.40}")
     return float(value)
 
 
-def text_field(data: dict[str, Any], name: str, limit: int = 200) -> str:
+def text_field(
+    data: dict[str, Any], name: str, limit: int = 200, *, shortest: int = 0, printable: bool = True
+) -> str:
     value = _present(data, name)
-    if not isinstance(value, str) or len(value) > limit or not value.isprintable():
+    if not isinstance(value, str) or not shortest <= len(value) <= limit:
+        raise BadRecord(f"{name}: {value!r:.40}")
+    if printable and not value.isprintable():
         raise BadRecord(f"{name}: {value!r:.40}")
     return value
 
