@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -91,8 +90,6 @@ def running_daemon(
         process.communicate(timeout=10)
 
 
-OTHER_USER = "gpuwatch-test"
-
 FLOOD = r"""
 import socket, sys, threading, time
 kind, address, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -119,44 +116,6 @@ for _ in range(count):
 print("flooding", flush=True)
 time.sleep(3600)
 """
-
-
-def other_user() -> tuple[int, int]:
-    """(uid, gid) of a local user other than this one; skips the test where none can be had."""
-    import pwd
-    import shutil
-
-    import pytest
-
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("playing another local user needs root and setpriv")
-    try:
-        entry = pwd.getpwnam(OTHER_USER)
-    except KeyError:
-        made = subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
-            capture_output=True,
-            check=False,
-        )
-        if made.returncode not in (0, 9):  # 9: made meanwhile by a test beside this one
-            pytest.skip(f"cannot add a test user: {made.stderr.decode().strip()}")
-        entry = pwd.getpwnam(OTHER_USER)
-    if not _can_import_gpuwatch(entry.pw_uid, entry.pw_gid):
-        pytest.skip(
-            f"{OTHER_USER} cannot import gpuwatch from {sys.executable} "
-            "(make the virtual environment and the checkout readable by other users)"
-        )
-    return entry.pw_uid, entry.pw_gid
-
-
-@functools.cache
-def _can_import_gpuwatch(uid: int, gid: int) -> bool:
-    probe = as_user(uid, gid, sys.executable, "-c", "import gpuwatch")
-    return subprocess.run(probe, capture_output=True, check=False, cwd="/").returncode == 0
-
-
-def as_user(uid: int, gid: int, *command: str) -> list[str]:
-    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *command]
 
 
 @contextmanager

@@ -6,11 +6,13 @@ that need one are skipped.
 
 from __future__ import annotations
 
+import functools
 import os
 import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -24,28 +26,49 @@ USER = os.environ.get("GPUWATCH_TEST_USER", "nobody")
 
 
 def other_user() -> pwd.struct_passwd:
-    """The other user, or a skip saying why there is none."""
+    """The other user (added when missing), or a skip saying why there is none."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("playing another user needs root and setpriv")
     try:
         entry = pwd.getpwnam(USER)
     except KeyError:
-        pytest.skip(f"no user {USER!r} to play (set GPUWATCH_TEST_USER)")
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+            capture_output=True,
+            check=False,
+        )
+        if made.returncode not in (0, 9):  # 9: added meanwhile by a test beside this one
+            pytest.skip(f"no user {USER!r} to play: {made.stderr.decode().strip()}")
+        entry = pwd.getpwnam(USER)
     if entry.pw_uid == 0:
         pytest.skip(f"{USER!r} is root, not another user")
     return entry
 
 
+def other_user_ids() -> tuple[int, int]:
+    """(uid, gid) of the other user, who must be able to run this gpuwatch; else a skip."""
+    entry = other_user()
+    if not _can_import_gpuwatch(entry.pw_uid, entry.pw_gid):
+        pytest.skip(
+            f"{USER} cannot import gpuwatch with {sys.executable} "
+            "(make the virtual environment and the checkout readable by other users)"
+        )
+    return entry.pw_uid, entry.pw_gid
+
+
+@functools.cache
+def _can_import_gpuwatch(uid: int, gid: int) -> bool:
+    probe = as_user(uid, gid, sys.executable, "-c", "import gpuwatch")
+    return subprocess.run(probe, capture_output=True, check=False, cwd="/").returncode == 0
+
+
+def as_user(uid: int, gid: int, *command: str) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *command]
+
+
 def as_other_user(argv: Sequence[str]) -> list[str]:
     entry = other_user()
-    return [
-        "setpriv",
-        f"--reuid={entry.pw_uid}",
-        f"--regid={entry.pw_gid}",
-        "--clear-groups",
-        "--",
-        *argv,
-    ]
+    return as_user(entry.pw_uid, entry.pw_gid, *argv)
 
 
 @contextmanager

@@ -30,15 +30,8 @@ from gpuwatch.errors import BackendError, DaemonUnavailableError, DriverNotFound
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling import Poller
 from tests.conftest import run_cli
-from tests.daemon_helpers import (
-    FLOOD,
-    as_user,
-    flood,
-    get_json,
-    other_user,
-    running_daemon,
-    wait_until,
-)
+from tests.daemon_helpers import FLOOD, flood, get_json, running_daemon, wait_until
+from tests.other_user import as_user, other_user_ids
 
 
 @pytest.fixture
@@ -88,7 +81,7 @@ class TestSlowClients:
     def test_a_flood_of_slow_clients_from_one_user_leaves_room_for_others(
         self, public_dir: Path
     ) -> None:
-        uid, gid = other_user()
+        uid, gid = other_user_ids()
         with running_daemon(public_dir) as (process, sock, _):
             # GIVEN another user holding 130 connections that each send a byte every 2 s
             command = as_user(uid, gid, sys.executable, "-c", FLOOD, "unix", str(sock), "130")
@@ -267,7 +260,7 @@ class TestSocketPath:
     def test_whatever_another_user_left_at_the_socket_path_does_not_stop_the_daemon(
         self, public_dir: Path, planted: str
     ) -> None:
-        uid, gid = other_user()
+        uid, gid = other_user_ids()
         # GIVEN a directory where everyone may write (like an old /run/gpuwatch), and
         # something another user put at the socket's path
         public_dir.chmod(0o1777)
@@ -311,7 +304,7 @@ class TestWithoutXdgRuntimeDir:
     def test_a_user_without_a_runtime_dir_gets_a_socket_of_their_own_and_is_told_where(
         self, public_dir: Path
     ) -> None:
-        uid, gid = other_user()
+        uid, gid = other_user_ids()
         (public_dir / "node.toml").write_text("[[gpu]]\ncount = 2\n")
         env = {
             k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "GPUWATCH_SOCKET")
@@ -527,7 +520,7 @@ def test_root_without_a_runtime_dir_serves_where_every_client_looks(
 def test_a_lease_directory_of_another_user_names_the_command_that_fixes_it(
     public_dir: Path,
 ) -> None:
-    uid, gid = other_user()
+    uid, gid = other_user_ids()
     # GIVEN a shared lease directory that another user made (as the first to pick does in /tmp)
     public_dir.chmod(0o1777)  # like /tmp
     leases = public_dir / "leases"
