@@ -12,7 +12,9 @@ import re
 from gpuwatch.errors import InvalidValueError
 
 MIG_ANY = "any"
-_MIG_PROFILE = re.compile(r"[1-8]g\.\d{1,4}gb(\+me)?")
+# Patterns are left to `re`'s cache, compiled on first use: a pick start-up that needs none
+# would pay for compiling them.
+_MIG_PROFILE = r"[1-8]g\.\d{1,4}gb(\+me)?"
 
 
 class Strategy(enum.StrEnum):
@@ -58,7 +60,7 @@ def check_percent(value: float) -> float:
 
 def check_mig(value: str) -> str:
     """A MIG profile as drivers name them (`1g.10gb`, `3g.40gb`, `1g.10gb+me`) or `any`."""
-    if value == MIG_ANY or _MIG_PROFILE.fullmatch(value):
+    if value == MIG_ANY or re.fullmatch(_MIG_PROFILE, value):
         return value
     raise InvalidValueError(f"{value!r}: give a MIG profile such as 1g.10gb or 3g.40gb, or any")
 

@@ -29,7 +29,7 @@ MAX_BYTES = 1 << 53  # far above any GPU's memory, and exact as a float
 _MAX_GPU_INDEX = 1 << 16
 _MAX_UUID_CHARS = 256
 _CLOCK_SKEW_S = 86400.0
-_TICKET_NAME = re.compile(r"(\d{20})-\d{1,10}-[0-9a-f]{8}\.wait")
+_TICKET_NAME = r"(\d{20})-\d{1,10}-[0-9a-f]{8}\.wait"  # compiled on first use, by re's cache
 
 
 def record_from(raw: bytes, path: str) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def waiter_from(
     """A waiting job from its ticket, or `Malformed` for a ticket that cannot be believed."""
     from gpuwatch.policy import Request, Waiter  # only pickers read the line
 
-    match = _TICKET_NAME.fullmatch(name)
+    match = re.fullmatch(_TICKET_NAME, name)
     queued_ns = int(match.group(1)) if match else now_ns + 1
     pid = int_field(data, "pid", 1, MAX_PID)
     uids = process_uids(pid)

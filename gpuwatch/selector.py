@@ -35,7 +35,6 @@ from gpuwatch.leases import (
     held_by_this_job,
     user_name,
 )
-from gpuwatch.mig_policy import MigChoice, choose_mig, free_mig_devices, stale_mig_leases
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.policy import Choice, Request, Waiter, choose
 from gpuwatch.units import counted, format_size
@@ -50,6 +49,9 @@ from gpuwatch.visible import (
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
+
+    # Loaded only for MIG work (see `_choose`): every `gpuwatch pick` would pay to make its classes.
+    from gpuwatch.mig_policy import MigChoice
 
 POLL_S = 0.5
 OnWait = Callable[[Request, "Choice | MigChoice", float], None]
@@ -262,13 +264,24 @@ def _choose(
     mine: frozenset[str],
     ahead: list[Waiter],
 ) -> Choice | MigChoice:
-    how = choose_mig if request.mig is not None else choose
-    return how(snapshot, request, leases=leases, mine=mine, waiting_ahead=ahead, seed=os.getpid())
+    if request.mig is None:
+        return choose(
+            snapshot, request, leases=leases, mine=mine, waiting_ahead=ahead, seed=os.getpid()
+        )
+    from gpuwatch.mig_policy import choose_mig
+
+    return choose_mig(
+        snapshot, request, leases=leases, mine=mine, waiting_ahead=ahead, seed=os.getpid()
+    )
 
 
 def _without_stale(lease_dir: LeaseDir, leases: list[Lease], snapshot: Snapshot) -> list[Lease]:
     """The leases, less those of MIG devices that are gone (the GPU was reconfigured);
     their files are removed, which is all a stale lease leaves behind."""
+    if not any(lease.gpu_uuid.startswith("MIG-") for lease in leases):
+        return leases
+    from gpuwatch.mig_policy import stale_mig_leases
+
     stale = stale_mig_leases(snapshot, leases)
     for lease in stale:
         lease_dir.drop(lease)
@@ -279,6 +292,8 @@ def _mig_hint(backend: Backend, snapshot: Snapshot, request: Request, leases: li
     """`; 2 MIG devices are free: ...` when whole GPUs were asked for and only MIG devices are."""
     if request.mig is not None or not snapshot.mig_devices:
         return ""
+    from gpuwatch.mig_policy import free_mig_devices
+
     snapshot = backend.sample(SampleScope.FULL)  # whether they run processes: once, on failure
     free = free_mig_devices(snapshot, leases)
     if not free:

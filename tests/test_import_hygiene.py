@@ -100,24 +100,50 @@ def test_without_the_driver_library_pynvml_is_never_imported(tmp_path: Path) -> 
     assert "pynvml" not in loaded_after(statement)
 
 
+def modules_after(statement: str) -> set[str]:
+    """Every module (dotted names too) a fresh interpreter holds after running `statement`."""
+    code = f"{statement}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+# What `gpuwatch pick -- COMMAND` does up to the exec, which is where its cost to a job ends.
+PICK_THROUGH_THE_DAEMON = """\
+import os
+os.environ['GPUWATCH_SOCKET'] = {socket!r}
+os.environ['GPUWATCH_LEASE_DIR'] = {leases!r}
+def execvpe(file, args, env):
+    raise SystemExit(0 if env['CUDA_VISIBLE_DEVICES'].count('GPU-') == 2 else 'not 2 GPUs')
+os.execvpe = execvpe
+from gpuwatch.cli import main
+try:
+    main(['pick', '-n', '2', '--', 'true'])
+except SystemExit as done:
+    assert done.code == 0, done.code
+"""
+
+
 def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_unused_stdlib(
     tmp_path: Path,
 ) -> None:
     # GIVEN a daemon serving snapshots
     with running_daemon(tmp_path) as (_, socket_path, _):
-        # WHEN pick chooses a GPU through it, as `gpuwatch pick` starts
-        statement = (
-            "import os\n"
-            f"os.environ['GPUWATCH_SOCKET'] = {str(socket_path)!r}\n"
-            f"os.environ['GPUWATCH_LEASE_DIR'] = {str(tmp_path / 'leases')!r}\n"
-            "from gpuwatch.cli import main\n"
-            "try:\n    main(['pick', '-n', '2'])\n"
-            "except SystemExit as done:\n    assert done.code == 0, done.code\n"
+        # WHEN pick chooses 2 GPUs through it, leases them and starts a command
+        statement = PICK_THROUGH_THE_DAEMON.format(
+            socket=str(socket_path), leases=str(tmp_path / "leases")
         )
-        loaded = loaded_after(statement)
-    # THEN it loads no pynvml, no socket wrapper, and not the inspect machinery
-    # (ast, dis) that dataclasses imports without using
-    assert loaded.isdisjoint({*HEAVY, "socket", "ast", "dis", "tokenize"})
+        loaded = modules_after(statement)
+    # THEN it loads no pynvml, no socket wrapper, no inspect machinery (ast, dis) that
+    # dataclasses imports without using, no option parser but its own, and nothing for
+    # simulated GPUs or MIG devices
+    unused = {
+        *HEAVY,
+        *("socket", "ast", "dis", "tokenize", "argparse", "gettext", "locale", "shlex"),
+        *("gpuwatch.backends.nvml", "gpuwatch.backends.sim", "gpuwatch.backends.scenario"),
+        "gpuwatch.mig_policy",
+    }
+    assert loaded & unused == set()
+    assert "gpuwatch.backends.daemon" in loaded  # it did go through the daemon
 
 
 def test_a_one_shot_status_loads_no_sampling_loop() -> None:

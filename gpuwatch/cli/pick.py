@@ -1,17 +1,15 @@
 """`gpuwatch pick`: choose GPUs, lease them, and run a command on them.
 
 pick stands in front of every job it starts, so its start-up time is paid
-again and again: it is parsed with argparse, which is already half loaded by
-the time the data model is, where click would add as much again as the whole
-selection costs (bench/pick_time.py measures it).
+again and again: its options are read by `gpuwatch.cli.argv`, not by click or
+argparse, and it loads only what its path needs (bench/pick_startup.py
+measures it).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from collections.abc import Callable
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
 from gpuwatch.choices import (
@@ -22,20 +20,20 @@ from gpuwatch.choices import (
     check_one_mig_device,
     check_percent,
 )
+from gpuwatch.cli.argv import HELP, Option, parse
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.hostinfo import shell_join
 from gpuwatch.launch import exec_command
 from gpuwatch.leases import LeaseDir
-from gpuwatch.mig_policy import MigChoice
 from gpuwatch.models import Device, MigDevice
-from gpuwatch.policy import Choice, Request
 from gpuwatch.selector import Wanted, acquire, describe_wish, passed_down
 from gpuwatch.units import parse_duration, parse_number, parse_size, parse_whole_number
 from gpuwatch.visible import VARIABLE, child_environment
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from typing import NoReturn
+    from gpuwatch.mig_policy import MigChoice
+    from gpuwatch.policy import Choice, Request
 
 _DESCRIPTION = """\
 Choose free GPUs, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES set
@@ -64,62 +62,6 @@ _USAGE = "gpuwatch pick [OPTIONS] [--] [COMMAND [ARGS...]]"
 _MAX_GPU_COUNT = 1024
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, drawing its help and errors as the click commands do (gpuwatch.cli.terminal)."""
-
-    def format_help(self) -> str:
-        from gpuwatch.cli.terminal import definition_list, help_width, paragraphs
-
-        width = help_width()
-        lines = [f"Usage: {_USAGE}", ""]
-        lines += paragraphs(_DESCRIPTION.split("\n\n"), width)
-        lines += ["", "Options:"]
-        rows = [_option_row(action) for action in self._actions if action.option_strings]
-        lines += definition_list(rows, width)
-        return "\n".join(lines) + "\n"
-
-    def error(self, message: str) -> NoReturn:
-        raise InvalidValueError(f"{_clicklike(message)} (see 'gpuwatch pick --help')")
-
-
-def _option_row(action: argparse.Action) -> tuple[str, str]:
-    term = ", ".join(action.option_strings)
-    if action.choices is not None:
-        term += f" [{'|'.join(str(choice) for choice in action.choices)}]"
-    elif action.nargs != 0 and action.metavar:
-        term += f" {action.metavar}"
-    default = action.default not in (None, False, [], argparse.SUPPRESS)
-    return term, (action.help or "") + (f"  [default: {action.default}]" if default else "")
-
-
-def _clicklike(message: str) -> str:
-    """argparse's `argument -n/--gpus: MESSAGE` worded as click words it."""
-    if message.startswith("unrecognized arguments: "):
-        return f"No such option {message.removeprefix('unrecognized arguments: ')!r}"
-    head, _, detail = message.partition(": ")
-    if not head.startswith("argument ") or not detail:
-        return message
-    names = " / ".join(f"'{name}'" for name in head.removeprefix("argument ").split("/"))
-    if detail.startswith("expected one argument"):
-        return f"Option {names} requires an argument"
-    if detail.startswith("invalid choice: "):
-        return f"Invalid value for {names}: {detail.removeprefix('invalid choice: ')}"
-    return f"Invalid value for {names}: {detail}"
-
-
-def _typed(parse: Callable[[str], object], what: str) -> Callable[[str], object]:
-    """An argparse type from a gpuwatch parser, keeping its message."""
-
-    def convert(text: str) -> object:
-        try:
-            return parse(text)
-        except (InvalidValueError, ValueError) as error:
-            raise argparse.ArgumentTypeError(str(error) or f"{text!r} is not {what}") from None
-
-    convert.__name__ = what
-    return convert
-
-
 def _declared_size(text: str) -> int:
     size = parse_size(text)
     if size == 0:  # a share of nothing would fit on any GPU, however full
@@ -135,134 +77,123 @@ def _percent(text: str) -> float:
     return check_percent(parse_number(text.strip().removesuffix("%"), low=0, high=100))
 
 
-class _Formatter(argparse.HelpFormatter):
-    """argparse asks a formatter to check every option as it is added; told a width, it
-    does not import shutil to ask the terminal (which would cost every pick more than
-    parsing does). Help is drawn by `_Parser.format_help`, not by this."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, width=80)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="gpuwatch pick",
-        usage=_USAGE,
-        formatter_class=_Formatter,
-        add_help=False,
-        allow_abbrev=False,
-    )
-    add = parser.add_argument
-    add(
+OPTIONS = (
+    Option(
         "-n",
         "--gpus",
-        type=_typed(_gpu_count, "a GPU count"),
-        default=1,
         metavar="N",
+        convert=_gpu_count,
+        default=1,
         help=f"How many GPUs (1 to {_MAX_GPU_COUNT}).",
-    )
-    add(
+    ),
+    Option(
         "--min-free",
-        type=_typed(parse_size, "a size"),
         metavar="SIZE",
+        convert=parse_size,
         help="Only GPUs with at least SIZE free memory (8GiB, 500MB, ...).",
-    )
-    add(
+    ),
+    Option(
         "--max-util",
-        type=_typed(_percent, "a percentage"),
         metavar="PCT",
+        convert=_percent,
         help="Only GPUs at most PCT% busy (0 to 100).",
-    )
-    add(
+    ),
+    Option(
         "--mem",
-        type=_typed(_declared_size, "a size"),
         metavar="SIZE",
+        convert=_declared_size,
         help="Memory the job will use: share a GPU with others while all fit.  "
         "[default: the GPU is the job's alone]",
-    )
-    add(
+    ),
+    Option(
         "--strategy",
         choices=[s.value for s in Strategy],
         default=Strategy.MOST_FREE.value,
         help="Ranking: most free memory, least busy, or the tightest fit (pack).",
-    )
-    add(
+    ),
+    Option(
         "--exclude",
-        action="append",
-        default=[],
         metavar="GPUS",
+        repeat=True,
         help="Never these GPUs: nvidia-smi indices or UUIDs, comma-separated.",
-    )
-    add(
+    ),
+    Option(
         "--mig",
-        type=_typed(check_mig, "a MIG profile"),
         metavar="PROFILE|any",
+        convert=check_mig,
         help="A MIG device of a MIG-enabled GPU instead of a whole GPU: of this profile "
         "(1g.10gb, 3g.40gb, ...) or any.",
-    )
-    add(
-        "--wait",
-        action="store_true",
-        help="Wait in line until enough GPUs qualify, instead of failing.",
-    )
-    add(
+    ),
+    Option("--wait", help="Wait in line until enough GPUs qualify, instead of failing."),
+    Option(
         "--timeout",
-        type=_typed(parse_duration, "a duration"),
         metavar="DURATION",
+        convert=parse_duration,
         help="With --wait, give up after DURATION (30s, 10m, 2h); implies --wait.",
-    )
-    add(
+    ),
+    Option(
         "--format",
         choices=[f.value for f in Format],
         default=Format.UUID.value,
         help="How to write CUDA_VISIBLE_DEVICES.",
-    )
-    add(
+    ),
+    Option(
         "--backend",
         choices=BACKEND_KINDS,
         help="Where GPUs are read: auto (the daemon if it runs, else the NVIDIA driver), "
         "daemon, nvml, or sim.  [default: $GPUWATCH_BACKEND or auto]",
-    )
-    add(
+    ),
+    Option(
         "--sim",
         metavar="N|FILE",
         help="Simulate N GPUs, or the node a scenario file describes (see README).  "
         "[default: $GPUWATCH_SIM]",
-    )
-    add(
+    ),
+    Option(
         "-v",
         "--verbose",
-        action="store_true",
         help="Say on stderr which GPUs were chosen, why the daemon was not used, and how many "
         "malformed lease files were skipped.",
-    )
-    add("-h", "--help", action="help", help="Show this message and exit.")
-    add("command", nargs=argparse.REMAINDER, metavar="COMMAND", help=argparse.SUPPRESS)
-    return parser
+    ),
+)
+
+
+def pick_help() -> str:
+    """`gpuwatch pick --help`, drawn as the click commands draw theirs (gpuwatch.cli.terminal)."""
+    from gpuwatch.cli.terminal import definition_list, help_width, paragraphs
+
+    width = help_width()
+    lines = [f"Usage: {_USAGE}", ""]
+    lines += paragraphs(_DESCRIPTION.split("\n\n"), width)
+    lines += ["", "Options:"]
+    lines += definition_list([option.help_row() for option in (*OPTIONS, HELP)], width)
+    return "\n".join(lines) + "\n"
 
 
 def run_pick(args: list[str]) -> int:
     """`gpuwatch pick ARGS`: execs the command, or prints the choice and returns 0."""
-    options = build_parser().parse_args(args)
-    command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    options, command = parse(OPTIONS, args, command="gpuwatch pick")
+    if options["help"]:
+        sys.stdout.write(pick_help())
+        return 0
     wanted = Wanted.from_environment(
-        count=options.gpus,
-        min_free_bytes=options.min_free,
-        max_util_pct=options.max_util,
-        mem_bytes=options.mem,
-        strategy=Strategy(options.strategy),
-        mig=options.mig,
-        exclude=tuple(e for group in options.exclude for e in group.split(",") if e),
+        count=options["gpus"],
+        min_free_bytes=options["min_free"],
+        max_util_pct=options["max_util"],
+        mem_bytes=options["mem"],
+        strategy=Strategy(options["strategy"]),
+        mig=options["mig"],
+        exclude=tuple(e for group in options["exclude"] for e in group.split(",") if e),
     )
     if wanted.wants_mig and command:
-        check_one_mig_device(options.gpus, "COMMAND")
-    fmt = Format(options.format)
-    waiting = options.wait or options.timeout is not None
-    say = _say if options.verbose else None
+        check_one_mig_device(options["gpus"], "COMMAND")
+    fmt = Format(options["format"])
+    waiting = options["wait"] or options["timeout"] is not None
+    say = _say if options["verbose"] else None
     lease_dir = LeaseDir()
     if say is not None and (skipped := lease_dir.read().skipped):
         say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
-    with open_backend(options.backend, options.sim, on_fallback=say) as backend:
+    with open_backend(options["backend"], options["sim"], on_fallback=say) as backend:
         chosen, leases = acquire(
             backend,
             wanted,
@@ -270,11 +201,11 @@ def run_pick(args: list[str]) -> int:
             command=shell_join(command) or "(print only)",
             hold=bool(command),
             wait=waiting,
-            timeout_s=options.timeout,
+            timeout_s=options["timeout"],
             on_wait=_WaitDisplay() if waiting else None,
         )
     env = passed_down(leases, child_environment(chosen, fmt, os.environ))
-    if options.verbose or not command:
+    if options["verbose"] or not command:
         _say("chose " + ", ".join(_described(device) for device in chosen))
     if not command:
         print(env[VARIABLE])

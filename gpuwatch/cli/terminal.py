@@ -1,8 +1,8 @@
 """What every command shares about the terminal: its width, safe text, and the layout of help.
 
 Both parsers draw their help with these functions (click through
-`gpuwatch.cli.options.HelpFormatter`, argparse in `gpuwatch.cli.pick`), so that
-every command's help looks the same. Nothing here imports click: `gpuwatch
+`gpuwatch.cli.options.HelpFormatter`, pick's own in `gpuwatch.cli.pick`), so
+that every command's help looks the same. Nothing here imports click: `gpuwatch
 pick` uses it too, and its start-up time is paid by every job it starts.
 """
 
