@@ -134,11 +134,11 @@ def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_unused_stdlib(
         )
         loaded = modules_after(statement)
     # THEN it loads no pynvml, no socket wrapper, no inspect machinery (ast, dis) that
-    # dataclasses imports without using, no option parser but its own, and nothing for
+    # dataclasses imports without using, no option parser but its own, no typing, nothing for
     # simulated GPUs or MIG devices
     unused = {
         *HEAVY,
-        *("socket", "ast", "dis", "tokenize", "argparse", "gettext", "locale", "shlex"),
+        *("socket", "ast", "dis", "tokenize", "argparse", "gettext", "locale", "shlex", "typing"),
         *("gpuwatch.backends.nvml", "gpuwatch.backends.sim", "gpuwatch.backends.scenario"),
         "gpuwatch.mig_policy",
     }
