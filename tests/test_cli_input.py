@@ -43,6 +43,8 @@ from tests.conftest import run_cli
         (["daemon", "--sim", "2", "--listen", "٩٤٠٠"], "give PORT or HOST:PORT"),
         (["status", "--host", ""], "'--host': '' is not a host name"),
         (["status", "--host", "-oProxyCommand=x"], "'--host': '-oProxyCommand=x' is not a"),
+        (["tui", "--sim", "2", "--host", ""], "'--host': '' is not a host name"),
+        (["tui", "--host", "-oProxyCommand=x"], "'--host': '-oProxyCommand=x' is not a"),
     ],
     ids=[
         "watch-ten-digits",
@@ -61,6 +63,8 @@ from tests.conftest import run_cli
         "daemon-listen-arabic-indic",
         "host-empty",
         "host-an-ssh-option",
+        "tui-host-empty",
+        "tui-host-an-ssh-option",
     ],
 )
 def test_an_out_of_range_value_is_a_usage_error_naming_it(

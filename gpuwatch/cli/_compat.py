@@ -14,6 +14,8 @@ import click
 if TYPE_CHECKING:
     FloatParamType = click.ParamType[float]
     IntParamType = click.ParamType[int]
+    StrParamType = click.ParamType[str]
 else:
     FloatParamType = click.ParamType
     IntParamType = click.ParamType
+    StrParamType = click.ParamType

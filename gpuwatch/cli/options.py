@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import click
 
 from gpuwatch.backends import BACKEND_KINDS
-from gpuwatch.cli._compat import FloatParamType, IntParamType
+from gpuwatch.cli._compat import FloatParamType, IntParamType, StrParamType
 from gpuwatch.cli.terminal import definition_list, fit_line, paragraphs
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.units import MAX_DURATION_S, format_duration, parse_duration, parse_whole_number
@@ -55,6 +55,18 @@ class WholeNumber(IntParamType):
             return parse_whole_number(str(value), low=self.low, high=self.high)
         except InvalidValueError as error:
             self.fail(str(error), param, ctx)
+
+
+class HostName(StrParamType):
+    """A host for ssh, `HOST` or `USER@HOST`: not empty, and not read by ssh as an option."""
+
+    name = "host"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        host = str(value)
+        if not host.strip() or host.startswith("-"):
+            self.fail(f"{host!r} is not a host name: give HOST or USER@HOST", param, ctx)
+        return host
 
 
 def backend_options(command: F) -> F:

@@ -13,7 +13,7 @@ import click
 from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
 from gpuwatch.cli import reader_gone
-from gpuwatch.cli.options import Command, Duration, WholeNumber, backend_options
+from gpuwatch.cli.options import Command, Duration, HostName, WholeNumber, backend_options
 from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 
@@ -47,7 +47,7 @@ MAX_COUNT = 1_000_000_000
 @click.option(
     "--host",
     metavar="[USER@]HOST",
-    callback=lambda ctx, param, value: _checked_host(value),
+    type=HostName(),
     help="Show another machine's GPUs, read over ssh (gpuwatch must be installed "
     "there); --backend and --sim apply on that machine.",
 )
@@ -113,13 +113,6 @@ def status(
     except BrokenPipeError:
         # Here, not in gpuwatch.cli.main: click turns a broken pipe into exit status 1.
         reader_gone()
-
-
-def _checked_host(host: str | None) -> str | None:
-    """A host for ssh: not empty, and not something ssh would read as one of its options."""
-    if host is not None and (not host.strip() or host.startswith("-")):
-        raise click.BadParameter(f"{host!r} is not a host name: give HOST or USER@HOST")
-    return host
 
 
 def _local_frames(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gpuwatch.cli.options import Command, Duration, backend_options
+from gpuwatch.cli.options import Command, Duration, HostName, backend_options
 
 
 @click.command(cls=Command)
@@ -21,6 +21,7 @@ from gpuwatch.cli.options import Command, Duration, backend_options
 @click.option(
     "--host",
     "hosts",
+    type=HostName(),
     multiple=True,
     metavar="[USER@]HOST",
     help="Show another machine, read over ssh (repeat for several; gpuwatch must be "
