@@ -29,31 +29,7 @@ SLOW_CLIENTS = 130
 SCRAPES = 10
 RUNS = 5
 FLOODER = "gpuwatch-bench"
-FLOOD = r"""
-import socket, sys, threading, time
-kind, address, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-
-def slow_client():
-    while True:
-        try:
-            if kind == "unix":
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(address)
-            else:
-                s = socket.socket()
-                s.bind(("127.0.0.2", 0))
-                s.connect(("127.0.0.1", int(address)))
-            while True:
-                s.send(b"G")
-                time.sleep(2)
-        except OSError:
-            time.sleep(0.2)
-
-for _ in range(count):
-    threading.Thread(target=slow_client, daemon=True).start()
-print("flooding", flush=True)
-time.sleep(3600)
-"""
+SLOW_CLIENT_SCRIPT = str(Path(__file__).resolve().with_name("slow_clients.py"))
 
 
 def as_flooder(command: list[str]) -> list[str]:
@@ -142,8 +118,8 @@ def main() -> int:
         wait_for(sock)
         report("quiet", env, port)
         for command in (
-            as_flooder([sys.executable, "-c", FLOOD, "unix", str(sock), str(SLOW_CLIENTS)]),
-            [sys.executable, "-c", FLOOD, "tcp", str(port), str(SLOW_CLIENTS)],
+            as_flooder([sys.executable, SLOW_CLIENT_SCRIPT, "unix", str(sock), str(SLOW_CLIENTS)]),
+            [sys.executable, SLOW_CLIENT_SCRIPT, "tcp", str(port), str(SLOW_CLIENTS)],
         ):
             flood = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
             floods.append(flood)

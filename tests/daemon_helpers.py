@@ -90,37 +90,13 @@ def running_daemon(
         process.communicate(timeout=10)
 
 
-FLOOD = r"""
-import socket, sys, threading, time
-kind, address, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-
-def slow_client():
-    # Sends one byte every 2 s, and comes back each time it is let go.
-    while True:
-        try:
-            if kind == "unix":
-                s = socket.socket(socket.AF_UNIX)
-                s.connect(address)
-            else:
-                s = socket.socket()
-                s.bind(("127.0.0.2", 0))  # another machine's address, as far as the daemon sees
-                s.connect(("127.0.0.1", int(address)))
-            while True:
-                s.send(b"G")
-                time.sleep(2)
-        except OSError:
-            time.sleep(0.2)
-
-for _ in range(count):
-    threading.Thread(target=slow_client, daemon=True).start()
-print("flooding", flush=True)
-time.sleep(3600)
-"""
+# COUNT slow clients: `[sys.executable, SLOW_CLIENTS, "unix"|"tcp", ADDRESS, COUNT]`.
+SLOW_CLIENTS = str(Path(__file__).resolve().parents[1] / "bench" / "slow_clients.py")
 
 
 @contextmanager
 def flood(command: list[str]) -> Iterator[None]:
-    """Runs `command` (FLOOD, as some user) until the block ends."""
+    """Runs `command` (SLOW_CLIENTS, as some user) until the block ends."""
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None and process.stdout.readline() == "flooding\n"

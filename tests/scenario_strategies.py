@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
+from gpuwatch.backends import scenario
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.models import Snapshot
 from tests.conftest import run_cli
@@ -92,23 +93,9 @@ _BAD: st.SearchStrategy[object] = st.one_of(
     st.lists(st.integers(), max_size=3),
 )
 _TOP_KEYS = ["hostname", "driver_version", "cuda_driver_version", "seed"]
-_GPU_KEYS = [
-    "model",
-    "count",
-    "name",
-    "uuid",
-    "pci_bus_id",
-    "memory_total",
-    "memory_reserved",
-    "power_limit_w",
-    "load",
-    "utilization_pct",
-    "period",
-    "unsupported",
-    "fault",
-    "mig",
-]
-_PROCESS_KEYS = ["gpu", "pid", "user", "command", "memory", "kind", "mig"]
+# The keys the scenario reader knows, so the random files reach every one of its checks.
+_GPU_KEYS = sorted(scenario._GPU_KEYS)
+_PROCESS_KEYS = sorted(scenario._PROCESS_KEYS)
 
 
 @st.composite

@@ -30,7 +30,7 @@ from gpuwatch.errors import BackendError, DaemonUnavailableError, DriverNotFound
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling import Poller
 from tests.conftest import run_cli
-from tests.daemon_helpers import FLOOD, flood, get_json, running_daemon, wait_until
+from tests.daemon_helpers import SLOW_CLIENTS, flood, get_json, running_daemon, wait_until
 from tests.other_user import as_user, other_user_ids
 
 
@@ -84,7 +84,7 @@ class TestSlowClients:
         uid, gid = other_user_ids()
         with running_daemon(public_dir) as (process, sock, _):
             # GIVEN another user holding 130 connections that each send a byte every 2 s
-            command = as_user(uid, gid, sys.executable, "-c", FLOOD, "unix", str(sock), "130")
+            command = as_user(uid, gid, sys.executable, SLOW_CLIENTS, "unix", str(sock), "130")
             with flood(command):
                 # WHEN this user asks, again and again while the flood goes on
                 statuses = [get_json(sock, "/v1/health")[0] for _ in range(20)]
@@ -106,7 +106,7 @@ class TestSlowClients:
         port = free_port()
         with running_daemon(tmp_path, "--listen", str(port)) as (process, _, _):
             # GIVEN 130 slow clients from another address
-            with flood([sys.executable, "-c", FLOOD, "tcp", str(port), "130"]):
+            with flood([sys.executable, SLOW_CLIENTS, "tcp", str(port), "130"]):
                 # WHEN Prometheus scrapes ten times THEN it is answered ten times
                 scrapes = [
                     exchange(
