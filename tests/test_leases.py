@@ -25,6 +25,8 @@ from gpuwatch.leases import LeaseDir, Unleased, default_lease_dir
 from gpuwatch.models import GpuSample
 from gpuwatch.policy import Request
 from tests.conftest import run_cli
+from tests.daemon_helpers import running_daemon
+from tests.wait import wait_for
 
 GPU = GpuSample(index=3, uuid="GPU-3", name="H100", pci_bus_id=None)
 
@@ -528,3 +530,123 @@ def test_pick_on_a_full_disk_fails_with_one_clear_lease_error(full_disk: Path) -
     assert "cannot write a lease in" in picked.stderr and "No space left" in picked.stderr
     assert "gpuwatch.errors.LeaseError: cannot write a lease in" in selected.stderr
     assert list(full_disk.iterdir()) == []
+
+
+TWO_GPUS = 'hostname = "daemon-node"\n[[gpu]]\ncount = 2\nload = "constant"\nutilization_pct = 10\n'
+
+
+class TestWaitersOutliveTheDaemon:
+    """Jobs in `pick --wait` keep their place while the daemon restarts or hangs."""
+
+    @pytest.fixture
+    def jobs(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Jobs]:
+        monkeypatch.setenv("GPUWATCH_SOCKET", str(tmp_path / "gpuwatch.sock"))
+        started = Jobs(tmp_path)
+        yield started
+        for process in started.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+    def test_waiters_go_on_through_a_daemon_restart_and_get_gpus(
+        self, tmp_path: Path, lease_dir: Path, jobs: Jobs
+    ) -> None:
+        # GIVEN a daemon, a job holding both GPUs, and two jobs waiting (auto and daemon backend)
+        with running_daemon(tmp_path, scenario=TWO_GPUS):
+            jobs.holder()
+            waiters = [jobs.waiter(), jobs.waiter("--backend", "daemon")]
+            wait_for(lambda: len(list(lease_dir.glob("*.wait"))) == 2, "both jobs to queue")
+        # WHEN the daemon stops (the waiters find no daemon, nor a driver, for a while)
+        # and starts again, and then the GPUs are given back
+        time.sleep(1.5)
+        assert [waiter.poll() for waiter in waiters] == [None, None]
+        with running_daemon(tmp_path, scenario=TWO_GPUS):
+            jobs.release()
+            codes = jobs.finish(waiters)
+        # THEN both waiters went on, and got a GPU each
+        assert codes == [0, 0], jobs.errors()
+        assert sorted(jobs.gpus_of_waiters()) == sorted(jobs.gpus_of_holder())
+
+    def test_waiters_go_on_through_a_hung_daemon(
+        self, tmp_path: Path, lease_dir: Path, jobs: Jobs
+    ) -> None:
+        # GIVEN a daemon, a job holding both GPUs, and two jobs waiting (auto and daemon backend)
+        with running_daemon(tmp_path, scenario=TWO_GPUS) as (daemon, _, _):
+            jobs.holder()
+            waiters = [jobs.waiter(), jobs.waiter("--backend", "daemon")]
+            wait_for(lambda: len(list(lease_dir.glob("*.wait"))) == 2, "both jobs to queue")
+            # WHEN the daemon hangs past the time a client waits for an answer (2s)
+            daemon.send_signal(signal.SIGSTOP)
+            try:
+                time.sleep(3.0)
+                hung = [waiter.poll() for waiter in waiters]
+                jobs.release()
+            finally:
+                daemon.send_signal(signal.SIGCONT)
+            codes = jobs.finish(waiters)
+        # THEN the waiters were still waiting, went on when it answered again, and got GPUs
+        assert hung == [None, None]
+        assert codes == [0, 0], jobs.errors()
+        assert sorted(jobs.gpus_of_waiters()) == sorted(jobs.gpus_of_holder())
+
+
+class Jobs:
+    """`gpuwatch pick` jobs in their own process groups: one holder of both GPUs, and waiters."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.go = tmp_path / "go"
+        self.done = tmp_path / "done"
+        self.processes: list[subprocess.Popen[str]] = []
+        self._notes: list[Path] = []
+
+    def holder(self) -> None:
+        note = self.tmp_path / "holder.gpus"
+        self._start("-n", "2", "--", "sh", "-c", self._script(note, hold=True))
+        wait_for(note.exists, "the holder to start")
+
+    def waiter(self, *options: str) -> subprocess.Popen[str]:
+        note = self.tmp_path / f"waiter-{len(self._notes)}.gpus"
+        self._notes.append(note)
+        return self._start(
+            "--wait", "--timeout", "60", *options, "--", "sh", "-c", self._script(note)
+        )
+
+    def release(self) -> None:
+        self.go.touch()
+
+    def finish(self, waiters: list[subprocess.Popen[str]]) -> list[int | None]:
+        """Exit codes of the waiters, once each holds its GPU (all at once) and ends."""
+        wait_for(
+            lambda: (
+                all(note.exists() for note in self._notes)
+                or any(waiter.poll() for waiter in waiters)
+            ),
+            "the waiters to run",
+        )
+        self.done.touch()
+        return [waiter.wait(timeout=60) for waiter in waiters]
+
+    def gpus_of_holder(self) -> list[str]:
+        return (self.tmp_path / "holder.gpus").read_text().strip().split(",")
+
+    def gpus_of_waiters(self) -> list[str]:
+        return [note.read_text().strip() for note in self._notes]
+
+    def errors(self) -> list[str]:
+        return [process.stderr.read() if process.stderr else "" for process in self.processes]
+
+    def _script(self, note: Path, *, hold: bool = False) -> str:
+        until = self.go if hold else self.done
+        return f'echo "$CUDA_VISIBLE_DEVICES" > {note}; while [ ! -e {until} ]; do sleep 0.05; done'
+
+    def _start(self, *args: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpuwatch", "pick", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+        return process

@@ -34,6 +34,7 @@ def open_backend(
     sim: str | None = None,
     *,
     on_fallback: Callable[[str], None] | None = None,
+    on_lost: Callable[[str], None] | None = None,
 ) -> Backend:
     """Opens the backend asked for, by argument or else by environment.
 
@@ -42,6 +43,11 @@ def open_backend(
     `on_fallback` is told why the daemon was passed over). `sim` is a GPU count
     or a scenario file; when `None`, `GPUWATCH_SIM` gives it. Asking for a
     simulated node implies the `sim` backend; `sim` alone simulates 4 GPUs.
+
+    Under `auto`, a sample the daemon cannot give later (it restarts, or hangs)
+    is read from the driver, and `on_lost` is told so once; where there is no
+    driver either, `sample()` raises `DaemonUnavailableError` until the daemon
+    is back, as it does under `daemon`.
     """
     kind = kind or os.environ.get("GPUWATCH_BACKEND") or "auto"
     if kind not in BACKEND_KINDS:
@@ -58,12 +64,22 @@ def open_backend(
         return SimBackend(parse_sim_spec(sim or str(DEFAULT_SIM_GPUS)))
     if kind in ("auto", "daemon"):
         try:
-            return _open_daemon(required=kind == "daemon")
+            daemon = _open_daemon(required=kind == "daemon")
         except DaemonUnavailableError as error:
             if kind == "daemon":
                 raise
             if on_fallback is not None:
                 on_fallback(f"{error}; reading the driver directly")
+        else:
+            if kind == "daemon":
+                return daemon
+            from gpuwatch.backends.auto import AutoBackend
+
+            return AutoBackend(daemon, _open_driver, on_lost=on_lost)
+    return _open_driver()
+
+
+def _open_driver() -> Backend:
     if not _nvml_library_loads():
         raise DriverNotFoundError(f"NVIDIA driver not found ({_NVML_LIBRARY} could not be loaded)")
     try:
