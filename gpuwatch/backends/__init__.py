@@ -53,15 +53,19 @@ def open_backend(
     if kind not in BACKEND_KINDS:
         choices = ", ".join(BACKEND_KINDS)
         raise InvalidValueError(f"unknown backend {kind!r}: choose one of {choices}")
+    if sim is not None and not sim.strip():  # not "no --sim": it would read the real driver
+        raise InvalidValueError(f"--sim {sim!r}: give a GPU count (such as 4) or a scenario file")
     if sim and kind in ("nvml", "daemon"):
         raise InvalidValueError(f"--sim simulates GPUs, so it cannot go with --backend {kind}")
+    given = f"--sim {sim}"
     if kind in ("auto", "sim") and sim is None:
-        sim = os.environ.get("GPUWATCH_SIM") or None
+        sim = os.environ.get("GPUWATCH_SIM") or None  # set but empty: as unset, like most tools
+        given = f"GPUWATCH_SIM={sim}"
     if sim or kind == "sim":
         from gpuwatch.backends.scenario import parse_sim_spec
         from gpuwatch.backends.sim import SimBackend
 
-        return SimBackend(parse_sim_spec(sim or str(DEFAULT_SIM_GPUS)))
+        return SimBackend(parse_sim_spec(sim or str(DEFAULT_SIM_GPUS), given=given))
     if kind in ("auto", "daemon"):
         try:
             daemon = _open_daemon(required=kind == "daemon")
