@@ -18,9 +18,16 @@ every user may write there (the systemd unit makes it so), else `/tmp/gpuwatch`
 (see `gpuwatch.paths`). Users
 share it, so nothing in it is trusted: symlinks are never followed, only
 regular files are read, records are checked field by field (a bad one is
-skipped and counted), a lease's user is its file's owner, a waiting ticket
+skipped and counted), a lease's user is its file's owner, and a waiting ticket
 counts only while the process it names lives, belongs to the file's owner and
-holds the file's lock, and a directory that another user could empty is refused.
+holds the file's lock. A held lease holds its GPU whatever its other fields
+say, and a record is published whole or not at all.
+
+Leases are advisory: a user who could remove them could as well run on any
+GPU without one. So a directory another user could tamper with is used, with a
+warning naming them, and one that cannot be used at all gives jobs no lease
+(`LeaseDir.for_job`), never a failure; a path that is no directory is refused
+and left as it is.
 """
 
 from __future__ import annotations
