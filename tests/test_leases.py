@@ -650,3 +650,31 @@ class Jobs:
         )
         self.processes.append(process)
         return process
+
+
+def test_select_in_an_unusable_default_directory_warns_and_holds_no_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpuwatch
+    from gpuwatch import selection as selection_module
+
+    # GIVEN no GPUWATCH_LEASE_DIR, no system directory, and a regular file where
+    # /tmp/gpuwatch would be
+    fallback = tmp_path / "gpuwatch"
+    fallback.write_text("not a directory")
+    monkeypatch.setattr(paths, "SYSTEM_LEASE_DIR", str(tmp_path / "no-system-dir"))
+    monkeypatch.setattr(paths, "FALLBACK_LEASE_DIR", str(fallback))
+    monkeypatch.delenv("GPUWATCH_LEASE_DIR")
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPUWATCH_HELD"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    # WHEN a script selects a GPU
+    try:
+        with pytest.warns(RuntimeWarning, match="picking without a lease"):
+            selected = gpuwatch.select(sim="2")
+        # THEN it has one, holds no lease, and the file is left as it was
+        assert len(selected.gpus) == 1 and selected.environment.get("GPUWATCH_HELD", "") == ""
+        assert fallback.read_text() == "not a directory"
+    finally:
+        if selection_module._this_process.selection is not None:
+            selection_module._this_process.selection.release()
