@@ -134,13 +134,13 @@ class HeldLease(HeldFile):
 class LeaseDir:
     """The shared directory of leases and waiting jobs."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, writing: bool = True) -> None:
         self.path = os.fspath(path) if path is not None else default_lease_dir()
         self._locked = False
         self._unreadable = 0
         self.warning: str | None = None
         """Who could tamper with the leases here, when someone besides root and this user can."""
-        self._prepare()
+        self._prepare(writing)
 
     @classmethod
     def for_job(
@@ -180,7 +180,7 @@ class LeaseDir:
         if not os.path.lexists(path):
             return None  # not made yet: nobody has leased
         try:
-            lease_dir = cls(path)
+            lease_dir = cls(path, writing=False)
         except LeaseError as error:
             if on_refused is not None:
                 on_refused(f"leases are not shown: {error}")
@@ -292,8 +292,9 @@ class LeaseDir:
                 )
         return waiters
 
-    def _prepare(self) -> None:
-        """Makes the directory if missing; refuses a path that is not one, never altering it.
+    def _prepare(self, writing: bool) -> None:
+        """Makes the directory if missing; refuses a path that is not one, never altering it,
+        and, when `writing`, one this user cannot write.
 
         A directory another user made (or can empty) is used all the same, with
         `warning` saying who could tamper with it: leases are advisory, and a user
@@ -315,7 +316,7 @@ class LeaseDir:
                 f"the lease directory {self.path} is {_kind_of(info)}, not a directory: left as "
                 f"it is; remove it or set {ENV_VARIABLE} to a directory"
             )
-        if not os.access(self.path, os.W_OK | os.X_OK):
+        if writing and not os.access(self.path, os.W_OK | os.X_OK):
             raise LeaseError(
                 f"cannot write in the lease directory {self.path} (of {user_name(info.st_uid)}, "
                 f"mode {stat.S_IMODE(info.st_mode):04o}); an administrator makes one for all "

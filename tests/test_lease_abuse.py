@@ -506,3 +506,32 @@ class TestSecondUser:
             assert picked.stderr.count("\n") == 1
             assert picked.stderr.startswith("gpuwatch: picking without a lease")
             assert list(shared.iterdir()) == []
+
+    def test_leases_in_a_directory_the_second_user_cannot_write_are_still_shown(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        uid, gid = other_user_ids()
+        with public_lease_dir(monkeypatch) as parent:
+            # GIVEN a lease directory only its maker (root here) may write, holding a lease
+            shared = parent / "gpuwatch"
+            shared.mkdir(mode=0o755)
+            lease_dir = LeaseDir(shared)
+            with lease_dir.locked():
+                held = lease_dir.claim(
+                    SimBackend(2).sample().gpus[0], mem_bytes=None, command="train"
+                )
+            # WHEN another user looks
+            try:
+                shown = subprocess.run(
+                    as_user(uid, gid, *GPUWATCH, "status", "--sim", "2", "--json"),
+                    env={**os.environ, "GPUWATCH_LEASE_DIR": str(shared)},
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    cwd="/",
+                )
+            finally:
+                held.release()
+        # THEN the lease is shown: looking needs no write
+        assert shown.returncode == 0, shown.stderr
+        assert [lease["command"] for lease in json.loads(shown.stdout)["leases"]] == ["train"]
