@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import os
 import pwd
@@ -19,11 +20,14 @@ from pathlib import Path
 import pytest
 
 from gpuwatch import paths
+from gpuwatch.backends.base import SampleScope
+from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.exit_codes import ExitCode
-from gpuwatch.errors import LeaseError
+from gpuwatch.errors import DaemonUnavailableError, LeaseError, WaitTimeoutError
 from gpuwatch.leases import LeaseDir, Unleased, default_lease_dir
-from gpuwatch.models import GpuSample
+from gpuwatch.models import GpuSample, Snapshot
 from gpuwatch.policy import Request
+from gpuwatch.selector import Wanted, acquire
 from tests.conftest import run_cli
 from tests.daemon_helpers import running_daemon
 from tests.wait import wait_for
@@ -396,7 +400,8 @@ def test_an_unusable_default_directory_gives_a_pick_without_a_lease(
     monkeypatch.setattr(paths, "FALLBACK_LEASE_DIR", str(fallback))
     monkeypatch.delenv("GPUWATCH_LEASE_DIR")
     # WHEN a job is picked
-    lease_dir = LeaseDir.for_job(say=(said := []).append)  # type: ignore[var-annotated]
+    said: list[str] = []
+    lease_dir = LeaseDir.for_job(say=said.append)
     with lease_dir.locked():
         held = lease_dir.claim(GPU, mem_bytes=None, command="x")
     held.pass_to_child()
@@ -419,7 +424,8 @@ def test_another_users_directory_is_used_with_a_warning_naming_them(tmp_path: Pa
     theirs.chmod(0o1777)
     os.chown(theirs, 54321, 54321)
     # WHEN a job is picked there
-    lease_dir = LeaseDir.for_job(theirs, say=(said := []).append)  # type: ignore[var-annotated]
+    said: list[str] = []
+    lease_dir = LeaseDir.for_job(theirs, say=said.append)
     with lease_dir.locked():
         held = lease_dir.claim(GPU, mem_bytes=None, command="x")
     # THEN the lease is held there, with one warning naming who could tamper with it
@@ -434,7 +440,8 @@ def test_a_world_writable_directory_that_is_not_sticky_is_used_with_a_warning(
     loose = tmp_path / "loose"
     loose.mkdir()
     loose.chmod(0o777)
-    lease_dir = LeaseDir.for_job(loose, say=(said := []).append)  # type: ignore[var-annotated]
+    said: list[str] = []
+    lease_dir = LeaseDir.for_job(loose, say=said.append)
     assert not isinstance(lease_dir, Unleased)
     assert len(said) == 1 and "lets every user remove or forge leases" in said[0]
     assert "chmod +t" in said[0]
@@ -678,3 +685,49 @@ def test_select_in_an_unusable_default_directory_warns_and_holds_no_lease(
     finally:
         if selection_module._this_process.selection is not None:
             selection_module._this_process.selection.release()
+
+
+class _ResetDaemon(SimBackend):
+    """A daemon whose first `failures` answers are cut off, as by a restart."""
+
+    name = "daemon"
+
+    def __init__(self, failures: int) -> None:
+        super().__init__(2)
+        self.failures = failures
+
+    def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
+        if self.failures:
+            self.failures -= 1
+            raise DaemonUnavailableError("the daemon at x.sock failed: Connection reset by peer")
+        return super().sample(scope)
+
+
+@pytest.mark.parametrize(
+    ("wait", "timeout_s", "outcome"),
+    [(True, None, "chosen"), (False, None, DaemonUnavailableError), (True, 0.0, WaitTimeoutError)],
+    ids=["waiting-goes-on", "not-waiting-fails-at-once", "waiting-ends-at-its-timeout"],
+)
+def test_a_connection_reset_ends_only_a_job_that_does_not_wait(
+    tmp_path: Path, wait: bool, timeout_s: float | None, outcome: object
+) -> None:
+    # GIVEN a daemon whose next answers are cut off by its restart
+    backend = _ResetDaemon(failures=3)
+    run = functools.partial(
+        acquire,
+        backend,
+        Wanted(),
+        lease_dir=LeaseDir(tmp_path),
+        command="x",
+        hold=False,
+        wait=wait,
+        timeout_s=timeout_s,
+        sleep=lambda _: None,
+    )
+    # WHEN a job asks for a GPU THEN only a waiting one with time left goes on, and gets it
+    if outcome == "chosen":
+        chosen, _ = run()
+        assert len(chosen) == 1 and backend.failures == 0
+    else:
+        with pytest.raises(outcome, match="Connection reset by peer"):  # type: ignore[call-overload]
+            run()
