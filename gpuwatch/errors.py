@@ -15,7 +15,9 @@
     │   ├── CudaAlreadyInitializedError  CUDA started in this process before select()
     │   └── AlreadySelectedError       select() was already called in this process
     ├── LeaseError                     the lease directory is missing, unsafe or unusable
-    │   └── LeaseBusyError             its lock stayed held by another process past the deadline
+    │   ├── LeaseBusyError             its lock stayed held by another process past the deadline
+    │   └── LeaseDirError              GPUWATCH_LEASE_DIR names no directory gpuwatch can use
+    │                                  (also an InvalidValueError: a usage error)
     ├── DaemonError                    the daemon cannot start (socket in use, bad settings)
     │   └── ConfigFileError            its --config file is unreadable or has a bad value
     │                                  (also an InvalidValueError: a usage error)
@@ -112,6 +114,11 @@ class LeaseError(GpuwatchError):
 
 class LeaseBusyError(LeaseError):
     """Another process kept the lease directory's lock longer than a picker may wait."""
+
+
+class LeaseDirError(LeaseError, InvalidValueError):
+    """The lease directory asked for (`GPUWATCH_LEASE_DIR`) is not a directory gpuwatch
+    can use (a file, a symlink, a FIFO, or a path it cannot create): left as it is."""
 
 
 class DaemonError(GpuwatchError):

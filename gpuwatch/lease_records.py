@@ -19,16 +19,19 @@ from gpuwatch.record_fields import Malformed, float_field, int_field, optional, 
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, TypeVar
 
     from gpuwatch.policy import Waiter
+
+    _T = TypeVar("_T")
 
 MAX_COMMAND_CHARS = 4096
 MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT
 MAX_BYTES = 1 << 53  # far above any GPU's memory, and exact as a float
 _MAX_GPU_INDEX = 1 << 16
 _MAX_UUID_CHARS = 256
-_CLOCK_SKEW_S = 86400.0
+_LATEST_TIME_S = 253402300799.0  # the end of year 9999: any clock, however wrong
 _TICKET_NAME = r"(\d{20})-\d{1,10}-[0-9a-f]{8}\.wait"  # compiled on first use, by re's cache
 
 
@@ -43,17 +46,18 @@ def record_from(raw: bytes, path: str) -> dict[str, Any]:
 
 
 def lease_from(data: dict[str, Any], *, lease_id: str, user: str) -> Lease:
-    """A lease from a record, each field type- and range-checked; raises `Malformed`."""
+    """A lease from a record, each field type- and range-checked; raises `Malformed` when
+    one that says which GPU is held, or by whom, cannot be believed."""
     return Lease(
         gpu_uuid=text_field(data, "gpu_uuid", _MAX_UUID_CHARS, shortest=1, printable=False),
         gpu_index=int_field(data, "gpu_index", 0, _MAX_GPU_INDEX),
         pid=int_field(data, "pid", 1, MAX_PID),
         user=user,
         # A command line may hold any character: whoever displays it escapes it.
-        command=text_field(data, "command", MAX_COMMAND_CHARS, printable=False),
-        # A Unix time between 1970 and a day from now: what `time.time()` wrote.
-        started_at=float_field(data, "started_at", 0, time.time() + _CLOCK_SKEW_S),
-        mem_bytes=optional(data, "mem_bytes", _lease_bytes),
+        command=_lenient(data, "command", _command, "(unreadable)"),
+        started_at=_lenient(data, "started_at", _started_at, time.time()),
+        # A declaration that cannot be read claims the whole GPU: the reading that frees none.
+        mem_bytes=_lenient(data, "mem_bytes", _declared_bytes, None),
         lease_id=lease_id,
     )
 
@@ -84,6 +88,35 @@ def waiter_from(
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise Malformed(name) from error
     return Waiter(pid, user, request, waited_s=(now_ns - queued_ns) / 1e9)
+
+
+def _lenient(
+    data: dict[str, Any], name: str, check: Callable[[dict[str, Any], str], _T], bad: _T
+) -> _T:
+    """`check`'s reading of a field that does not say which GPU is held, or `bad`: a lease
+    whose lock is held is in force whatever such a field says."""
+    try:
+        return check(data, name)
+    except Malformed:
+        return bad
+
+
+def _command(data: dict[str, Any], name: str) -> str:
+    return text_field(data, name, MAX_COMMAND_CHARS, printable=False)
+
+
+def _declared_bytes(data: dict[str, Any], name: str) -> int | None:
+    return optional(data, name, _lease_bytes)
+
+
+def _started_at(data: dict[str, Any], name: str) -> float:
+    """When the lease was taken, as `time.time()` wrote it; no later than now.
+
+    A lease whose lock is held is in force whatever its clock said: one written
+    before the wall clock stepped back is dated in the future, and reads as
+    taken now rather than being skipped (which would free its GPU for another).
+    """
+    return min(float_field(data, name, 0, _LATEST_TIME_S), time.time())
 
 
 def _lease_bytes(data: dict[str, Any], name: str) -> int:

@@ -18,9 +18,16 @@ every user may write there (the systemd unit makes it so), else `/tmp/gpuwatch`
 (see `gpuwatch.paths`). Users
 share it, so nothing in it is trusted: symlinks are never followed, only
 regular files are read, records are checked field by field (a bad one is
-skipped and counted), a lease's user is its file's owner, a waiting ticket
+skipped and counted), a lease's user is its file's owner, and a waiting ticket
 counts only while the process it names lives, belongs to the file's owner and
-holds the file's lock, and a directory that another user could empty is refused.
+holds the file's lock. A held lease holds its GPU whatever its other fields
+say, and a record is published whole or not at all.
+
+Leases are advisory: a user who could remove them could as well run on any
+GPU without one. So a directory another user could tamper with is used, with a
+warning naming them, and one that cannot be used at all gives jobs no lease
+(`LeaseDir.for_job`), never a failure; a path that is no directory is refused
+and left as it is.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from gpuwatch.errors import LeaseBusyError, LeaseError
+from gpuwatch.errors import LeaseBusyError, LeaseDirError, LeaseError
 from gpuwatch.lease_records import MAX_COMMAND_CHARS, lease_from, record_from, waiter_from
 from gpuwatch.locking import file_key, flock_holders, flock_within, process_uids
 from gpuwatch.models import Device, GpuSample, Lease
@@ -100,6 +107,8 @@ class HeldFile:
         The descriptor moves high, so that a shell script's `exec 3>log` and the
         like do not close it by accident.
         """
+        if self.fd < 0:
+            return  # nothing held (see `Unleased`)
         high = fcntl.fcntl(self.fd, fcntl.F_DUPFD, _HIGH_FD)
         os.close(self.fd)
         self.fd = high
@@ -125,11 +134,37 @@ class HeldLease(HeldFile):
 class LeaseDir:
     """The shared directory of leases and waiting jobs."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, writing: bool = True) -> None:
         self.path = os.fspath(path) if path is not None else default_lease_dir()
         self._locked = False
         self._unreadable = 0
-        self._prepare()
+        self.warning: str | None = None
+        """Who could tamper with the leases here, when someone besides root and this user can."""
+        self._prepare(writing)
+
+    @classmethod
+    def for_job(
+        cls, path: str | os.PathLike[str] | None = None, *, say: Callable[[str], None]
+    ) -> LeaseDir:
+        """The lease directory a job picks in, never refusing the job for it.
+
+        `say` is told, in one line, who could tamper with the directory, or that
+        the job is picked without a lease because the default directory cannot
+        be used at all (another user made it unwritable). A directory the user
+        named (`path`, `$GPUWATCH_LEASE_DIR`) that is not one raises `LeaseDirError`:
+        a mistake they can fix.
+        """
+        try:
+            lease_dir = cls(path)
+        except LeaseError as error:
+            named = path is not None or bool(os.environ.get(ENV_VARIABLE))
+            if named and isinstance(error, LeaseDirError):
+                raise
+            say(f"picking without a lease, so another job may be given the same GPU: {error}")
+            return Unleased(os.fspath(path) if path is not None else default_lease_dir())
+        if lease_dir.warning is not None:
+            say(lease_dir.warning)
+        return lease_dir
 
     @classmethod
     def read_only(
@@ -139,16 +174,20 @@ class LeaseDir:
         on_refused: Callable[[str], None] | None = None,
     ) -> LeaseDir | None:
         """The lease directory for looking only; `None` when there is none (yet), or when it
-        cannot be trusted (then `on_refused` is told why)."""
+        cannot be used (then `on_refused` is told why, as it is who could tamper with one
+        that is used)."""
         path = os.fspath(path) if path is not None else default_lease_dir()
-        if not os.path.isdir(path):
-            return None
+        if not os.path.lexists(path):
+            return None  # not made yet: nobody has leased
         try:
-            return cls(path)
+            lease_dir = cls(path, writing=False)
         except LeaseError as error:
             if on_refused is not None:
                 on_refused(f"leases are not shown: {error}")
             return None
+        if lease_dir.warning is not None and on_refused is not None:
+            on_refused(lease_dir.warning)
+        return lease_dir
 
     @contextmanager
     def locked(self, timeout_s: float = LOCK_WAIT_S) -> Iterator[None]:
@@ -253,33 +292,51 @@ class LeaseDir:
                 )
         return waiters
 
-    def _prepare(self) -> None:
+    def _prepare(self, writing: bool) -> None:
+        """Makes the directory if missing; refuses a path that is not one, never altering it,
+        and, when `writing`, one this user cannot write.
+
+        A directory another user made (or can empty) is used all the same, with
+        `warning` saying who could tamper with it: leases are advisory, and a user
+        who could remove them could as well run on any GPU without one.
+        """
         try:
             os.mkdir(self.path, _SHARED_MODE)
             os.chmod(self.path, _SHARED_MODE)  # mkdir's mode is cut by the umask
         except FileExistsError:
             pass
         except OSError as error:
-            raise LeaseError(
+            raise LeaseDirError(
                 f"cannot create the lease directory {self.path}: {error.strerror}; "
                 f"set {ENV_VARIABLE} to a writable directory"
             ) from error
         info = os.lstat(self.path)
         if not stat.S_ISDIR(info.st_mode):
-            raise LeaseError(
-                f"{self.path} is not a directory (a symlink?); remove it or set {ENV_VARIABLE}"
+            raise LeaseDirError(
+                f"the lease directory {self.path} is {_kind_of(info)}, not a directory: left as "
+                f"it is; remove it or set {ENV_VARIABLE} to a directory"
             )
-        if info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX:
+        if writing and not os.access(self.path, os.W_OK | os.X_OK):
             raise LeaseError(
-                f"{self.path} is writable by everyone but not sticky, so anyone "
-                f"could remove leases; chmod 1777 it or set {ENV_VARIABLE}"
+                f"cannot write in the lease directory {self.path} (of {user_name(info.st_uid)}, "
+                f"mode {stat.S_IMODE(info.st_mode):04o}); an administrator makes one for all "
+                f"with `{MAKE_SHARED_LEASE_DIR}`"
             )
-        if not self._owner_trusted(info):
-            raise LeaseError(
-                f"{self.path} belongs to {user_name(info.st_uid)}, who could remove anyone's "
-                f"leases; an administrator makes one for all with `{MAKE_SHARED_LEASE_DIR}`, "
-                f"or set {ENV_VARIABLE}"
-            )
+        self.warning = self._tamper_warning(info)
+
+    def _tamper_warning(self, info: os.stat_result) -> str | None:
+        """Who, besides root and this user, could remove or forge leases here; `None`: nobody."""
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            who = "every user" if info.st_mode & 0o002 else "its group"
+            fix = f"`chmod +t {self.path}`"
+        elif not self._owner_trusted(info):
+            who, fix = user_name(info.st_uid), f"`{MAKE_SHARED_LEASE_DIR}`"
+        else:
+            return None
+        return (
+            f"the lease directory {self.path} lets {who} remove or forge leases (they are "
+            f"advisory: anyone can use any GPU anyway); an administrator fixes it with {fix}"
+        )
 
     def _owner_trusted(self, info: os.stat_result) -> bool:
         """Root, this user, or whoever could create it in a directory only they may write."""
@@ -309,13 +366,18 @@ class LeaseDir:
         try:
             os.fchmod(fd, _FILE_MODE)  # readable by all, whatever the umask
             fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, json.dumps(record).encode())
+            _write_all(fd, json.dumps(record).encode())
             final = os.path.join(self.path, f"{stem}.{suffix}")
             os.rename(draft, final)
-        except BaseException:
+        except BaseException as error:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(draft)
+            if isinstance(error, OSError):
+                raise LeaseError(
+                    f"cannot write a {suffix} in {self.path}: {error.strerror or error}; "
+                    f"free space there, or set {ENV_VARIABLE}"
+                ) from error
             raise
         return fd, final
 
@@ -370,6 +432,58 @@ class LeaseDir:
             return None
         finally:
             os.close(fd)
+
+
+class Unleased(LeaseDir):
+    """A lease directory that cannot be used: no leases are seen, and none is held.
+
+    Jobs are still picked (as by `pick` without a command), so that a directory
+    another user spoiled never fails a job.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.warning = None
+        self._locked = False
+        self._unreadable = 0
+
+    @contextmanager
+    def locked(self, timeout_s: float = LOCK_WAIT_S) -> Iterator[None]:
+        yield
+
+    def read(self) -> LeaseFiles:
+        return LeaseFiles([])
+
+    def waiting_before(self, ticket: HeldFile | None) -> list[Waiter]:
+        return []
+
+    def drop(self, lease: Lease) -> None:
+        pass
+
+    def _publish(self, suffix: str, record: dict[str, Any]) -> tuple[int, str]:
+        return -1, ""  # a file held by nobody, released as a no-op
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Writes all of `data`, or raises: a short write (a nearly full disk) would leave a
+    record cut short, that readers would skip as malformed."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
+
+
+def _kind_of(info: os.stat_result) -> str:
+    """`a symlink`, `a FIFO`, ...: what stands where a directory was expected."""
+    kinds = (
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(info.st_mode)), "a special file")
 
 
 def _process_named(pid: int) -> str:

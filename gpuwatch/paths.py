@@ -63,7 +63,7 @@ def daemon_socket_path() -> str:
 
 def default_lease_dir() -> str:
     """`$GPUWATCH_LEASE_DIR`, else the system's shared directory when it is there, else
-    `/tmp/gpuwatch` (which serves several users only if root made it: see
+    `/tmp/gpuwatch` (which other users use with a warning unless root made it: see
     `MAKE_SHARED_LEASE_DIR`)."""
     if configured := os.environ.get(ENV_LEASE_DIR):
         return configured

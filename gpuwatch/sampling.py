@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.errors import DaemonUnavailableError
 from gpuwatch.history import GpuSeries, History
 from gpuwatch.models import Snapshot
 
@@ -44,10 +45,23 @@ def watch(
     count: int | None = None,
     scope: SampleScope = SampleScope.FULL,
     sleep: Callable[[float], None] = time.sleep,
+    on_unavailable: Callable[[DaemonUnavailableError], None] | None = None,
 ) -> Iterator[Snapshot]:
-    """Samples `backend` every `interval_s`, `count` times (forever when `None`)."""
+    """Samples `backend` every `interval_s`, `count` times (forever when `None`).
+
+    With `on_unavailable`, a tick whose sample the daemon could not give (it
+    restarts, or hangs) is told to it and skipped, and the watch goes on; the
+    tick still counts, so that `count` bounds how long a watch runs.
+    """
     for number in ticks(interval_s, sleep=sleep):
-        yield backend.sample(scope)
+        try:
+            snapshot = backend.sample(scope)
+        except DaemonUnavailableError as error:
+            if on_unavailable is None:
+                raise
+            on_unavailable(error)
+        else:
+            yield snapshot
         if number + 1 == count:
             return
 

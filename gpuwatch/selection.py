@@ -254,7 +254,7 @@ def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selec
         gpus, held = acquire(
             source,
             wanted,
-            lease_dir=LeaseDir(),
+            lease_dir=LeaseDir.for_job(say=_warn),
             command=_own_command(),
             wait=wait,
             timeout_s=timeout_s,
@@ -303,6 +303,11 @@ def _give_back_unusable(selection: Selection, torch_cuda_version: str | None) ->
     selection.release()
     # From now on this process holds no GPU: the same question gets the CPU, silently.
     _this_process.selection = Selection(asked=asked)
+
+
+def _warn(message: str) -> None:
+    """Who could tamper with the lease directory, or that no lease is held: said once."""
+    warnings.warn(f"gpuwatch: {message}", RuntimeWarning, stacklevel=4)
 
 
 def _own_command() -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.errors import (
+    DaemonUnavailableError,
     InvalidValueError,
     LeaseBusyError,
     NoGpuError,
@@ -195,7 +196,13 @@ def acquire(
     try:
         while True:
             full = full or _any_shared(lease_dir.leases())  # a look without the lock
-            snapshot = backend.sample(SampleScope.FULL if full else SampleScope.SELECTION)
+            try:
+                snapshot = backend.sample(SampleScope.FULL if full else SampleScope.SELECTION)
+            except DaemonUnavailableError as error:
+                # The daemon restarts or hangs: a waiting job keeps its place, to its timeout.
+                _wait_out(error, wait=wait, timeout_s=timeout_s, waited_s=clock() - started)
+                sleep(POLL_S)
+                continue
             request = request or wanted.resolve(snapshot)
             try:
                 with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
@@ -236,6 +243,16 @@ def acquire(
     finally:
         if ticket is not None:
             ticket.release()
+
+
+def _wait_out(
+    error: DaemonUnavailableError, *, wait: bool, timeout_s: float | None, waited_s: float
+) -> None:
+    """Raises `error` unless the job waits and has time left."""
+    if not wait:
+        raise error
+    if timeout_s is not None and waited_s >= timeout_s:
+        raise WaitTimeoutError(f"gave up after waiting {waited_s:.0f}s: {error}") from None
 
 
 def _any_shared(leases: list[Lease]) -> bool:

@@ -45,6 +45,10 @@ from tests.conftest import run_cli
         (["status", "--host", "-oProxyCommand=x"], "'--host': '-oProxyCommand=x' is not a"),
         (["tui", "--sim", "2", "--host", ""], "'--host': '' is not a host name"),
         (["tui", "--host", "-oProxyCommand=x"], "'--host': '-oProxyCommand=x' is not a"),
+        (["status", "--sim", ""], "--sim '': give a GPU count"),
+        (["pick", "--sim", ""], "--sim '': give a GPU count"),
+        (["tui", "--sim", " "], "--sim ' ': give a GPU count"),
+        (["status", "--backend", "nvml", "--sim", ""], "--sim '': give a GPU count"),
     ],
     ids=[
         "watch-ten-digits",
@@ -65,6 +69,10 @@ from tests.conftest import run_cli
         "host-an-ssh-option",
         "tui-host-empty",
         "tui-host-an-ssh-option",
+        "status-sim-empty",
+        "pick-sim-empty",
+        "tui-sim-blank",
+        "nvml-sim-empty",
     ],
 )
 def test_an_out_of_range_value_is_a_usage_error_naming_it(
@@ -121,3 +129,23 @@ def test_json_is_strict_even_when_a_value_is_not_a_number(
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
     assert data["gpus"][0]["power_w"] is None and data["gpus"][0]["power_limit_w"] is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("abc", "GPUWATCH_SIM=abc: neither a GPU count (1-64) nor a scenario file"),
+        ("0", "GPUWATCH_SIM=0: a simulated node has 1 to 64 GPUs"),
+    ],
+    ids=["not-a-count", "zero"],
+)
+@pytest.mark.parametrize("command", ["status", "pick"])
+def test_a_bad_gpuwatch_sim_is_a_usage_error_naming_the_variable(
+    command: str, value: str, message: str
+) -> None:
+    # GIVEN GPUWATCH_SIM set to what is neither a GPU count nor a file WHEN a command runs
+    result = run_cli(command, env={"GPUWATCH_SIM": value})
+    # THEN one line names the variable (not --sim, which was not given), exit 2
+    assert result.exit_code == ExitCode.USAGE, result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert "--sim" not in result.stderr

@@ -184,13 +184,51 @@ def test_leases_show_who_holds_which_gpu(tmp_path: Path) -> None:
     assert data["leases"] == [held.lease.to_dict()]
 
 
-def test_verbose_says_why_leases_of_a_refused_directory_are_not_shown(lease_dir: Path) -> None:
+def test_verbose_says_who_could_tamper_with_the_lease_directory(lease_dir: Path) -> None:
     # GIVEN a lease directory that anyone could empty (world-writable, not sticky)
     lease_dir.mkdir()
     lease_dir.chmod(0o777)
     # WHEN status is asked to say where things come from
     result = run_cli("status", "--sim", "2", "-v")
-    # THEN the GPUs are shown, and it says why no lease is: pick refuses that directory too
+    # THEN the GPUs are shown, and it says who could tamper with the leases; pick uses it too
     assert result.exit_code == 0, result.stderr
-    assert "leases are not shown: " in result.stderr and "not sticky" in result.stderr
-    assert run_cli("pick", "--sim", "2", "--", "true").exit_code == ExitCode.FAILED
+    assert "lets every user remove or forge leases" in result.stderr
+    picked = run_cli("pick", "--sim", "2")
+    assert picked.exit_code == 0 and "lets every user remove or forge leases" in picked.stderr
+
+
+def test_a_watch_says_once_that_it_lost_the_daemon_and_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.daemon_helpers import running_daemon
+    from tests.wait import wait_for
+
+    # GIVEN `status --watch` reading a daemon (no driver here to stand in for it)
+    monkeypatch.setenv("GPUWATCH_SOCKET", str(tmp_path / "gpuwatch.sock"))
+    out, err = tmp_path / "out.ndjson", tmp_path / "err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        with running_daemon(tmp_path):
+            watching = subprocess.Popen(
+                [sys.executable, "-m", "gpuwatch", "status", "--json", "--watch", "0.1"],
+                stdout=stdout,
+                stderr=stderr,
+            )
+            try:
+                wait_for(lambda: out.read_text().count("\n") >= 1, "a first sample")
+                # WHEN the daemon stops for a while, and starts again
+            except BaseException:
+                watching.kill()
+                raise
+        try:
+            wait_for(lambda: "lost the daemon" in err.read_text(), "the watch to notice")
+            seen = out.read_text().count("\n")
+            with running_daemon(tmp_path):
+                wait_for(lambda: out.read_text().count("\n") > seen, "a sample from the new daemon")
+            running = watching.poll() is None
+        finally:
+            watching.kill()
+            watching.wait()
+    # THEN the watch said so in one line, and went on with the daemon back
+    assert running
+    assert err.read_text().count("lost the daemon") == 1, err.read_text()
+    assert err.read_text().count("\n") == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -532,7 +533,9 @@ def test_a_lease_directory_of_another_user_names_the_command_that_fixes_it(
     leases.chmod(0o1777)  # as gpuwatch makes it
     # WHEN this user picks
     result = run_cli("pick", "--sim", "2", env={"GPUWATCH_LEASE_DIR": str(leases)})
-    # THEN it is refused, with the one command an administrator runs
-    assert result.exit_code != 0
-    assert "`sudo install -d -m 1777 /run/gpuwatch/leases`" in result.stderr
-    assert result.stderr.count("\n") == 1
+    # THEN the pick is made (leases are advisory), warned in one line naming who could tamper
+    # with the leases and the one command an administrator runs
+    assert result.exit_code == 0, result.stderr
+    (warning,) = [line for line in result.stderr.splitlines() if "lease directory" in line]
+    assert "`sudo install -d -m 1777 /run/gpuwatch/leases`" in warning
+    assert f"lets {pwd.getpwuid(uid).pw_name} remove or forge leases" in warning

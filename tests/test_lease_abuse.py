@@ -9,6 +9,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,13 +20,22 @@ import pytest
 from gpuwatch import leases, selector
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.sim import SimBackend
+from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.errors import NotEnoughGpusError
 from gpuwatch.leases import LeaseDir
 from gpuwatch.locking import flock_within
 from gpuwatch.models import Snapshot
 from gpuwatch.selector import Wanted, acquire
 from tests.conftest import FROZEN_TIME, run_cli
-from tests.other_user import as_other_user, holding, other_user, public_lease_dir
+from tests.other_user import (
+    USER,
+    as_other_user,
+    as_user,
+    holding,
+    other_user,
+    other_user_ids,
+    public_lease_dir,
+)
 
 SIM2 = SimBackend(2, clock=lambda: FROZEN_TIME).sample()
 UUID = {gpu.index: gpu.uuid for gpu in SIM2.gpus}
@@ -272,7 +284,7 @@ class TestForgedTickets:
         assert f"kept for pid {os.getpid()} (root), which asked earlier" in result.stderr
 
 
-BAD_VALUES = {
+ODD_DETAILS = {
     "started-at-1e300": ("started_at", 1e300),
     "started-at-nan": ("started_at", float("nan")),
     "started-at-infinity": ("started_at", float("inf")),
@@ -281,13 +293,19 @@ BAD_VALUES = {
     "mem-10-to-the-400": ("mem_bytes", 10**400),
     "mem-negative": ("mem_bytes", -1),
     "mem-float": ("mem_bytes", 1.5),
+    "command-not-text": ("command", ["rm", "-rf"]),
+}
+"""Fields that say neither which GPU is held nor by whom: a held lease holds it anyway."""
+
+GPUWATCH = [sys.executable, "-m", "gpuwatch"]
+
+BAD_VALUES = {
     "index-negative": ("gpu_index", -1),
     "index-huge": ("gpu_index", 2**40),
     "pid-zero": ("pid", 0),
     "pid-huge": ("pid", 2**63),
     "uuid-empty": ("gpu_uuid", ""),
     "uuid-huge": ("gpu_uuid", "G" * 10_000),
-    "command-not-text": ("command", ["rm", "-rf"]),
 }
 
 
@@ -336,11 +354,38 @@ class TestExtremeRecords:
         assert pick.exit_code == 0, pick.stderr
         assert "skipped 1 malformed file(s) in the lease directory" in pick.stderr
 
+    @pytest.mark.parametrize(("field", "value"), ODD_DETAILS.values(), ids=ODD_DETAILS.keys())
+    def test_a_held_record_with_an_odd_detail_still_holds_its_gpu(
+        self, lease_dir: Path, field: str, value: object
+    ) -> None:
+        # GIVEN a held lease file on GPU 0 (shared, 1GiB) whose start, declaration or
+        # command is out of range: as after the clock stepped back, or from a forger
+        LeaseDir(lease_dir)
+        fd = plant(
+            lease_dir, "00000000000000000001-1-0badf00d.lease", lease_record(**{field: value})
+        )
+        try:
+            table = run_cli("status", "--sim", "2", "-v")
+            as_json = run_cli("status", "--sim", "2", "--json")
+            pick = run_cli("pick", "--sim", "2", "--mem", "1GiB", "--exclude", "1", "-v")
+        finally:
+            os.close(fd)
+        # THEN status shows the lease, in JSON with nothing out of range
+        assert table.exit_code == 0, table.stderr
+        assert "leased by" in table.stdout and "skipped" not in table.stderr
+        (lease,) = strict_json(as_json.stdout)["leases"]  # type: ignore[index]
+        assert 0 <= lease["started_at"] <= time.time()
+        # AND GPU 0 is still held: shared as declared, or whole when the declaration is unreadable
+        if field == "mem_bytes":
+            assert lease["mem_bytes"] is None and pick.exit_code == ExitCode.NOT_ENOUGH_GPUS
+        else:
+            assert lease["mem_bytes"] == 1 << 30 and pick.exit_code == 0, pick.stderr
+
     def test_another_users_planted_record_is_skipped(self, shared_dir: Path) -> None:
-        # GIVEN another user holding a lease file whose start time is NaN
+        # GIVEN another user holding a lease file whose GPU index is negative
         ready = shared_dir / "ready"
         path = shared_dir / "00000000000000000001-1-0badf00d.lease"
-        record = json.dumps(lease_record(started_at=float("nan"), pid=1))
+        record = json.dumps(lease_record(gpu_index=-1, pid=1))
         write_and_hold = (
             f"printf '%s' '{record}' > {path}; "
             f"exec flock {path} sh -c 'touch {ready}; exec sleep 600'"
@@ -396,3 +441,97 @@ class TestHeldVariable:
         # THEN the GPU stays the other user's: only one's own leases are passed down
         assert result.exit_code == 4, result.stderr
         assert f"leased by pid 1 ({other_user().pw_name})" in result.stderr
+
+
+class TestSecondUser:
+    """The quick start on a machine where no administrator made the shared directory."""
+
+    def test_the_quick_start_works_for_the_second_user_of_a_machine(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        uid, gid = other_user_ids()
+        with public_lease_dir(monkeypatch) as parent:
+            shared = parent / "gpuwatch"
+            monkeypatch.setenv("GPUWATCH_LEASE_DIR", str(shared))
+            ready = parent / "ready"
+            # GIVEN another user's quick start, which made the lease directory, holding a GPU
+            theirs = as_user(
+                uid, gid, *GPUWATCH, "pick", "--sim", "2", "--", "sh", "-c",
+                f"touch {ready}; exec sleep 600",
+            )  # fmt: skip
+            with holding(theirs, ready):
+                # WHEN this user runs the quick start too
+                mine = subprocess.run(
+                    [
+                        *GPUWATCH,
+                        "pick",
+                        "--sim",
+                        "2",
+                        "--",
+                        "sh",
+                        "-c",
+                        "echo $CUDA_VISIBLE_DEVICES",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                (their_lease,) = LeaseDir(shared).leases()
+        # THEN the job runs, on the GPU the other user does not hold, with one line naming
+        # who could tamper with the leases
+        assert mine.returncode == 0, mine.stderr
+        assert mine.stderr.count("\n") == 1 and f"lets {USER} remove or forge" in mine.stderr
+        assert their_lease.user == USER and mine.stdout.strip() not in ("", their_lease.gpu_uuid)
+
+    def test_a_directory_the_second_user_cannot_write_gives_a_pick_without_a_lease(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        uid, gid = other_user_ids()
+        with public_lease_dir(monkeypatch) as parent:
+            # GIVEN a lease directory made by another user (root here) that only they may write
+            shared = parent / "gpuwatch"
+            shared.mkdir(mode=0o755)
+            env = {**os.environ, "GPUWATCH_LEASE_DIR": str(shared)}
+            # WHEN this user (the other user here) runs the quick start
+            picked = subprocess.run(
+                as_user(uid, gid, *GPUWATCH, "pick", "--sim", "2", "--", "true"),
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd="/",
+            )
+            # THEN the job runs, without a lease, said in one line; the directory is untouched
+            assert picked.returncode == 0, picked.stderr
+            assert picked.stderr.count("\n") == 1
+            assert picked.stderr.startswith("gpuwatch: picking without a lease")
+            assert list(shared.iterdir()) == []
+
+    def test_leases_in_a_directory_the_second_user_cannot_write_are_still_shown(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        uid, gid = other_user_ids()
+        with public_lease_dir(monkeypatch) as parent:
+            # GIVEN a lease directory only its maker (root here) may write, holding a lease
+            shared = parent / "gpuwatch"
+            shared.mkdir(mode=0o755)
+            lease_dir = LeaseDir(shared)
+            with lease_dir.locked():
+                held = lease_dir.claim(
+                    SimBackend(2).sample().gpus[0], mem_bytes=None, command="train"
+                )
+            # WHEN another user looks
+            try:
+                shown = subprocess.run(
+                    as_user(uid, gid, *GPUWATCH, "status", "--sim", "2", "--json"),
+                    env={**os.environ, "GPUWATCH_LEASE_DIR": str(shared)},
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    cwd="/",
+                )
+            finally:
+                held.release()
+        # THEN the lease is shown: looking needs no write
+        assert shown.returncode == 0, shown.stderr
+        assert [lease["command"] for lease in json.loads(shown.stdout)["leases"]] == ["train"]

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,28 @@ def test_random_lease_and_ticket_files_never_crash_a_reader(
             assert len(answer["leases"]) + answer["skipped"] == len(lease_names)
 
         check()
+
+
+def test_a_held_lease_that_names_its_gpu_holds_it_whatever_else_it_says(lease_dir: Path) -> None:
+    @settings(max_examples=200, deadline=None)
+    @given(details=st.dictionaries(st.sampled_from(["command", "started_at", "mem_bytes"]), wild))
+    def check(details: dict[str, Any]) -> None:
+        # GIVEN a held lease on GPU-sim-1 whose start, declaration or command is anything at all
+        shutil.rmtree(lease_dir, ignore_errors=True)
+        LeaseDir(lease_dir)
+        record = {"gpu_uuid": "GPU-sim-1", "gpu_index": 1, "pid": os.getpid(), **details}
+        held = plant(lease_dir, [("00000000000000000001-1-0badf00d.lease", record)])
+        try:
+            # WHEN the leases are read
+            found = LeaseDir(lease_dir).read()
+        finally:
+            for fd in held:
+                os.close(fd)
+        # THEN it holds its GPU, with every field in range, and is not counted as skipped
+        (lease,) = found.leases
+        assert (lease.gpu_uuid, found.skipped) == ("GPU-sim-1", 0)
+        assert isinstance(lease.command, str) and isinstance(lease.started_at, float)
+        assert 0 <= lease.started_at <= time.time()
+        assert lease.mem_bytes is None or 0 <= lease.mem_bytes <= 1 << 53
+
+    check()

@@ -9,9 +9,17 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.backends import open_backend
+from gpuwatch.backends.auto import AutoBackend
+from gpuwatch.backends.base import SampleScope
 from gpuwatch.backends.scenario import MODELS, load_scenario, parse_sim_spec
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.errors import InvalidValueError, ScenarioError
+from gpuwatch.errors import (
+    DaemonUnavailableError,
+    DriverNotFoundError,
+    InvalidValueError,
+    ScenarioError,
+)
+from gpuwatch.models import Snapshot
 from tests.conftest import FROZEN_TIME
 
 SCENARIO = """
@@ -297,3 +305,48 @@ def test_open_backend_sim_kind_defaults_to_four_gpus() -> None:
 def test_open_backend_refuses_contradictions(kind: str, sim: str | None, message: str) -> None:
     with pytest.raises(InvalidValueError, match=message):
         open_backend(kind, sim)
+
+
+class _GoneDaemon(SimBackend):
+    """A daemon that answers until `gone`, as one that restarts or hangs."""
+
+    name = "daemon"
+    socket_path = "/run/gpuwatch/gpuwatch.sock"
+    gone = False
+
+    def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
+        if self.gone:
+            raise DaemonUnavailableError("no daemon socket at /run/gpuwatch/gpuwatch.sock")
+        return super().sample(scope)
+
+
+def test_auto_reads_the_driver_while_the_daemon_is_away_and_the_daemon_again_later() -> None:
+    # GIVEN the auto backend reading a daemon (2 GPUs), with a driver (3 GPUs) to stand in
+    now = [0.0]
+    daemon = _GoneDaemon(2)
+    told: list[str] = []
+    source = AutoBackend(daemon, lambda: SimBackend(3), on_lost=told.append, clock=lambda: now[0])
+    assert len(source.sample().gpus) == 2
+    # WHEN the daemon goes away
+    daemon.gone = True
+    # THEN the driver answers, told once; the daemon is asked again later, and answers
+    assert [len(source.sample().gpus) for _ in range(3)] == [3, 3, 3]
+    assert len(told) == 1 and told[0].startswith("lost the daemon (no daemon socket")
+    daemon.gone = False
+    assert len(source.sample().gpus) == 3  # too soon to ask the daemon again
+    now[0] += 60
+    assert len(source.sample().gpus) == 2
+
+
+def test_auto_without_a_driver_says_the_daemon_is_unavailable() -> None:
+    # GIVEN the auto backend, whose daemon went away, on a machine without a driver
+    daemon = _GoneDaemon(2)
+    daemon.gone = True
+
+    def no_driver() -> SimBackend:
+        raise DriverNotFoundError("NVIDIA driver not found")
+
+    source = AutoBackend(daemon, no_driver)
+    # WHEN it samples, THEN it raises what a waiting job waits out
+    with pytest.raises(DaemonUnavailableError, match=r"no daemon socket.*; and NVIDIA driver"):
+        source.sample()

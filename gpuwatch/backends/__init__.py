@@ -34,6 +34,7 @@ def open_backend(
     sim: str | None = None,
     *,
     on_fallback: Callable[[str], None] | None = None,
+    on_lost: Callable[[str], None] | None = None,
 ) -> Backend:
     """Opens the backend asked for, by argument or else by environment.
 
@@ -42,28 +43,47 @@ def open_backend(
     `on_fallback` is told why the daemon was passed over). `sim` is a GPU count
     or a scenario file; when `None`, `GPUWATCH_SIM` gives it. Asking for a
     simulated node implies the `sim` backend; `sim` alone simulates 4 GPUs.
+
+    Under `auto`, a sample the daemon cannot give later (it restarts, or hangs)
+    is read from the driver, and `on_lost` is told so once; where there is no
+    driver either, `sample()` raises `DaemonUnavailableError` until the daemon
+    is back, as it does under `daemon`.
     """
     kind = kind or os.environ.get("GPUWATCH_BACKEND") or "auto"
     if kind not in BACKEND_KINDS:
         choices = ", ".join(BACKEND_KINDS)
         raise InvalidValueError(f"unknown backend {kind!r}: choose one of {choices}")
+    if sim is not None and not sim.strip():  # not "no --sim": it would read the real driver
+        raise InvalidValueError(f"--sim {sim!r}: give a GPU count (such as 4) or a scenario file")
     if sim and kind in ("nvml", "daemon"):
         raise InvalidValueError(f"--sim simulates GPUs, so it cannot go with --backend {kind}")
+    given = f"--sim {sim}"
     if kind in ("auto", "sim") and sim is None:
-        sim = os.environ.get("GPUWATCH_SIM") or None
+        sim = os.environ.get("GPUWATCH_SIM") or None  # set but empty: as unset, like most tools
+        given = f"GPUWATCH_SIM={sim}"
     if sim or kind == "sim":
         from gpuwatch.backends.scenario import parse_sim_spec
         from gpuwatch.backends.sim import SimBackend
 
-        return SimBackend(parse_sim_spec(sim or str(DEFAULT_SIM_GPUS)))
+        return SimBackend(parse_sim_spec(sim or str(DEFAULT_SIM_GPUS), given=given))
     if kind in ("auto", "daemon"):
         try:
-            return _open_daemon(required=kind == "daemon")
+            daemon = _open_daemon(required=kind == "daemon")
         except DaemonUnavailableError as error:
             if kind == "daemon":
                 raise
             if on_fallback is not None:
                 on_fallback(f"{error}; reading the driver directly")
+        else:
+            if kind == "daemon":
+                return daemon
+            from gpuwatch.backends.auto import AutoBackend
+
+            return AutoBackend(daemon, _open_driver, on_lost=on_lost)
+    return _open_driver()
+
+
+def _open_driver() -> Backend:
     if not _nvml_library_loads():
         raise DriverNotFoundError(f"NVIDIA driver not found ({_NVML_LIBRARY} could not be loaded)")
     try:

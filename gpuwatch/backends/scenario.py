@@ -127,19 +127,19 @@ class Scenario:
     processes: tuple[SimProcess, ...]
 
 
-def parse_sim_spec(spec: str) -> int | Path:
-    """`--sim` takes a GPU count or the path of a scenario file."""
+def parse_sim_spec(spec: str, *, given: str | None = None) -> int | Path:
+    """`--sim` takes a GPU count or the path of a scenario file. `given` says where the
+    spec came from in messages (`GPUWATCH_SIM=abc`); `--sim SPEC` by default."""
+    given = given or f"--sim {spec}"
     if spec.strip().isdigit():
         try:
             return parse_whole_number(spec, low=1, high=MAX_GPUS)
         except InvalidValueError:
-            raise ScenarioError(
-                f"--sim {spec}: a simulated node has 1 to {MAX_GPUS} GPUs"
-            ) from None
+            raise ScenarioError(f"{given}: a simulated node has 1 to {MAX_GPUS} GPUs") from None
     path = Path(spec)
     if not path.is_file():
         raise ScenarioError(
-            f"--sim {spec}: neither a GPU count (1-{MAX_GPUS}) nor a scenario file that exists"
+            f"{given}: neither a GPU count (1-{MAX_GPUS}) nor a scenario file that exists"
         )
     return path
 

@@ -190,7 +190,7 @@ def run_pick(args: list[str]) -> int:
     fmt = Format(options["format"])
     waiting = options["wait"] or options["timeout"] is not None
     say = _say if options["verbose"] else None
-    lease_dir = LeaseDir()
+    lease_dir = LeaseDir.for_job(say=_say)
     if say is not None and (skipped := lease_dir.read().skipped):
         say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
     with open_backend(options["backend"], options["sim"], on_fallback=say) as backend:

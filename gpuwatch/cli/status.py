@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 
 import click
@@ -124,7 +125,7 @@ def _local_frames(
 ) -> Iterator[tuple[Snapshot, list[Lease]]]:
     say = _say if verbose else None
     lease_dir = LeaseDir.read_only(on_refused=say)
-    with open_backend(backend, sim, on_fallback=say) as source:
+    with open_backend(backend, sim, on_fallback=say, on_lost=_say) as source:
         if say is not None:
             say(f"reading GPUs from {_described(source)}")
         if interval_s is None:
@@ -132,8 +133,29 @@ def _local_frames(
             return
         from gpuwatch.sampling import watch  # a one-shot status does without it
 
-        for snapshot in watch(source, interval_s, count=count):
+        lost = _LostDaemon(interval_s)
+        for snapshot in watch(source, interval_s, count=count, on_unavailable=lost.tell):
+            lost.back()
             yield snapshot, _leases(lease_dir, say)
+
+
+class _LostDaemon:
+    """What a watch says when the daemon goes away: one line, and no more until the daemon
+    has answered again for a while (a daemon shutting down may answer once more)."""
+
+    def __init__(self, interval_s: float, quiet_s: float = 10.0) -> None:
+        self._interval_s = interval_s
+        self._quiet_s = quiet_s
+        self._failed_at: float | None = None
+
+    def tell(self, error: Exception) -> None:
+        if self._failed_at is None:
+            _say(f"lost the daemon ({error}); trying again every {self._interval_s:g}s")
+        self._failed_at = time.monotonic()
+
+    def back(self) -> None:
+        if self._failed_at is not None and time.monotonic() - self._failed_at > self._quiet_s:
+            self._failed_at = None
 
 
 def _described(source: Backend) -> str:
