@@ -428,3 +428,42 @@ def test_a_daemon_that_cannot_start_leaves_the_callers_signals_alone(tmp_path: P
     with running_daemon(tmp_path) as (_, sock, _):
         assert run_cli("daemon", "--sim", "2", "--socket", str(sock)).exit_code == 1
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+
+
+@pytest.mark.parametrize(
+    ("plant", "found"),
+    [
+        (lambda path: path.write_text("precious\n"), "a regular file is there"),
+        (lambda path: path.mkdir(), "a directory is there"),
+        (lambda path: path.symlink_to("/etc"), "a symbolic link is there"),
+        (lambda path: os.mkfifo(path), "a FIFO is there"),
+    ],
+    ids=["file", "directory", "symlink", "fifo"],
+)
+def test_a_socket_path_holding_anything_but_a_socket_is_refused_and_left_alone(
+    tmp_path: Path, plant: Callable[[Path], object], found: str
+) -> None:
+    # GIVEN something that is not a socket at the path given as --socket
+    target = tmp_path / "gpuwatch.sock"
+    plant(target)
+    before = os.lstat(target)
+    # WHEN the daemon is asked to listen there
+    result = run_cli("daemon", "--sim", "2", "--socket", str(target))
+    # THEN it refuses in one line with a usage error, and the thing is still there, unchanged
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and found in result.stderr
+    after = os.lstat(target)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("gpuwatch.sock")] == [
+        "gpuwatch.sock"
+    ]
+
+
+def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
+    # GIVEN a socket nobody listens on any more (a daemon that was killed)
+    stale = tmp_path / "gpuwatch.sock"
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(stale))
+    # WHEN a daemon starts there THEN it serves on that path
+    with running_daemon(tmp_path) as (_, sock, _):
+        assert sock == stale and get_json(sock, "/v1/health")[0] == 200
