@@ -54,7 +54,7 @@ def test_api_answers_snapshot_history_leases_and_health(tmp_path: Path, lease_di
         status, health = get_json(sock, "/v1/health")
         assert status == 200 and health["status"] == "ok" and health["backend"] == "sim"
         assert health["history"]["capacity"] == 24 * 3600 * 5
-        assert health["history"]["bytes"] == 24 * 3600 * 5 * (8 + 3 * 11)
+        assert health["history"]["bytes"] == 24 * 3600 * 5 * (16 + 3 * 11)
 
 
 def _lease_gpu(lease_dir: Path, gpu: GpuSample):  # type: ignore[no-untyped-def]
@@ -436,7 +436,7 @@ def test_a_daemon_that_cannot_start_leaves_the_callers_signals_alone(tmp_path: P
         (lambda path: path.write_text("precious\n"), "a regular file is there"),
         (lambda path: path.mkdir(), "a directory is there"),
         (lambda path: path.symlink_to("/etc"), "a symbolic link is there"),
-        (lambda path: os.mkfifo(path), "a FIFO is there"),
+        (os.mkfifo, "a FIFO is there"),
     ],
     ids=["file", "directory", "symlink", "fifo"],
 )

@@ -38,7 +38,7 @@ _FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "l
     type=Duration(minimum_s=MIN_INTERVAL_S),
     default=DEFAULT_HISTORY_S,
     metavar="DURATION",
-    help="How much history to keep in memory (8 GPUs, 24h at 1s: 8.3 MB).  [default: 24h]",
+    help="How much history to keep in memory (8 GPUs, 24h at 1s: 9.0 MB).  [default: 24h]",
 )
 @click.option(
     "--socket",

@@ -62,7 +62,7 @@ def stale_reason(poller: Poller) -> str | None:
         return f"sampling has made no progress for {stalled_s:.0f}s (a driver call hangs?)"
     if state.snapshot is None:
         return None
-    age_s = time.time() - state.snapshot.taken_at
+    age_s = time.monotonic() - state.sampled_at
     if state.error is not None:
         return f"sampling fails ({state.error}); the last snapshot is {age_s:.0f}s old"
     if age_s > stale_after_s(poller.interval_s):
@@ -128,11 +128,15 @@ class Api:
     def history(self, query: Query) -> Response:
         try:
             if "since" in query:
-                start = float(query["since"])
-                if not math.isfinite(start):  # NaN would match every sample, inf none
+                since = float(query["since"])
+                if not math.isfinite(since):  # NaN would match every sample, inf none
                     raise ValueError(query["since"])
+                back_s = time.time() - since
             else:
-                start = time.time() - parse_duration(query.get("last", "600"))
+                back_s = parse_duration(query.get("last", "600"))
+            # Samples are selected on the monotonic clock: a step of the wall clock
+            # changes neither which nor how many are "the last 2 s".
+            start = time.monotonic() - back_s
         except (ValueError, InvalidValueError):
             return error_response(400, "give since=UNIX_TIME or last=DURATION (e.g. 10m)")
         if not self._history_slots.acquire(blocking=False):
