@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -320,19 +321,33 @@ class TestFaults:
         assert f"cannot serve metrics on 127.0.0.1:{port}" in process.stderr
 
     def test_a_reload_that_fails_keeps_the_daemon_and_its_settings(self, tmp_path: Path) -> None:
+        # GIVEN a daemon under systemd, and a config that now names a busy port
         config = tmp_path / "daemon.toml"
         config.write_text('interval = "0.2s"\n')
-        with (
-            socket.socket() as taken,
-            running_daemon(tmp_path, "--config", str(config), interval=None) as (process, sock, _),
-        ):
-            taken.bind(("127.0.0.1", 0))
-            taken.listen()
-            config.write_text(f'interval = "0.5s"\nlisten = "{taken.getsockname()[1]}"\n')
-            process.send_signal(signal.SIGHUP)
-            time.sleep(1.5)
-            assert process.poll() is None
-            assert get_json(sock, "/v1/health")[1]["interval_s"] == 0.2
+        notify_path = str(tmp_path / "notify")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener, socket.socket() as taken:
+            listener.bind(notify_path)
+            listener.settimeout(10)
+            env = {"NOTIFY_SOCKET": notify_path}
+            with running_daemon(tmp_path, "--config", str(config), interval=None, env=env) as (
+                process,
+                sock,
+                _,
+            ):
+                taken.bind(("127.0.0.1", 0))
+                taken.listen()
+                config.write_text(f'interval = "0.5s"\nlisten = "{taken.getsockname()[1]}"\n')
+                # WHEN it is told to reload
+                process.send_signal(signal.SIGHUP)
+                # THEN it reloads (systemd hears RELOADING, then READY again), the reload
+                # fails, and the daemon goes on with the settings it had
+                heard = [listener.recv(4096).decode().splitlines()]
+                while "RELOADING=1" not in heard[-1]:
+                    heard.append(listener.recv(4096).decode().splitlines())
+                while "READY=1" not in heard[-1]:
+                    heard.append(listener.recv(4096).decode().splitlines())
+                assert process.poll() is None
+                assert get_json(sock, "/v1/health")[1]["interval_s"] == 0.2
 
     def test_a_setting_removed_from_the_config_goes_back_to_its_default(
         self, tmp_path: Path
@@ -467,3 +482,73 @@ def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
     # WHEN a daemon starts there THEN it serves on that path
     with running_daemon(tmp_path) as (_, sock, _):
         assert sock == stale and get_json(sock, "/v1/health")[0] == 200
+
+
+@pytest.fixture(scope="module")
+def fakenvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The simulated driver library, built from ../shared/fakenvml."""
+    sources = Path(
+        os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[2] / "shared" / "fakenvml")
+    )
+    if not (sources / "Makefile").is_file() or shutil.which("cc") is None:
+        pytest.skip("needs ../shared/fakenvml and a C compiler")
+    build = tmp_path_factory.mktemp("fakenvml")
+    subprocess.run(
+        ["make", "-s", "-C", str(sources), f"BUILD={build}"], check=True, capture_output=True
+    )
+    return build
+
+
+def _sampling_up(sock: Path) -> tuple[float, bool] | None:
+    """`gpuwatch_sampling_up`, and whether any GPU series is there; None before it serves."""
+    try:
+        _, body = http_get(str(sock), "/metrics")
+    except OSError:
+        return None
+    families = {f.name: f.samples for f in text_string_to_metric_families(body.decode())}
+    return families["gpuwatch_sampling_up"][0].value, bool(families.get("gpuwatch_gpu_up"))
+
+
+def test_ready_comes_after_the_first_sample_and_sampling_is_down_until_then(
+    tmp_path: Path, fakenvml_dir: Path
+) -> None:
+    # GIVEN a driver whose first sample takes 2 s (1 s a GPU), and the daemon started under systemd
+    scenario = tmp_path / "slow.txt"
+    scenario.write_text(
+        "gpu util=40\ngpu util=40\nlatency func=nvmlDeviceGetUtilizationRates us=1000000\n"
+    )
+    sock, notify_path = tmp_path / "gw.sock", str(tmp_path / "notify")
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(fakenvml_dir),
+        "FAKENVML_SCENARIO": str(scenario),
+        "NOTIFY_SOCKET": notify_path,
+    }
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(notify_path)
+        listener.setblocking(False)
+        command = [sys.executable, "-m", "gpuwatch", "daemon", "--backend", "nvml"]
+        with subprocess.Popen([*command, "--socket", str(sock)], env=env) as process:
+            try:
+                # WHEN /metrics is scraped until systemd hears READY
+                before_ready: list[tuple[float, bool]] = []
+                while not _ready(listener):
+                    assert process.poll() is None
+                    if (seen := _sampling_up(sock)) is not None:
+                        before_ready.append(seen)
+                    time.sleep(0.05)
+                # THEN READY found a snapshot to serve; before the snapshot, sampling was down
+                # with no GPU series, and never up without them
+                assert get_json(sock, "/v1/snapshot")[0] == 200
+                assert (0.0, False) in before_ready
+                assert set(before_ready) <= {(0.0, False), (1.0, True)}
+                assert _sampling_up(sock) == (1.0, True)
+            finally:
+                process.send_signal(signal.SIGTERM)
+
+
+def _ready(listener: socket.socket) -> bool:
+    try:
+        return "READY=1" in listener.recv(4096).decode().splitlines()
+    except BlockingIOError:
+        return False

@@ -123,12 +123,11 @@ def test_a_window_keeps_the_newest_and_says_it_left_older_out() -> None:
 
 def test_a_stalled_poller_is_reported_by_health() -> None:
     from gpuwatch.daemon.api import Api
-    from gpuwatch.daemon.metrics import registry_for
     from gpuwatch.daemon.settings import Settings
     from gpuwatch.sampling import PollState
 
     poller = Poller(FlakyBackend, interval_s=1.0, history_s=60)
-    api = Api(poller, Settings(socket_path="unused"), registry_for(lambda: (None, [], True)))
+    api = Api(poller, Settings(socket_path="unused"))
     # GIVEN a sample that came, and then a driver call that has not returned for 100 s
     poller.state = PollState(
         snapshot(time.time()), None, time.monotonic() - 100, 7, time.monotonic() - 100
@@ -205,7 +204,6 @@ def test_the_last_seconds_are_chosen_by_the_monotonic_clock_not_the_wall_clock()
 
 def test_the_daemon_answers_last_2s_with_2s_of_samples_after_a_clock_step() -> None:
     from gpuwatch.daemon.api import Api
-    from gpuwatch.daemon.metrics import registry_for
     from gpuwatch.daemon.settings import Settings
 
     # GIVEN a poller that sampled every 0.1 s for 3 s, its wall clock an hour ahead until
@@ -217,7 +215,7 @@ def test_the_daemon_answers_last_2s_with_2s_of_samples_after_a_clock_step() -> N
         at = now - 3 + tenth / 10
         wall = time.time() - 3 + tenth / 10 + (3600 if tenth < 29 else 0)
         poller._history.append(snapshot(wall), at)
-    api = Api(poller, Settings(socket_path="unused"), registry_for(lambda: (None, [], True)))
+    api = Api(poller, Settings(socket_path="unused"))
     # WHEN a client asks for the last 2 s
     body = json.loads(api.history({"last": "2s"}).body)
     # THEN about 20 samples come back, not 30
