@@ -264,6 +264,8 @@ class TestClients:
             "history 1000d at one sample every 1s would keep 86,400,000 samples",
         ),
         (["--socket", ""], "Invalid value for '--socket': give a path"),
+        (["--listen", ""], "Invalid value for '--listen': give [HOST:]PORT"),
+        (["--config", ""], "Invalid value for '--config': give a path"),
     ],
     ids=[
         "interval-zero",
@@ -273,6 +275,8 @@ class TestClients:
         "unknown-flag",
         "history-too-long",
         "empty-socket",
+        "empty-listen",
+        "empty-config",
     ],
 )
 def test_bad_flags_are_one_line_and_exit_code_2(
