@@ -556,3 +556,28 @@ def _ready(listener: socket.socket) -> bool:
         return "READY=1" in listener.recv(4096).decode().splitlines()
     except BlockingIOError:
         return False
+
+
+def test_a_field_a_newer_daemon_adds_is_ignored_by_the_client(tmp_path: Path) -> None:
+    from gpuwatch.models import Snapshot
+
+    # GIVEN a snapshot from the daemon with fields this client does not know, at every level
+    with running_daemon(tmp_path) as (_, sock, _):
+        data = get_json(sock, "/v1/snapshot")[1]
+    assert data["format_version"] == 1
+    data["new_top_level"] = 1
+    data["gpus"][0]["new_gpu_field"] = "x"
+    data["processes"][0]["new_process_field"] = None
+    # WHEN the client reads it THEN it reads what it knows
+    snapshot = Snapshot.from_dict(data)
+    assert snapshot.hostname == "daemon-node" and snapshot.processes[0].pid == 4242
+
+
+def test_a_daemon_speaking_another_snapshot_format_is_refused_with_a_reason(
+    tmp_path: Path,
+) -> None:
+    from gpuwatch.backends.daemon import _readable
+
+    # GIVEN a snapshot in a format this client does not read THEN it says so
+    with pytest.raises(ValueError, match="sends snapshots in format 2, and this gpuwatch reads"):
+        _readable({"format_version": 2})

@@ -37,6 +37,7 @@ from gpuwatch.daemon.view import NO_REPORTS, View
 from gpuwatch.daemon.wire import Response, error_response, json_response
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases import LeaseDir, LeaseFiles
+from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
 from gpuwatch.sampling import Poller, PollState
 from gpuwatch.units import parse_duration
 
@@ -139,7 +140,8 @@ class Api:
         with self._cache_lock:  # 50 clients polling at 10 Hz share one encoding per sample
             if self._snapshot_cache is None or self._snapshot_cache[0] != state.samples:
                 stale_after = (STALE_AFTER_HEADER, f"{stale_after_s(self.poller.interval_s):g}")
-                response = json_response(200, state.snapshot.to_dict(), stale_after)
+                body = {"format_version": SNAPSHOT_FORMAT_VERSION, **state.snapshot.to_dict()}
+                response = json_response(200, body, stale_after)
                 self._snapshot_cache = (state.samples, response)
             return self._snapshot_cache[1]
 
