@@ -11,6 +11,10 @@ can stop it from starting or answer in its name. The daemon listens on
 containers) root takes the system socket, and any other user a directory of
 their own: `/run/user/UID`, else `/tmp/gpuwatch-UID`. Clients look at
 `$GPUWATCH_SOCKET`, else at the system socket, then at the user's own places.
+
+A path a user gives gpuwatch to make something at (`--socket`, a lease
+directory, a report) is checked with `existing`: only a thing of the kind
+gpuwatch makes there may be reused or replaced; anything else is refused.
 """
 
 from __future__ import annotations
