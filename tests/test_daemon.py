@@ -573,11 +573,41 @@ def test_a_field_a_newer_daemon_adds_is_ignored_by_the_client(tmp_path: Path) ->
     assert snapshot.hostname == "daemon-node" and snapshot.processes[0].pid == 4242
 
 
-def test_a_daemon_speaking_another_snapshot_format_is_refused_with_a_reason(
-    tmp_path: Path,
-) -> None:
-    from gpuwatch.backends.daemon import _readable
+def test_a_client_of_a_daemon_in_another_snapshot_format_is_told_why(tmp_path: Path) -> None:
+    from gpuwatch.backends.daemon import DaemonBackend
+    from gpuwatch.errors import DaemonUnavailableError
 
-    # GIVEN a snapshot in a format this client does not read THEN it says so
-    with pytest.raises(ValueError, match="sends snapshots in format 2, and this gpuwatch reads"):
-        _readable({"format_version": 2})
+    # GIVEN a daemon that sends snapshots in a format this client does not read
+    path = str(tmp_path / "newer.sock")
+    body = b'{"format_version": 2, "snapshot": {}}'
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen()
+
+        def answer() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(4096)
+                head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                connection.sendall(head + body)
+
+        threading.Thread(target=answer, daemon=True).start()
+        # WHEN a client reads it THEN it is refused with the reason, and no TypeError
+        with pytest.raises(DaemonUnavailableError, match="sends snapshots in format 2"):
+            DaemonBackend(path)
+
+
+def test_the_path_check_takes_nothing_or_its_kind_and_refuses_the_rest(tmp_path: Path) -> None:
+    import stat
+
+    from gpuwatch.errors import InvalidValueError
+    from gpuwatch.paths import existing
+
+    # GIVEN nothing, a directory and a file
+    (tmp_path / "file").write_text("x")
+    # THEN nothing is None, the right kind is what is there, and another kind is refused
+    assert existing(str(tmp_path / "absent"), stat.S_IFDIR, "--lease-dir") is None
+    found = existing(str(tmp_path), stat.S_IFDIR, "--lease-dir")
+    assert found is not None and found.st_ino == tmp_path.stat().st_ino
+    with pytest.raises(InvalidValueError, match=r"^--lease-dir .*/file: a regular file is there"):
+        existing(str(tmp_path / "file"), stat.S_IFDIR, "--lease-dir")

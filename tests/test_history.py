@@ -245,3 +245,17 @@ def test_an_absurd_sensor_value_does_not_stop_sampling() -> None:
     assert poller.state.error is None and poller.state.samples == 1
     series, _ = poller.history_since(0.0, 10)
     assert series[0].temperature_c == [None] and series[1].temperature_c == [60]
+
+
+def test_a_wall_clock_stepped_forward_does_not_make_the_snapshot_stale() -> None:
+    from gpuwatch.daemon.api import Api
+    from gpuwatch.daemon.settings import Settings
+    from gpuwatch.sampling import PollState
+
+    # GIVEN a snapshot sampled just now, whose Unix time is an hour behind (the wall clock
+    # was stepped forward since)
+    poller = Poller(FlakyBackend, interval_s=1.0, history_s=60)
+    now = time.monotonic()
+    poller.state = PollState(snapshot(time.time() - 3600), None, now, 1, now)
+    # WHEN a client asks for it THEN it is current: its age comes from the monotonic clock
+    assert Api(poller, Settings(socket_path="unused")).snapshot({}).status == 200
