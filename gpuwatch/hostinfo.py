@@ -10,7 +10,10 @@ container's), so no pid gets details at all.
 Read straight from Linux's /proc, and cheaply, since the daemon does it for
 every GPU process every second: a process seen before costs one `pread` of
 its /proc/PID/stat, kept open (its user and command are remembered for its
-lifetime); a new one costs three reads.
+lifetime); a new one costs three reads. At most `MAX_OPEN_STAT_FILES` are
+kept open, so that a node of thousands of GPU processes never runs the
+daemon out of descriptors (each client connection needs one): a process
+beyond them costs an open, a read and a close of its stat instead.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # Positions in /proc/PID/stat after the ")" that closes the command name (see proc(5)).
 _UTIME, _STIME, _STARTTIME, _RSS_PAGES = 11, 12, 19, 21
+MAX_OPEN_STAT_FILES = 512
+"""At most this many /proc/PID/stat files are kept open (a quarter of the unit's
+LimitNOFILE=4096 in all, and a small part of it)."""
 _INITIAL_PID_NAMESPACE = "pid:[4026531836]"  # the kernel's PROC_PID_INIT_INO, fixed since 3.8
 # Characters a POSIX shell takes literally, as in shlex.quote (which would import re).
 _SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
@@ -57,17 +63,19 @@ class _Known:
 
     __slots__ = ("command", "cpu_s", "start_ticks", "stat_fd", "user", "wall_s")
 
-    def __init__(self, start_ticks: int, user: str, command: str, stat_fd: int) -> None:
+    def __init__(self, start_ticks: int, user: str, command: str, stat_fd: int | None) -> None:
         self.start_ticks = start_ticks
         self.user = user
         self.command = command
         self.stat_fd = stat_fd
-        """/proc/PID/stat, open: re-read from offset 0 it describes the process afresh."""
+        """/proc/PID/stat, open: re-read from offset 0 it describes the process afresh;
+        `None` past `MAX_OPEN_STAT_FILES`, when it is opened for each look."""
         self.cpu_s = 0.0
         self.wall_s = 0.0
 
     def forget(self) -> None:
-        os.close(self.stat_fd)
+        if self.stat_fd is not None:
+            os.close(self.stat_fd)
 
 
 class HostProcessTable:
@@ -78,9 +86,11 @@ class HostProcessTable:
     (as `top` does).
     """
 
-    def __init__(self, proc: str = "/proc") -> None:
+    def __init__(self, proc: str = "/proc", *, max_open_files: int = MAX_OPEN_STAT_FILES) -> None:
         self._proc = proc
+        self._max_open_files = max_open_files
         self._known: dict[int, _Known] = {}
+        self._open_files = 0
         self._users: dict[int, str] = {}
         self._boot_time_s: float | None = None
         self.pids_are_local = _in_initial_pid_namespace(proc)
@@ -89,7 +99,7 @@ class HostProcessTable:
     def lookup(self, pids: set[int]) -> dict[int, HostProcess]:
         """Details for each visible pid in `pids`; forgets processes not asked for."""
         for gone in self._known.keys() - pids:
-            self._known.pop(gone).forget()
+            self._forget(gone)
         if not self.pids_are_local:
             return {}
         now = time.time()
@@ -102,21 +112,20 @@ class HostProcessTable:
         return found
 
     def close(self) -> None:
-        for known in self._known.values():
-            known.forget()
-        self._known.clear()
+        for pid in list(self._known):
+            self._forget(pid)
 
     def _lookup_one(self, pid: int, now: float, boot_time_s: float) -> HostProcess | None:
         known = self._known.get(pid)
         fields: list[str] = []
         if known is not None:
             try:  # a process that exited fails the read of its open stat
-                stat = _pread(known.stat_fd)
+                stat = self._stat_of(pid, known.stat_fd)
                 fields = stat[stat.rfind(")") + 2 :].split()
             except OSError:
                 pass
             if not fields or int(fields[_STARTTIME]) != known.start_ticks:
-                self._known.pop(pid).forget()  # gone, or the pid now names another process
+                self._forget(pid)  # gone, or the pid now names another process
                 known = None
         if known is None:
             try:
@@ -148,9 +157,23 @@ class HostProcessTable:
         start_ticks = int(stat[stat.rfind(")") + 2 :].split()[_STARTTIME])
         name = stat[stat.find("(") + 1 : stat.rfind(")")]
         command = shell_command(argv) or name
-        known = _Known(start_ticks, self._user(uid), command, stat_fd)
+        if self._open_files >= self._max_open_files:
+            os.close(stat_fd)
+            known = _Known(start_ticks, self._user(uid), command, None)
+        else:
+            known = _Known(start_ticks, self._user(uid), command, stat_fd)
+            self._open_files += 1
         self._known[pid] = known
         return known, stat
+
+    def _forget(self, pid: int) -> None:
+        known = self._known.pop(pid)
+        if known.stat_fd is not None:
+            self._open_files -= 1
+        known.forget()
+
+    def _stat_of(self, pid: int, stat_fd: int | None) -> str:
+        return _pread(stat_fd) if stat_fd is not None else _read(f"{self._proc}/{pid}/stat")
 
     def _user(self, uid: int) -> str:
         if (name := self._users.get(uid)) is None:

@@ -187,13 +187,20 @@ class Snapshot:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
-        """The inverse of `to_dict` (for snapshots that crossed a process boundary)."""
-        gpus = tuple(GpuSample(**gpu) for gpu in data["gpus"])
+        """The inverse of `to_dict` (for snapshots that crossed a process boundary).
+
+        Keys it does not know are ignored, so that a newer daemon may add fields
+        without breaking older clients; a change they could not ignore bumps
+        `SNAPSHOT_FORMAT_VERSION` instead.
+        """
+        gpus = tuple(GpuSample(**_known(GpuSample, gpu)) for gpu in data["gpus"])
         processes = tuple(
-            ProcessUsage(**{**proc, "kind": ProcessKind(proc["kind"])})
+            ProcessUsage(**{**_known(ProcessUsage, proc), "kind": ProcessKind(proc["kind"])})
             for proc in data["processes"]
         )
-        mig_devices = tuple(MigDevice(**mig) for mig in data.get("mig_devices", ()))
+        mig_devices = tuple(
+            MigDevice(**_known(MigDevice, mig)) for mig in data.get("mig_devices", ())
+        )
         return cls(
             taken_at=data["taken_at"],
             hostname=data["hostname"],
@@ -203,3 +210,15 @@ class Snapshot:
             processes=processes,
             mig_devices=mig_devices,
         )
+
+
+SNAPSHOT_FORMAT_VERSION = 1
+"""The version of the snapshot's JSON on the daemon's wire (`format_version`). Adding a
+field leaves it as it is (`from_dict` ignores keys it does not know); a change an older
+client would misread (a field renamed, removed or with another meaning) increments it."""
+
+
+def _known(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """The items of `data` that are fields of the dataclass `cls`."""
+    names = cls.__dataclass_fields__
+    return {key: value for key, value in data.items() if key in names}

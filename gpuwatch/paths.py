@@ -11,12 +11,18 @@ can stop it from starting or answer in its name. The daemon listens on
 containers) root takes the system socket, and any other user a directory of
 their own: `/run/user/UID`, else `/tmp/gpuwatch-UID`. Clients look at
 `$GPUWATCH_SOCKET`, else at the system socket, then at the user's own places.
+
+A path a user gives gpuwatch to make something at (`--socket`, a lease
+directory, a report) is checked with `existing`: only a thing of the kind
+gpuwatch makes there may be reused or replaced; anything else is refused.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+
+from gpuwatch.errors import InvalidValueError
 
 ENV_SOCKET = "GPUWATCH_SOCKET"
 ENV_LEASE_DIR = "GPUWATCH_LEASE_DIR"
@@ -73,6 +79,39 @@ def default_lease_dir() -> str:
         return FALLBACK_LEASE_DIR
     shared = stat.S_ISDIR(info.st_mode) and info.st_mode & _STICKY_SHARED == _STICKY_SHARED
     return SYSTEM_LEASE_DIR if shared else FALLBACK_LEASE_DIR
+
+
+_KINDS = {
+    stat.S_IFSOCK: "socket",
+    stat.S_IFDIR: "directory",
+    stat.S_IFREG: "regular file",
+    stat.S_IFLNK: "symbolic link",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
+
+
+def existing(path: str, kind: int, option: str) -> os.stat_result | None:
+    """What is at `path` (not following a link) when it is of `kind` (`stat.S_IFSOCK`,
+    `stat.S_IFDIR`, ...); `None` when nothing is. Anything else there is refused, and
+    left untouched: a path given to gpuwatch never makes it replace what it did not make.
+
+    Raises `InvalidValueError` (a usage error) naming `option`, the path and what is there.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise InvalidValueError(f"{option} {path}: cannot look there ({error.strerror})") from None
+    found = stat.S_IFMT(info.st_mode)
+    if found != kind:
+        raise InvalidValueError(
+            f"{option} {path}: a {_KINDS.get(found, 'file')} is there, not a {_KINDS[kind]}; "
+            "it is left alone: give another path"
+        )
+    return info
 
 
 def _user_run_dir() -> str:

@@ -75,6 +75,13 @@ class PollState:
     attempted_at: float
     """`time.monotonic()` when the last attempt finished, failed or not."""
     samples: int
+    sampled_at: float = 0.0
+    """`time.monotonic()` when `snapshot` was taken: its age, whatever the wall clock does."""
+
+    @property
+    def attempted(self) -> bool:
+        """Whether a first attempt to sample has finished, failed or not."""
+        return self.samples > 0 or self.error is not None
 
 
 class Poller:
@@ -141,8 +148,8 @@ class Poller:
         return idle_s if idle_s > max(5 * self.interval_s, 10.0) else None
 
     def history_since(self, start: float, limit: int) -> tuple[list[GpuSeries], bool]:
-        """Each GPU's samples since `start`, the newest `limit` at most; and whether older
-        ones were left out."""
+        """Each GPU's samples since `start` (`time.monotonic()`), the newest `limit` at most;
+        and whether older ones were left out."""
         with self._lock:  # only the copy is made under the lock; the sampler waits for no JSON
             if self._history is None:
                 return [], False
@@ -170,6 +177,7 @@ class Poller:
                         f"{type(error).__name__}: {error}",
                         time.monotonic(),
                         self.state.samples,
+                        self.state.sampled_at,
                     )
                     self._reopen = True
 
@@ -181,8 +189,9 @@ class Poller:
                 self._source = None
             self._source = self._open_source()
         snapshot = self._source.sample()
+        sampled_at = time.monotonic()
         with self._lock:
             if self._history is None or self._history.gpu_count != len(snapshot.gpus):
                 self._history = History(self.history_capacity, len(snapshot.gpus))
-            self._history.append(snapshot)
-        self.state = PollState(snapshot, None, time.monotonic(), self.state.samples + 1)
+            self._history.append(snapshot, sampled_at)
+        self.state = PollState(snapshot, None, sampled_at, self.state.samples + 1, sampled_at)

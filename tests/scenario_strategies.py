@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from hypothesis import strategies as st
 
 from gpuwatch.backends import scenario
 from gpuwatch.cli.exit_codes import ExitCode
-from gpuwatch.models import Snapshot
 from tests.conftest import run_cli
 
 _text = st.one_of(
@@ -202,10 +201,9 @@ def abuse(path: Path) -> Iterator[tuple[str, str | None]]:
 
 
 def _daemon_sampling(path: Path) -> str | None:
-    from prometheus_client import generate_latest
-
     from gpuwatch.backends import open_backend
-    from gpuwatch.daemon.metrics import registry_for
+    from gpuwatch.daemon.metrics import exposition
+    from gpuwatch.daemon.view import View
     from gpuwatch.errors import ScenarioError
     from gpuwatch.sampling import Poller
 
@@ -216,9 +214,7 @@ def _daemon_sampling(path: Path) -> str | None:
     try:
         poller._sample_once()  # one tick of the sampling thread, here and now
         snapshot = poller.state.snapshot
-        source: Callable[[], tuple[Snapshot | None, list[object], bool]]
-        source = lambda: (snapshot, [], True)  # noqa: E731
-        generate_latest(registry_for(source))  # type: ignore[arg-type]
+        exposition(View(poller.state))
         if snapshot is not None:
             strict_json(json.dumps(snapshot.to_dict()))
     except ValueError as error:

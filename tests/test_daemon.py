@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -54,7 +55,7 @@ def test_api_answers_snapshot_history_leases_and_health(tmp_path: Path, lease_di
         status, health = get_json(sock, "/v1/health")
         assert status == 200 and health["status"] == "ok" and health["backend"] == "sim"
         assert health["history"]["capacity"] == 24 * 3600 * 5
-        assert health["history"]["bytes"] == 24 * 3600 * 5 * (8 + 3 * 11)
+        assert health["history"]["bytes"] == 24 * 3600 * 5 * (16 + 3 * 11)
 
 
 def _lease_gpu(lease_dir: Path, gpu: GpuSample):  # type: ignore[no-untyped-def]
@@ -263,6 +264,8 @@ class TestClients:
             "history 1000d at one sample every 1s would keep 86,400,000 samples",
         ),
         (["--socket", ""], "Invalid value for '--socket': give a path"),
+        (["--listen", ""], "Invalid value for '--listen': give [HOST:]PORT"),
+        (["--config", ""], "Invalid value for '--config': give a path"),
     ],
     ids=[
         "interval-zero",
@@ -272,6 +275,8 @@ class TestClients:
         "unknown-flag",
         "history-too-long",
         "empty-socket",
+        "empty-listen",
+        "empty-config",
     ],
 )
 def test_bad_flags_are_one_line_and_exit_code_2(
@@ -320,19 +325,33 @@ class TestFaults:
         assert f"cannot serve metrics on 127.0.0.1:{port}" in process.stderr
 
     def test_a_reload_that_fails_keeps_the_daemon_and_its_settings(self, tmp_path: Path) -> None:
+        # GIVEN a daemon under systemd, and a config that now names a busy port
         config = tmp_path / "daemon.toml"
         config.write_text('interval = "0.2s"\n')
-        with (
-            socket.socket() as taken,
-            running_daemon(tmp_path, "--config", str(config), interval=None) as (process, sock, _),
-        ):
-            taken.bind(("127.0.0.1", 0))
-            taken.listen()
-            config.write_text(f'interval = "0.5s"\nlisten = "{taken.getsockname()[1]}"\n')
-            process.send_signal(signal.SIGHUP)
-            time.sleep(1.5)
-            assert process.poll() is None
-            assert get_json(sock, "/v1/health")[1]["interval_s"] == 0.2
+        notify_path = str(tmp_path / "notify")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener, socket.socket() as taken:
+            listener.bind(notify_path)
+            listener.settimeout(10)
+            env = {"NOTIFY_SOCKET": notify_path}
+            with running_daemon(tmp_path, "--config", str(config), interval=None, env=env) as (
+                process,
+                sock,
+                _,
+            ):
+                taken.bind(("127.0.0.1", 0))
+                taken.listen()
+                config.write_text(f'interval = "0.5s"\nlisten = "{taken.getsockname()[1]}"\n')
+                # WHEN it is told to reload
+                process.send_signal(signal.SIGHUP)
+                # THEN it reloads (systemd hears RELOADING, then READY again), the reload
+                # fails, and the daemon goes on with the settings it had
+                heard = [listener.recv(4096).decode().splitlines()]
+                while "RELOADING=1" not in heard[-1]:
+                    heard.append(listener.recv(4096).decode().splitlines())
+                while "READY=1" not in heard[-1]:
+                    heard.append(listener.recv(4096).decode().splitlines())
+                assert process.poll() is None
+                assert get_json(sock, "/v1/health")[1]["interval_s"] == 0.2
 
     def test_a_setting_removed_from_the_config_goes_back_to_its_default(
         self, tmp_path: Path
@@ -428,3 +447,167 @@ def test_a_daemon_that_cannot_start_leaves_the_callers_signals_alone(tmp_path: P
     with running_daemon(tmp_path) as (_, sock, _):
         assert run_cli("daemon", "--sim", "2", "--socket", str(sock)).exit_code == 1
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+
+
+@pytest.mark.parametrize(
+    ("plant", "found"),
+    [
+        (lambda path: path.write_text("precious\n"), "a regular file is there"),
+        (lambda path: path.mkdir(), "a directory is there"),
+        (lambda path: path.symlink_to("/etc"), "a symbolic link is there"),
+        (os.mkfifo, "a FIFO is there"),
+    ],
+    ids=["file", "directory", "symlink", "fifo"],
+)
+def test_a_socket_path_holding_anything_but_a_socket_is_refused_and_left_alone(
+    tmp_path: Path, plant: Callable[[Path], object], found: str
+) -> None:
+    # GIVEN something that is not a socket at the path given as --socket
+    target = tmp_path / "gpuwatch.sock"
+    plant(target)
+    before = os.lstat(target)
+    # WHEN the daemon is asked to listen there
+    result = run_cli("daemon", "--sim", "2", "--socket", str(target))
+    # THEN it refuses in one line with a usage error, and the thing is still there, unchanged
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and found in result.stderr
+    after = os.lstat(target)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("gpuwatch.sock")] == [
+        "gpuwatch.sock"
+    ]
+
+
+def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
+    # GIVEN a socket nobody listens on any more (a daemon that was killed)
+    stale = tmp_path / "gpuwatch.sock"
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(stale))
+    # WHEN a daemon starts there THEN it serves on that path
+    with running_daemon(tmp_path) as (_, sock, _):
+        assert sock == stale and get_json(sock, "/v1/health")[0] == 200
+
+
+@pytest.fixture(scope="module")
+def fakenvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The simulated driver library, built from ../shared/fakenvml."""
+    sources = Path(
+        os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[2] / "shared" / "fakenvml")
+    )
+    if not (sources / "Makefile").is_file() or shutil.which("cc") is None:
+        pytest.skip("needs ../shared/fakenvml and a C compiler")
+    build = tmp_path_factory.mktemp("fakenvml")
+    subprocess.run(
+        ["make", "-s", "-C", str(sources), f"BUILD={build}"], check=True, capture_output=True
+    )
+    return build
+
+
+def _sampling_up(sock: Path) -> tuple[float, bool] | None:
+    """`gpuwatch_sampling_up`, and whether any GPU series is there; None before it serves."""
+    try:
+        _, body = http_get(str(sock), "/metrics")
+    except OSError:
+        return None
+    families = {f.name: f.samples for f in text_string_to_metric_families(body.decode())}
+    return families["gpuwatch_sampling_up"][0].value, bool(families.get("gpuwatch_gpu_up"))
+
+
+def test_ready_comes_after_the_first_sample_and_sampling_is_down_until_then(
+    tmp_path: Path, fakenvml_dir: Path
+) -> None:
+    # GIVEN a driver whose first sample takes 2 s (1 s a GPU), and the daemon started under systemd
+    scenario = tmp_path / "slow.txt"
+    scenario.write_text(
+        "gpu util=40\ngpu util=40\nlatency func=nvmlDeviceGetUtilizationRates us=1000000\n"
+    )
+    sock, notify_path = tmp_path / "gw.sock", str(tmp_path / "notify")
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(fakenvml_dir),
+        "FAKENVML_SCENARIO": str(scenario),
+        "NOTIFY_SOCKET": notify_path,
+    }
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(notify_path)
+        listener.setblocking(False)
+        command = [sys.executable, "-m", "gpuwatch", "daemon", "--backend", "nvml"]
+        with subprocess.Popen([*command, "--socket", str(sock)], env=env) as process:
+            try:
+                # WHEN /metrics is scraped until systemd hears READY
+                before_ready: list[tuple[float, bool]] = []
+                while not _ready(listener):
+                    assert process.poll() is None
+                    if (seen := _sampling_up(sock)) is not None:
+                        before_ready.append(seen)
+                    time.sleep(0.05)
+                # THEN READY found a snapshot to serve; before the snapshot, sampling was down
+                # with no GPU series, and never up without them
+                assert get_json(sock, "/v1/snapshot")[0] == 200
+                assert (0.0, False) in before_ready
+                assert set(before_ready) <= {(0.0, False), (1.0, True)}
+                assert _sampling_up(sock) == (1.0, True)
+            finally:
+                process.send_signal(signal.SIGTERM)
+
+
+def _ready(listener: socket.socket) -> bool:
+    try:
+        return "READY=1" in listener.recv(4096).decode().splitlines()
+    except BlockingIOError:
+        return False
+
+
+def test_a_field_a_newer_daemon_adds_is_ignored_by_the_client(tmp_path: Path) -> None:
+    from gpuwatch.models import Snapshot
+
+    # GIVEN a snapshot from the daemon with fields this client does not know, at every level
+    with running_daemon(tmp_path) as (_, sock, _):
+        data = get_json(sock, "/v1/snapshot")[1]
+    assert data["format_version"] == 1
+    data["new_top_level"] = 1
+    data["gpus"][0]["new_gpu_field"] = "x"
+    data["processes"][0]["new_process_field"] = None
+    # WHEN the client reads it THEN it reads what it knows
+    snapshot = Snapshot.from_dict(data)
+    assert snapshot.hostname == "daemon-node" and snapshot.processes[0].pid == 4242
+
+
+def test_a_client_of_a_daemon_in_another_snapshot_format_is_told_why(tmp_path: Path) -> None:
+    from gpuwatch.backends.daemon import DaemonBackend
+    from gpuwatch.errors import DaemonUnavailableError
+
+    # GIVEN a daemon that sends snapshots in a format this client does not read
+    path = str(tmp_path / "newer.sock")
+    body = b'{"format_version": 2, "snapshot": {}}'
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen()
+
+        def answer() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(4096)
+                head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                connection.sendall(head + body)
+
+        threading.Thread(target=answer, daemon=True).start()
+        # WHEN a client reads it THEN it is refused with the reason, and no TypeError
+        with pytest.raises(DaemonUnavailableError, match="sends snapshots in format 2"):
+            DaemonBackend(path)
+
+
+def test_the_path_check_takes_nothing_or_its_kind_and_refuses_the_rest(tmp_path: Path) -> None:
+    import stat
+
+    from gpuwatch.errors import InvalidValueError
+    from gpuwatch.paths import existing
+
+    # GIVEN nothing, a directory and a file
+    (tmp_path / "file").write_text("x")
+    # THEN nothing is None, the right kind is what is there, and another kind is refused
+    assert existing(str(tmp_path / "absent"), stat.S_IFDIR, "--lease-dir") is None
+    found = existing(str(tmp_path), stat.S_IFDIR, "--lease-dir")
+    assert found is not None and found.st_ino == tmp_path.stat().st_ino
+    with pytest.raises(InvalidValueError, match=r"^--lease-dir .*/file: a regular file is there"):
+        existing(str(tmp_path / "file"), stat.S_IFDIR, "--lease-dir")

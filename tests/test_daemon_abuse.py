@@ -24,8 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.daemon import DaemonBackend, http_get
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.daemon.api import Api, stale_reason
-from gpuwatch.daemon.metrics import registry_for
+from gpuwatch.daemon.api import Api
 from gpuwatch.daemon.settings import Settings
 from gpuwatch.errors import BackendError, DaemonUnavailableError, DriverNotFoundError
 from gpuwatch.models import Snapshot
@@ -257,9 +256,17 @@ def test_clients_that_leave_early_cost_no_traceback(tmp_path: Path) -> None:
 
 
 class TestSocketPath:
-    @pytest.mark.parametrize("planted", ["file", "directory", "dead-socket", "live-socket"])
-    def test_whatever_another_user_left_at_the_socket_path_does_not_stop_the_daemon(
-        self, public_dir: Path, planted: str
+    @pytest.mark.parametrize(
+        ("planted", "exit_code", "message"),
+        [
+            ("file", 2, "a regular file is there, not a socket; it is left alone"),
+            ("directory", 2, "a directory is there, not a socket; it is left alone"),
+            ("live-socket", 1, "another gpuwatch daemon is serving"),
+            ("dead-socket", 0, ""),
+        ],
+    )
+    def test_only_a_stale_socket_another_user_left_at_the_socket_path_is_replaced(
+        self, public_dir: Path, planted: str, exit_code: int, message: str
     ) -> None:
         uid, gid = other_user_ids()
         # GIVEN a directory where everyone may write (like an old /run/gpuwatch), and
@@ -289,12 +296,20 @@ class TestSocketPath:
             assert squatter.stdout is not None and squatter.stdout.readline() == "up\n"
         else:
             subprocess.run(as_user(uid, gid, sys.executable, "-c", plant), check=True, timeout=60)
-        assert os.lstat(path).st_uid == uid
+        before = os.lstat(path)
+        assert before.st_uid == uid
         try:
-            # WHEN the daemon starts THEN it serves at that path, on a socket of its own
-            with running_daemon(public_dir) as (_, sock, _):
-                assert sock == path and os.lstat(sock).st_uid == os.geteuid()
-                assert get_json(sock, "/v1/health")[0] == 200
+            if exit_code == 0:
+                # WHEN the daemon starts THEN a stale socket gives way to one of its own
+                with running_daemon(public_dir) as (_, sock, _):
+                    assert sock == path and os.lstat(sock).st_uid == os.geteuid()
+                    assert get_json(sock, "/v1/health")[0] == 200
+                return
+            # WHEN the daemon starts THEN it refuses in one line, and leaves the thing alone
+            result = run_cli("daemon", "--sim", "2", "--socket", str(path))
+            assert result.exit_code == exit_code and message in result.stderr
+            assert result.stderr.count("\n") == 1
+            assert os.lstat(path).st_ino == before.st_ino
         finally:
             if squatter is not None:
                 squatter.kill()
@@ -392,8 +407,7 @@ class TestDriverFailingAsAWhole:
     def api(self) -> Iterator[Api]:
         _DriverThatFails.failing.clear()
         poller = Poller(_DriverThatFails, 0.05, 60)
-        registry = registry_for(lambda: (poller.state.snapshot, [], stale_reason(poller) is None))
-        api = Api(poller, Settings(socket_path="unused", sim="2"), registry)
+        api = Api(poller, Settings(socket_path="unused", sim="2"))
         poller.start()
         try:
             wait_until(lambda: api.snapshot({}).status == 200, "a first snapshot")

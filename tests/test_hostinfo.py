@@ -188,3 +188,23 @@ def test_in_the_initial_pid_namespace_pids_are_looked_up(tmp_path: Path) -> None
     (tmp_path / "self" / "ns").mkdir(parents=True)
     os.symlink("pid:[4026531836]", tmp_path / "self" / "ns" / "pid")
     assert HostProcessTable(proc=str(tmp_path)).lookup({42})[42].command == "sh"
+
+
+def test_descriptors_stay_bounded_however_many_processes_and_all_get_details(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a node with 300 GPU processes, and a table that keeps at most 100 files open
+    for pid in range(1000, 1300):
+        fake_proc(tmp_path, pid, comm="python", argv=["python"], cpu_ticks=0, start_ticks=pid)
+    table = HostProcessTable(proc=str(tmp_path), max_open_files=100)
+    before = len(os.listdir("/proc/self/fd"))
+    # WHEN it looks them up, twice (the second look re-reads what it knows)
+    pids = set(range(1000, 1300))
+    table.lookup(pids)
+    found = table.lookup(pids)
+    # THEN every process has its user, and no more than 100 descriptors are held
+    assert len(found) == 300 and all(p.user for p in found.values())
+    assert len(os.listdir("/proc/self/fd")) - before <= 100
+    # AND a process that is no longer asked for gives its descriptor back
+    table.lookup(set())
+    assert len(os.listdir("/proc/self/fd")) <= before

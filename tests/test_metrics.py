@@ -6,12 +6,13 @@ import json
 import re
 from pathlib import Path
 
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.daemon.metrics import registry_for
+from gpuwatch.daemon.metrics import exposition
+from gpuwatch.daemon.view import View
 from gpuwatch.models import Lease, Snapshot
+from gpuwatch.sampling import PollState
 from tests.conftest import FROZEN_TIME
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -20,8 +21,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def scrape(
     snapshot: Snapshot | None, leases: list[Lease], sampling: bool = True
 ) -> dict[str, list]:
-    registry = registry_for(lambda: (snapshot, leases, sampling))
-    text = generate_latest(registry).decode()
+    state = PollState(snapshot, None, 0.0, 1 if snapshot else 0)
+    view = View(state, None if sampling else "sampling fails", tuple(leases))
+    text = exposition(view).decode()
     return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
@@ -118,3 +120,11 @@ def test_the_dashboards_stat_panels_carry_no_timeseries_options() -> None:
     dashboard = json.loads((EXAMPLES / "grafana-dashboard.json").read_text())
     stats = [panel for panel in dashboard["panels"] if panel["type"] == "stat"]
     assert stats and not [panel["title"] for panel in stats if "legend" in panel["options"]]
+
+
+def test_sampling_is_down_until_a_first_snapshot_exists() -> None:
+    # GIVEN a daemon that has not sampled yet, and nothing gone wrong
+    metrics = scrape(None, [], sampling=True)
+    # THEN sampling is not reported up, and no GPU series is there
+    assert [s.value for s in metrics["gpuwatch_sampling_up"]] == [0]
+    assert "gpuwatch_gpu_up" not in metrics

@@ -226,7 +226,7 @@ def test_the_daemon_labels_each_report_with_the_nvml_index_of_its_gpu(lease_dir:
     on_cpu = ReportFile()
     on_cpu.publish(a_report(pid=os.getpid() + 1, gpu_uuid=None, allocated_bytes=None))
     # WHEN the daemon answers /v1/training and /metrics
-    body = training_body(snapshot, TrainingView())
+    body = training_body(snapshot, TrainingView().reports())
     indices = {gpu.uuid: gpu.index for gpu in snapshot.gpus}
     metrics: list[Metric] = list(training_metrics(read_reports(), indices))
     # THEN the GPU's report carries its index, the CPU's none, and metrics say the same

@@ -20,8 +20,12 @@ import time
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import DaemonUnavailableError
-from gpuwatch.models import Snapshot
+from gpuwatch.models import SNAPSHOT_FORMAT_VERSION, Snapshot
 from gpuwatch.paths import socket_candidates
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: pick's start-up imports no typing
+if TYPE_CHECKING:
+    from typing import Any
 
 TIMEOUT_S = 2.0
 STALE_AFTER_HEADER = "x-gpuwatch-stale-after"
@@ -102,7 +106,7 @@ class DaemonBackend(Backend):
                     f"the daemon at {path} has no current snapshot (HTTP {status}: "
                     f"{_error_of(body)})"
                 )
-            return _current(Snapshot.from_dict(json.loads(body)), headers, path)
+            return _current(Snapshot.from_dict(_readable(json.loads(body))), headers, path)
         except FileNotFoundError:
             raise DaemonUnavailableError(f"no daemon socket at {path}") from None
         except ConnectionRefusedError:
@@ -127,6 +131,20 @@ def _current(snapshot: Snapshot, headers: dict[str, str], path: str) -> Snapshot
             f"the daemon at {path} serves a snapshot {age_s:.0f}s old: it no longer samples"
         )
     return snapshot
+
+
+def _readable(data: object) -> dict[str, Any]:
+    """`data`, when it is a snapshot in the format this client reads (an older daemon's
+    has no `format_version`: the first)."""
+    if not isinstance(data, dict):
+        raise ValueError("the snapshot is not a JSON object")
+    version = data.get("format_version", 1)
+    if version != SNAPSHOT_FORMAT_VERSION:
+        raise ValueError(
+            f"it sends snapshots in format {version!r}, and this gpuwatch reads format "
+            f"{SNAPSHOT_FORMAT_VERSION}: run the same version of both"
+        )
+    return data
 
 
 def _error_of(body: bytes) -> str:

@@ -38,7 +38,7 @@ _FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "l
     type=Duration(minimum_s=MIN_INTERVAL_S),
     default=DEFAULT_HISTORY_S,
     metavar="DURATION",
-    help="How much history to keep in memory (8 GPUs, 24h at 1s: 8.3 MB).  [default: 24h]",
+    help="How much history to keep in memory (8 GPUs, 24h at 1s: 9.0 MB).  [default: 24h]",
 )
 @click.option(
     "--socket",
@@ -94,11 +94,16 @@ def daemon(
     """
     from gpuwatch.daemon.service import run_daemon
 
-    if socket_path == "":
-        raise click.BadParameter("give a path, or leave --socket out", param_hint="'--socket'")
+    for option, value in (("--socket", socket_path), ("--config", config_path)):
+        if value == "":
+            raise click.BadParameter(
+                f"give a path, or leave {option} out", param_hint=f"'{option}'"
+            )
+    if listen == "":
+        raise click.BadParameter("give [HOST:]PORT, or leave --listen out", param_hint="'--listen'")
     socket_path = socket_path or daemon_socket_path()
     try:
-        listen_at = parse_listen(listen or "")
+        listen_at = parse_listen(listen) if listen is not None else None
     except InvalidValueError as error:
         raise click.BadParameter(str(error), param_hint="'--listen'") from None
     try:

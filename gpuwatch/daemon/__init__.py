@@ -2,6 +2,7 @@
 
 - `service`: the daemon's life (start, SIGHUP reload, SIGTERM stop, systemd notify);
 - `api`: the read-only HTTP API: its routes, and when a snapshot is current;
+- `view`: what one request answers from (snapshot, staleness, leases, training reports);
 - `listeners`: the Unix socket and TCP servers, with their caps per client;
 - `wire`: HTTP/1.1 framing under a deadline, every error in JSON;
 - `metrics`: the Prometheus exposition;

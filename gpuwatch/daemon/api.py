@@ -27,17 +27,18 @@ import time
 from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpuwatch._version import __version__
+from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.settings import Settings
-from gpuwatch.daemon.training import training_body
+from gpuwatch.daemon.training import TrainingView, training_body
+from gpuwatch.daemon.view import NO_REPORTS, View
 from gpuwatch.daemon.wire import Response, error_response, json_response
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases import LeaseDir, LeaseFiles
-from gpuwatch.models import Lease
-from gpuwatch.sampling import Poller
+from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
+from gpuwatch.sampling import Poller, PollState
 from gpuwatch.units import parse_duration
 
 log = logging.getLogger("gpuwatch.daemon")
@@ -55,14 +56,15 @@ def stale_after_s(interval_s: float) -> float:
     return max(5 * interval_s, 10.0)
 
 
-def stale_reason(poller: Poller) -> str | None:
-    """Why the latest snapshot must not be served as current; `None` when it may be."""
-    state = poller.state
+def stale_reason(poller: Poller, state: PollState | None = None) -> str | None:
+    """Why the latest snapshot (of `state`, by default the poller's now) must not be served
+    as current; `None` when it may be, or when there is none yet."""
+    state = state or poller.state
     if (stalled_s := poller.stalled_s) is not None:
         return f"sampling has made no progress for {stalled_s:.0f}s (a driver call hangs?)"
     if state.snapshot is None:
         return None
-    age_s = time.time() - state.snapshot.taken_at
+    age_s = time.monotonic() - state.sampled_at
     if state.error is not None:
         return f"sampling fails ({state.error}); the last snapshot is {age_s:.0f}s old"
     if age_s > stale_after_s(poller.interval_s):
@@ -71,12 +73,13 @@ def stale_reason(poller: Poller) -> str | None:
 
 
 class Api:
-    """Answers each route from the poller's state; no HTTP in here, so it is tested directly."""
+    """Answers each route from one view of the poller's state, taken for that request; no
+    HTTP in here, so it is tested directly."""
 
-    def __init__(self, poller: Poller, settings: Settings, registry: CollectorRegistry) -> None:
+    def __init__(self, poller: Poller, settings: Settings) -> None:
         self.poller = poller
         self.settings = settings
-        self._registry = registry
+        self._training = TrainingView()
         self._started = time.monotonic()
         self._snapshot_cache: tuple[int, Response] | None = None
         self._cache_lock = threading.Lock()
@@ -112,27 +115,48 @@ class Api:
             return error_response(404, "only /metrics is served over TCP")
         return self.route(method, "/metrics")
 
-    def snapshot(self, query: Query) -> Response:
+    def view(self, *, leases: bool = False, training: bool = False) -> View:
+        """What the daemon knows now, for one request: leases and training reports only when
+        `leases` and `training` ask for them (leases only while the snapshot is current)."""
         state = self.poller.state
-        if (reason := stale_reason(self.poller)) is not None:
+        stale = stale_reason(self.poller, state)
+        found = LeaseFiles([])
+        if leases and state.snapshot is not None and stale is None:
+            found = self._lease_files()
+        return View(
+            state,
+            stale,
+            tuple(found.leases),
+            found.skipped,
+            self._training.reports() if training else NO_REPORTS,
+        )
+
+    def snapshot(self, query: Query) -> Response:
+        state = (view := self.view()).state
+        if (reason := view.stale) is not None:
             return error_response(503, reason)
         if state.snapshot is None:
             return json_response(503, {"error": "no snapshot yet", "last_error": state.error})
         with self._cache_lock:  # 50 clients polling at 10 Hz share one encoding per sample
             if self._snapshot_cache is None or self._snapshot_cache[0] != state.samples:
                 stale_after = (STALE_AFTER_HEADER, f"{stale_after_s(self.poller.interval_s):g}")
-                response = json_response(200, state.snapshot.to_dict(), stale_after)
+                body = {"format_version": SNAPSHOT_FORMAT_VERSION, **state.snapshot.to_dict()}
+                response = json_response(200, body, stale_after)
                 self._snapshot_cache = (state.samples, response)
             return self._snapshot_cache[1]
 
     def history(self, query: Query) -> Response:
         try:
             if "since" in query:
-                start = float(query["since"])
-                if not math.isfinite(start):  # NaN would match every sample, inf none
+                since = float(query["since"])
+                if not math.isfinite(since):  # NaN would match every sample, inf none
                     raise ValueError(query["since"])
+                back_s = time.time() - since
             else:
-                start = time.time() - parse_duration(query.get("last", "600"))
+                back_s = parse_duration(query.get("last", "600"))
+            # Samples are selected on the monotonic clock: a step of the wall clock
+            # changes neither which nor how many are "the last 2 s".
+            start = time.monotonic() - back_s
         except (ValueError, InvalidValueError):
             return error_response(400, "give since=UNIX_TIME or last=DURATION (e.g. 10m)")
         if not self._history_slots.acquire(blocking=False):
@@ -151,18 +175,17 @@ class Api:
             self._history_slots.release()
 
     def leases(self, query: Query) -> Response:
-        found = self._lease_files()
+        found = self._lease_files()  # whether the snapshot is current or not
         return json_response(
             200,
             {"leases": [lease.to_dict() for lease in found.leases], "skipped": found.skipped},
         )
 
     def health(self, query: Query) -> Response:
-        state = self.poller.state
+        view = self.view()
+        state, snapshot, stale = view.state, view.snapshot, view.stale
         held, capacity, nbytes = self.poller.history_size()
-        snapshot = state.snapshot
         faulty = [gpu.index for gpu in snapshot.gpus if not gpu.ok] if snapshot else []
-        stale = stale_reason(self.poller)
         if self.poller.stalled_s is not None:
             status = "stalled"
         elif snapshot is None:
@@ -195,13 +218,11 @@ class Api:
         )
 
     def training(self, query: Query) -> Response:
-        return json_response(200, training_body(self.poller.state.snapshot))
+        view = self.view(training=True)
+        return json_response(200, training_body(view.snapshot, view.training))
 
     def metrics(self, query: Query) -> Response:
-        return Response(200, CONTENT_TYPE_LATEST, generate_latest(self._registry))
-
-    def current_leases(self) -> list[Lease]:
-        return self._lease_files().leases
+        return Response(200, CONTENT_TYPE_LATEST, exposition(self.view(leases=True, training=True)))
 
     def _lease_files(self) -> LeaseFiles:
         lease_dir = LeaseDir.read_only()

@@ -26,6 +26,7 @@ from typing import Any
 
 from gpuwatch.daemon.wire import BadRequest, Connection, Response, encode, error_response
 from gpuwatch.errors import DaemonError
+from gpuwatch.paths import existing
 
 log = logging.getLogger("gpuwatch.daemon")
 
@@ -183,50 +184,69 @@ class TcpMetricsServer(_Guarded, socketserver.TCPServer):
 
 
 def _listen_in_place(listener: socket.socket, path: str, backlog: int) -> int:
-    """Listens at `path`, replacing what is there unless a daemon of this user serves it.
+    """Listens at `path`; returns the socket's inode.
 
-    The socket is bound under a name nobody can guess and renamed over `path`,
-    so a file, a socket or a directory someone left there never decides whether
-    the daemon starts, as long as the daemon may remove it (its own directory,
-    or one it may write that is not sticky). Returns the socket's inode.
+    Only a socket is ever replaced there, and only a stale one (or one another
+    user planted in a directory that is the daemon's alone): anything else at
+    `path` is refused and left untouched (`existing`), and a socket a daemon
+    answers on is refused. The socket is bound under a name nobody can guess,
+    then linked at `path` (which fails, replacing nothing, if something came
+    there meanwhile) or renamed over the stale socket, so that the path never
+    goes missing for a client in between.
     """
-    _refuse_if_served(path)
+    found = existing(path, stat.S_IFSOCK, "--socket")
+    if found is not None:
+        _refuse_if_served(path, found)
     directory, name = os.path.split(os.path.abspath(path))
     draft = os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}")
     try:
         listener.bind(draft)
         os.chmod(draft, 0o666)  # reading the API is for everyone; nothing in it writes
         listener.listen(backlog)
-        _rename_over(draft, path)
+        if found is None:
+            os.link(draft, path)
+        else:
+            _rename_over(draft, path, found)
+    except FileExistsError:
+        raise DaemonError(f"{path} appeared while the daemon started; start it again") from None
     except OSError as error:
-        with contextlib.suppress(OSError):
-            os.unlink(draft)
         raise DaemonError(
             f"cannot listen on {path}: {error.strerror or error}; pass --socket with a path in a "
             "directory only the daemon may write"
         ) from error
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(draft)
     return os.lstat(path).st_ino
 
 
-def _refuse_if_served(path: str) -> None:
-    with contextlib.suppress(OSError):
-        info = os.lstat(path)
-        if stat.S_ISSOCK(info.st_mode) and info.st_uid == os.geteuid():
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-                probe.settimeout(1.0)
-                probe.connect(path)
-            raise DaemonError(f"another gpuwatch daemon is serving {path}; stop it first")
+def _refuse_if_served(path: str, found: os.stat_result) -> None:
+    """Refuses a socket that a daemon answers on, unless another user planted it in a
+    directory that is the daemon's alone (where only they could squat the daemon's name)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            return  # stale: nobody listens
+        except OSError as error:
+            raise DaemonError(
+                f"cannot tell whether a daemon serves {path} ({error.strerror or error}); "
+                "remove it if none does, or give another --socket"
+            ) from None
+    if found.st_uid in (0, os.geteuid()) or not _own_directory(path):
+        raise DaemonError(f"another gpuwatch daemon is serving {path}; stop it first")
+    log.warning("replacing the socket at %s, which uid %d planted", path, found.st_uid)
 
 
-def _rename_over(draft: str, path: str) -> None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
-    if info is not None and info.st_uid != os.geteuid():
-        log.warning("replacing %s, which uid %d made", path, info.st_uid)
-    if info is not None and stat.S_ISDIR(info.st_mode):  # a file cannot replace a directory
-        aside = f"{path}.planted-{os.urandom(4).hex()}"
-        os.rename(path, aside)
-        log.warning("moved the directory at %s aside, to %s", path, aside)
+def _own_directory(path: str) -> bool:
+    info = os.lstat(os.path.dirname(os.path.abspath(path)))
+    return info.st_uid == os.geteuid() and not info.st_mode & 0o022
+
+
+def _rename_over(draft: str, path: str, found: os.stat_result) -> None:
+    """Renames `draft` over the socket `found` at `path`, unless something else came there."""
+    now = os.lstat(path)
+    if (now.st_ino, now.st_dev) != (found.st_ino, found.st_dev) or not stat.S_ISSOCK(now.st_mode):
+        raise FileExistsError(path)
     os.rename(draft, path)

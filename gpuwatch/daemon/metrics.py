@@ -17,11 +17,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
+from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpuwatch._version import __version__
-from gpuwatch.daemon.training import TrainingCollector
+from gpuwatch.daemon.training import training_indices, training_metrics
+from gpuwatch.daemon.view import View
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
 
 GPU_LABELS = ("gpu", "uuid", "pci_bus_id", "model_name", "hostname")
@@ -65,24 +67,27 @@ _GPU_GAUGES: tuple[tuple[str, str, Callable[[GpuSample], float | None]], ...] = 
     ),
 )
 
-SnapshotSource = Callable[[], tuple[Snapshot | None, list[Lease], bool]]
-"""Returns the latest snapshot, the leases in force, and whether the snapshot is current."""
 
+class ViewCollector(Collector):
+    """The metrics of one view: what one scrape shows."""
 
-class SnapshotCollector(Collector):
-    """Describes the latest snapshot each time Prometheus scrapes."""
-
-    def __init__(self, source: SnapshotSource) -> None:
-        self._source = source
+    def __init__(self, view: View) -> None:
+        self._view = view
 
     def collect(self) -> Iterator[Metric]:
-        snapshot, leases, current = self._source()
+        yield from self._snapshot_metrics()
+        snapshot = self._view.snapshot
+        yield from training_metrics(self._view.training, training_indices(snapshot))
+
+    def _snapshot_metrics(self) -> Iterator[Metric]:
+        view, snapshot = self._view, self._view.snapshot
         yield _gauge("build_info", "gpuwatch's version.", [("version", __version__)], 1)
         yield _gauge(
             "sampling_up",
-            "1 while sampling the GPUs succeeds and the snapshot is current.",
+            "1 while sampling the GPUs succeeds and the snapshot is current; 0 before the "
+            "first snapshot.",
             [],
-            1 if current else 0,
+            1 if view.current else 0,
         )
         if snapshot is None:
             return
@@ -92,25 +97,30 @@ class SnapshotCollector(Collector):
             [("hostname", snapshot.hostname)],
             snapshot.taken_at,
         )
-        if not current:
+        if not view.current:
             yield from _gpus_down(snapshot)
             return
         by_uuid = {gpu.uuid: gpu for gpu in snapshot.gpus}
         yield from _gpu_metrics(snapshot)
         yield from _process_metrics(snapshot)
-        yield from _lease_metrics(snapshot, leases, by_uuid)
-        yield from _mig_metrics(snapshot, leases)
+        yield from _lease_metrics(snapshot, view.leases, by_uuid)
+        yield from _mig_metrics(snapshot, view.leases)
 
 
-def registry_for(source: SnapshotSource) -> CollectorRegistry:
-    """A registry with the GPU metrics and the daemon's own (`gpuwatch_daemon_process_*`)."""
+def registry_for(view: View) -> CollectorRegistry:
+    """A registry with the metrics of `view` (GPUs, leases, training: `gpuwatch_torch_*`)
+    and the daemon's own (`gpuwatch_daemon_process_*`)."""
     from prometheus_client import ProcessCollector
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(source))
-    registry.register(TrainingCollector(source))  # gpuwatch_torch_*, from training reports
+    registry.register(ViewCollector(view))
     ProcessCollector(namespace="gpuwatch_daemon", registry=registry)
     return registry
+
+
+def exposition(view: View) -> bytes:
+    """The text of `/metrics` for `view`."""
+    return generate_latest(registry_for(view))
 
 
 def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
@@ -185,7 +195,7 @@ def _process_metrics(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def _lease_metrics(
-    snapshot: Snapshot, leases: list[Lease], by_uuid: dict[str | None, GpuSample]
+    snapshot: Snapshot, leases: tuple[Lease, ...], by_uuid: dict[str | None, GpuSample]
 ) -> Iterator[Metric]:
     held = GaugeMetricFamily(
         "gpuwatch_leases",
@@ -216,7 +226,7 @@ _MIG_GAUGES: tuple[tuple[str, str, Callable[[MigDevice], int | None]], ...] = (
 )
 
 
-def _mig_metrics(snapshot: Snapshot, leases: list[Lease]) -> Iterator[Metric]:
+def _mig_metrics(snapshot: Snapshot, leases: tuple[Lease, ...]) -> Iterator[Metric]:
     enabled = GaugeMetricFamily(
         "gpuwatch_mig_enabled",
         "1 when the GPU is in MIG mode (handed out as MIG devices only), 0 when not.",

@@ -3,8 +3,9 @@
 Threads: the poller samples; the API servers answer, one thread per
 connection. The main thread takes signals synchronously (they are blocked in
 every thread and waited for with `sigtimedwait`, so no handler ever runs in
-the middle of other code) and keeps systemd's watchdog fed while sampling
-makes progress.
+the middle of other code), tells systemd READY once the first attempt to
+sample has finished, and keeps systemd's watchdog fed while sampling makes
+progress.
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
 from gpuwatch.daemon.api import Api, stale_reason
 from gpuwatch.daemon.listeners import TcpMetricsServer, UnixApiServer
-from gpuwatch.daemon.metrics import registry_for
 from gpuwatch.daemon.notify import Notifier
 from gpuwatch.daemon.settings import Settings, with_config_file
-from gpuwatch.models import Lease, Snapshot
 from gpuwatch.paths import socket_candidates
 from gpuwatch.sampling import Poller
 from gpuwatch.units import counted
@@ -34,7 +33,9 @@ log = logging.getLogger("gpuwatch.daemon")
 STUCK_AFTER_S = 60.0
 """A sampling attempt that has not finished after this long (a driver call hung) stops
 the watchdog pings, so that systemd restarts the daemon."""
-_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+_SIGNALS = {*_STOP_SIGNALS, signal.SIGHUP}
+_FIRST_SAMPLE_POLL_S = 0.02
 
 
 class Daemon:
@@ -43,8 +44,7 @@ class Daemon:
         self.settings = with_config_file(settings)
         self.poller = Poller(self._open_source, self.settings.interval_s, self.settings.history_s)
         self.notifier = Notifier.from_environment()
-        self.registry = registry_for(self._metrics_source)
-        self.api = Api(self.poller, self.settings, self.registry)
+        self.api = Api(self.poller, self.settings)
         self._tcp: TcpMetricsServer | None = None
 
     def run(self) -> int:
@@ -77,8 +77,9 @@ class Daemon:
             # Everything made so far lives as long as the daemon: keep the collector from
             # walking it again and again (a cost that would dwarf each second's sampling).
             gc.freeze()
-            self.notifier.ready(self._status_line())
-            self._main_loop()
+            if self._first_attempt():
+                self.notifier.ready(self._status_line())
+                self._main_loop()
         finally:
             self.notifier.stopping()
             if serving:
@@ -86,6 +87,15 @@ class Daemon:
             server.server_close()
             self._close_tcp(self._tcp)
             self.poller.stop()
+
+    def _first_attempt(self) -> bool:
+        """Waits for the first attempt to sample, so that READY means a snapshot (or a
+        failure, reported as down) is there to serve; False when told to stop first."""
+        while not self.poller.state.attempted:
+            received = signal.sigtimedwait(_STOP_SIGNALS, _FIRST_SAMPLE_POLL_S)
+            if received is not None:
+                return False
+        return True
 
     def _main_loop(self) -> None:
         beat_s = self.notifier.watchdog_interval_s or 1.0
@@ -131,10 +141,6 @@ class Daemon:
 
     def _source_name(self) -> str:
         return "a simulated node" if self.settings.sim else "the NVIDIA driver"
-
-    def _metrics_source(self) -> tuple[Snapshot | None, list[Lease], bool]:
-        current = stale_reason(self.poller) is None
-        return self.poller.state.snapshot, self.api.current_leases() if current else [], current
 
     def _bind_tcp(self, settings: Settings) -> TcpMetricsServer | None:
         if settings.listen is None:

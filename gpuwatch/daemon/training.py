@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from gpuwatch.models import Snapshot
 from gpuwatch.paths import default_lease_dir
@@ -55,13 +54,9 @@ class TrainingView:
             return found
 
 
-_default_view = TrainingView()
-
-
-def training_body(snapshot: Snapshot | None, view: TrainingView = _default_view) -> dict[str, Any]:
+def training_body(snapshot: Snapshot | None, found: TrainingReports) -> dict[str, Any]:
     """The JSON of `/v1/training`: each report with the user, and the NVML index as `gpu`."""
-    found = view.reports()
-    indices = _indices(snapshot)
+    indices = training_indices(snapshot)
     return {
         "reports": [
             {**report.to_dict(), "user": report.user, "gpu": indices.get(report.gpu_uuid)}
@@ -69,22 +64,6 @@ def training_body(snapshot: Snapshot | None, view: TrainingView = _default_view)
         ],
         "skipped": found.skipped,
     }
-
-
-class TrainingCollector(Collector):
-    """`gpuwatch_torch_*` series, one per training process and rank."""
-
-    def __init__(
-        self,
-        source: Callable[[], tuple[Snapshot | None, Any, Any]],
-        view: TrainingView = _default_view,
-    ) -> None:
-        self._source = source
-        self._view = view
-
-    def collect(self) -> Iterator[Metric]:
-        snapshot = self._source()[0]
-        yield from training_metrics(self._view.reports(), _indices(snapshot))
 
 
 def training_metrics(found: TrainingReports, indices: dict[str | None, int]) -> Iterator[Metric]:
@@ -129,7 +108,7 @@ def _labels(report: TrainingReport, indices: dict[str | None, int]) -> list[str]
     return [str(report.pid), str(report.rank), "" if index is None else str(index), report.user]
 
 
-def _indices(snapshot: Snapshot | None) -> dict[str | None, int]:
+def training_indices(snapshot: Snapshot | None) -> dict[str | None, int]:
     """uuid -> NVML index; a MIG device's uuid maps to its parent GPU's index."""
     if snapshot is None:
         return {}

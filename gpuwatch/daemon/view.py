@@ -1,0 +1,39 @@
+"""What the daemon knows at one moment: one `View` per request, read once.
+
+A request (a route, a scrape of `/metrics`) takes one view and answers from it
+alone, so that the snapshot, whether it is current, the leases and the
+training reports it shows all belong together, and the lease directory is
+listed at most once per request, only by the requests that show leases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwatch.models import Lease, Snapshot
+from gpuwatch.sampling import PollState
+from gpuwatch.training import TrainingReports
+
+NO_REPORTS = TrainingReports()
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    state: PollState
+    """The poller's state when the view was taken: the snapshot, and how sampling goes."""
+    stale: str | None = None
+    """Why the snapshot must not pass for current (sampling fails or stalls); `None` when
+    it may, or when there is no snapshot yet."""
+    leases: tuple[Lease, ...] = ()
+    """The leases in force; read only for a view that shows them, and while current."""
+    leases_skipped: int = 0
+    training: TrainingReports = NO_REPORTS
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self.state.snapshot
+
+    @property
+    def current(self) -> bool:
+        """Whether there is a snapshot and it may be served as current."""
+        return self.state.snapshot is not None and self.stale is None
