@@ -21,6 +21,9 @@ from gpuwatch.tui.state import GRAPH_WINDOW_S, ScreenState, Section
 from gpuwatch.tui.training import training_lines
 
 TRAINING_READ_EVERY_S = 1.0
+REMOVE_ONE_BY_ONE_MAX = 64
+"""Past this many rows gone at once, the table is emptied and refilled instead: DataTable
+renumbers every row on each removal, so removing thousands one by one is quadratic."""
 
 # The span styles of `render`, each a component class styled in gpuwatch.tcss.
 SPAN_STYLES = (
@@ -317,9 +320,12 @@ class ProcessTable(DataTable[Text]):
         if columns != self.columns_shown or width != self._width:
             self._set_columns(columns, width)
         wanted = {row.key for row in rows}
-        for gone in [key for key in self._cells if key not in wanted]:
-            self.remove_row(gone)
-            del self._cells[gone]
+        gone = [key for key in self._cells if key not in wanted]
+        if len(gone) > REMOVE_ONE_BY_ONE_MAX:
+            self._empty()
+        for key in gone if len(gone) <= REMOVE_ONE_BY_ONE_MAX else ():
+            self.remove_row(key)
+            del self._cells[key]
         self._rows = {row.key: row for row in rows}
         for row in rows:
             cells = [cell_text(row, column, now, row.key in tagged) for column in columns]
@@ -337,6 +343,15 @@ class ProcessTable(DataTable[Text]):
                 arrow = (" ▼" if reverse else " ▲") if column.key == key else ""
                 label = column.title + arrow
                 self.columns[column.key].label = Text(label)  # type: ignore[index]
+
+    def _empty(self) -> None:
+        """Drops every row, keeping the columns and the scroll position; the rows that stay
+        are added again, in order, by the caller."""
+        scroll_y = self.scroll_y
+        self.clear()
+        self._cells.clear()
+        self.order = []
+        self.scroll_to(y=scroll_y, animate=False)
 
     def _set_columns(self, columns: tuple[Column, ...], width: int) -> None:
         self.clear(columns=True)

@@ -1,0 +1,99 @@
+"""`gpuwatch tui` at scale, across clock steps, and what each cell and key says (the app,
+driven by a Pilot)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from textual.pilot import Pilot
+
+from gpuwatch.tui.app import GpuwatchApp
+from gpuwatch.tui.widgets import REMOVE_ONE_BY_ONE_MAX, ProcessTable
+from tests.conftest import FROZEN_TIME
+from tests.tui_helpers import QuietSource, frame, gpu, process
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def fed_app(**options: object) -> GpuwatchApp:
+    return GpuwatchApp(
+        [QuietSource()],
+        clock=lambda: FROZEN_TIME,
+        sample=False,
+        as_root=False,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def run(
+    app: GpuwatchApp,
+    body: Callable[[Pilot[int]], Awaitable[None]],
+    size: tuple[int, int] = (160, 48),
+) -> None:
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await body(pilot)
+
+    asyncio.run(main())
+
+
+def many(count: int, *, first_pid: int = 1000) -> list:  # type: ignore[type-arg]
+    return [process(first_pid + n, n % 2, gib=0.25 + (n % 7) / 8) for n in range(count)]
+
+
+def test_a_mass_exit_empties_the_table_in_one_pass_and_keeps_the_selection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a table of many processes, one of them selected
+    app = fed_app()
+    removed: list[object] = []
+    original = ProcessTable.remove_row
+
+    def counting(table: ProcessTable, key: object) -> None:
+        removed.append(key)
+        original(table, key)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ProcessTable, "remove_row", counting)
+    survivor = process(99, 0, gib=50)
+    crowd = many(10 * REMOVE_ONE_BY_ONE_MAX)
+
+    async def body(pilot: Pilot[int]) -> None:
+        app.feed(0, frame([gpu(0), gpu(1)], [survivor, *crowd]))
+        await pilot.pause()
+        await pilot.press("down", "up")
+        assert app.selected_row().pid == 99  # type: ignore[union-attr]
+        # WHEN all but the selected one exit at once
+        app.feed(0, frame([gpu(0), gpu(1)], [survivor]))
+        await pilot.pause()
+        table = app.query_one(ProcessTable)
+        # THEN the table holds just it, still selected, and no row was renumbered one by one
+        assert table.row_count == 1
+        assert app.selected_row().pid == 99  # type: ignore[union-attr]
+        assert removed == []
+        # AND a few exits are still removed in place
+        app.feed(0, frame([gpu(0), gpu(1)], [survivor, *crowd[:3]]))
+        await pilot.pause()
+        app.feed(0, frame([gpu(0), gpu(1)], [survivor, *crowd[:1]]))
+        await pilot.pause()
+        assert table.row_count == 2 and len(removed) == 2
+
+    run(app, body)
+
+
+def test_a_filter_that_hides_thousands_and_brings_them_back_keeps_every_row() -> None:
+    app = fed_app()
+    crowd = many(2000)
+
+    async def body(pilot: Pilot[int]) -> None:
+        app.feed(0, frame([gpu(0), gpu(1)], crowd))
+        await pilot.pause()
+        table = app.query_one(ProcessTable)
+        await pilot.press("slash", "z")
+        assert table.row_count == 0
+        await pilot.press("backspace", "enter")
+        assert table.row_count == 2000
+        assert app.current_rows()[0].key == str(table.coordinate_to_cell_key((0, 0)).row_key.value)
+
+    run(app, body)
