@@ -185,15 +185,15 @@ def test_idle_holders_are_marked_from_history_past_the_threshold() -> None:
                 [process(1, 0), process(2, 1)],
                 taken_at=start + step,
             ),
-            0.0,
+            float(step),
         )
     # WHEN the rows are built with a 10-minute threshold
-    rows = {r.pid: r for r in state.rows(FROZEN_TIME, idle_after_s=600)}
+    rows = {r.pid: r for r in state.rows(FROZEN_TIME, 1200.0, idle_after_s=600)}
     # THEN only the holder on the idle GPU is marked, for the whole observed stretch
     assert rows[1].idle is not None and rows[1].idle.seconds == 1200
     assert rows[2].idle is None
     # AND a longer threshold marks no one
-    assert all(r.idle is None for r in state.rows(FROZEN_TIME, idle_after_s=3600))
+    assert all(r.idle is None for r in state.rows(FROZEN_TIME, 1200.0, idle_after_s=3600))
 
 
 def test_lease_column_names_the_holder_and_memory_declarations() -> None:
@@ -290,7 +290,7 @@ def test_state_stays_bounded_over_an_hour_of_samples() -> None:
                 [process(p, p % 8) for p in pids],
                 taken_at=FROZEN_TIME + second,
             ),
-            0.0,
+            float(second),
         )
     # THEN only live processes keep series, and every series is capped
     assert len(state.process_trends) == 20
@@ -323,7 +323,7 @@ def test_a_held_gpu_idle_past_the_threshold_says_so_on_its_card() -> None:
         state.apply(
             0,
             frame([gpu(0, util=0), gpu(1, util=0, used_gib=0)], [process(1, 0)], taken_at=taken_at),
-            0.0,
+            taken_at,
         )
     section = state.sections[0]
     # THEN only the held one carries the note
@@ -479,3 +479,32 @@ def test_ancestors_are_read_from_proc_up_to_init() -> None:
     found = {a.pid: a for a in read_ancestors({os.getpid()})}
     assert found[os.getpid()].ppid == os.getppid()
     assert all(pid > 1 for pid in found)
+
+
+def test_graphs_keep_drawing_after_the_wall_clock_steps_back_an_hour() -> None:
+    # GIVEN a GPU sampled every 10 s for 10 minutes, the wall clock stepped back an hour halfway
+    state = ScreenState(["node1"], 10.0)
+    for second in range(0, 600, 10):
+        wall = FROZEN_TIME + second - (3600 if second >= 300 else 0)
+        state.apply(0, frame([gpu(0, util=80)], taken_at=wall), 5000.0 + second)
+    # WHEN the graphs are drawn now
+    memory, utilization = state.sections[0].graphs(0, 5600.0, 60)
+    # THEN the samples after the step are there, up to the last cell
+    assert all(value is not None for value in utilization[-25:])
+    assert memory[-1] is not None
+
+
+def test_a_gpu_idle_24_s_after_the_wall_clock_jumps_a_day_is_idle_24_s() -> None:
+    # GIVEN a held GPU busy, then idle from monotonic 100 s, the wall clock a day ahead at 110 s
+    state = ScreenState(["node1"], 1.0)
+    for second in range(0, 125):
+        jump = 86400 if second >= 110 else 0
+        wall = FROZEN_TIME + second + jump
+        holder = process(1, 0, started_at=FROZEN_TIME - 3600 + jump)  # /proc moves with it
+        busy = 80 if second < 100 else 0
+        state.apply(0, frame([gpu(0, util=busy)], [holder], taken_at=wall), float(second))
+    section = state.sections[0]
+    # THEN the card and the row count 24 s of idling, not a day
+    assert section.card_input(0, 124.0, 80, idle_after_s=10).idle_note == "held, idle 24s"
+    (row,) = state.rows(FROZEN_TIME + 124 + 86400, 124.0, idle_after_s=10)
+    assert row.idle is not None and row.idle.seconds == 24 and not row.idle.at_least

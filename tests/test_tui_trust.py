@@ -97,3 +97,29 @@ def test_a_filter_that_hides_thousands_and_brings_them_back_keeps_every_row() ->
         assert app.current_rows()[0].key == str(table.coordinate_to_cell_key((0, 0)).row_key.value)
 
     run(app, body)
+
+
+def test_the_screen_measures_idle_time_on_the_monotonic_clock() -> None:
+    # GIVEN a screen whose wall clock jumps a day ahead while its GPU idles for 24 s
+    times = {"wall": FROZEN_TIME, "monotonic": 100.0}
+    app = GpuwatchApp(
+        [QuietSource()],
+        clock=lambda: times["wall"],
+        monotonic=lambda: times["monotonic"],
+        sample=False,
+        as_root=False,
+        idle_after_s=10,
+    )
+
+    async def body(pilot: Pilot[int]) -> None:
+        for second in range(30):
+            times["monotonic"] = 100.0 + second
+            times["wall"] = FROZEN_TIME + second + (86400 if second > 10 else 0)
+            busy = 90 if second < 5 else 0
+            app.feed(0, frame([gpu(0, util=busy)], [process(1, 0)], taken_at=times["wall"]))
+        await pilot.pause()
+        # THEN the card says it has been idle 24 s, not a day
+        cards = str(app.query_one("#section-0").render())
+        assert "idle 24s" in cards and "1d" not in cards
+
+    run(app, body)

@@ -95,9 +95,20 @@ def columns_for(width: int, *, several_hosts: bool) -> tuple[Column, ...]:
 
 
 def build_rows(
-    frame: Frame, idle_clocks: Mapping[int, IdleClock], now: float, idle_after_s: float
+    frame: Frame,
+    idle_clocks: Mapping[int, IdleClock],
+    now: float,
+    idle_after_s: float,
+    *,
+    idle_now: float | None = None,
+    idle_offset_s: float = 0.0,
 ) -> list[Row]:
-    """Every process, lease holder and waiting job of one frame, in no particular order."""
+    """Every process, lease holder and waiting job of one frame, in no particular order.
+
+    `now` is the wall time; the idle clocks may run on another clock (the monotonic one),
+    where it is `idle_now` and a wall time `t` of the frame is `t - idle_offset_s`.
+    """
+    idle = _IdleLookup(idle_clocks, now if idle_now is None else idle_now, idle_offset_s)
     snapshot = frame.snapshot
     if snapshot is None:
         return []
@@ -107,7 +118,7 @@ def build_rows(
     labels = device_labels(snapshot)
     rows = [
         replace(
-            _process_row(frame, p, by_gpu.get(p.gpu_index, ()), idle_clocks, now, idle_after_s),
+            _process_row(frame, p, by_gpu.get(p.gpu_index, ()), idle, idle_after_s),
             key=process_key(frame.source, labels(p), p.pid),
             device=labels(p),
         )
@@ -115,7 +126,7 @@ def build_rows(
     ]
     on_gpu = {(p.gpu_index, p.pid) for p in snapshot.processes}
     rows += [
-        _lease_row(frame, lease, idle_clocks, now, idle_after_s)
+        _lease_row(frame, lease, idle, idle_after_s)
         for lease in frame.leases
         if (lease.gpu_index, lease.pid) not in on_gpu
     ]
@@ -135,24 +146,32 @@ def device_labels(snapshot: Snapshot) -> Callable[[ProcessUsage], str]:
     return lambda p: mig_labels.get(p.mig_uuid or "", str(p.gpu_index))
 
 
-def _idle(
-    clock: IdleClock | None, now: float, since: float | None, idle_after_s: float
-) -> Idle | None:
-    idle = clock.idle_for(now, since=since) if clock is not None else None
-    return idle if idle is not None and idle.seconds >= idle_after_s else None
+@dataclass(frozen=True, slots=True)
+class _IdleLookup:
+    clocks: Mapping[int, IdleClock]
+    now: float
+    offset_s: float
+
+    def past(self, gpu_index: int, since: float | None, idle_after_s: float) -> Idle | None:
+        """How long `gpu_index` has idled since the wall time `since`, once `idle_after_s`."""
+        clock = self.clocks.get(gpu_index)
+        if clock is None:
+            return None
+        start = None if since is None else since - self.offset_s
+        idle = clock.idle_for(self.now, since=start)
+        return idle if idle is not None and idle.seconds >= idle_after_s else None
 
 
 def _process_row(
     frame: Frame,
     process: ProcessUsage,
     leases: Sequence[Lease],
-    idle_clocks: Mapping[int, IdleClock],
-    now: float,
+    idle_lookup: _IdleLookup,
     idle_after_s: float,
 ) -> Row:
     holds_memory = bool(process.memory_used_bytes)
     idle = (
-        _idle(idle_clocks.get(process.gpu_index), now, process.started_at, idle_after_s)
+        idle_lookup.past(process.gpu_index, process.started_at, idle_after_s)
         if holds_memory
         else None
     )
@@ -189,11 +208,10 @@ def _how(lease: Lease) -> str:
 def _lease_row(
     frame: Frame,
     lease: Lease,
-    idle_clocks: Mapping[int, IdleClock],
-    now: float,
+    idle_lookup: _IdleLookup,
     idle_after_s: float,
 ) -> Row:
-    idle = _idle(idle_clocks.get(lease.gpu_index), now, lease.started_at, idle_after_s)
+    idle = idle_lookup.past(lease.gpu_index, lease.started_at, idle_after_s)
     return Row(
         key=f"{frame.source}/lease/{lease.lease_id or lease.pid}",
         source=frame.source,

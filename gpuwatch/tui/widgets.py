@@ -80,7 +80,7 @@ class SectionView(Static):
         self,
         section: Section,
         layout: Layout,
-        now: float,
+        monotonic_now: float,
         stalled_s: float | None,
         idle_after_s: float,
     ) -> None:
@@ -90,7 +90,7 @@ class SectionView(Static):
             cards = [
                 render.gpu_card(
                     gpu,
-                    section.card_input(gpu.index, now, layout.card_width, idle_after_s),
+                    section.card_input(gpu.index, monotonic_now, layout.card_width, idle_after_s),
                     layout.card_width,
                     layout.graph_rows,
                 )
