@@ -18,7 +18,7 @@ from gpuwatch.tui.state import ScreenState
 from gpuwatch.tui.trends import IdleClock, Series
 from tests.conftest import FROZEN_TIME
 from tests.test_import_hygiene import HEAVY, loaded_after
-from tests.tui_helpers import frame, gpu, lease, process, waiter
+from tests.tui_helpers import GIB, frame, gpu, lease, process, waiter
 
 
 @pytest.mark.parametrize(
@@ -207,14 +207,28 @@ def test_lease_column_names_the_holder_and_memory_declarations() -> None:
     rows = {r.pid: r for r in build_rows(f, {}, FROZEN_TIME, 600)}
     # THEN the process row says it holds the lease, the lease shows as its own row,
     assert rows[1].lease == "holder (exclusive)"
-    assert rows[77].kind == "lease" and rows[77].lease == "holder (--mem 8.0G)"
+    assert rows[77].kind == "lease" and rows[77].lease == "holder (--mem 8.0GiB)"
     # AND the waiting job is listed with what it wants
-    assert rows[99].kind == "waiting" and rows[99].wants == "2 GPUs, ≥20.0G free"
+    assert rows[99].kind == "waiting" and rows[99].wants == "2 GPUs, ≥20.0GiB free"
 
 
-def test_a_process_under_another_users_lease_names_that_user() -> None:
-    f = frame([gpu(0)], [process(5, 0)], leases=[lease(0, 1, user="carol", mem_gib=8)])
-    assert build_rows(f, {}, FROZEN_TIME, 600)[0].lease == "carol (8.0G)"
+def test_a_process_of_the_lease_holders_user_is_under_that_lease() -> None:
+    # GIVEN carol's lease on GPU 0, held by her launcher (pid 1); her worker pid 5 runs there
+    f = frame([gpu(0)], [process(5, 0, user="carol")], leases=[lease(0, 1, mem_gib=8)])
+    # THEN the worker's row names her lease
+    assert build_rows(f, {}, FROZEN_TIME, 600)[0].lease == "carol (8.0GiB)"
+
+
+def test_another_users_process_on_a_leased_gpu_is_outside_the_lease() -> None:
+    # GIVEN carol's lease on GPU 0, and alice's process there too
+    f = frame([gpu(0)], [process(5, 0, user="alice")], leases=[lease(0, 1, mem_gib=8)])
+    (row,) = [r for r in build_rows(f, {}, FROZEN_TIME, 600) if r.pid == 5]
+    # THEN alice's row says it is outside carol's lease, in the warning colour
+    assert row.lease == "outside carol's lease"
+    assert cell_text(row, BY_KEY["lease"], FROZEN_TIME, False) == ("outside carol's lease", "warn")
+    # AND a GPU with no lease leaves the column empty
+    free = frame([gpu(0)], [process(5, 0, user="alice")])
+    assert build_rows(free, {}, FROZEN_TIME, 600)[0].lease == ""
 
 
 @pytest.mark.parametrize(
@@ -508,3 +522,73 @@ def test_a_gpu_idle_24_s_after_the_wall_clock_jumps_a_day_is_idle_24_s() -> None
     assert section.card_input(0, 124.0, 80, idle_after_s=10).idle_note == "held, idle 24s"
     (row,) = state.rows(FROZEN_TIME + 124 + 86400, 124.0, idle_after_s=10)
     assert row.idle is not None and row.idle.seconds == 24 and not row.idle.at_least
+
+
+def test_help_lines_too_long_go_on_under_their_description() -> None:
+    # GIVEN the help at the width of an 80-column terminal's box
+    from gpuwatch.tui.screens import HELP_WIDTH, help_text
+
+    text = "".join(part for part, _ in help_text(readonly=False, width=HELP_WIDTH))
+    lines = text.splitlines()
+    # THEN no line is wider than the box, and every continued line starts under the text
+    assert max(len(line) for line in lines) <= HELP_WIDTH
+    keys_part = lines[2 : lines.index("", 2)]
+    continued = [line for line in keys_part if not line.startswith("  ") or line[2] == " "]
+    assert continued, "some description is long enough to go on"
+    assert all(line.startswith(" " * 26) and line[26] != " " for line in continued)
+    # AND Tab, which moves to the GPU cards, is listed
+    assert "Tab" in text
+
+
+def test_every_column_title_has_room_for_the_sort_arrow() -> None:
+    from gpuwatch.tui.rows import COLUMNS
+
+    assert all(c.width >= len(c.title) + 2 for c in COLUMNS if c.key != "command")
+
+
+def test_sizes_read_as_gpuwatch_status_writes_them() -> None:
+    from gpuwatch.tui import render
+    from gpuwatch.units import format_size
+
+    for num_bytes in (1000 << 20, 512 << 20, int(61.5 * GIB), 3 << 40):
+        assert render.size(num_bytes) == format_size(num_bytes)
+    assert render.size(1000 << 20) == "1000.0MiB"
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 160])
+def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None:
+    from gpuwatch.tui.widgets import _header, fit_parts
+
+    state = ScreenState(["sim-node"], 1.0)
+    state.apply(0, frame([gpu(0)], waiters=[waiter(9)], source="sim-node"), 0.0)
+    parts = _header(state.sections[0], None, None, graphs=True)
+    text = "".join(t for t, _ in fit_parts(parts, width))
+    assert len(text) <= width
+    wanted = [
+        "sim-node",
+        render.clock_time(FROZEN_TIME),
+        "driver 580.95.05",
+        "CUDA 13.0",
+        "1 waiting for GPUs",
+    ]
+    wanted.append("graphs: 10 min from this screen's samples")
+    shown = text.split("  ")
+    assert all(piece in wanted for piece in shown)
+    assert "sim-node" in shown and "1 waiting for GPUs" in shown
+
+
+def test_a_lost_driver_says_its_error_once() -> None:
+    from gpuwatch.tui.widgets import _header, shared_error
+
+    error = "NVML: driver/library version mismatch or GPU fallen off the bus (reboot needed)"
+    gpus = [gpu(i, error=error) for i in range(4)]
+    assert shared_error(gpus) == error
+    assert shared_error([gpu(0, error=error), gpu(1)]) is None
+    state = ScreenState(["node1"], 1.0)
+    state.apply(0, frame(gpus), 0.0)
+    header = "".join(
+        t for _, spans in _header(state.sections[0], None, error, graphs=False) for t, _ in spans
+    )
+    assert header.count(error) == 1
+    card = render.gpu_card(gpus[1], render.CardInput(error_above=True), 80, 0)
+    assert error not in "".join(t for line in card for t, _ in line)

@@ -123,3 +123,87 @@ def test_the_screen_measures_idle_time_on_the_monotonic_clock() -> None:
         assert "idle 24s" in cards and "1d" not in cards
 
     run(app, body)
+
+
+def test_home_and_end_select_the_first_and_the_last_process() -> None:
+    app = fed_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        app.feed(0, frame([gpu(0), gpu(1)], many(60)))
+        await pilot.pause()
+        rows = app.current_rows()
+        await pilot.press("end")
+        assert app.selected_row() == rows[-1]
+        await pilot.press("home")
+        assert app.selected_row() == rows[0]
+
+    run(app, body, size=(120, 30))
+
+
+def test_8_gpus_at_80x24_all_show_without_scrolling() -> None:
+    from gpuwatch.tui.widgets import SectionView
+
+    app = fed_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        app.feed(0, frame([gpu(i) for i in range(8)], many(4)))
+        await pilot.pause()
+        panel = app.query_one("#gpus")
+        cards = str(app.query_one(SectionView).render())
+        # THEN every card is on screen, and the panel has nothing below to scroll to
+        assert all(f"[{i}] H100" in cards for i in range(8))
+        assert panel.max_scroll_y == 0
+        assert app.query_one(ProcessTable).size.height >= 6
+
+    run(app, body, size=(80, 24))
+
+
+@pytest.mark.parametrize("reverse", [True, False], ids=["descending", "ascending"])
+def test_the_sort_arrow_shows_both_ways(reverse: bool) -> None:
+    app = fed_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        app.feed(0, frame([gpu(0)], many(3)))
+        await pilot.pause()
+        if not reverse:
+            await pilot.press("r")
+        table = app.query_one(ProcessTable)
+        arrow = "▼" if reverse else "▲"
+        label = table.columns["gpu_mem"].label  # type: ignore[index]
+        assert str(label) == f"GPU-MEM {arrow}"
+        assert table.columns["gpu_mem"].get_render_width(table) >= len(f"GPU-MEM {arrow}") + 2  # type: ignore[index]
+
+    run(app, body, size=(80, 24))
+
+
+def test_lease_text_is_readable_on_the_dark_theme() -> None:
+    from textual.color import Color
+
+    app = fed_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        app.theme = "textual-dark"
+        app.feed(0, frame([gpu(0)], many(1)))
+        await pilot.pause()
+        table = app.query_one(ProcessTable)
+        colour = table.get_component_rich_style("span--lease").color
+        assert colour is not None
+        background = app.screen.styles.background
+        assert contrast(Color.from_rich_color(colour), background) >= 4.5
+
+    run(app, body)
+
+
+def contrast(first: object, second: object) -> float:
+    """The WCAG contrast ratio of two colours."""
+
+    def luminance(colour: object) -> float:
+        def channel(value: int) -> float:
+            x = value / 255
+            return x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4
+
+        r, g, b = colour.r, colour.g, colour.b  # type: ignore[attr-defined]
+        return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
+
+    light, dark = sorted((luminance(first), luminance(second)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)

@@ -212,7 +212,7 @@ class GpuwatchApp(App[int]):
         )
         self._home.query_one("#gpus").styles.height = self._layout.gpu_panel_lines
         self._draw_sections()
-        self._home.query_one(HostLine).show(self._host_stats(), self.size.width)
+        self._home.query_one(HostLine).show(self._host_stats(), self.size.width - 2)
         for panel in self.panels:
             panel.show_state(self.state, self.clock())
         self._draw_table()
@@ -222,12 +222,11 @@ class GpuwatchApp(App[int]):
         self.redraw()
 
     def _draw_title(self) -> None:
-        parts = ["gpuwatch"]
+        parts = ["gpuwatch", "? help  q quit"]
         if self.readonly:
             parts.append("read-only")
         elif self.as_root:
-            parts.append("running as root: signals reach every user's processes")
-        parts.append("? help  q quit")
+            parts.append("as root: signals reach every user's processes")
         self._home.query_one("#title", Static).update("  ·  ".join(parts))
 
     def _draw_sections(self) -> None:

@@ -65,13 +65,13 @@ def _running_s(row: Row, now: float) -> float:
 
 COLUMNS: tuple[Column, ...] = (
     Column("host", "HOST", 12, lambda r, _: r.source, 9),
-    Column("gpu", "GPU", 4, lambda r, _: (-1 if r.gpu is None else r.gpu, r.device), 0),
+    Column("gpu", "GPU", 5, lambda r, _: (-1 if r.gpu is None else r.gpu, r.device), 0),
     Column("pid", "PID", 8, lambda r, _: r.pid, 0),
     Column("user", "USER", 10, lambda r, _: r.user or "", 0),
-    Column("kind", "KIND", 7, lambda r, _: r.kind, 8),
-    Column("gpu_mem", "GPU-MEM", 7, lambda r, _: _num(r.gpu_memory_bytes), 0),
-    Column("cpu", "CPU%", 5, lambda r, _: _num(r.cpu_pct), 5),
-    Column("host_mem", "HOST-MEM", 8, lambda r, _: _num(r.host_memory_bytes), 7),
+    Column("kind", "KIND", 8, lambda r, _: r.kind, 8),
+    Column("gpu_mem", "GPU-MEM", 9, lambda r, _: _num(r.gpu_memory_bytes), 0),
+    Column("cpu", "CPU%", 6, lambda r, _: _num(r.cpu_pct), 5),
+    Column("host_mem", "HOST-MEM", 10, lambda r, _: _num(r.host_memory_bytes), 7),
     Column("time", "TIME", 7, _running_s, 6),
     Column("lease", "LEASE", 18, lambda r, _: r.lease, 4),
     Column("idle", "IDLE", 8, lambda r, _: -1.0 if r.idle is None else r.idle.seconds, 3),
@@ -79,6 +79,8 @@ COLUMNS: tuple[Column, ...] = (
 )
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 BY_KEY: Mapping[str, Column] = {column.key: column for column in COLUMNS}
+KIND_SHOWN = {"compute+graphics": "C+G"}
+"""Kinds longer than the KIND column, written as nvidia-smi writes them."""
 MIN_COMMAND_WIDTH = 16
 _CELL_PADDING = 2  # DataTable's padding around each cell
 
@@ -187,18 +189,25 @@ def _process_row(
         host_memory_bytes=process.rss_bytes,
         started_at=process.started_at,
         command=process.command,
-        lease=_lease_cell(process.pid, leases),
+        lease=_lease_cell(process, leases),
         idle=idle,
         local=frame.local,
     )
 
 
-def _lease_cell(pid: int, leases: Sequence[Lease]) -> str:
-    """`holder` when this process holds the GPU's lease, else who does."""
-    own = [lease for lease in leases if lease.pid == pid]
+def _lease_cell(process: ProcessUsage, leases: Sequence[Lease]) -> str:
+    """`holder` when this process holds the GPU's lease; the lease it runs under when its
+    user holds one (a launcher's workers); `outside ...` for anyone else's process."""
+    own = [lease for lease in leases if lease.pid == process.pid]
     if own:
         return "holder " + _how(own[0])
-    return render.lease_summary(leases)
+    mine = [lease for lease in leases if process.user is not None and lease.user == process.user]
+    if mine:
+        return render.lease_summary(mine)
+    if not leases:
+        return ""
+    holders = sorted({render.printable(lease.user) for lease in leases})
+    return f"outside {' + '.join(holders)}'s lease"
 
 
 def _how(lease: Lease) -> str:
@@ -337,7 +346,8 @@ def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911 -
     if key == "user":
         return (row.user or "?"), ("" if row.user else "dim")
     if key == "kind":
-        return row.kind, "warn" if row.kind == "waiting" else "lease" if row.kind == "lease" else ""
+        style = "warn" if row.kind == "waiting" else "lease" if row.kind == "lease" else ""
+        return KIND_SHOWN.get(row.kind, row.kind), style
     if key == "gpu_mem":
         return render.size(row.gpu_memory_bytes), ""
     if key == "cpu":
@@ -347,7 +357,7 @@ def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911 -
     if key == "time":
         return render.duration(None if row.started_at is None else now - row.started_at), ""
     if key == "lease":
-        return row.lease, "lease"
+        return row.lease, "warn" if row.lease.startswith("outside ") else "lease"
     if key == "idle":
         if row.idle is None:
             return "", ""
