@@ -207,3 +207,33 @@ def contrast(first: object, second: object) -> float:
 
     light, dark = sorted((luminance(first), luminance(second)), reverse=True)
     return (light + 0.05) / (dark + 0.05)
+
+
+def test_the_sm_column_shows_each_processs_share_and_sorts_by_it() -> None:
+    from dataclasses import replace
+
+    app = fed_app()
+    busy = replace(process(1, 0, gib=2), sm_util_pct=97)
+    idle = replace(process(2, 0, gib=9), sm_util_pct=0)
+    in_mig = replace(process(3, 0, gib=5), sm_util_pct=None)
+
+    async def body(pilot: Pilot[int]) -> None:
+        app.feed(0, frame([gpu(0)], [busy, idle, in_mig]))
+        await pilot.pause()
+        table = app.query_one(ProcessTable)
+        column = table.get_column_index("sm")
+        cells = {
+            int(str(table.get_row_at(i)[table.get_column_index("pid")]).strip(" *")): str(
+                table.get_row_at(i)[column]
+            ).strip()
+            for i in range(table.row_count)
+        }
+        # THEN the driver's figure shows, and "-" where it samples none
+        assert cells == {1: "97", 2: "0", 3: "-"}
+        # AND s reaches the column, sorting the busiest first
+        while app.sort_column != "sm":
+            await pilot.press("s")
+        assert [r.pid for r in app.current_rows()] == [1, 2, 3]
+        assert str(table.columns["sm"].label) == "SM% ▼"  # type: ignore[index]
+
+    run(app, body)

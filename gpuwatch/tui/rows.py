@@ -43,6 +43,8 @@ class Row:
     """Where it runs, as shown: the GPU's index, or `GPU:MIG` for a MIG device (`0:2`)."""
     branch: str = ""
     """In the tree view, the branch drawn before its command (`├─ `)."""
+    sm_util_pct: int | None = None
+    """Its share of the GPU's SM utilization, as the driver samples it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +66,16 @@ def _running_s(row: Row, now: float) -> float:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("host", "HOST", 12, lambda r, _: r.source, 9),
+    Column("host", "HOST", 12, lambda r, _: r.source, 10),
     Column("gpu", "GPU", 5, lambda r, _: (-1 if r.gpu is None else r.gpu, r.device), 0),
     Column("pid", "PID", 8, lambda r, _: r.pid, 0),
     Column("user", "USER", 10, lambda r, _: r.user or "", 0),
-    Column("kind", "KIND", 8, lambda r, _: r.kind, 8),
+    Column("kind", "KIND", 8, lambda r, _: r.kind, 9),
     Column("gpu_mem", "GPU-MEM", 9, lambda r, _: _num(r.gpu_memory_bytes), 0),
-    Column("cpu", "CPU%", 6, lambda r, _: _num(r.cpu_pct), 5),
-    Column("host_mem", "HOST-MEM", 10, lambda r, _: _num(r.host_memory_bytes), 7),
-    Column("time", "TIME", 7, _running_s, 6),
+    Column("sm", "SM%", 5, lambda r, _: _num(r.sm_util_pct), 5),
+    Column("cpu", "CPU%", 6, lambda r, _: _num(r.cpu_pct), 6),
+    Column("host_mem", "HOST-MEM", 10, lambda r, _: _num(r.host_memory_bytes), 8),
+    Column("time", "TIME", 7, _running_s, 7),
     Column("lease", "LEASE", 18, lambda r, _: r.lease, 4),
     Column("idle", "IDLE", 8, lambda r, _: -1.0 if r.idle is None else r.idle.seconds, 3),
     Column("command", "COMMAND", 0, lambda r, _: r.command or "", 0),
@@ -192,6 +195,7 @@ def _process_row(
         lease=_lease_cell(process, leases),
         idle=idle,
         local=frame.local,
+        sm_util_pct=process.sm_util_pct,
     )
 
 
@@ -350,8 +354,9 @@ def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911 -
         return KIND_SHOWN.get(row.kind, row.kind), style
     if key == "gpu_mem":
         return render.size(row.gpu_memory_bytes), ""
-    if key == "cpu":
-        return (render.MISSING if row.cpu_pct is None else f"{row.cpu_pct:.0f}"), ""
+    if key in ("sm", "cpu"):
+        value = row.sm_util_pct if key == "sm" else row.cpu_pct
+        return (render.MISSING if value is None else f"{value:.0f}"), ""
     if key == "host_mem":
         return render.size(row.host_memory_bytes), ""
     if key == "time":
