@@ -591,4 +591,5 @@ def test_a_lost_driver_says_its_error_once() -> None:
     )
     assert header.count(error) == 1
     card = render.gpu_card(gpus[1], render.CardInput(error_above=True), 80, 0)
-    assert error not in "".join(t for line in card for t, _ in line)
+    text = "".join(t for line in card for t, _ in line)
+    assert error not in text and text.count("see above") == 1

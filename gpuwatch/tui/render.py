@@ -188,7 +188,8 @@ def gpu_card(
         ]
     lines = [_title_line(gpu, extra, width)]
     if gpu.error is not None and gpu.memory_total_bytes is None:
-        lines.append([(fit(f"  {_error_text(gpu, extra)}", width), "alarm")])
+        body = "" if extra.error_above else f"  {_error_text(gpu, extra)}"  # title says it
+        lines.append([(fit(body, width), "alarm")])
         lines.extend([[(" " * width, "")] for _ in range(graph_rows)])
         return [crop(line, width) for line in lines]
     lines.append(_bars_line(gpu, width))
