@@ -226,6 +226,9 @@ def test_another_users_process_on_a_leased_gpu_is_outside_the_lease() -> None:
     # THEN alice's row says it is outside carol's lease, in the warning colour
     assert row.lease == "outside carol's lease"
     assert cell_text(row, BY_KEY["lease"], FROZEN_TIME, False) == ("outside carol's lease", "warn")
+    # AND a process whose owner cannot be seen is not said to be outside it
+    unseen = frame([gpu(0)], [replace(process(5, 0), user=None)], leases=[lease(0, 1)])
+    assert build_rows(unseen, {}, FROZEN_TIME, 600)[0].lease == "on carol's lease"
     # AND a GPU with no lease leaves the column empty
     free = frame([gpu(0)], [process(5, 0, user="alice")])
     assert build_rows(free, {}, FROZEN_TIME, 600)[0].lease == ""

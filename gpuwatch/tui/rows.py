@@ -201,7 +201,8 @@ def _process_row(
 
 def _lease_cell(process: ProcessUsage, leases: Sequence[Lease]) -> str:
     """`holder` when this process holds the GPU's lease; the lease it runs under when its
-    user holds one (a launcher's workers); `outside ...` for anyone else's process."""
+    user holds one (a launcher's workers); `outside ...` for anyone else's process, and
+    `on ...` where the owner is not visible from here."""
     own = [lease for lease in leases if lease.pid == process.pid]
     if own:
         return "holder " + _how(own[0])
@@ -210,8 +211,9 @@ def _lease_cell(process: ProcessUsage, leases: Sequence[Lease]) -> str:
         return render.lease_summary(mine)
     if not leases:
         return ""
-    holders = sorted({render.printable(lease.user) for lease in leases})
-    return f"outside {' + '.join(holders)}'s lease"
+    holders = " + ".join(sorted({render.printable(lease.user) for lease in leases}))
+    # A process whose owner cannot be seen (another container) may be the holder's own.
+    return f"on {holders}'s lease" if process.user is None else f"outside {holders}'s lease"
 
 
 def _how(lease: Lease) -> str:
