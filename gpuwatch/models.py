@@ -122,6 +122,9 @@ class ProcessUsage:
     started_at: float | None = None
     mig_uuid: str | None = None
     """The MIG device it runs in, on a MIG-enabled GPU; `None` elsewhere or when unknown."""
+    sm_util_pct: int | None = None
+    """Its share of the GPU's SM utilization in the driver's latest sample (nvitop's GPU-SM),
+    0 to 100; `None` where the driver does not sample processes (MIG, older GPUs)."""
 
 
 @dataclass(frozen=True, slots=True)

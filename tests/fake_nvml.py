@@ -149,6 +149,9 @@ class FakeNvml:
         return SimpleNamespace(total=gpu.total, used=gpu.used, free=free, reserved=gpu.reserved)
 
     def _function_pointer(self, symbol: str) -> Callable[..., int]:
+        if symbol == "nvmlDeviceGetProcessUtilization":  # tested over ../shared/fakenvml
+            self.calls[symbol] += 1
+            raise pynvml.NVMLError_NotSupported()
         kind = "mps" if "MPS" in symbol else "compute" if "Compute" in symbol else "graphics"
         version = symbol.rsplit("_", 1)[1] if symbol.endswith(("_v2", "_v3")) else "v1"
         if version not in self.process_versions:

@@ -182,6 +182,49 @@ def test_call_budget_over_the_real_bindings(library_dir: Path, tmp_path: Path) -
     gpuwatch(
         library_dir, scenario, "status", "--json", "--watch", "0.05", "--count", "11", stats=watched
     )
-    assert total_calls(one_shot) <= 15 * 8 + 5, "gpustat makes 124, without the MPS lists"
+    assert total_calls(one_shot) <= 16 * 8 + 5, "gpustat makes 124, without MPS or SM use"
     further_per_gpu = (total_calls(watched) - total_calls(one_shot)) / 10 / 8
-    assert further_per_gpu <= 10
+    assert further_per_gpu <= 11
+
+
+@pytest.mark.parametrize(
+    "scenario", [SCENARIOS / "node-8gpu.txt", SCENARIOS / "mig-a100.txt"], ids=["8-gpu", "mig"]
+)
+def test_each_process_has_the_sm_utilization_the_driver_samples(
+    library_dir: Path, scenario: Path
+) -> None:
+    # GIVEN a scenario whose proc records carry sm= (or none: the driver then has no sample)
+    result = gpuwatch(library_dir, scenario, "status", "--json", "--backend", "nvml")
+    assert result.returncode == 0, result.stderr
+    shown = {p["pid"]: p["sm_util_pct"] for p in json.loads(result.stdout)["processes"]}
+    # THEN each process shows its sample, 0 without one, and None inside a MIG device
+    # (where the driver samples no process)
+    expected = {
+        int(proc["pid"]): None if "mig" in proc else int(proc.get("sm", 0))
+        for proc in records(scenario, "proc")
+    }
+    assert shown == expected
+
+
+def test_a_gpu_that_samples_no_process_is_not_asked_again(
+    library_dir: Path, tmp_path: Path
+) -> None:
+    # GIVEN the MIG node: GPU 0 in MIG mode (NOT_SUPPORTED), GPU 1 without MIG
+    stats = tmp_path / "calls.stats"
+    result = gpuwatch(
+        library_dir,
+        SCENARIOS / "mig-a100.txt",
+        "status",
+        "--json",
+        "--backend",
+        "nvml",
+        "--watch",
+        "0.05",
+        "--count",
+        "5",
+        stats=stats,
+    )
+    assert result.returncode == 0, result.stderr
+    calls = dict(line.split()[:2] for line in stats.read_text().splitlines())
+    # THEN GPU 1 is asked once per sample, GPU 0 only the first time
+    assert int(calls["nvmlDeviceGetProcessUtilization"]) == 5 + 1

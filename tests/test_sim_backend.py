@@ -350,3 +350,30 @@ def test_auto_without_a_driver_says_the_daemon_is_unavailable() -> None:
     # WHEN it samples, THEN it raises what a waiting job waits out
     with pytest.raises(DaemonUnavailableError, match=r"no daemon socket.*; and NVIDIA driver"):
         source.sample()
+
+
+def test_processes_have_the_sm_utilization_of_their_scenario(tmp_path: Path) -> None:
+    # GIVEN a busy GPU shared by a process with a fixed sm and two without; a MIG GPU
+    path = write(
+        tmp_path,
+        'hostname = "n"\n'
+        '[[gpu]]\nload = "constant"\nutilization_pct = 90\n'
+        '[[gpu]]\nmodel = "A100-80GB"\nmig = ["3g.40gb"]\n'
+        "[[process]]\ngpu = 0\npid = 10\nsm = 40\n"
+        "[[process]]\ngpu = 0\npid = 11\n"
+        "[[process]]\ngpu = 0\npid = 12\n"
+        "[[process]]\ngpu = 1\nmig = 0\npid = 13\n",
+    )
+    snapshot = SimBackend(path, clock=lambda: FROZEN_TIME).sample()
+    sm = {p.pid: p.sm_util_pct for p in snapshot.processes}
+    # THEN the fixed one keeps it, the others share the GPU evenly, the MIG one has none
+    assert sm[10] == 40
+    assert sm[11] == sm[12] == round(snapshot.gpus[0].utilization_pct / 3)  # type: ignore[operator]
+    assert sm[13] is None
+
+
+@pytest.mark.parametrize("value", ["101", "-1", '"40"'], ids=["above-100", "negative", "text"])
+def test_an_sm_out_of_range_is_refused_naming_it(tmp_path: Path, value: str) -> None:
+    path = write(tmp_path, f"[[gpu]]\n[[process]]\ngpu = 0\npid = 10\nsm = {value}\n")
+    with pytest.raises(ScenarioError, match=r"process\[0\]\.sm"):
+        load_scenario(path)

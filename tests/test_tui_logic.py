@@ -18,7 +18,7 @@ from gpuwatch.tui.state import ScreenState
 from gpuwatch.tui.trends import IdleClock, Series
 from tests.conftest import FROZEN_TIME
 from tests.test_import_hygiene import HEAVY, loaded_after
-from tests.tui_helpers import frame, gpu, lease, process, waiter
+from tests.tui_helpers import GIB, frame, gpu, lease, process, waiter
 
 
 @pytest.mark.parametrize(
@@ -185,15 +185,15 @@ def test_idle_holders_are_marked_from_history_past_the_threshold() -> None:
                 [process(1, 0), process(2, 1)],
                 taken_at=start + step,
             ),
-            0.0,
+            float(step),
         )
     # WHEN the rows are built with a 10-minute threshold
-    rows = {r.pid: r for r in state.rows(FROZEN_TIME, idle_after_s=600)}
+    rows = {r.pid: r for r in state.rows(FROZEN_TIME, 1200.0, idle_after_s=600)}
     # THEN only the holder on the idle GPU is marked, for the whole observed stretch
     assert rows[1].idle is not None and rows[1].idle.seconds == 1200
     assert rows[2].idle is None
     # AND a longer threshold marks no one
-    assert all(r.idle is None for r in state.rows(FROZEN_TIME, idle_after_s=3600))
+    assert all(r.idle is None for r in state.rows(FROZEN_TIME, 1200.0, idle_after_s=3600))
 
 
 def test_lease_column_names_the_holder_and_memory_declarations() -> None:
@@ -207,14 +207,31 @@ def test_lease_column_names_the_holder_and_memory_declarations() -> None:
     rows = {r.pid: r for r in build_rows(f, {}, FROZEN_TIME, 600)}
     # THEN the process row says it holds the lease, the lease shows as its own row,
     assert rows[1].lease == "holder (exclusive)"
-    assert rows[77].kind == "lease" and rows[77].lease == "holder (--mem 8.0G)"
+    assert rows[77].kind == "lease" and rows[77].lease == "holder (--mem 8.0GiB)"
     # AND the waiting job is listed with what it wants
-    assert rows[99].kind == "waiting" and rows[99].wants == "2 GPUs, ≥20.0G free"
+    assert rows[99].kind == "waiting" and rows[99].wants == "2 GPUs, ≥20.0GiB free"
 
 
-def test_a_process_under_another_users_lease_names_that_user() -> None:
-    f = frame([gpu(0)], [process(5, 0)], leases=[lease(0, 1, user="carol", mem_gib=8)])
-    assert build_rows(f, {}, FROZEN_TIME, 600)[0].lease == "carol (8.0G)"
+def test_a_process_of_the_lease_holders_user_is_under_that_lease() -> None:
+    # GIVEN carol's lease on GPU 0, held by her launcher (pid 1); her worker pid 5 runs there
+    f = frame([gpu(0)], [process(5, 0, user="carol")], leases=[lease(0, 1, mem_gib=8)])
+    # THEN the worker's row names her lease
+    assert build_rows(f, {}, FROZEN_TIME, 600)[0].lease == "carol (8.0GiB)"
+
+
+def test_another_users_process_on_a_leased_gpu_is_outside_the_lease() -> None:
+    # GIVEN carol's lease on GPU 0, and alice's process there too
+    f = frame([gpu(0)], [process(5, 0, user="alice")], leases=[lease(0, 1, mem_gib=8)])
+    (row,) = [r for r in build_rows(f, {}, FROZEN_TIME, 600) if r.pid == 5]
+    # THEN alice's row says it is outside carol's lease, in the warning colour
+    assert row.lease == "outside carol's lease"
+    assert cell_text(row, BY_KEY["lease"], FROZEN_TIME, False) == ("outside carol's lease", "warn")
+    # AND a process whose owner cannot be seen is not said to be outside it
+    unseen = frame([gpu(0)], [replace(process(5, 0), user=None)], leases=[lease(0, 1)])
+    assert build_rows(unseen, {}, FROZEN_TIME, 600)[0].lease == "on carol's lease"
+    # AND a GPU with no lease leaves the column empty
+    free = frame([gpu(0)], [process(5, 0, user="alice")])
+    assert build_rows(free, {}, FROZEN_TIME, 600)[0].lease == ""
 
 
 @pytest.mark.parametrize(
@@ -290,7 +307,7 @@ def test_state_stays_bounded_over_an_hour_of_samples() -> None:
                 [process(p, p % 8) for p in pids],
                 taken_at=FROZEN_TIME + second,
             ),
-            0.0,
+            float(second),
         )
     # THEN only live processes keep series, and every series is capped
     assert len(state.process_trends) == 20
@@ -323,7 +340,7 @@ def test_a_held_gpu_idle_past_the_threshold_says_so_on_its_card() -> None:
         state.apply(
             0,
             frame([gpu(0, util=0), gpu(1, util=0, used_gib=0)], [process(1, 0)], taken_at=taken_at),
-            0.0,
+            taken_at,
         )
     section = state.sections[0]
     # THEN only the held one carries the note
@@ -479,3 +496,103 @@ def test_ancestors_are_read_from_proc_up_to_init() -> None:
     found = {a.pid: a for a in read_ancestors({os.getpid()})}
     assert found[os.getpid()].ppid == os.getppid()
     assert all(pid > 1 for pid in found)
+
+
+def test_graphs_keep_drawing_after_the_wall_clock_steps_back_an_hour() -> None:
+    # GIVEN a GPU sampled every 10 s for 10 minutes, the wall clock stepped back an hour halfway
+    state = ScreenState(["node1"], 10.0)
+    for second in range(0, 600, 10):
+        wall = FROZEN_TIME + second - (3600 if second >= 300 else 0)
+        state.apply(0, frame([gpu(0, util=80)], taken_at=wall), 5000.0 + second)
+    # WHEN the graphs are drawn now
+    memory, utilization = state.sections[0].graphs(0, 5600.0, 60)
+    # THEN the samples after the step are there, up to the last cell
+    assert all(value is not None for value in utilization[-25:])
+    assert memory[-1] is not None
+
+
+def test_a_gpu_idle_24_s_after_the_wall_clock_jumps_a_day_is_idle_24_s() -> None:
+    # GIVEN a held GPU busy, then idle from monotonic 100 s, the wall clock a day ahead at 110 s
+    state = ScreenState(["node1"], 1.0)
+    for second in range(0, 125):
+        jump = 86400 if second >= 110 else 0
+        wall = FROZEN_TIME + second + jump
+        holder = process(1, 0, started_at=FROZEN_TIME - 3600 + jump)  # /proc moves with it
+        busy = 80 if second < 100 else 0
+        state.apply(0, frame([gpu(0, util=busy)], [holder], taken_at=wall), float(second))
+    section = state.sections[0]
+    # THEN the card and the row count 24 s of idling, not a day
+    assert section.card_input(0, 124.0, 80, idle_after_s=10).idle_note == "held, idle 24s"
+    (row,) = state.rows(FROZEN_TIME + 124 + 86400, 124.0, idle_after_s=10)
+    assert row.idle is not None and row.idle.seconds == 24 and not row.idle.at_least
+
+
+def test_help_lines_too_long_go_on_under_their_description() -> None:
+    # GIVEN the help at the width of an 80-column terminal's box
+    from gpuwatch.tui.screens import HELP_WIDTH, help_text
+
+    text = "".join(part for part, _ in help_text(readonly=False, width=HELP_WIDTH))
+    lines = text.splitlines()
+    # THEN no line is wider than the box, and every continued line starts under the text
+    assert max(len(line) for line in lines) <= HELP_WIDTH
+    keys_part = lines[2 : lines.index("", 2)]
+    continued = [line for line in keys_part if not line.startswith("  ") or line[2] == " "]
+    assert continued, "some description is long enough to go on"
+    assert all(line.startswith(" " * 26) and line[26] != " " for line in continued)
+    # AND Tab, which moves to the GPU cards, is listed
+    assert "Tab" in text
+
+
+def test_every_column_title_has_room_for_the_sort_arrow() -> None:
+    from gpuwatch.tui.rows import COLUMNS
+
+    assert all(c.width >= len(c.title) + 2 for c in COLUMNS if c.key != "command")
+
+
+def test_sizes_read_as_gpuwatch_status_writes_them() -> None:
+    from gpuwatch.tui import render
+    from gpuwatch.units import format_size
+
+    for num_bytes in (1000 << 20, 512 << 20, int(61.5 * GIB), 3 << 40):
+        assert render.size(num_bytes) == format_size(num_bytes)
+    assert render.size(1000 << 20) == "1000.0MiB"
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 160])
+def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None:
+    from gpuwatch.tui.widgets import _header, fit_parts
+
+    state = ScreenState(["sim-node"], 1.0)
+    state.apply(0, frame([gpu(0)], waiters=[waiter(9)], source="sim-node"), 0.0)
+    parts = _header(state.sections[0], None, None, graphs=True)
+    text = "".join(t for t, _ in fit_parts(parts, width))
+    assert len(text) <= width
+    wanted = [
+        "sim-node",
+        render.clock_time(FROZEN_TIME),
+        "driver 580.95.05",
+        "CUDA 13.0",
+        "1 waiting for GPUs",
+    ]
+    wanted.append("graphs: 10 min from this screen's samples")
+    shown = text.split("  ")
+    assert all(piece in wanted for piece in shown)
+    assert "sim-node" in shown and "1 waiting for GPUs" in shown
+
+
+def test_a_lost_driver_says_its_error_once() -> None:
+    from gpuwatch.tui.widgets import _header, shared_error
+
+    error = "NVML: driver/library version mismatch or GPU fallen off the bus (reboot needed)"
+    gpus = [gpu(i, error=error) for i in range(4)]
+    assert shared_error(gpus) == error
+    assert shared_error([gpu(0, error=error), gpu(1)]) is None
+    state = ScreenState(["node1"], 1.0)
+    state.apply(0, frame(gpus), 0.0)
+    header = "".join(
+        t for _, spans in _header(state.sections[0], None, error, graphs=False) for t, _ in spans
+    )
+    assert header.count(error) == 1
+    card = render.gpu_card(gpus[1], render.CardInput(error_above=True), 80, 0)
+    text = "".join(t for line in card for t, _ in line)
+    assert error not in text and text.count("see above") == 1

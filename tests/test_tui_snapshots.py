@@ -34,10 +34,14 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def app_with_history(gpus: int) -> GpuwatchApp:
     """A simulated node seen for the last ten minutes, one frame every 10 s."""
-    app = GpuwatchApp(
-        [QuietSource("sim-node")], clock=lambda: FROZEN_TIME, sample=False, as_root=False
-    )
     now = [FROZEN_TIME - 600]
+    app = GpuwatchApp(
+        [QuietSource("sim-node")],
+        clock=lambda: FROZEN_TIME,
+        monotonic=lambda: min(now[0], FROZEN_TIME),
+        sample=False,
+        as_root=False,
+    )
     source = LocalSource(SimBackend(gpus, clock=lambda: now[0]), None, host_stats=lambda: HOST)
 
     async def feed(pilot: Pilot[int]) -> None:

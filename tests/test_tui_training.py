@@ -39,10 +39,12 @@ def a_report(**changes: object) -> TrainingReport:
 def test_the_lines_show_levels_modules_retries_and_ooms() -> None:
     text = "\n".join(training_lines(TrainingReports((a_report(),)), 160))
     assert f"pid {os.getpid()} rank 1/2 alice cuda:1 step 812" in text
-    assert "alloc 3.0G resv 6.0G peak 5.0G frag 256M" in text
+    assert "alloc 3.0GiB resv 6.0GiB peak 5.0GiB frag 256.0MiB" in text
     assert "retries 2 OOMs 0" in text
-    assert "driver 7.0G ≥ reserved 6.0G ≥ allocated 3.0G  (context and libraries 1.0G)" in text
-    assert "encoder.layers.0 2.0G" in text
+    assert (
+        "driver 7.0GiB ≥ reserved 6.0GiB ≥ allocated 3.0GiB  (context and libraries 1.0GiB)" in text
+    )
+    assert "encoder.layers.0 2.0GiB" in text
 
 
 def test_a_cpu_run_shows_its_notice_and_skipped_files_are_counted() -> None:
@@ -86,7 +88,7 @@ def test_the_app_shows_a_watched_training_and_hides_the_panel_without_one(
             published.publish(a_report())
             await frames_until(lambda: panel.display, "the panel")
             assert "rank 1/2" in str(panel.render())
-            assert "driver 7.0G ≥ reserved 6.0G ≥ allocated 3.0G" in str(panel.render())
+            assert "driver 7.0GiB ≥ reserved 6.0GiB ≥ allocated 3.0GiB" in str(panel.render())
             # WHEN the training ends, THEN the panel hides again
             published.close()
             await frames_until(lambda: not panel.display, "the panel to hide")

@@ -89,8 +89,8 @@ _PROCESS_SYMBOLS = {
 
 
 # One process's use of one GPU, before the host is asked about it:
-# (pid, GPU, bytes, kind, MIG device UUID).
-_Used = tuple[int, "_Gpu", "int | None", ProcessKind, "str | None"]
+# (pid, GPU, bytes, kind, MIG device UUID, SM utilization %).
+_Used = tuple[int, "_Gpu", "int | None", ProcessKind, "str | None", "int | None"]
 # A process list entry: (pid, bytes, GPU instance id, compute instance id).
 _Listed = tuple[int, "int | None", "int | None", "int | None"]
 
@@ -114,6 +114,8 @@ class _Gpu:
     """How many MIG devices the GPU can hold (asked once)."""
     mig_names: dict[str, tuple[str | None, int | None, int | None]] = field(default_factory=dict)
     """Name, GPU and compute instance ids of each MIG device seen, by UUID."""
+    sm_samples_seen_us: int = 0
+    """The driver's time stamp of the newest per-process utilization sample read."""
 
 
 @dataclass(slots=True)
@@ -350,7 +352,13 @@ class NvmlBackend(Backend):
                 kinds[pid] = _both(kinds[pid], kind) if pid in kinds else kind
                 memory[pid] = used_bytes if memory.get(pid) is None else memory[pid]
                 where[pid] = where.get(pid) or by_instance.get((gpu_instance, compute_instance))
-        return [(pid, gpu, memory[pid], kinds[pid], where[pid]) for pid in kinds]
+        # Once per sample, and only while there are processes; a GPU that does not report
+        # it (MIG enabled, older drivers) is not asked again.
+        sm = fields.read("process utilization", _sm_util_by_pid, gpu, handle) if kinds else None
+        return [
+            (pid, gpu, memory[pid], kinds[pid], where[pid], None if sm is None else sm.get(pid, 0))
+            for pid in kinds
+        ]
 
     def _process_list(self, gpu: _Gpu, kind: ProcessKind, handle: Any) -> list[_Listed]:
         symbols = self._process_symbols[kind]
@@ -414,6 +422,35 @@ def _read_process_list(symbol: str, handle: Any, gpu: _Gpu) -> list[_Listed]:
     ]
 
 
+def _sm_util_by_pid(gpu: _Gpu, handle: Any) -> dict[int, int]:
+    """Each process's SM utilization in its newest driver sample since the previous read.
+
+    The driver samples only processes that used the GPU: one without a sample left the
+    SMs idle meanwhile (0%), and a GPU with none answers NOT_FOUND, as nvitop reads it.
+    """
+    # One call into a buffer sized like the process lists', not the bindings' two.
+    function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
+    since = ctypes.c_ulonglong(gpu.sm_samples_seen_us)
+    for _ in range(_MAX_PROCESS_LIST_TRIES):
+        count = ctypes.c_uint(gpu.process_capacity)
+        buffer = (pynvml.c_nvmlProcessUtilizationSample_t * gpu.process_capacity)()
+        result = function(handle, buffer, ctypes.byref(count), since)
+        if result != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            break
+        gpu.process_capacity = count.value * 2
+    if result == pynvml.NVML_ERROR_NOT_FOUND:
+        return {}
+    if result != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(result)
+    samples = buffer[: count.value]
+    newest: dict[int, Any] = {}
+    for sample in samples:
+        if sample.pid not in newest or sample.timeStamp >= newest[sample.pid].timeStamp:
+            newest[sample.pid] = sample
+    gpu.sm_samples_seen_us = max([gpu.sm_samples_seen_us, *(s.timeStamp for s in samples)])
+    return {pid: min(100, int(sample.smUtil)) for pid, sample in newest.items()}
+
+
 def _both(listed: ProcessKind, also: ProcessKind) -> ProcessKind:
     """The kind of a process found in two lists: compute and graphics make one process using
     the GPU both ways; otherwise the first list's kind stands."""
@@ -429,9 +466,17 @@ def _instance_id(info: Any, name: str) -> int | None:
 
 
 def _process_usage(used: _Used, host: HostProcess | None) -> ProcessUsage:
-    pid, gpu, memory_used_bytes, kind, mig_uuid = used
+    pid, gpu, memory_used_bytes, kind, mig_uuid, sm_util_pct = used
     if host is None:
-        return ProcessUsage(pid, gpu.index, gpu.uuid, memory_used_bytes, kind, mig_uuid=mig_uuid)
+        return ProcessUsage(
+            pid,
+            gpu.index,
+            gpu.uuid,
+            memory_used_bytes,
+            kind,
+            mig_uuid=mig_uuid,
+            sm_util_pct=sm_util_pct,
+        )
     return ProcessUsage(
         pid=pid,
         gpu_index=gpu.index,
@@ -444,6 +489,7 @@ def _process_usage(used: _Used, host: HostProcess | None) -> ProcessUsage:
         rss_bytes=host.rss_bytes,
         started_at=host.started_at,
         mig_uuid=mig_uuid,
+        sm_util_pct=sm_util_pct,
     )
 
 

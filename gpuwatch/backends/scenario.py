@@ -115,6 +115,8 @@ class SimProcess:
     kind: ProcessKind = ProcessKind.COMPUTE
     mig: int | None = None
     """The index of the MIG device it runs in, on a MIG-enabled GPU."""
+    sm_util_pct: int | None = None
+    """Its SM utilization, fixed; unset, it takes an even share of its GPU's utilization."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +238,7 @@ _GPU_KEYS = {
     "fault",
     "mig",
 }
-_PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind", "mig"}
+_PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind", "mig", "sm"}
 
 
 def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
@@ -338,6 +340,7 @@ def _process(entry: _Table, gpus: list[SimGpu]) -> SimProcess:
         memory_high_bytes=high_bytes,
         kind=kind,
         mig=sim_mig.check_process_mig(entry.where, entry.data.get("mig"), gpus[gpu].mig),
+        sm_util_pct=None if "sm" not in entry.data else entry.integer("sm", 0, high=100),
     )
 
 

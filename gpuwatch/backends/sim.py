@@ -13,6 +13,7 @@ import math
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -67,8 +68,9 @@ class SimBackend(Backend):
         utilization = [
             _utilization(gpu.load, scenario.seed, i, now) for i, gpu in enumerate(scenario.gpus)
         ]
+        sharing = Counter(p.gpu for p in scenario.processes)
         processes = tuple(
-            self._process(p, scenario.gpus[p.gpu], utilization[p.gpu])
+            self._process(p, scenario.gpus[p.gpu], utilization[p.gpu], sharing[p.gpu])
             for p in scenario.processes
             if scenario.gpus[p.gpu].fault is None
         )
@@ -108,7 +110,9 @@ class SimBackend(Backend):
         notes = self._mig_changes.notes(gpu.index, mine, now)
         return replace(gpu, error="; ".join(notes)) if notes else gpu
 
-    def _process(self, process: SimProcess, gpu: SimGpu, utilization_pct: float) -> ProcessUsage:
+    def _process(
+        self, process: SimProcess, gpu: SimGpu, utilization_pct: float, sharing: int
+    ) -> ProcessUsage:
         span = process.memory_high_bytes - process.memory_low_bytes
         memory = process.memory_low_bytes + int(span * utilization_pct / 100)
         return ProcessUsage(
@@ -123,6 +127,7 @@ class SimBackend(Backend):
             rss_bytes=(2 << 30) + memory // 16,
             started_at=self._loaded_at - 3600 * (1 + process.pid % 24),
             mig_uuid=None if process.mig is None else sim_mig.mig_uuid(gpu.uuid, process.mig),
+            sm_util_pct=_sm_util(process, utilization_pct, sharing),
         )
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
@@ -143,6 +148,16 @@ class SimBackend(Backend):
             self._scenario = load_scenario(self._path)
         except ScenarioError as error:
             log.warning("%s; keeping the previous scenario", error)
+
+
+def _sm_util(process: SimProcess, utilization_pct: float, sharing: int) -> int | None:
+    """The scenario's figure, else an even share of the GPU's; none inside a MIG device,
+    where drivers sample no process."""
+    if process.mig is not None:
+        return None
+    if process.sm_util_pct is not None:
+        return process.sm_util_pct
+    return round(utilization_pct / max(1, sharing))
 
 
 def _utilization(load: Load, seed: int, index: int, now: float) -> float:

@@ -83,18 +83,22 @@ class GpuwatchApp(App[int]):
         readonly: bool = False,
         idle_after_s: float = DEFAULT_IDLE_AFTER_S,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         sample: bool = True,
         as_root: bool | None = None,
         panels: Sequence[Panel] = (),
     ) -> None:
-        """`clock` gives the wall time shown (running and idle times); `sample=False` starts
-        no threads, so frames come only from `feed()`; `as_root` defaults to the truth."""
+        """`clock` gives the wall time shown (clock times, running times); `monotonic` orders
+        samples and measures graphs, idle times and stalls, whatever the wall clock does;
+        `sample=False` starts no threads, so frames come only from `feed()`; `as_root`
+        defaults to the truth."""
         super().__init__()
         self.sources = list(sources)
         self.interval_s = interval_s
         self.readonly = readonly
         self.idle_after_s = idle_after_s
         self.clock = clock
+        self.monotonic = monotonic
         self.state = ScreenState([s.label for s in self.sources], interval_s)
         self.sort_column = "gpu_mem"
         self.sort_reverse = True
@@ -106,7 +110,7 @@ class GpuwatchApp(App[int]):
         self.panels = list(panels)
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
         self._samplers: list[Sampler] = []
-        self._opened_at = time.monotonic()
+        self._opened_at = monotonic()
         self._stalled_after_s = max(3 * interval_s, 2.0)
         self._layout: Layout | None = None
         self._home: Screen[object] = Screen()
@@ -162,7 +166,7 @@ class GpuwatchApp(App[int]):
 
     def feed(self, number: int, frame: Frame) -> None:
         """Applies a frame as if its sampler had posted it."""
-        self.state.apply(number, frame, time.monotonic())
+        self.state.apply(number, frame, self.monotonic())
         self.redraw()
         self._refresh_detail()
 
@@ -176,7 +180,7 @@ class GpuwatchApp(App[int]):
 
     def _watch_stalls(self) -> None:
         """Between frames, redraws only to say (or stop saying) that samples are late."""
-        monotonic = time.monotonic()
+        monotonic = self.monotonic()
         stalled = any(
             s.stalled_s(monotonic, self._stalled_after_s, self._opened_at) is not None
             for s in self.state.sections
@@ -208,7 +212,7 @@ class GpuwatchApp(App[int]):
         )
         self._home.query_one("#gpus").styles.height = self._layout.gpu_panel_lines
         self._draw_sections()
-        self._home.query_one(HostLine).show(self._host_stats(), self.size.width)
+        self._home.query_one(HostLine).show(self._host_stats(), self.size.width - 2)
         for panel in self.panels:
             panel.show_state(self.state, self.clock())
         self._draw_table()
@@ -218,24 +222,23 @@ class GpuwatchApp(App[int]):
         self.redraw()
 
     def _draw_title(self) -> None:
-        parts = ["gpuwatch"]
+        parts = ["gpuwatch", "? help  q quit"]
         if self.readonly:
             parts.append("read-only")
         elif self.as_root:
-            parts.append("running as root: signals reach every user's processes")
-        parts.append("? help  q quit")
+            parts.append("as root: signals reach every user's processes")
         self._home.query_one("#title", Static).update("  ·  ".join(parts))
 
     def _draw_sections(self) -> None:
         if self._layout is None:
             return
-        now, monotonic = self.clock(), time.monotonic()
+        monotonic = self.monotonic()
         views = list(self._home.query(SectionView))
         if len(views) != len(self.state.sections):
             return  # shutting down: the widgets are going
         for section, view in zip(self.state.sections, views, strict=True):
             stalled = section.stalled_s(monotonic, self._stalled_after_s, self._opened_at)
-            view.show(section, self._layout, now, stalled, self.idle_after_s)
+            view.show(section, self._layout, monotonic, stalled, self.idle_after_s)
 
     def _host_stats(self) -> HostStats | None:
         for section in self.state.sections:
@@ -245,7 +248,8 @@ class GpuwatchApp(App[int]):
 
     def current_rows(self) -> list[Row]:
         now = self.clock()
-        rows = [r for r in self.state.rows(now, self.idle_after_s) if self.row_filter.matches(r)]
+        everything = self.state.rows(now, self.monotonic(), self.idle_after_s)
+        rows = [r for r in everything if self.row_filter.matches(r)]
         rows = row_logic.sort_rows(rows, self.sort_column, reverse=self.sort_reverse, now=now)
         if self.tree_view:
             from gpuwatch.tui.tree import tree_order
@@ -388,7 +392,12 @@ class GpuwatchApp(App[int]):
         if isinstance(screen, DetailScreen):
             key = screen.row.key
             row = next(
-                (r for r in self.state.rows(self.clock(), self.idle_after_s) if r.key == key), None
+                (
+                    r
+                    for r in self.state.rows(self.clock(), self.monotonic(), self.idle_after_s)
+                    if r.key == key
+                ),
+                None,
             )
             screen.refresh_from(row, self.state.process_trends.get(key), self.size.width)
 

@@ -25,6 +25,12 @@ KEYS: tuple[Key, ...] = (
     Key("question_mark", "help", "Show this help", "?", footer="help"),
     Key("q", "quit", "Quit", "q", footer="quit"),
     Key("up,down,pageup,pagedown,home,end", "", "Move the selection", "↑ ↓ PgUp PgDn Home End"),
+    Key(
+        "tab,shift+tab",
+        "",
+        "Switch between the process table and the GPU cards (then ↑ ↓ scroll the cards)",
+        "Tab Shift+Tab",
+    ),
     Key("enter", "detail", "Details of the selected process", "Enter", footer="details"),
     Key("s", "next_sort", "Sort by the next column", "s", footer="sort"),
     Key("S", "previous_sort", "Sort by the previous column", "S"),

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuwatch.models import GpuSample, Lease, MigDevice
+from gpuwatch.units import format_size
 
 Span = tuple[str, str]
 Line = list[Span]
 
 MISSING = "-"
-_GIB = float(1 << 30)
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 _USED, _RESERVED, _FREE = "█", "▓", "░"
 
@@ -114,21 +114,9 @@ def sparkline(values: Sequence[float | None], height: int = 1) -> list[str]:
     return rows
 
 
-def gib(num_bytes: int | None) -> str:
-    """`61.5G`: GiB with one decimal, compact for tables and cards."""
-    if num_bytes is None:
-        return MISSING
-    value = num_bytes / _GIB
-    return f"{value:.1f}G" if value < 1000 else f"{value:.0f}G"
-
-
 def size(num_bytes: int | None) -> str:
-    """`512M`, `61.5G`: the shortest readable binary size."""
-    if num_bytes is None:
-        return MISSING
-    if num_bytes < 1 << 30:
-        return f"{num_bytes / (1 << 20):.0f}M"
-    return gib(num_bytes)
+    """`512.0MiB`, `61.5GiB`: sizes as `gpuwatch status` writes them."""
+    return MISSING if num_bytes is None else format_size(num_bytes)
 
 
 def duration(seconds: float | None) -> str:
@@ -185,13 +173,23 @@ class CardInput:
     idle_note: str = ""
     migs: Sequence[MigDevice] = ()
     """Its MIG devices, one line each under the card."""
+    error_above: bool = False
+    """Its error is the section's, said once in the header: the card only points there."""
 
 
-def gpu_card(gpu: GpuSample, extra: CardInput, width: int, graph_rows: int) -> list[Line]:
-    """One GPU as `2 + graph_rows` lines of `width` cells, and a line per MIG device."""
+def gpu_card(
+    gpu: GpuSample, extra: CardInput, width: int, graph_rows: int, *, compact: bool = False
+) -> list[Line]:
+    """One GPU as `2 + graph_rows` lines of `width` cells (one line when `compact`), and a
+    line per MIG device."""
+    if compact:
+        return [crop(_compact_line(gpu, extra, width), width)] + [
+            mig_line(mig, width) for mig in extra.migs
+        ]
     lines = [_title_line(gpu, extra, width)]
     if gpu.error is not None and gpu.memory_total_bytes is None:
-        lines.append([(fit(f"  error: {printable(gpu.error)}", width), "alarm")])
+        body = "" if extra.error_above else f"  {_error_text(gpu, extra)}"  # title says it
+        lines.append([(fit(body, width), "alarm")])
         lines.extend([[(" " * width, "")] for _ in range(graph_rows)])
         return [crop(line, width) for line in lines]
     lines.append(_bars_line(gpu, width))
@@ -222,7 +220,7 @@ def mig_line(mig: MigDevice, width: int) -> Line:
             (fit(f" error: {printable(mig.error)}", width - len(head)), "alarm"),
         ]
     used, total = mig.memory_used_bytes, mig.memory_total_bytes
-    numbers = f" {gib(used):>5}/{gib(total)}"
+    numbers = f" {size(used):>7}/{size(total)}"
     bar_width = max(4, width - len(head) - len(numbers) - 1)
     fraction = used / total if used is not None and total else None
     if fraction is None:
@@ -257,13 +255,34 @@ def _title_line(gpu: GpuSample, extra: CardInput, width: int) -> Line:
     if extra.idle_note:
         tail, tail_style = f"{extra.idle_note}  {tail}".strip(), "warn"
     if gpu.error is not None:
-        tail, tail_style = f"error: {printable(gpu.error)}", "alarm"
+        tail, tail_style = _error_text(gpu, extra), "alarm"
     facts_width = sum(len(text) for text, _ in facts)
     room = width - facts_width - 2
     head_text = fit(head, min(len(head), max(0, room)))
     left = room - len(head_text)
     tail_text = fit(f"  {tail}", left) if tail and left > 4 else " " * max(0, left)
     return [(head_text, "title"), (tail_text, tail_style), ("  ", ""), *facts]
+
+
+def _error_text(gpu: GpuSample, extra: CardInput) -> str:
+    return "error: see above" if extra.error_above else f"error: {printable(gpu.error or '')}"
+
+
+def _compact_line(gpu: GpuSample, extra: CardInput, width: int) -> Line:
+    """`[0] H100 80GB HBM3  mem ███░░ 61.5GiB/79.6GiB  util ██░ 91%  70°C`."""
+    name = (gpu.name or MISSING).removeprefix("NVIDIA ")
+    head = fit(f"[{gpu.index}] {printable(name)}", max(8, min(20, width // 4)))
+    if gpu.error is not None and gpu.memory_total_bytes is None:
+        return [(head, "title"), (fit(f"  {_error_text(gpu, extra)}", width - len(head)), "alarm")]
+    temperature = gpu.temperature_c
+    hot = f"  {MISSING if temperature is None else temperature:>3}°C"
+    bars = _bars_line(gpu, width - len(head) - len(hot) - 2)
+    return [
+        (head, "title"),
+        ("  ", ""),
+        *bars,
+        (hot, level(temperature, THRESHOLDS.temperature_c)),
+    ]
 
 
 def _power_text(gpu: GpuSample) -> str:
@@ -274,7 +293,7 @@ def _power_text(gpu: GpuSample) -> str:
 
 def _bars_line(gpu: GpuSample, width: int) -> Line:
     used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
-    numbers = f" {gib(used):>5}/{gib(total)}"
+    numbers = f" {size(used):>7}/{size(total)}"
     util = gpu.utilization_pct
     util_text = f" {MISSING if util is None else util:>3}%"
     bar_room = width - len("mem ") - len(numbers) - len("  util ") - len(util_text)

@@ -43,6 +43,8 @@ class Row:
     """Where it runs, as shown: the GPU's index, or `GPU:MIG` for a MIG device (`0:2`)."""
     branch: str = ""
     """In the tree view, the branch drawn before its command (`├─ `)."""
+    sm_util_pct: int | None = None
+    """Its share of the GPU's SM utilization, as the driver samples it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,21 +66,24 @@ def _running_s(row: Row, now: float) -> float:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("host", "HOST", 12, lambda r, _: r.source, 9),
-    Column("gpu", "GPU", 4, lambda r, _: (-1 if r.gpu is None else r.gpu, r.device), 0),
+    Column("host", "HOST", 12, lambda r, _: r.source, 10),
+    Column("gpu", "GPU", 5, lambda r, _: (-1 if r.gpu is None else r.gpu, r.device), 0),
     Column("pid", "PID", 8, lambda r, _: r.pid, 0),
     Column("user", "USER", 10, lambda r, _: r.user or "", 0),
-    Column("kind", "KIND", 7, lambda r, _: r.kind, 8),
-    Column("gpu_mem", "GPU-MEM", 7, lambda r, _: _num(r.gpu_memory_bytes), 0),
-    Column("cpu", "CPU%", 5, lambda r, _: _num(r.cpu_pct), 5),
-    Column("host_mem", "HOST-MEM", 8, lambda r, _: _num(r.host_memory_bytes), 7),
-    Column("time", "TIME", 7, _running_s, 6),
+    Column("kind", "KIND", 8, lambda r, _: r.kind, 9),
+    Column("gpu_mem", "GPU-MEM", 9, lambda r, _: _num(r.gpu_memory_bytes), 0),
+    Column("sm", "SM%", 5, lambda r, _: _num(r.sm_util_pct), 5),
+    Column("cpu", "CPU%", 6, lambda r, _: _num(r.cpu_pct), 6),
+    Column("host_mem", "HOST-MEM", 10, lambda r, _: _num(r.host_memory_bytes), 8),
+    Column("time", "TIME", 7, _running_s, 7),
     Column("lease", "LEASE", 18, lambda r, _: r.lease, 4),
     Column("idle", "IDLE", 8, lambda r, _: -1.0 if r.idle is None else r.idle.seconds, 3),
     Column("command", "COMMAND", 0, lambda r, _: r.command or "", 0),
 )
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 BY_KEY: Mapping[str, Column] = {column.key: column for column in COLUMNS}
+KIND_SHOWN = {"compute+graphics": "C+G"}
+"""Kinds longer than the KIND column, written as nvidia-smi writes them."""
 MIN_COMMAND_WIDTH = 16
 _CELL_PADDING = 2  # DataTable's padding around each cell
 
@@ -95,9 +100,20 @@ def columns_for(width: int, *, several_hosts: bool) -> tuple[Column, ...]:
 
 
 def build_rows(
-    frame: Frame, idle_clocks: Mapping[int, IdleClock], now: float, idle_after_s: float
+    frame: Frame,
+    idle_clocks: Mapping[int, IdleClock],
+    now: float,
+    idle_after_s: float,
+    *,
+    idle_now: float | None = None,
+    idle_offset_s: float = 0.0,
 ) -> list[Row]:
-    """Every process, lease holder and waiting job of one frame, in no particular order."""
+    """Every process, lease holder and waiting job of one frame, in no particular order.
+
+    `now` is the wall time; the idle clocks may run on another clock (the monotonic one),
+    where it is `idle_now` and a wall time `t` of the frame is `t - idle_offset_s`.
+    """
+    idle = _IdleLookup(idle_clocks, now if idle_now is None else idle_now, idle_offset_s)
     snapshot = frame.snapshot
     if snapshot is None:
         return []
@@ -107,7 +123,7 @@ def build_rows(
     labels = device_labels(snapshot)
     rows = [
         replace(
-            _process_row(frame, p, by_gpu.get(p.gpu_index, ()), idle_clocks, now, idle_after_s),
+            _process_row(frame, p, by_gpu.get(p.gpu_index, ()), idle, idle_after_s),
             key=process_key(frame.source, labels(p), p.pid),
             device=labels(p),
         )
@@ -115,7 +131,7 @@ def build_rows(
     ]
     on_gpu = {(p.gpu_index, p.pid) for p in snapshot.processes}
     rows += [
-        _lease_row(frame, lease, idle_clocks, now, idle_after_s)
+        _lease_row(frame, lease, idle, idle_after_s)
         for lease in frame.leases
         if (lease.gpu_index, lease.pid) not in on_gpu
     ]
@@ -135,24 +151,32 @@ def device_labels(snapshot: Snapshot) -> Callable[[ProcessUsage], str]:
     return lambda p: mig_labels.get(p.mig_uuid or "", str(p.gpu_index))
 
 
-def _idle(
-    clock: IdleClock | None, now: float, since: float | None, idle_after_s: float
-) -> Idle | None:
-    idle = clock.idle_for(now, since=since) if clock is not None else None
-    return idle if idle is not None and idle.seconds >= idle_after_s else None
+@dataclass(frozen=True, slots=True)
+class _IdleLookup:
+    clocks: Mapping[int, IdleClock]
+    now: float
+    offset_s: float
+
+    def past(self, gpu_index: int, since: float | None, idle_after_s: float) -> Idle | None:
+        """How long `gpu_index` has idled since the wall time `since`, once `idle_after_s`."""
+        clock = self.clocks.get(gpu_index)
+        if clock is None:
+            return None
+        start = None if since is None else since - self.offset_s
+        idle = clock.idle_for(self.now, since=start)
+        return idle if idle is not None and idle.seconds >= idle_after_s else None
 
 
 def _process_row(
     frame: Frame,
     process: ProcessUsage,
     leases: Sequence[Lease],
-    idle_clocks: Mapping[int, IdleClock],
-    now: float,
+    idle_lookup: _IdleLookup,
     idle_after_s: float,
 ) -> Row:
     holds_memory = bool(process.memory_used_bytes)
     idle = (
-        _idle(idle_clocks.get(process.gpu_index), now, process.started_at, idle_after_s)
+        idle_lookup.past(process.gpu_index, process.started_at, idle_after_s)
         if holds_memory
         else None
     )
@@ -168,18 +192,28 @@ def _process_row(
         host_memory_bytes=process.rss_bytes,
         started_at=process.started_at,
         command=process.command,
-        lease=_lease_cell(process.pid, leases),
+        lease=_lease_cell(process, leases),
         idle=idle,
         local=frame.local,
+        sm_util_pct=process.sm_util_pct,
     )
 
 
-def _lease_cell(pid: int, leases: Sequence[Lease]) -> str:
-    """`holder` when this process holds the GPU's lease, else who does."""
-    own = [lease for lease in leases if lease.pid == pid]
+def _lease_cell(process: ProcessUsage, leases: Sequence[Lease]) -> str:
+    """`holder` when this process holds the GPU's lease; the lease it runs under when its
+    user holds one (a launcher's workers); `outside ...` for anyone else's process, and
+    `on ...` where the owner is not visible from here."""
+    own = [lease for lease in leases if lease.pid == process.pid]
     if own:
         return "holder " + _how(own[0])
-    return render.lease_summary(leases)
+    mine = [lease for lease in leases if process.user is not None and lease.user == process.user]
+    if mine:
+        return render.lease_summary(mine)
+    if not leases:
+        return ""
+    holders = " + ".join(sorted({render.printable(lease.user) for lease in leases}))
+    # A process whose owner cannot be seen (another container) may be the holder's own.
+    return f"on {holders}'s lease" if process.user is None else f"outside {holders}'s lease"
 
 
 def _how(lease: Lease) -> str:
@@ -189,11 +223,10 @@ def _how(lease: Lease) -> str:
 def _lease_row(
     frame: Frame,
     lease: Lease,
-    idle_clocks: Mapping[int, IdleClock],
-    now: float,
+    idle_lookup: _IdleLookup,
     idle_after_s: float,
 ) -> Row:
-    idle = _idle(idle_clocks.get(lease.gpu_index), now, lease.started_at, idle_after_s)
+    idle = idle_lookup.past(lease.gpu_index, lease.started_at, idle_after_s)
     return Row(
         key=f"{frame.source}/lease/{lease.lease_id or lease.pid}",
         source=frame.source,
@@ -319,17 +352,19 @@ def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911 -
     if key == "user":
         return (row.user or "?"), ("" if row.user else "dim")
     if key == "kind":
-        return row.kind, "warn" if row.kind == "waiting" else "lease" if row.kind == "lease" else ""
+        style = "warn" if row.kind == "waiting" else "lease" if row.kind == "lease" else ""
+        return KIND_SHOWN.get(row.kind, row.kind), style
     if key == "gpu_mem":
         return render.size(row.gpu_memory_bytes), ""
-    if key == "cpu":
-        return (render.MISSING if row.cpu_pct is None else f"{row.cpu_pct:.0f}"), ""
+    if key in ("sm", "cpu"):
+        value = row.sm_util_pct if key == "sm" else row.cpu_pct
+        return (render.MISSING if value is None else f"{value:.0f}"), ""
     if key == "host_mem":
         return render.size(row.host_memory_bytes), ""
     if key == "time":
         return render.duration(None if row.started_at is None else now - row.started_at), ""
     if key == "lease":
-        return row.lease, "lease"
+        return row.lease, "warn" if row.lease.startswith("outside ") else "lease"
     if key == "idle":
         if row.idle is None:
             return "", ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -16,22 +18,35 @@ from gpuwatch.tui.signals import Plan
 from gpuwatch.tui.trends import ProcessTrend
 from gpuwatch.tui.widgets import Painted
 
+HELP_WIDTH = 72
+"""The help text's width at most (the box is 80 wide: border, padding and scroll bar take 6)."""
+_KEY_CELLS = 26
 
-def help_text(readonly: bool) -> render.Line:
-    """Every key, and the filter syntax."""
+
+def help_text(readonly: bool, width: int = HELP_WIDTH) -> render.Line:
+    """Every key, and the filter syntax, `width` cells wide: a description too long for
+    its line goes on under itself, not under the keys."""
     spans: render.Line = []
     spans.append(("Keys\n\n", "heading"))
     for key in KEYS:
         if key.writes and readonly:
             continue
-        spans.append((f"  {key.shown:<24}", "heading"))
-        spans.append((f"{key.label}\n", ""))
-    spans.append(("\nMouse: click a row to select it, a column title to sort by it.\n", ""))
+        spans.append((f"  {key.shown:<{_KEY_CELLS - 2}}", "heading"))
+        spans.append((_hanging(key.label, width, _KEY_CELLS) + "\n", ""))
+    mouse = "Mouse: click a row to select it, a column title to sort by it."
+    spans.append(("\n" + _hanging(mouse, width, 7) + "\n", ""))
     spans.append(("\nFilter (/): ", "heading"))
-    spans.append(("user:NAME  gpu:N[,M]  idle  WORD (in user, pid, command or lease)\n", ""))
+    terms = "user:NAME  gpu:N[,M]  idle  WORD (in user, pid, command or lease)"
+    spans.append((_hanging(terms, width, 12) + "\n", ""))
     if readonly:
         spans.append(("\nRead-only: signals are off (--readonly).\n", ""))
     return spans
+
+
+def _hanging(text: str, width: int, indent: int) -> str:
+    """`text` wrapped to the cells right of `indent`, its later lines indented to match."""
+    lines = textwrap.wrap(text, max(10, width - indent), break_on_hyphens=False)
+    return ("\n" + " " * indent).join(lines)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -44,8 +59,9 @@ class HelpScreen(ModalScreen[None]):
         self._readonly = readonly
 
     def compose(self) -> ComposeResult:
+        width = min(HELP_WIDTH, self.app.size.width - 8)
         with VerticalScroll(id="help-box"):
-            yield Painted(help_text(self._readonly), id="help-text")
+            yield Painted(help_text(self._readonly, width), id="help-text")
             yield Painted([("Esc, q or ? closes this help", "dim")])
 
 

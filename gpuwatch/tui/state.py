@@ -33,6 +33,11 @@ class Section:
         self.error: str | None = None
         self.received_at: float | None = None
         """Monotonic time of the latest frame, good or bad."""
+        self.wall_offset_s = 0.0
+        """The source's wall clock minus our monotonic one, as of the latest snapshot: turns
+        the wall times a frame carries (process starts, the daemon's history) into monotonic
+        ones. Graphs and idle times run on the monotonic clock, so a wall clock stepped back
+        or forward neither blanks the graphs nor makes an idle GPU look idle for a day."""
         self.history_note = "from this screen's samples"
         self._capacity = max(60, min(4096, math.ceil(GRAPH_WINDOW_S / max(interval_s, 0.1)) * 2))
         self.trends: dict[int, GpuTrend] = {}
@@ -51,13 +56,14 @@ class Section:
             return
         self.frame = frame
         self.label = frame.source or self.label
+        self.wall_offset_s = snapshot.taken_at - received_at
         if len(self.trends) != len(snapshot.gpus):
             self.trends = {gpu.index: GpuTrend(self._capacity) for gpu in snapshot.gpus}
         totals = {gpu.index: gpu.memory_total_bytes for gpu in snapshot.gpus}
         for series in self._pending:
             if (trend := self.trends.get(series.index)) is not None:
                 trend.add_history(
-                    series.taken_at,
+                    [taken_at - self.wall_offset_s for taken_at in series.taken_at],
                     series.memory_used_bytes,
                     series.utilization_pct,
                     totals.get(series.index),
@@ -68,7 +74,7 @@ class Section:
             fraction = used / total if used is not None and total else None
             trend = self.trends.get(gpu.index)
             if trend is not None:
-                trend.add(snapshot.taken_at, fraction, gpu.utilization_pct)
+                trend.add(received_at, fraction, gpu.utilization_pct)
 
     def stalled_s(self, now_monotonic: float, after_s: float, opened_at: float) -> float | None:
         """Seconds without any frame, once that is longer than `after_s`."""
@@ -76,15 +82,17 @@ class Section:
         waited = now_monotonic - since
         return waited if waited >= after_s else None
 
-    def graphs(self, gpu_index: int, now: float, width: int) -> tuple[list[float | None], ...]:
+    def graphs(
+        self, gpu_index: int, monotonic_now: float, width: int
+    ) -> tuple[list[float | None], ...]:
         """The memory and utilization graphs of one GPU, `width` cells over the window."""
         trend = self.trends.get(gpu_index)
         if trend is None:
             return [], []
-        start = now - GRAPH_WINDOW_S
+        start = monotonic_now - GRAPH_WINDOW_S
         return (
-            trend.memory.buckets(start, now, width),
-            trend.utilization.buckets(start, now, width),
+            trend.memory.buckets(start, monotonic_now, width),
+            trend.utilization.buckets(start, monotonic_now, width),
         )
 
     def leases_on(self, gpu_index: int) -> list[Lease]:
@@ -92,9 +100,9 @@ class Section:
         return [] if frame is None else [le for le in frame.leases if le.gpu_index == gpu_index]
 
     def card_input(
-        self, gpu_index: int, now: float, card_width: int, idle_after_s: float
+        self, gpu_index: int, monotonic_now: float, card_width: int, idle_after_s: float
     ) -> render.CardInput:
-        memory, utilization = self.graphs(gpu_index, now, render.graph_width(card_width))
+        memory, utilization = self.graphs(gpu_index, monotonic_now, render.graph_width(card_width))
         snapshot = self.frame.snapshot if self.frame is not None else None
         migs = snapshot.mig_devices_of(gpu_index) if snapshot is not None else ()
         leases = self.leases_on(gpu_index)
@@ -103,17 +111,25 @@ class Section:
             and any(p.memory_used_bytes for p in snapshot.processes_on(gpu_index))
         )
         trend = self.trends.get(gpu_index)
-        idle = trend.idle.idle_for(now) if trend is not None and held else None
+        idle = trend.idle.idle_for(monotonic_now) if trend is not None and held else None
         note = ""
         if idle is not None and idle.seconds >= idle_after_s:
             note = f"held, idle {'≥' if idle.at_least else ''}{render.duration(idle.seconds)}"
         return render.CardInput(memory, utilization, leases, idle_note=note, migs=migs)
 
-    def rows(self, now: float, idle_after_s: float) -> list[Row]:
+    def rows(self, now: float, monotonic_now: float, idle_after_s: float) -> list[Row]:
+        """The rows of the latest frame; `now` is the wall time shown (running times)."""
         if self.frame is None:
             return []
         idle = {index: trend.idle for index, trend in self.trends.items()}
-        return build_rows(self.frame, idle, now, idle_after_s)
+        return build_rows(
+            self.frame,
+            idle,
+            now,
+            idle_after_s,
+            idle_now=monotonic_now,
+            idle_offset_s=self.wall_offset_s,
+        )
 
 
 class ScreenState:
@@ -135,8 +151,12 @@ class ScreenState:
             (process_key(section.label, labels(p), p.pid), p.memory_used_bytes, p.cpu_pct)
             for p in snapshot.processes
         ]
-        self.process_trends.update(snapshot.taken_at, samples)
+        self.process_trends.update(received_at, samples)
         self.process_trends.keep_only({key for key, _, _ in samples}, prefix)
 
-    def rows(self, now: float, idle_after_s: float) -> list[Row]:
-        return [row for section in self.sections for row in section.rows(now, idle_after_s)]
+    def rows(self, now: float, monotonic_now: float, idle_after_s: float) -> list[Row]:
+        return [
+            row
+            for section in self.sections
+            for row in section.rows(now, monotonic_now, idle_after_s)
+        ]

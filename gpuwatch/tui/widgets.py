@@ -5,22 +5,29 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
+from gpuwatch.models import GpuSample
 from gpuwatch.training import TrainingReports, reports_for_this_machine
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import HostStats
-from gpuwatch.tui.layout import Layout
+from gpuwatch.tui.layout import CARD_GAP, Layout
 from gpuwatch.tui.rows import Column, Row, cell_text
 from gpuwatch.tui.state import GRAPH_WINDOW_S, ScreenState, Section
 from gpuwatch.tui.training import training_lines
 
 TRAINING_READ_EVERY_S = 1.0
+REMOVE_ONE_BY_ONE_MAX = 64
+"""Past this many rows gone at once, the table is emptied and refilled instead: DataTable
+renumbers every row on each removal, so removing thousands one by one is quadratic."""
 
 # The span styles of `render`, each a component class styled in gpuwatch.tcss.
 SPAN_STYLES = (
@@ -77,22 +84,29 @@ class SectionView(Static):
         self,
         section: Section,
         layout: Layout,
-        now: float,
+        monotonic_now: float,
         stalled_s: float | None,
         idle_after_s: float,
     ) -> None:
-        lines = [self.painter.text(_header(section, stalled_s))]
         frame = section.frame
+        gpus = frame.snapshot.gpus if frame is not None and frame.snapshot is not None else ()
+        shared = shared_error(gpus)
+        width = layout.card_columns * (layout.card_width + len(CARD_GAP)) - len(CARD_GAP)
+        header = _header(section, stalled_s, shared, graphs=layout.graph_rows > 0)
+        lines = [self.painter.text(fit_parts(header, width))]
         if frame is not None and frame.snapshot is not None:
-            cards = [
-                render.gpu_card(
-                    gpu,
-                    section.card_input(gpu.index, now, layout.card_width, idle_after_s),
-                    layout.card_width,
-                    layout.graph_rows,
+            cards = []
+            for gpu in gpus:
+                extra = section.card_input(
+                    gpu.index, monotonic_now, layout.card_width, idle_after_s
                 )
-                for gpu in frame.snapshot.gpus
-            ]
+                if shared is not None and gpu.error == shared:
+                    extra = replace(extra, error_above=True)
+                cards.append(
+                    render.gpu_card(
+                        gpu, extra, layout.card_width, layout.graph_rows, compact=layout.compact
+                    )
+                )
             lines.extend(self.painter.text(spans) for spans in _side_by_side(cards, layout))
         elif section.error is None:
             lines.append(Text("waiting for the first sample…"))
@@ -102,30 +116,64 @@ class SectionView(Static):
         self.update(text)
 
 
-def _header(section: Section, stalled_s: float | None) -> render.Line:
+def shared_error(gpus: Sequence[GpuSample]) -> str | None:
+    """The error several GPUs report word for word (a lost driver), said once, not per card."""
+    errors = Counter(gpu.error for gpu in gpus if gpu.error is not None)
+    common = errors.most_common(1)
+    return common[0][0] if common and common[0][1] > 1 else None
+
+
+HeaderPart = tuple[int, render.Line]
+"""A part of a section's header and its rank: 0 always shows, higher ranks go first."""
+
+
+def fit_parts(parts: Sequence[HeaderPart], width: int) -> render.Line:
+    """The parts that fit `width` cells, two spaces apart, dropping the highest ranks whole
+    (a part is never cut in the middle, unless the ones that always show are too long)."""
+    kept = list(parts)
+
+    def cells(chosen: Sequence[HeaderPart]) -> int:
+        return sum(len(text) for _, spans in chosen for text, _ in spans) + 2 * (len(chosen) - 1)
+
+    while cells(kept) > width and any(rank for rank, _ in kept):
+        kept.remove(max(kept, key=lambda part: part[0]))
+    line: render.Line = []
+    for _, spans in kept:
+        if line:
+            line.append(("  ", ""))
+        line.extend(spans)
+    return render.crop(line, width)
+
+
+def _header(
+    section: Section, stalled_s: float | None, shared: str | None, *, graphs: bool
+) -> list[HeaderPart]:
     frame = section.frame
-    spans: render.Line = [(render.printable(section.label or "…"), "title")]
+    parts: list[HeaderPart] = [(0, [(render.printable(section.label or "…"), "title")])]
     if frame is not None and frame.snapshot is not None:
         snapshot = frame.snapshot
-        spans.append((f"  {render.clock_time(snapshot.taken_at)}", "label"))
+        parts.append((2, [(render.clock_time(snapshot.taken_at), "label")]))
         if snapshot.driver_version:
-            spans.append((f"  driver {snapshot.driver_version}", "label"))
+            parts.append((3, [(f"driver {snapshot.driver_version}", "label")]))
         if snapshot.cuda_driver_version:
-            spans.append((f"  CUDA {snapshot.cuda_driver_version}", "label"))
+            parts.append((4, [(f"CUDA {snapshot.cuda_driver_version}", "label")]))
         if frame.waiters:
-            spans.append((f"  {len(frame.waiters)} waiting for GPUs", "warn"))
+            parts.append((0, [(f"{len(frame.waiters)} waiting for GPUs", "warn")]))
+        if shared is not None:
+            count = sum(gpu.error == shared for gpu in snapshot.gpus)
+            parts.append((0, [(f"{count} GPUs: {render.printable(shared)}", "alarm")]))
     if stalled_s is not None:
-        spans.append((f"  no sample for {stalled_s:.0f} s", "alarm"))
+        parts.append((0, [(f"no sample for {stalled_s:.0f} s", "alarm")]))
     if section.error:
-        spans.append((f"  {render.printable(section.error)}", "alarm"))
-    if frame is not None:  # last: the least needed, the first cut on a narrow screen
+        parts.append((0, [(render.printable(section.error), "alarm")]))
+    if frame is not None and graphs:
         minutes = GRAPH_WINDOW_S / 60
-        spans.append((f"  graphs: {minutes:.0f} min {section.history_note}", "dim"))
-    return spans
+        parts.append((5, [(f"graphs: {minutes:.0f} min {section.history_note}", "dim")]))
+    return parts
 
 
 def _side_by_side(cards: Sequence[list[render.Line]], layout: Layout) -> list[render.Line]:
-    """Cards laid out `layout.card_columns` to a line, separated by a blank column."""
+    """Cards laid out `layout.card_columns` to a line, separated by `CARD_GAP`."""
     out: list[render.Line] = []
     columns = layout.card_columns
     for first in range(0, len(cards), columns):
@@ -134,7 +182,7 @@ def _side_by_side(cards: Sequence[list[render.Line]], layout: Layout) -> list[re
             spans: render.Line = []
             for position, card in enumerate(group):
                 if position:
-                    spans.append((" ", ""))
+                    spans.append((CARD_GAP, "dim"))
                 row = card[line] if line < len(card) else [(" " * layout.card_width, "")]
                 spans.extend(row)
             out.append(spans)
@@ -179,42 +227,43 @@ class HostLine(Static):
             stats.memory_used_bytes / stats.memory_total_bytes if stats.memory_total_bytes else None
         )
         swap = stats.swap_used_bytes / stats.swap_total_bytes if stats.swap_total_bytes else None
-        spans: render.Line = [("CPU ", "label")]
-        spans += render.percent_bar(stats.cpu_pct, bar, render.THRESHOLDS.busy)
-        spans.append(
+        cpu: render.Line = [("CPU ", "label")]
+        cpu += render.percent_bar(stats.cpu_pct, bar, render.THRESHOLDS.busy)
+        cpu.append(
             (
                 f" {stats.cpu_pct:3.0f}% of {stats.cpu_count}",
                 render.level(stats.cpu_pct / 100, render.THRESHOLDS.busy),
             )
         )
-        spans.append(("  MEM ", "label"))
-        spans += render.percent_bar(
+        mem: render.Line = [("MEM ", "label")]
+        mem += render.percent_bar(
             None if memory is None else memory * 100, bar, render.THRESHOLDS.memory
         )
-        spans.append(
+        mem.append(
             (
-                f" {render.gib(stats.memory_used_bytes)}/{render.gib(stats.memory_total_bytes)}",
+                f" {render.size(stats.memory_used_bytes)}/{render.size(stats.memory_total_bytes)}",
                 render.level(memory, render.THRESHOLDS.memory),
             )
         )
-        spans.append(("  SWP ", "label"))
+        swp: render.Line = [("SWP ", "label")]
         if swap is None:
-            spans.append(("none", "dim"))
+            swp.append(("none", "dim"))
         else:
-            spans.append(
+            swp.append(
                 (
-                    f"{render.gib(stats.swap_used_bytes)}/{render.gib(stats.swap_total_bytes)}",
+                    f"{render.size(stats.swap_used_bytes)}/{render.size(stats.swap_total_bytes)}",
                     render.level(swap, render.THRESHOLDS.memory),
                 )
             )
-        load = stats.load_1m / stats.cpu_count
-        spans.append(("  LOAD ", "label"))
-        spans.append(
-            (
-                f"{stats.load_1m:.2f} {stats.load_5m:.2f} {stats.load_15m:.2f}",
-                render.level(load, (0.8, 1.5)),
-            )
-        )
+        load_level = render.level(stats.load_1m / stats.cpu_count, (0.8, 1.5))
+        loads = f"{stats.load_1m:.2f} {stats.load_5m:.2f} {stats.load_15m:.2f}"
+        # All three loads when they fit, else the last minute's, else none; swap goes first.
+        spans: render.Line = []
+        for shown in (loads, f"{stats.load_1m:.2f}"):
+            load: render.Line = [("LOAD ", "label"), (shown, load_level)]
+            spans = fit_parts([(0, cpu), (0, mem), (2, swp), (1, load)], width)
+            if shown in "".join(text for text, _ in spans):
+                break
         self.update(self.painter.text(spans))
 
 
@@ -281,6 +330,12 @@ class ProcessTable(DataTable[Text]):
     COMPONENT_CLASSES: ClassVar[set[str]] = DataTable.COMPONENT_CLASSES | {
         f"span--{name}" for name in SPAN_STYLES
     }
+    # DataTable scrolls sideways on Home and End; in a list of processes they select
+    # the first and the last, as in top and nvitop.
+    BINDINGS: ClassVar[list[Binding | tuple[str, str] | tuple[str, str, str]]] = [
+        Binding("home", "first_row", "First", show=False),
+        Binding("end", "last_row", "Last", show=False),
+    ]
 
     def __init__(self) -> None:
         super().__init__(id="processes", cursor_type="row", zebra_stripes=False)
@@ -292,6 +347,14 @@ class ProcessTable(DataTable[Text]):
         self._rows: dict[str, Row] = {}
         self._sorted_by: tuple[str, bool] | None = None
         self._width = 0
+
+    def action_first_row(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=0)
+
+    def action_last_row(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=self.row_count - 1)
 
     def row(self, key: str) -> Row | None:
         return self._rows.get(key)
@@ -317,9 +380,12 @@ class ProcessTable(DataTable[Text]):
         if columns != self.columns_shown or width != self._width:
             self._set_columns(columns, width)
         wanted = {row.key for row in rows}
-        for gone in [key for key in self._cells if key not in wanted]:
-            self.remove_row(gone)
-            del self._cells[gone]
+        gone = [key for key in self._cells if key not in wanted]
+        if len(gone) > REMOVE_ONE_BY_ONE_MAX:
+            self._empty()
+        for key in gone if len(gone) <= REMOVE_ONE_BY_ONE_MAX else ():
+            self.remove_row(key)
+            del self._cells[key]
         self._rows = {row.key: row for row in rows}
         for row in rows:
             cells = [cell_text(row, column, now, row.key in tagged) for column in columns]
@@ -337,6 +403,15 @@ class ProcessTable(DataTable[Text]):
                 arrow = (" ▼" if reverse else " ▲") if column.key == key else ""
                 label = column.title + arrow
                 self.columns[column.key].label = Text(label)  # type: ignore[index]
+
+    def _empty(self) -> None:
+        """Drops every row, keeping the columns and the scroll position; the rows that stay
+        are added again, in order, by the caller."""
+        scroll_y = self.scroll_y
+        self.clear()
+        self._cells.clear()
+        self.order = []
+        self.scroll_to(y=scroll_y, animate=False)
 
     def _set_columns(self, columns: tuple[Column, ...], width: int) -> None:
         self.clear(columns=True)
