@@ -182,3 +182,68 @@ def test_a_module_with_an_unwieldy_name_still_publishes_a_readable_report(
     assert found.skipped == 0
     (report,) = found.reports
     assert any(m.name.startswith("xxx") and m.name.endswith("…") for m in report.modules)
+
+
+def sampled_figures(between_steps: Any, steps: int = 3, every: int = 1) -> list[Any]:
+    """`last_modules` after `steps` training steps of a fresh model, `between_steps()` run
+    after each step (and so inside the next sampled step's window)."""
+    torch.manual_seed(0)
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, optimizer=optimizer, per_module=True, every=every, publish=False) as memory:
+        for _ in range(steps):
+            model.train()
+            train_step(model, optimizer)
+            between_steps(model)
+        return sorted(memory.last_modules, key=lambda module: module.name)
+
+
+def evaluate(model: nn.Module) -> None:
+    """An MNIST-style test(): eval mode, no gradients, several larger batches."""
+    model.eval()
+    with torch.no_grad():
+        for _ in range(5):
+            model(torch.randn(4 * BATCH, 32))
+
+
+def evaluate_with_gradients_on(model: nn.Module) -> None:
+    model.eval()
+    for _ in range(3):
+        model(torch.randn(4 * BATCH, 32))
+
+
+@pytest.mark.parametrize("every", [1, 2], ids=["every-step", "every-2"])
+@pytest.mark.parametrize(
+    "evaluation", [evaluate, evaluate_with_gradients_on], ids=["no-grad", "eval-mode"]
+)
+def test_an_evaluation_loop_between_steps_adds_nothing_to_the_sampled_step(
+    every: int, evaluation: Any
+) -> None:
+    # GIVEN the figures of a training without evaluation
+    alone = sampled_figures(lambda model: None, every=every)
+    # WHEN the same training runs an evaluation loop after every step
+    with_evaluation = sampled_figures(evaluation, every=every)
+    # THEN the sampled step's figures are the same: the evaluation's forwards are not in them
+    assert with_evaluation == alone
+    first = next(m for m in alone if m.name == "0")
+    assert first.forward_delta_bytes == BATCH * 64 * FLOAT_BYTES
+
+
+def test_with_gradient_accumulation_the_figures_are_one_micro_batch() -> None:
+    # GIVEN one training step of one batch, and one of two micro-batches of the same size
+    def accumulate(model: nn.Module, optimizer: Any) -> None:
+        for _ in range(2):
+            model(torch.randn(BATCH, 32)).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    figures = []
+    for step in (train_step, accumulate):
+        torch.manual_seed(0)
+        model = mlp()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        with watch(model, optimizer=optimizer, per_module=True, publish=False) as memory:
+            step(model, optimizer)
+            figures.append({m.name: m.forward_delta_bytes for m in memory.last_modules})
+    # THEN each module's forward is that of one micro-batch: the first freed its memory
+    assert figures[1] == figures[0]
