@@ -35,7 +35,7 @@ from functools import partial
 from typing import Any
 
 from gpuwatch.torch.stats import StatsSource
-from gpuwatch.training import ModuleMemory, fit_name
+from gpuwatch.training import MAX_NAME_CHARS, ModuleMemory, fit_name
 
 
 @dataclass(slots=True)
@@ -60,10 +60,7 @@ class ModuleSampler:
     """Measures every module of `model` during the steps between `install()` and `remove()`."""
 
     def __init__(self, model: Any, source: StatsSource | None) -> None:
-        self._names = {
-            id(module): fit_name(name or type(model).__name__)
-            for name, module in model.named_modules()
-        }
+        self._names = module_names(model)
         self._source = source
         self._allocated: Callable[[], int] | None = None
         self._handles: list[Any] = []
@@ -278,6 +275,38 @@ class ModuleSampler:
         for frame in self._open:
             frame.high = max(frame.high, now)
         return now
+
+
+_MAX_CLASS_CHARS = 60
+_WRAPPERS = {
+    "DistributedDataParallel": "module",
+    "DataParallel": "module",
+    "OptimizedModule": "_orig_mod",  # torch.compile
+}
+"""Modules that wrap a model, and the attribute that holds it."""
+
+
+def module_names(model: Any) -> dict[int, str]:
+    """A name for each module of `model`, by `id()`: the model's class for the model, and
+    `path (Class)` for the others (`layers.0 (Linear)`). A wrapper (DDP, DataParallel,
+    torch.compile) is seen through: its model is named as the model, once, without the
+    `module.` prefix, and the wrapper itself is not measured (its model is)."""
+    while (inner := getattr(model, _WRAPPERS.get(type(model).__name__, ""), None)) is not None:
+        model = inner
+    return {
+        id(module): _fit_with_class(path, type(module).__name__)
+        for path, module in model.named_modules()
+    }
+
+
+def _fit_with_class(path: str, class_name: str) -> str:
+    """`path (Class)` within a report's limit on names: a long path is cut, the class kept."""
+    if not path:
+        return fit_name(class_name)
+    suffix = f" ({fit_name(class_name)[:_MAX_CLASS_CHARS]})"
+    room = MAX_NAME_CHARS - len(suffix)
+    printable = fit_name(path)
+    return (printable if len(printable) <= room else printable[: room - 1] + "…") + suffix
 
 
 def _tensors(value: Any) -> list[Any]:
