@@ -145,7 +145,7 @@ def print_whole_watch_cost(runs: dict[str, list[dict[str, float]]], steps: int) 
     burst of load hit)."""
     bare = runs["none"]
     for mode, results in runs.items():
-        line = [f"  {mode:<26}"]
+        line = []
         for clock, label in (("wall_s", "wall"), ("cpu_s", "CPU of all threads")):
             median = statistics.median(run[clock] for run in results)
             of_medians = median / statistics.median(run[clock] for run in bare)
@@ -154,7 +154,7 @@ def print_whole_watch_cost(runs: dict[str, list[dict[str, float]]], steps: int) 
             )
             line.append(f"{label} {median * 1e3:7.1f} ms (x{of_medians:.3f}; paired x{paired:.3f})")
         wall_per_step = statistics.median(run["wall_s"] for run in results) / steps
-        print(", ".join(line) + f"; {wall_per_step * 1e3:.3f} ms per step")
+        print(f"  {mode:<26} " + ", ".join(line) + f"; {wall_per_step * 1e3:.3f} ms per step")
 
 
 def gpu_ratio() -> tuple[float, float, float] | None:
