@@ -1,12 +1,12 @@
-"""What `gpuwatch.torch.watch()` costs a training step.
+"""What `gpuwatch.torch.watch()` costs a training loop.
 
 - Always on: microseconds per `step()` with the simulated allocator (the watch's own work:
   one read of the counters, the hand-over to the sender; publishing runs meanwhile).
-- Per module, every 10 steps: a small MLP on the CPU, watched, against its bare twin, trained
-  in turn ten steps each; the ratio of each watched ten to the bare ten beside it holds the
-  sampled step and whatever it leaves to the steps after it. Reported as the median over
-  cycle pairs, then the median (and range) over repeats, in CPU time of the training thread
-  (other processes on a shared machine do not count) and in wall time.
+- The user's figure: the wall time of a training (a small MLP on the CPU, one torch thread)
+  with a whole watch, its background threads included, against the same training without
+  one; also per module, every 10 steps. Each run is its own process, the kinds alternated
+  (A B C A B C ...), and the medians compared; the CPU time of all the process's threads is
+  shown beside, as what the watch takes from other work on a busy machine.
 - On a GPU (only where torch sees CUDA): a larger model's step time with the always-on watch
   over the same without it.
 
@@ -15,13 +15,15 @@ Run: python bench/hook_cost.py [--quick]
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -89,68 +91,70 @@ def overhead_ratio(
     return without, with_, with_ / without
 
 
-@dataclass(frozen=True)
-class Paired:
-    """Per-module cost: the ratio of a watched cycle of `every` steps to a bare one."""
-
-    cpu_ratios: list[float]  # one per repeat: the median over its cycle pairs
-    wall_ratios: list[float]
-    bare_cpu_ms: float  # mean step, CPU time, across every bare cycle
-
-    def line(self, label: str) -> str:
-        cpu, wall = statistics.median(self.cpu_ratios), statistics.median(self.wall_ratios)
-        return (
-            f"{label}: x{cpu:.3f} CPU time (repeats {_spread(self.cpu_ratios)}), "
-            f"x{wall:.3f} wall time (repeats {_spread(self.wall_ratios)}); "
-            f"bare step {self.bare_cpu_ms:.3f} ms CPU"
-        )
+MODES: dict[str, dict[str, Any] | None] = {
+    "none": None,
+    "watch": {},
+    "watch per_module every=10": {"per_module": True, "every": 10},
+}
+"""What each training process runs under: no watch, or `watch()` with these options."""
 
 
-def _spread(ratios: list[float]) -> str:
-    return f"{min(ratios):.3f}-{max(ratios):.3f}"
-
-
-def _cycle(
-    model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor, steps: int
-) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of `steps` training steps."""
-    cpu, wall = time.thread_time(), time.perf_counter()
-    for _ in range(steps):
-        model(batch).square().mean().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return time.thread_time() - cpu, time.perf_counter() - wall
-
-
-def per_module_paired(every: int, repeats: int, pairs: int) -> Paired:
-    """Two identical MLPs, one watched per module every `every` steps, trained in turn one
-    cycle of `every` steps each: a cycle holds one sampled step and the steps after it, so
-    the ratio of a watched cycle to the bare cycle beside it is the whole cost, and load from
-    other processes, which comes and goes over seconds, falls on both alike. The median over
-    cycle pairs sets aside the pairs a burst of load hit unevenly."""
+def train_once(mode: str, steps: int) -> dict[str, float]:
+    """One training run in this process (the child's side): `steps` steps of a CPU MLP under
+    `mode`, the watch started and closed inside the timed span, its threads running."""
     torch.set_num_threads(1)
-    batch = torch.randn(64, 256)
-    bare, hooked = mlp(256, "cpu"), mlp(256, "cpu")
-    hooked.load_state_dict(bare.state_dict())
-    bare_opt = torch.optim.SGD(bare.parameters(), lr=1e-3)
-    hooked_opt = torch.optim.SGD(hooked.parameters(), lr=1e-3)
-    for model, optimizer in ((bare, bare_opt), (hooked, hooked_opt)):
-        _cycle(model, optimizer, batch, 20)  # warm-up
-    cpu_ratios, wall_ratios, bare_cpu = [], [], []
-    for _ in range(repeats):
-        cpu, wall = [], []
-        with watch(hooked, optimizer=hooked_opt, per_module=True, every=every) as memory:
-            _cycle(hooked, hooked_opt, batch, every)  # the watch's first cycle starts sampled
-            for _ in range(pairs):
-                bare_s = _cycle(bare, bare_opt, batch, every)
-                hooked_s = _cycle(hooked, hooked_opt, batch, every)
-                cpu.append(hooked_s[0] / bare_s[0])
-                wall.append(hooked_s[1] / bare_s[1])
-                bare_cpu.append(bare_s[0] / every)
-            assert memory.modules_step is not None, "the watch measured no module"
-        cpu_ratios.append(statistics.median(cpu))
-        wall_ratios.append(statistics.median(wall))
-    return Paired(cpu_ratios, wall_ratios, statistics.fmean(bare_cpu) * 1e3)
+    torch.manual_seed(0)
+    model, batch = mlp(256, "cpu"), torch.randn(64, 256)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for _ in range(20):  # warm-up, outside the timed span
+        _train_step(model, optimizer, batch)
+    options = MODES[mode]
+    wall, cpu = time.perf_counter(), time.process_time()  # process time: every thread
+    memory = watch(model, optimizer=optimizer, **options) if options is not None else None
+    for _ in range(steps):
+        _train_step(model, optimizer, batch)
+    if memory is not None:
+        memory.close()
+    return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+
+
+def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor) -> None:
+    model(batch).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def whole_watch_cost(rounds: int, steps: int) -> dict[str, list[dict[str, float]]]:
+    """Each mode in its own process, the modes alternated (A B C A B C ..., the order turned
+    each round, so none always runs first): load from other users falls on all alike."""
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    names = list(MODES)
+    for round_ in range(rounds):
+        for mode in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            child = subprocess.run(
+                [sys.executable, __file__, "--child", mode, str(steps)],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            runs[mode].append(json.loads(child.stdout.splitlines()[-1]))
+    return runs
+
+
+def print_whole_watch_cost(runs: dict[str, list[dict[str, float]]], steps: int) -> None:
+    """Per kind: the median run, its ratio to the median bare run, and the median of the
+    ratios of each run to the bare run of its own round (which sets aside a round that a
+    burst of load hit)."""
+    bare = runs["none"]
+    for mode, results in runs.items():
+        line = []
+        for clock, label in (("wall_s", "wall"), ("cpu_s", "CPU of all threads")):
+            median = statistics.median(run[clock] for run in results)
+            of_medians = median / statistics.median(run[clock] for run in bare)
+            paired = statistics.median(
+                r[clock] / b[clock] for r, b in zip(results, bare, strict=True)
+            )
+            line.append(f"{label} {median * 1e3:7.1f} ms (x{of_medians:.3f}; paired x{paired:.3f})")
+        wall_per_step = statistics.median(run["wall_s"] for run in results) / steps
+        print(f"  {mode:<26} " + ", ".join(line) + f"; {wall_per_step * 1e3:.3f} ms per step")
 
 
 def gpu_ratio() -> tuple[float, float, float] | None:
@@ -164,14 +168,19 @@ def gpu_ratio() -> tuple[float, float, float] | None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        print(json.dumps(train_once(sys.argv[2], int(sys.argv[3]))))
+        return
     os.environ.setdefault("GPUWATCH_LEASE_DIR", tempfile.mkdtemp(prefix="gpuwatch-bench-"))
     print(f"torch {torch.__version__}, {'quick' if QUICK else 'full'} run")
     per_step = always_on_us_per_step(50_000 if QUICK else 200_000)
     print(f"always-on, simulated allocator: {per_step:.2f} us per step (target <= 10 us)")
-    repeats, pairs = (3, 30) if QUICK else (7, 60)
-    print(f"per module, CPU MLP: {repeats} repeats of {pairs} interleaved cycle pairs")
-    print(per_module_paired(10, repeats, pairs).line("  every 10 steps (target <= 1.05)"))
-    print(per_module_paired(1, repeats, pairs * 5).line("  every step (the sampled step alone)"))
+    rounds, steps = (6, 500) if QUICK else (15, 1500)
+    print(
+        f"training with a whole watch (its threads included) against none: a CPU MLP, "
+        f"{steps} steps per run, each run its own process, {rounds} rounds alternated; medians"
+    )
+    print_whole_watch_cost(whole_watch_cost(rounds, steps), steps)
     if (gpu := gpu_ratio()) is None:
         print("GPU always-on overhead: not run (torch sees no CUDA device here)")
     else:

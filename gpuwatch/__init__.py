@@ -84,6 +84,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "torch":  # the subpackage `gpuwatch.torch` (it imports torch only in watch())
+        import gpuwatch.torch
+
+        return gpuwatch.torch
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'gpuwatch' has no attribute {name!r}")

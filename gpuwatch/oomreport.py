@@ -9,6 +9,8 @@ come from anywhere. No torch here.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,7 +29,9 @@ from gpuwatch.units import format_size
 
 FORMAT = "gpuwatch-oom/1"
 MAX_ITEMS = 20
-_MAX_FILE_BYTES = 1 << 20
+MAX_REPORT_BYTES = 1 << 20
+TEXT_START = "Out of memory on "
+"""How the text copy of a report (`render()`) begins."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +108,13 @@ def report_from_dict(data: object) -> OomReport:
 
 def read_report(path: str) -> OomReport:
     """Reads and checks an OOM report file; raises `BadRecord` or `OSError`."""
-    with open(path, "rb") as file:
-        raw = file.read(_MAX_FILE_BYTES + 1)
-    if len(raw) > _MAX_FILE_BYTES:
+    # O_NONBLOCK: a FIFO planted under a report's name must not block the reader.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadRecord("not a regular file")
+        raw = file.read(MAX_REPORT_BYTES + 1)
+    if len(raw) > MAX_REPORT_BYTES:
         raise BadRecord("larger than any OOM report gpuwatch writes")
     try:
         return report_from_dict(json.loads(raw))
@@ -114,6 +122,13 @@ def read_report(path: str) -> OomReport:
         if isinstance(error, BadRecord):
             raise
         raise BadRecord("not JSON") from error
+
+
+def read_text(raw: bytes) -> str:
+    """The text copy of a report, as read from a file: anything unprintable (a terminal's
+    escape sequences) is shown as `?`."""
+    text = raw.decode("utf-8", errors="replace")
+    return "".join(c if c.isprintable() or c == "\n" else "?" for c in text)
 
 
 def render(report: OomReport) -> str:

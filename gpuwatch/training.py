@@ -42,7 +42,7 @@ MAX_MODULES = 20
 MAX_POINTS = 120
 MAX_FILES_READ = 256
 """A user who plants thousands of files costs a reader no more than this many reads."""
-_MAX_NAME_CHARS = 200
+MAX_NAME_CHARS = 200
 _MAX_PID = 1 << 22  # the kernel's highest pid_max
 _MAX_WORLD = 1 << 20
 
@@ -252,9 +252,7 @@ def this_hostname() -> str:
 def fit_name(text: str) -> str:
     """`text` as a report may carry it: printable, and short enough for readers to accept."""
     printable = "".join(c if c.isprintable() else "?" for c in text)
-    return (
-        printable if len(printable) <= _MAX_NAME_CHARS else printable[: _MAX_NAME_CHARS - 1] + "…"
-    )
+    return printable if len(printable) <= MAX_NAME_CHARS else printable[: MAX_NAME_CHARS - 1] + "…"
 
 
 def module_from_dict(item: object) -> ModuleMemory:

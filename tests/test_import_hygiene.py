@@ -172,3 +172,14 @@ def test_a_deferred_module_loads_when_first_used() -> None:
         "assert type(sys.modules['colorsys']).__name__ == 'module'\n"
     )
     loaded_after(statement)
+
+
+def test_gpuwatch_torch_resolves_on_first_use_without_importing_torch() -> None:
+    # GIVEN only `import gpuwatch`
+    statement = (
+        "import gpuwatch\n"
+        # WHEN gpuwatch.torch is used, THEN it is the watch package, and torch is not loaded
+        "assert callable(gpuwatch.torch.watch)\n"
+        "assert gpuwatch.torch is __import__('gpuwatch.torch').torch\n"
+    )
+    assert loaded_after(statement).isdisjoint(HEAVY)

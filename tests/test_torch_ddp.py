@@ -59,7 +59,8 @@ def test_each_ddp_rank_publishes_its_own_report(tmp_path: Path, lease_dir: Path)
     out = torchrun(str(script), lease_dir=lease_dir)
     # THEN rank 0 reads one report per rank, each with its rank, the world size and its steps
     assert "reports [(0, 2, 3), (1, 2, 3)]" in out
-    assert "'module.0'" in out  # per-module figures under DDP, named through the wrapper
+    # per-module figures under DDP, named once, as without the wrapper: no `module.` prefix
+    assert "modules ['0 (Linear)', '1 (ReLU)', 'Sequential']" in out
 
 
 def test_the_example_trains_watched_on_two_ranks(lease_dir: Path) -> None:

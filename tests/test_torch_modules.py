@@ -49,11 +49,11 @@ def test_modules_are_measured_by_the_tensors_they_produce_on_cpu() -> None:
         train_step(model, optimizer)
         modules = {module.name: module for module in memory.last_modules}
     # THEN each layer's forward is the bytes of its output, and backward was seen
-    assert modules["0"].forward_delta_bytes == BATCH * 64 * FLOAT_BYTES
-    assert modules["2"].forward_delta_bytes == BATCH * 128 * FLOAT_BYTES
+    assert modules["0 (Linear)"].forward_delta_bytes == BATCH * 64 * FLOAT_BYTES
+    assert modules["2 (Linear)"].forward_delta_bytes == BATCH * 128 * FLOAT_BYTES
     assert modules["Sequential"].forward_peak_bytes >= BATCH * (64 + 128) * FLOAT_BYTES
-    assert modules["2"].backward_peak_bytes is not None
-    assert modules["2"].backward_peak_bytes > 0
+    assert modules["2 (Linear)"].backward_peak_bytes is not None
+    assert modules["2 (Linear)"].backward_peak_bytes > 0
     # AND the largest module comes first
     assert memory.last_modules[0].name == "Sequential"
 
@@ -80,7 +80,7 @@ def test_inplace_activations_still_train_with_module_hooks() -> None:
     with watch(model, optimizer=optimizer, per_module=True, publish=False) as memory:
         for _ in range(3):
             train_step(model, optimizer)
-        assert "1" in {module.name for module in memory.last_modules}
+        assert "1 (ReLU)" in {module.name for module in memory.last_modules}
 
 
 def test_the_inplace_regression_test_can_fail() -> None:
@@ -130,8 +130,8 @@ def test_evaluation_without_gradients_is_measured_forward_only() -> None:
         model(torch.randn(BATCH, 32))
         memory.step()
     modules = {module.name: module for module in memory.last_modules}
-    assert modules["0"].forward_delta_bytes == BATCH * 64 * FLOAT_BYTES
-    assert modules["0"].backward_delta_bytes is None
+    assert modules["0 (Linear)"].forward_delta_bytes == BATCH * 64 * FLOAT_BYTES
+    assert modules["0 (Linear)"].backward_delta_bytes is None
 
 
 class Allocating(nn.Module):
@@ -158,11 +158,11 @@ def test_modules_are_measured_by_the_allocator_once_cuda_runs(started: bool) -> 
     modules = {module.name: module for module in memory.last_modules}
     if started:
         # THEN the figures are the allocator's
-        assert modules["0"].forward_delta_bytes == 3 << 20
+        assert modules["0 (Allocating)"].forward_delta_bytes == 3 << 20
         assert modules["Sequential"].forward_delta_bytes == 4 << 20
     else:
         # THEN, CUDA not running, they are the bytes of the tensors produced
-        assert modules["0"].forward_delta_bytes == 4 * 8 * FLOAT_BYTES
+        assert modules["0 (Allocating)"].forward_delta_bytes == 4 * 8 * FLOAT_BYTES
 
 
 def test_a_module_with_an_unwieldy_name_still_publishes_a_readable_report(
@@ -181,4 +181,105 @@ def test_a_module_with_an_unwieldy_name_still_publishes_a_readable_report(
     # THEN readers accept the report, with the name cut and cleaned
     assert found.skipped == 0
     (report,) = found.reports
-    assert any(m.name.startswith("xxx") and m.name.endswith("…") for m in report.modules)
+    assert any(m.name.startswith("xxx") and m.name.endswith("… (Linear)") for m in report.modules)
+
+
+def sampled_figures(between_steps: Any, steps: int = 3, every: int = 1) -> list[Any]:
+    """`last_modules` after `steps` training steps of a fresh model, `between_steps()` run
+    after each step (and so inside the next sampled step's window)."""
+    torch.manual_seed(0)
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, optimizer=optimizer, per_module=True, every=every, publish=False) as memory:
+        for _ in range(steps):
+            model.train()
+            train_step(model, optimizer)
+            between_steps(model)
+        return sorted(memory.last_modules, key=lambda module: module.name)
+
+
+def evaluate(model: nn.Module) -> None:
+    """An MNIST-style test(): eval mode, no gradients, several larger batches."""
+    model.eval()
+    with torch.no_grad():
+        for _ in range(5):
+            model(torch.randn(4 * BATCH, 32))
+
+
+def evaluate_with_gradients_on(model: nn.Module) -> None:
+    model.eval()
+    for _ in range(3):
+        model(torch.randn(4 * BATCH, 32))
+
+
+@pytest.mark.parametrize("every", [1, 2], ids=["every-step", "every-2"])
+@pytest.mark.parametrize(
+    "evaluation", [evaluate, evaluate_with_gradients_on], ids=["no-grad", "eval-mode"]
+)
+def test_an_evaluation_loop_between_steps_adds_nothing_to_the_sampled_step(
+    every: int, evaluation: Any
+) -> None:
+    # GIVEN the figures of a training without evaluation
+    alone = sampled_figures(lambda model: None, every=every)
+    # WHEN the same training runs an evaluation loop after every step
+    with_evaluation = sampled_figures(evaluation, every=every)
+    # THEN the sampled step's figures are the same: the evaluation's forwards are not in them
+    assert with_evaluation == alone
+    first = next(m for m in alone if m.name == "0 (Linear)")
+    assert first.forward_delta_bytes == BATCH * 64 * FLOAT_BYTES
+
+
+def test_with_gradient_accumulation_the_figures_are_one_micro_batch() -> None:
+    # GIVEN one training step of one batch, and one of two micro-batches of the same size
+    def accumulate(model: nn.Module, optimizer: Any) -> None:
+        for _ in range(2):
+            model(torch.randn(BATCH, 32)).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    figures = []
+    for step in (train_step, accumulate):
+        torch.manual_seed(0)
+        model = mlp()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        with watch(model, optimizer=optimizer, per_module=True, publish=False) as memory:
+            step(model, optimizer)
+            figures.append({m.name: m.forward_delta_bytes for m in memory.last_modules})
+    # THEN each module's forward is that of one micro-batch: the first freed its memory
+    assert figures[1] == figures[0]
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+
+    def forward(self, x: Any) -> Any:
+        return self.layers(x)
+
+
+def test_modules_are_named_by_path_and_class() -> None:
+    # GIVEN a model of nested modules
+    model = Block()
+    # WHEN a step is sampled
+    with watch(model, per_module=True, publish=False) as memory:
+        model(torch.randn(4, 8)).sum().backward()
+        memory.step()
+    # THEN each module is named by its path and its class, the model by its class
+    assert {m.name for m in memory.last_modules} == {
+        "Block", "layers (Sequential)", "layers.0 (Linear)", "layers.1 (ReLU)", "layers.2 (Linear)"
+    }  # fmt: skip
+
+
+def test_a_data_parallel_wrapper_is_seen_through() -> None:
+    # GIVEN a model wrapped as DDP wraps it (DataParallel: the same `.module`, no process group)
+    model = nn.DataParallel(Block())
+    # WHEN a step is sampled
+    with watch(model, per_module=True, publish=False) as memory:
+        model(torch.randn(4, 8)).sum().backward()
+        memory.step()
+    names = [m.name for m in memory.last_modules]
+    # THEN the model inside is named once, as without the wrapper, with no `module.` prefix
+    assert sorted(names) == sorted(set(names))
+    assert "Block" in names and "layers.0 (Linear)" in names
+    assert not any("DataParallel" in name or name.startswith("module") for name in names)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
+from gpuwatch.errors import GpuwatchError, InvalidValueError
 from gpuwatch.oomreport import OomReport, advice, read_report
 from gpuwatch.training import ModuleMemory, read_reports
 from tests.conftest import run_cli
@@ -194,3 +197,100 @@ def test_a_program_that_survives_an_oom_gets_a_report_for_the_next_one(tmp_path:
     # THEN each OOM has its own report
     requested = sorted(read_report(str(p)).requested_bytes or 0 for p in tmp_path.glob("*.json"))
     assert requested == [8 * MiB, 16 * MiB]
+
+
+PLANTED = OomReport(
+    pid=4242, rank=0, world_size=1, hostname="node1", device="cuda:0", at=1.79e9, step=812,
+    requested_bytes=2 * MiB,
+)  # fmt: skip
+
+
+def test_a_file_planted_under_the_reports_name_is_left_alone(tmp_path: Path) -> None:
+    from gpuwatch.torch.oom import write_oom
+    from gpuwatch.training import this_hostname
+
+    # GIVEN another user's file at the .json's exact name, and a link at the .txt's to a victim
+    stem = tmp_path / f"gpuwatch-oom-{this_hostname()}-4242-rank0-step812-1790000000"
+    planted = stem.with_name(stem.name + ".json")
+    planted.write_text("planted")
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    stem.with_name(stem.name + ".txt").symlink_to(victim)
+    # WHEN the report is written
+    written = Path(write_oom(PLANTED, str(tmp_path), snapshot={"segments": []}))
+    # THEN neither planted file nor the link's target changed
+    assert planted.read_text() == "planted"
+    assert victim.read_text() == "precious"
+    # AND the report, its text and its snapshot landed under one fresh name
+    assert written != planted and written.name.startswith(stem.name + "-")
+    assert read_report(str(written)).requested_bytes == 2 * MiB
+    assert written.with_suffix(".txt").read_text().startswith("Out of memory on cuda:0")
+    assert read_report(str(written)).snapshot_path == str(written.with_suffix(".pickle"))
+
+
+def test_no_file_is_left_behind_under_a_name_that_was_passed_over(tmp_path: Path) -> None:
+    from gpuwatch.torch.oom import write_oom
+
+    # GIVEN the .txt's name taken, the .json's free
+    first = Path(write_oom(PLANTED, str(tmp_path), snapshot=None))
+    first.with_suffix(".json").unlink()
+    # WHEN another report with the same name is written
+    second = Path(write_oom(PLANTED, str(tmp_path), snapshot=None))
+    # THEN it is written whole elsewhere, and no empty .json is left under the first name
+    assert second != first and not first.exists()
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".json", ".txt", ".txt"]
+
+
+def make_file(path: Path) -> None:
+    path.write_text("someone's notes")
+
+
+def make_fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def make_others_link(path: Path) -> None:
+    from tests.other_user import other_user
+
+    elsewhere = path.parent / "elsewhere"
+    elsewhere.mkdir()
+    path.symlink_to(elsewhere)
+    os.lchown(path, other_user().pw_uid, -1)
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (make_file, "is a file, not a directory"),
+        (make_fifo, "is a FIFO, not a directory"),
+        (make_others_link, "is a symbolic link another user owns"),
+    ],
+    ids=["file", "fifo", "other-users-symlink"],
+)
+def test_an_oom_dir_that_is_no_directory_of_ours_is_refused_at_watch(
+    tmp_path: Path, make: Any, why: str
+) -> None:
+    # GIVEN oom_dir naming a file, a FIFO, or a link another user planted
+    path = tmp_path / "oom"
+    make(path)
+    before = os.lstat(path)
+    # WHEN a watch starts, THEN it refuses in one line, and the path is as it was
+    with pytest.raises(InvalidValueError, match=why) as refused:
+        watch(source=SimulatedAllocator(capacity_bytes=4 * MiB), oom_dir=path, publish=False)
+    assert "\n" not in str(refused.value)
+    assert isinstance(refused.value, GpuwatchError)
+    assert os.lstat(path) == before
+
+
+def test_an_oom_dir_of_ones_own_through_a_link_is_used(tmp_path: Path) -> None:
+    # GIVEN oom_dir a link of one's own to a directory
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "oom").symlink_to(tmp_path / "scratch")
+    sim = SimulatedAllocator(capacity_bytes=4 * MiB)
+    # WHEN an OOM happens, THEN its report lands in the directory linked to
+    with (
+        watch(source=sim, oom_dir=tmp_path / "oom", publish=False),
+        contextlib.suppress(SimulatedOutOfMemory),
+    ):
+        sim.allocate(8 * MiB)
+    assert len(list((tmp_path / "scratch").glob("*.json"))) == 1

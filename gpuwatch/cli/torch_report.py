@@ -1,36 +1,97 @@
-"""`gpuwatch torch-report FILE`: an OOM report, or a memory snapshot summed up, in the terminal."""
+"""`gpuwatch torch-report FILE`: an OOM report, or a memory snapshot summed up, in the terminal.
+
+The file may come from anyone, and may be anything: it is opened without
+blocking, and refused at once unless it is a regular file of a size gpuwatch
+could have written. Its first bytes say what it is before the rest is read.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import click
 
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.memsnapshot import MAX_FILE_BYTES, NotASnapshot, load, summarize
-from gpuwatch.oomreport import read_report, render
+from gpuwatch.oomreport import MAX_REPORT_BYTES, TEXT_START, read_text, render, report_from_dict
 from gpuwatch.record_fields import BadRecord
+from gpuwatch.training import FORMAT as TRAINING_FORMAT
+
+_WHAT_TO_GIVE = "give the .json or .pickle that gpuwatch.torch.watch() wrote"
 
 
 @click.command("torch-report", short_help="Show an OOM report or summarise a memory snapshot.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 def torch_report(file: str) -> int:
-    """Show an OOM report written by gpuwatch.torch.watch() (the .json), or summarise a
-    CUDA memory snapshot (the .pickle for pytorch.org/memory_viz)."""
-    try:
-        click.echo(render(read_report(file)))
-        return 0
-    except BadRecord as error:
-        report_error = str(error)
-    except OSError as error:
-        raise InvalidValueError(f"cannot read {file}: {error.strerror}") from error
-    try:
-        with open(file, "rb") as stream:
-            raw = stream.read(MAX_FILE_BYTES + 1)
-        if len(raw) > MAX_FILE_BYTES:
-            raise NotASnapshot("larger than 4 GiB")
-        click.echo(summarize(load(raw)).render())
-    except (NotASnapshot, OSError) as error:
-        raise InvalidValueError(
-            f"{file} is neither a gpuwatch OOM report ({report_error}) nor a memory snapshot "
-            f"({error}); give the .json or .pickle that gpuwatch.torch.watch() wrote"
-        ) from error
+    """Show an OOM report written by gpuwatch.torch.watch() (the .json, or its .txt copy), or
+    summarise a CUDA memory snapshot (the .pickle for pytorch.org/memory_viz)."""
+    with _open_regular(file) as (stream, size_bytes):
+        head = stream.read(64)
+        if head.startswith(b"\x80"):  # a pickle, protocol 2 or later: what torch writes
+            click.echo(_snapshot_summary(file, head + stream.read(size_bytes)))
+        elif head.lstrip().startswith(b"{"):
+            click.echo(_json_report(file, head + stream.read(MAX_REPORT_BYTES), size_bytes))
+        elif head.startswith(TEXT_START.encode()) and size_bytes <= MAX_REPORT_BYTES:
+            click.echo(read_text(head + stream.read(MAX_REPORT_BYTES)), nl=False)
+        else:
+            raise InvalidValueError(
+                f"{file} is neither a gpuwatch OOM report nor a memory snapshot; {_WHAT_TO_GIVE}"
+            )
     return 0
+
+
+@contextlib.contextmanager
+def _open_regular(path: str) -> Iterator[tuple[BinaryIO, int]]:
+    """`path` open for reading, and its size, if it is a regular file no larger than a
+    snapshot may be. O_NONBLOCK: opening a FIFO must not wait for a writer; the type is
+    read from the open file, so that nothing swapped in after a check is read."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        raise InvalidValueError(f"cannot read {path}: {error.strerror}") from error
+    with os.fdopen(fd, "rb") as stream:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise InvalidValueError(f"{path} is not a regular file; {_WHAT_TO_GIVE}")
+        if status.st_size > MAX_FILE_BYTES:
+            raise InvalidValueError(
+                f"{path} is larger than any report or snapshot (4 GiB); {_WHAT_TO_GIVE}"
+            )
+        yield stream, status.st_size
+
+
+def _json_report(file: str, raw: bytes, size_bytes: int) -> str:
+    try:
+        if size_bytes > MAX_REPORT_BYTES:
+            raise BadRecord("larger than any OOM report gpuwatch writes")
+        data = json.loads(raw)
+        if isinstance(data, dict) and data.get("format") == TRAINING_FORMAT:
+            raise InvalidValueError(
+                f"{file} is a live training report, not an OOM report: `gpuwatch status` and "
+                "`gpuwatch tui` show those; give the gpuwatch-oom-*.json of an OOM here"
+            )
+        return render(report_from_dict(data))
+    except (ValueError, RecursionError) as error:
+        if isinstance(error, InvalidValueError):
+            raise
+        why = str(error) if isinstance(error, BadRecord) else "not JSON"
+        raise InvalidValueError(
+            f"{file} is neither a gpuwatch OOM report ({why}) nor a memory snapshot; "
+            f"{_WHAT_TO_GIVE}"
+        ) from error
+
+
+def _snapshot_summary(file: str, raw: bytes) -> str:
+    try:
+        return summarize(load(raw)).render()
+    except NotASnapshot as error:
+        raise InvalidValueError(
+            f"{file} is neither a gpuwatch OOM report nor a memory snapshot ({error}); "
+            f"{_WHAT_TO_GIVE}"
+        ) from error

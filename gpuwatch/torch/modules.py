@@ -16,6 +16,13 @@ the tensors modules produce (outputs and the gradients passed between modules),
 each storage counted once while it lives, which is what the figures are on a
 CPU. A module's peak is the highest reading seen at any hook while it ran,
 above its start: a floor of the true peak, which no hook sees.
+
+The figures are one training pass's: the last forward (with its backward) of
+the sampled step that ran with gradients on and the model in training mode.
+An evaluation loop run between steps (under `torch.no_grad()`, or in eval
+mode) is kept apart, and shown only for a step that trained nothing; with
+gradient accumulation, each micro-batch starts the figures afresh, since the
+previous one's backward freed its activations.
 """
 
 from __future__ import annotations
@@ -28,15 +35,7 @@ from functools import partial
 from typing import Any
 
 from gpuwatch.torch.stats import StatsSource
-from gpuwatch.training import ModuleMemory, fit_name
-
-
-@dataclass(slots=True)
-class _Frame:
-    name: str
-    start: int
-    high: int
-    pending_ends: int = 0
+from gpuwatch.training import MAX_NAME_CHARS, ModuleMemory, fit_name
 
 
 @dataclass(slots=True)
@@ -47,14 +46,21 @@ class _Record:
     backward_peak: int | None = None
 
 
+@dataclass(slots=True)
+class _Frame:
+    name: str
+    start: int
+    high: int
+    pending_ends: int = 0
+    records: dict[str, _Record] | None = None
+    """Where a forward's figures go: the training pass's, or the other passes'."""
+
+
 class ModuleSampler:
     """Measures every module of `model` during the steps between `install()` and `remove()`."""
 
     def __init__(self, model: Any, source: StatsSource | None) -> None:
-        self._names = {
-            id(module): fit_name(name or type(model).__name__)
-            for name, module in model.named_modules()
-        }
+        self._names = module_names(model)
         self._source = source
         self._allocated: Callable[[], int] | None = None
         self._handles: list[Any] = []
@@ -78,6 +84,7 @@ class ModuleSampler:
         source = self._source
         uses_allocator = source is not None and source.tracks_tensors and source.ready()
         self._allocated = source.allocated_now if source is not None and uses_allocator else None
+        self._grad_enabled = _grad_mode()
 
         # Two process-wide forward hooks, not two per module: a large model's thousands of
         # registrations would cost more than its step. Other models' modules are ignored.
@@ -98,6 +105,7 @@ class ModuleSampler:
         for frame in self._backward.values():
             if frame in self._open:  # a container's backward: it ends with the last gradient
                 self._close_backward(frame, self._last_grad)
+        records = self._training or self._other  # a step without training: its evaluation
         measured = [
             ModuleMemory(
                 name,
@@ -106,13 +114,18 @@ class ModuleSampler:
                 record.backward_delta,
                 None if record.backward_peak is None else max(record.backward_peak, 0),
             )
-            for name, record in self._records.items()
+            for name, record in records.items()
         ]
         self._reset()
         return sorted(measured, key=lambda module: module.peak_bytes, reverse=True)
 
     def _reset(self) -> None:
-        self._records: dict[str, _Record] = {}
+        self._training: dict[str, _Record] = {}  # the last training pass: forward and backward
+        self._other: dict[str, _Record] = {}  # the last pass without gradients (evaluation)
+        self._other_roots: set[str] = set()
+        self._current = self._training
+        self._forwards_open = 0
+        self._backward_seen = False
         self._open: list[_Frame] = []
         self._backward: dict[str, _Frame] = {}
         self._pending: dict[str, int] = {}
@@ -131,8 +144,13 @@ class ModuleSampler:
             self._after(name, module, args, output)
 
     def _before(self, name: str, module: Any, args: Any) -> None:
+        if self._forwards_open == 0:
+            self._start_pass(name, module)
+        self._forwards_open += 1
         now = self._read()
-        self._open.append(_Frame(name, now, now))
+        self._open.append(_Frame(name, now, now, records=self._current))
+        if self._current is not self._training:
+            return  # a pass without backward to follow, or whose backward is not the step's
         ends = [tensor for tensor in _tensors(args) if tensor.requires_grad]
         if not ends:  # the first layer: its backward ends with its parameters' gradients
             ends = [p for p in module.parameters(recurse=False) if p.requires_grad]
@@ -145,20 +163,48 @@ class ModuleSampler:
         self._count(outputs)
         now = self._read()
         frame = self._pop_frame(name)
-        if frame is None:
+        if frame is None or frame.records is None:
             return
-        record = self._records.setdefault(name, _Record())
+        self._forwards_open = max(self._forwards_open - 1, 0)
+        record = frame.records.setdefault(name, _Record())
         record.forward_delta += now - frame.start
         record.forward_peak = max(record.forward_peak, frame.high - frame.start)
+        if frame.records is not self._training:
+            return
         for tensor in outputs:
             if tensor.requires_grad:
                 self._on_grad(tensor, starts=True, name=name)
 
+    def _start_pass(self, name: str, module: Any) -> None:
+        """Chooses where a forward that starts a pass records. The figures are the sampled step's
+        training pass's (its last, with gradient accumulation): an evaluation loop run
+        between steps (no gradients, or the model in eval mode) records apart, and counts
+        only in a step that trains nothing."""
+        if self._grad_enabled() and getattr(module, "training", True):
+            if self._backward_seen:  # the next micro-batch: the previous one freed its memory
+                self._start_training_pass()
+            self._current = self._training
+        else:
+            if name in self._other_roots:  # the next batch of the evaluation
+                self._other, self._other_roots = {}, set()
+            self._other_roots.add(name)
+            self._current = self._other
+
+    def _start_training_pass(self) -> None:
+        self._training = {}
+        self._backward_seen = False
+        self._open = [frame for frame in self._open if frame.records is not None]
+        self._backward.clear()
+        self._pending.clear()
+
     def _pop_frame(self, name: str) -> _Frame | None:
-        """The innermost open frame of `name` (nearly always the last), taken off the stack."""
-        if self._open and self._open[-1].name == name:
+        """The innermost open forward frame of `name` (nearly always the last), taken off
+        the stack."""
+        if self._open and self._open[-1].name == name and self._open[-1].records is not None:
             return self._open.pop()
-        frame = next((f for f in reversed(self._open) if f.name == name), None)
+        frame = next(
+            (f for f in reversed(self._open) if f.name == name and f.records is not None), None
+        )
         if frame is not None:
             self._open.remove(frame)
         return frame
@@ -177,6 +223,7 @@ class ModuleSampler:
         self._handles.append(tensor.register_hook(partial(self._gradient_ready, waiting)))
 
     def _gradient_ready(self, waiting: list[tuple[bool, str]], grad: Any) -> None:
+        self._backward_seen = True
         self._count([grad])
         self._last_grad = now = self._read()
         for starts, name in waiting:
@@ -203,7 +250,7 @@ class ModuleSampler:
 
     def _close_backward(self, frame: _Frame, now: int) -> None:
         self._open.remove(frame)
-        record = self._records.setdefault(frame.name, _Record())
+        record = self._training.setdefault(frame.name, _Record())
         record.backward_delta = now - frame.start
         record.backward_peak = frame.high - frame.start
 
@@ -230,6 +277,38 @@ class ModuleSampler:
         return now
 
 
+_MAX_CLASS_CHARS = 60
+_WRAPPERS = {
+    "DistributedDataParallel": "module",
+    "DataParallel": "module",
+    "OptimizedModule": "_orig_mod",  # torch.compile
+}
+"""Modules that wrap a model, and the attribute that holds it."""
+
+
+def module_names(model: Any) -> dict[int, str]:
+    """A name for each module of `model`, by `id()`: the model's class for the model, and
+    `path (Class)` for the others (`layers.0 (Linear)`). A wrapper (DDP, DataParallel,
+    torch.compile) is seen through: its model is named as the model, once, without the
+    `module.` prefix, and the wrapper itself is not measured (its model is)."""
+    while (inner := getattr(model, _WRAPPERS.get(type(model).__name__, ""), None)) is not None:
+        model = inner
+    return {
+        id(module): _fit_with_class(path, type(module).__name__)
+        for path, module in model.named_modules()
+    }
+
+
+def _fit_with_class(path: str, class_name: str) -> str:
+    """`path (Class)` within a report's limit on names: a long path is cut, the class kept."""
+    if not path:
+        return fit_name(class_name)
+    suffix = f" ({fit_name(class_name)[:_MAX_CLASS_CHARS]})"
+    room = MAX_NAME_CHARS - len(suffix)
+    printable = fit_name(path)
+    return (printable if len(printable) <= room else printable[: room - 1] + "…") + suffix
+
+
 def _tensors(value: Any) -> list[Any]:
     """The tensors in a module's arguments or output (nested tuples, lists and dicts)."""
     tensor_type = _tensor_type()
@@ -251,6 +330,12 @@ def _collect(value: Any, tensor_type: type, found: list[Any], depth: int) -> Non
     elif depth < 3 and isinstance(value, dict):
         for item in value.values():
             _collect(item, tensor_type, found, depth + 1)
+
+
+def _grad_mode() -> Callable[[], bool]:
+    import torch
+
+    return torch.is_grad_enabled
 
 
 @functools.cache

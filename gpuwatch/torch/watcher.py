@@ -19,7 +19,7 @@ from typing import Any
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.oomreport import OomReport
 from gpuwatch.torch.modules import ModuleSampler
-from gpuwatch.torch.oom import largest_tensors, requested_from_message, write_oom
+from gpuwatch.torch.oom import check_report_dir, largest_tensors, requested_from_message, write_oom
 from gpuwatch.torch.publish import Sender, StepQueue, StepRecord
 from gpuwatch.torch.stats import CudaStatsSource, StatsSource
 from gpuwatch.training import MAX_MODULES, MemoryPoint, ModuleMemory, TrainingReport, this_hostname
@@ -57,6 +57,7 @@ class Watch:
         self.reset_peaks = reset_peaks
         self.record_history = record_history
         self.oom_dir = os.fspath(oom_dir) if oom_dir is not None else os.getcwd()
+        check_report_dir(self.oom_dir)
         self.notice: str | None = None
         self.source = source if source is not None else self._default_source()
         self.steps = 0
