@@ -49,6 +49,7 @@ from tests.conftest import run_cli
         (["pick", "--sim", ""], "--sim '': give a GPU count"),
         (["tui", "--sim", " "], "--sim ' ': give a GPU count"),
         (["status", "--backend", "nvml", "--sim", ""], "--sim '': give a GPU count"),
+        (["daemon", "--sim", ""], "--sim '': give a GPU count"),
     ],
     ids=[
         "watch-ten-digits",
@@ -73,6 +74,7 @@ from tests.conftest import run_cli
         "pick-sim-empty",
         "tui-sim-blank",
         "nvml-sim-empty",
+        "daemon-sim-empty",
     ],
 )
 def test_an_out_of_range_value_is_a_usage_error_naming_it(

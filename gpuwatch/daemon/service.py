@@ -135,12 +135,12 @@ class Daemon:
 
     def _open_source(self) -> Backend:
         # The daemon is where snapshots come from, so it never asks a daemon for them.
-        if self.settings.sim:
+        if self.settings.sim is not None:  # `--sim ''` is refused there, never the driver
             return open_backend("sim", self.settings.sim)
         return open_backend("nvml" if self.settings.backend == "auto" else self.settings.backend)
 
     def _source_name(self) -> str:
-        return "a simulated node" if self.settings.sim else "the NVIDIA driver"
+        return "a simulated node" if self.settings.sim is not None else "the NVIDIA driver"
 
     def _bind_tcp(self, settings: Settings) -> TcpMetricsServer | None:
         if settings.listen is None:
