@@ -13,14 +13,15 @@ class SampleScope(enum.Enum):
     """How much of each GPU a sample reads.
 
     Reading less means fewer driver calls: choosing GPUs needs only who they
-    are and how busy they are.
+    are, how busy they are and which processes run on them.
     """
 
     FULL = "full"
     """Every metric, the driver versions and the process list."""
 
     SELECTION = "selection"
-    """Identity (`uuid`), memory and utilization; no processes. Other fields are `None`."""
+    """Identity (`uuid`), memory, utilization and the driver's process lists, without the
+    host's details of each process (`user`, `command`, ...). Other fields are `None`."""
 
 
 class Backend(abc.ABC):
