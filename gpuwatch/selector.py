@@ -206,14 +206,15 @@ def acquire(
         while True:
             snapshot = backend.sample(SampleScope.FULL if full else SampleScope.SELECTION)
             request = request or wanted.resolve(snapshot)
+            # Both read outside the lock: a daemon call and /proc are no file operations.
+            recent = _recent_utilization(backend, request)
+            own_pids = _own_pids(snapshot, lease_dir, mine) if mine else frozenset()
             try:
                 with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
                     leases = _without_stale(lease_dir, lease_dir.leases(), snapshot)
                     ahead = lease_dir.waiting_before(ticket)
                     own = _own(mine, leases)
-                    choice = _choose(
-                        snapshot, request, leases, own, _own_pids(snapshot, leases, own), ahead
-                    )
+                    choice = _choose(snapshot, request, leases, own, own_pids, recent, ahead)
                     if choice.satisfied:
                         held = (
                             _claim_all(lease_dir, choice.chosen, request, command) if hold else []
@@ -275,11 +276,24 @@ def _own(held: frozenset[str], leases: list[Lease]) -> frozenset[str]:
     )
 
 
-def _own_pids(snapshot: Snapshot, leases: list[Lease], mine: frozenset[str]) -> frozenset[int]:
+RECENT_WINDOW_S = 60.0
+"""How far back a GPU's utilization counts, where the daemon's history tells it."""
+
+
+def _recent_utilization(backend: Backend, request: Request) -> dict[str, float]:
+    if request.mig is not None or request.util_limit_pct is None:
+        return {}
+    return backend.recent_utilization_pct(RECENT_WINDOW_S)
+
+
+def _own_pids(snapshot: Snapshot, lease_dir: LeaseDir, held: frozenset[str]) -> frozenset[int]:
     """The processes on the GPUs that belong to this job: this process, the holders of its
-    leases, and their descendants (a nested select() or pick, workers a launcher started)."""
+    leases (`held`, from GPUWATCH_HELD), and their descendants (a nested select() or pick,
+    workers a launcher started)."""
     if not snapshot.processes:
         return frozenset()
+    leases = lease_dir.leases()  # a look without the lock: the pids of this job's own leases
+    mine = _own(held, leases)
     roots = {os.getpid()} | {lease.pid for lease in leases if lease.lease_id in mine}
     return frozenset(process.pid for process in snapshot.processes if _descends(process.pid, roots))
 
@@ -310,6 +324,7 @@ def _choose(
     leases: list[Lease],
     mine: frozenset[str],
     own_pids: frozenset[int],
+    recent_util_pct: dict[str, float],
     ahead: list[Waiter],
 ) -> Choice | MigChoice:
     if request.mig is None:
@@ -319,6 +334,7 @@ def _choose(
             leases=leases,
             mine=mine,
             own_pids=own_pids,
+            recent_util_pct=recent_util_pct,
             waiting_ahead=ahead,
             seed=os.getpid(),
         )

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.backends.daemon import peak_utilization
 from gpuwatch.backends.sim import SimBackend
 from tests.conftest import FROZEN_TIME, run_cli
+from tests.daemon_helpers import get_json, running_daemon
 
 SIM4 = SimBackend(4, clock=lambda: FROZEN_TIME).sample()
 UUID = {gpu.index: gpu.uuid for gpu in SIM4.gpus}
@@ -254,6 +256,59 @@ class TestGpusInUse:
         result = run_cli("pick", "--sim", "8", "--format", "index", *args)
         assert result.exit_code == 0, result.stderr
         assert int(result.stdout) in chosen
+
+
+class TestRecentUtilization:
+    def test_a_gpu_busy_in_the_last_minute_is_in_use_when_the_daemon_tells(
+        self, tmp_path: Path
+    ) -> None:
+        # GIVEN a daemon that saw GPU 0 60 % busy, and GPU 0 idle since
+        busy = '[[gpu]]\nload = "constant"\nutilization_pct = 60\n[[gpu]]\n'
+        with running_daemon(tmp_path, scenario=busy) as (_, socket_path, scenario):
+            env = {"GPUWATCH_SOCKET": str(socket_path)}
+            wait_for(
+                lambda: (
+                    get_json(socket_path, "/v1/snapshot")[1]["gpus"][0]["utilization_pct"] == 60
+                ),
+                "the daemon to see GPU 0 busy",
+            )
+            quiet = scenario.with_suffix(".new")
+            quiet.write_text("[[gpu]]\n[[gpu]]\n")
+            quiet.replace(scenario)
+            wait_for(
+                lambda: get_json(socket_path, "/v1/snapshot")[1]["gpus"][0]["utilization_pct"] == 0,
+                "the daemon to see GPU 0 idle",
+            )
+            # WHEN two GPUs are picked through the daemon
+            result = run_cli("pick", "--backend", "daemon", "-n", "2", env=env)
+            # THEN GPU 0 is in use, for what it did in the last minute
+            assert result.exit_code == 4, result.stderr
+            assert "GPU 0: in use: 60% busy in the last minute > 5%" in result.stderr
+            # AND one GPU is GPU 1; --allow-busy takes GPU 0 too
+            one = run_cli("pick", "--backend", "daemon", "--format", "index", env=env)
+            assert one.stdout == "1\n"
+            both = run_cli("pick", "--backend", "daemon", "-n", "2", "--allow-busy", env=env)
+            assert both.exit_code == 0, both.stderr
+
+    @pytest.mark.parametrize(
+        ("answer", "peaks"),
+        [
+            ({"gpus": [{"uuid": "GPU-a", "utilization_pct": [0, None, 40, 3]}]}, {"GPU-a": 40.0}),
+            ({"gpus": [{"uuid": "GPU-a", "utilization_pct": [None]}]}, {}),
+            (
+                {"gpus": [{"uuid": "GPU-a", "utilization_pct": [1e9, -1, True, "9", 2]}]},
+                {"GPU-a": 2.0},
+            ),
+            ({"gpus": [{"uuid": 7, "utilization_pct": [50]}, "x", None]}, {}),
+            ({"gpus": "all"}, {}),
+            ([], {}),
+        ],
+        ids=["peak", "unknown", "out-of-range", "bad-series", "bad-gpus", "not-an-object"],
+    )
+    def test_only_percentages_of_named_gpus_are_read_from_the_history(
+        self, answer: object, peaks: dict[str, float]
+    ) -> None:
+        assert peak_utilization(answer) == peaks
 
 
 class TestRunningCommands:

@@ -351,7 +351,7 @@ def test_select_takes_only_gpus_nobody_uses() -> None:
     assert gpuwatch.select(sim=4).indices == [3]
 
 
-def test_processes_under_this_jobs_leases_are_its_own() -> None:
+def test_processes_under_this_jobs_leases_are_its_own(lease_dir: Path) -> None:
     # GIVEN a worker this process started, and a process of someone else (init)
     from gpuwatch.models import ProcessKind, ProcessUsage, Snapshot
     from gpuwatch.selector import _own_pids
@@ -369,5 +369,5 @@ def test_processes_under_this_jobs_leases_are_its_own() -> None:
             ),
         )
         # THEN the worker is the job's own, init is not
-        assert _own_pids(snapshot, [], frozenset()) == {worker.pid}
+        assert _own_pids(snapshot, LeaseDir(lease_dir), frozenset()) == {worker.pid}
         worker.kill()

@@ -40,6 +40,11 @@ class Backend(abc.ABC):
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         """Read every GPU now; fields outside `scope` are `None`."""
 
+    def recent_utilization_pct(self, window_s: float) -> dict[str, float]:
+        """Each GPU's highest utilization over the last `window_s` seconds, by UUID, where
+        this backend keeps a history (the daemon's); empty where it keeps none or cannot tell."""
+        return {}
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the driver or other resources. Safe to call twice."""

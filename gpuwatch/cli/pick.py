@@ -42,7 +42,7 @@ set to them. The lease lasts as long as COMMAND runs (however it ends), so jobs
 started alongside are given other GPUs. Without COMMAND, print the choice.
 
 Examples:
-  gpuwatch pick -- python train.py       # the GPU with most free memory
+  gpuwatch pick -- python train.py       # the idle GPU with most free memory
   gpuwatch pick -n 2 -- torchrun --nproc-per-node 2 x.py
   gpuwatch pick --min-free 20GiB --timeout 2h -- ./job
   gpuwatch pick --mem 10GiB -- python eval.py   # share a GPU
