@@ -365,21 +365,24 @@ def _busiest(now_pct: float | None, recent_pct: float | None) -> float | None:
 def _in_use_by(
     others: list[ProcessUsage], used_bytes: int | None, utilization_pct: float | None
 ) -> str:
-    """`in use by svc-infer, pids 40500 40501, 36.0GiB used, 48% busy`."""
+    """`in use by svc-infer, pids 40500 40501, 36.0GiB used, 48% busy` (`in use by pid 7`
+    where the user cannot be told: another PID namespace, or the host was not asked)."""
     users = sorted({p.user for p in others if p.user})
     pids = sorted({p.pid for p in others})
-    shown = " ".join(str(pid) for pid in pids[:6]) + (" ..." if len(pids) > 6 else "")
-    parts = [
-        f"in use by {', '.join(users[:3]) + (' ...' if len(users) > 3 else '')}"
-        if users
-        else "in use",
-        f"{'pid' if len(pids) == 1 else 'pids'} {shown}",
-    ]
+    who = f"{_first(users, 3, ', ')}, " if users else ""
+    parts = [f"in use by {who}{'pid' if len(pids) == 1 else 'pids'} {_first(pids, 6, ' ')}"]
     if used_bytes is not None:
         parts.append(f"{format_size(used_bytes)} used")
     if utilization_pct is not None:
         parts.append(f"{utilization_pct:g}% busy")
     return ", ".join(parts)
+
+
+def _first(items: Sequence[object], most: int, separator: str) -> str:
+    """The first `most` items, and `...` when there are more: a reason stays one line."""
+    return separator.join(str(item) for item in items[:most]) + (
+        " ..." if len(items) > most else ""
+    )
 
 
 def _candidates(

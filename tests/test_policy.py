@@ -379,6 +379,13 @@ class TestGpusInUse:
         # AND one GPU is GPU 0, whatever GPU 1's free memory
         assert [g.index for g in choose(snapshot, Request()).chosen] == [0]
 
+    def test_a_process_whose_user_is_unknown_is_named_by_its_pid(self) -> None:
+        # GIVEN a process of another PID namespace (no user), as the driver lists it
+        stranger = ProcessUsage(7, 0, "GPU-0", 6 * GIB, ProcessKind.COMPUTE)
+        snapshot = node(gpu(0, 74, util=0, memory_used_bytes=6 * GIB), processes=(stranger,))
+        choice = choose(snapshot, Request())
+        assert choice.reasons == ("GPU 0: in use by pid 7, 6.0GiB used, 0% busy",)
+
     def test_a_small_graphics_process_does_not_count(self) -> None:
         xorg = process(900, 0, "root", 0.1, ProcessKind.GRAPHICS)
         snapshot = node(gpu(0, 79.6, util=1, memory_used_bytes=GIB // 10), processes=(xorg,))
