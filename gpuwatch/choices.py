@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 
 from gpuwatch.errors import InvalidValueError
 
@@ -50,6 +51,34 @@ def check_gpu_count(count: object) -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidValueError(f"{count!r}: ask for at least 1 GPU")
     return count
+
+
+def exclude_entries(value: object) -> tuple[str, ...]:
+    """GPUs to exclude as `gpuwatch pick --exclude` and `select(exclude=...)` take them: text
+    of comma-separated indices or UUIDs (`"1,2"`; a string is never read letter by letter),
+    an index, or an iterable of indices and such texts."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, int)):
+        items: Iterable[object] = [value]
+    elif isinstance(value, Iterable):
+        items = value
+    else:
+        raise InvalidValueError(f'{value!r}: give GPU indices or UUIDs, e.g. "1,2"')
+    entries: list[str] = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise InvalidValueError(f"{item!r} is not a GPU index or UUID")
+        if isinstance(item, int) and item < 0:
+            raise InvalidValueError(f"{item!r} is not a GPU index or UUID")
+        parts = [part.strip() for part in str(item).split(",")]
+        if not all(parts):
+            raise InvalidValueError(
+                f"{str(item)!r} leaves a GPU out: give indices or UUIDs separated by "
+                "commas, e.g. 1,2"
+            )
+        entries.extend(parts)
+    return tuple(entries)
 
 
 def check_percent(value: float) -> float:

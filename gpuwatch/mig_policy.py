@@ -2,8 +2,9 @@
 
 A MIG device qualifies when it is of the profile asked for, inside the job's
 CUDA_VISIBLE_DEVICES and outside its `--exclude`, readable, not leased against
-the request, not kept for a job waiting ahead, free of other processes (an
-exclusive request), and has the free memory asked for. The driver reports no
+the request, not kept for a job waiting ahead, not in use (`policy.in_use()`,
+for an exclusive request), and has the free memory asked for. A job waiting
+ahead keeps devices only when enough of its profile could ever serve it. The driver reports no
 utilization for MIG devices, so none is weighed.
 """
 
@@ -14,8 +15,16 @@ from dataclasses import dataclass
 
 from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.choices import Strategy
-from gpuwatch.models import Lease, MigDevice, Snapshot
-from gpuwatch.policy import Request, Waiter, keepers, lease_conflict
+from gpuwatch.models import Lease, MigDevice, ProcessUsage, Snapshot
+from gpuwatch.policy import (
+    Request,
+    Waiter,
+    enough_could_fit,
+    in_use,
+    keepers,
+    lease_conflict,
+    memory_nonsense,
+)
 from gpuwatch.units import format_size
 
 _GIB = 1 << 30
@@ -28,6 +37,8 @@ class MigChoice:
     chosen: tuple[MigDevice, ...]
     reasons: tuple[str, ...]
     qualifying: int = 0
+    in_use: int = 0
+    """How many were left out only because they are in use (see `policy.in_use()`)."""
 
     @property
     def satisfied(self) -> bool:
@@ -41,8 +52,14 @@ class _Candidate:
     device: MigDevice
     free_bytes: int
     leases: list[Lease]
-    busy_pids: list[int]
-    """Processes running in it that are not the asking job's."""
+    processes: tuple[ProcessUsage, ...]
+    own_pids: frozenset[int]
+    """The asking job's processes."""
+
+    @property
+    def busy_pids(self) -> list[int]:
+        """Processes running in it that are not the asking job's."""
+        return sorted(p.pid for p in self.processes if p.pid not in self.own_pids)
 
 
 def choose_mig(
@@ -51,30 +68,52 @@ def choose_mig(
     *,
     leases: Sequence[Lease] = (),
     mine: frozenset[str] = frozenset(),
+    own_pids: frozenset[int] = frozenset(),
     waiting_ahead: Sequence[Waiter] = (),
     seed: int = 0,
 ) -> MigChoice:
     """Chooses `request.count` MIG devices, or says for each why it cannot be had.
 
-    `mine`, `waiting_ahead` and `seed` mean what they mean to `policy.choose()`.
+    `mine`, `own_pids`, `waiting_ahead` and `seed` mean what they mean to
+    `policy.choose()`.
     """
     kept: dict[str, Waiter] = {}
-    everyone = _candidates(snapshot, leases, frozenset())
+    everyone = _candidates(snapshot, leases, frozenset(), frozenset())
     for waiter in keepers(waiting_ahead, mig=True):
-        ranked, _ = _qualify(everyone, waiter.request, kept, waiter.pid)
+        if not could_ever_serve_mig(snapshot, waiter.request):
+            continue
+        ranked, _, _ = _qualify(everyone, waiter.request, kept, waiter.pid)
         for candidate in ranked[: waiter.request.count]:
             kept[str(candidate.device.uuid)] = waiter
-    candidates = _candidates(snapshot, leases, mine)
-    ranked, rejected = _qualify(candidates, request, kept, seed)
+    candidates = _candidates(snapshot, leases, mine, own_pids)
+    ranked, rejected, busy = _qualify(candidates, request, kept, seed)
     if len(ranked) >= request.count:
         chosen = tuple(candidate.device for candidate in ranked[: request.count])
-        return MigChoice(chosen, tuple(rejected.values()), len(ranked))
+        return MigChoice(chosen, tuple(rejected.values()), len(ranked), busy)
     for candidate in ranked:
         rejected[candidate.device.label] = (
             f"{_name(candidate.device)}: qualifies ({format_size(candidate.free_bytes)} free)"
         )
     ordered = sorted(rejected, key=lambda label: tuple(int(n) for n in label.split(":")))
-    return MigChoice((), tuple(rejected[label] for label in ordered), len(ranked))
+    return MigChoice((), tuple(rejected[label] for label in ordered), len(ranked), busy)
+
+
+def usable_mig_devices(snapshot: Snapshot, request: Request) -> list[MigDevice]:
+    """The MIG devices `request` may ever have: of its profile, allowed and not excluded."""
+    return [
+        device
+        for device in snapshot.mig_devices
+        if (request.mig_allowed is None or device.uuid in request.mig_allowed)
+        and device.gpu_index not in request.excluded
+        and device.uuid not in request.mig_excluded
+        and (request.mig in (None, ANY) or device.profile == request.mig)
+    ]
+
+
+def could_ever_serve_mig(snapshot: Snapshot, request: Request) -> bool:
+    """Whether enough MIG devices of the profile could serve `request` once idle."""
+    devices = usable_mig_devices(snapshot, request)
+    return enough_could_fit((device.memory_total_bytes for device in devices), request)
 
 
 def free_mig_devices(snapshot: Snapshot, leases: Sequence[Lease]) -> int:
@@ -83,9 +122,9 @@ def free_mig_devices(snapshot: Snapshot, leases: Sequence[Lease]) -> int:
 
 
 def _candidates(
-    snapshot: Snapshot, leases: Iterable[Lease], mine: frozenset[str]
+    snapshot: Snapshot, leases: Iterable[Lease], mine: frozenset[str], own_pids: frozenset[int]
 ) -> list[_Candidate]:
-    own_pids = {lease.pid for lease in leases if lease.lease_id in mine}
+    own_pids = own_pids | {lease.pid for lease in leases if lease.lease_id in mine}
     others = [lease for lease in leases if lease.lease_id not in mine]
     candidates = []
     for device in snapshot.mig_devices:
@@ -96,24 +135,24 @@ def _candidates(
         promised = sum(
             max(0, (lease.mem_bytes or 0) - used_by_pid.get(lease.pid, 0)) for lease in held
         )
-        busy = sorted(p.pid for p in processes if p.pid not in own_pids)
         free = (device.memory_free_bytes or 0) - promised
-        candidates.append(_Candidate(device, free, held, busy))
+        candidates.append(_Candidate(device, free, held, processes, own_pids))
     return candidates
 
 
 def _qualify(
     candidates: list[_Candidate], request: Request, kept: Mapping[str, Waiter], seed: int
-) -> tuple[list[_Candidate], dict[str, str]]:
-    qualifying, rejected = [], {}
+) -> tuple[list[_Candidate], dict[str, str], int]:
+    qualifying, rejected, busy = [], {}, 0
     for candidate in candidates:
         reason = _reason_against(candidate, request, kept)
         if reason is None:
             qualifying.append(candidate)
         else:
+            busy += reason.startswith("in use")
             rejected[candidate.device.label] = f"{_name(candidate.device)}: {reason}"
     qualifying.sort(key=lambda candidate: _rank(candidate, request.strategy, seed))
-    return qualifying, rejected
+    return qualifying, rejected, busy
 
 
 def _reason_against(
@@ -126,11 +165,17 @@ def _reason_against(
         return "excluded"
     if request.mig not in (None, ANY) and device.profile != request.mig:
         return f"profile {device.profile or 'unknown'}, not {request.mig}"
+    return _unreadable(device) or _held(candidate, request, kept) or _too_full(candidate, request)
+
+
+def _unreadable(device: MigDevice) -> str | None:
     if device.error is not None:
         return f"error: {device.error}"
     if device.uuid is None or device.memory_free_bytes is None:
         return "free memory unknown"
-    return _held(candidate, request, kept) or _too_full(candidate, request)
+    return memory_nonsense(
+        device.memory_total_bytes, device.memory_used_bytes, device.memory_free_bytes
+    )
 
 
 def _held(candidate: _Candidate, request: Request, kept: Mapping[str, Waiter]) -> str | None:
@@ -139,11 +184,14 @@ def _held(candidate: _Candidate, request: Request, kept: Mapping[str, Waiter]) -
         return reason
     if (waiter := kept.get(str(candidate.device.uuid))) is not None:
         return f"kept for pid {waiter.pid} ({waiter.user}), which asked earlier"
-    if candidate.busy_pids and not shared:
-        pids = ", ".join(str(pid) for pid in candidate.busy_pids[:3])
-        more = " and more" if len(candidate.busy_pids) > 3 else ""
-        return f"in use by pid {pids}{more} (share it with --mem)"
-    return None
+    device = candidate.device
+    return in_use(
+        candidate.processes,
+        device.memory_used_bytes,
+        None,  # the driver reports no utilization for a MIG device
+        request,
+        own_pids=candidate.own_pids,
+    )
 
 
 def _too_full(candidate: _Candidate, request: Request) -> str | None:

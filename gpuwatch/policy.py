@@ -4,6 +4,11 @@
 line, and returns the GPUs to give and, for every other GPU, one line saying
 why not. No I/O happens here; `gpuwatch.selector` gathers the inputs.
 
+Without `--mem` (or `allow_busy`), a job is given only GPUs nobody uses:
+no other job's compute process, no graphics process beyond a small allowance,
+little memory in use, and no recent utilization (`in_use()`, which the MIG
+policy calls too).
+
 A job waiting ahead keeps the GPUs it could use from jobs behind it, so that
 small jobs do not starve a large one. Since anyone can join the line, that is
 bounded: only each user's first job in line keeps GPUs, only for
@@ -16,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuwatch.choices import Strategy
-from gpuwatch.models import GpuSample, Lease, Snapshot
+from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.units import format_size
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
@@ -29,6 +34,13 @@ KEEP_LIMIT_S = 1800.0
 """How long a waiting job keeps GPUs from later jobs; after that it waits as their equal."""
 _MAX_COUNT = 1 << 16
 _MAX_BYTES = 1 << 53
+IDLE_MAX_UTIL_PCT = 5.0
+"""The utilization above which a GPU counts as in use, unless `--max-util` says otherwise."""
+IDLE_MAX_USED_BYTES = 1 << 30
+"""The memory in use (beyond the driver's reserve) above which a GPU counts as in use,
+unless `--max-used` says otherwise."""
+GRAPHICS_ALLOWANCE_BYTES = 256 << 20
+"""A graphics process using at most this much (Xorg, a desktop) does not make a GPU in use."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +61,29 @@ class Request:
     mig_allowed: frozenset[str] | None = None
     """The MIG devices (UUIDs) it may have, from CUDA_VISIBLE_DEVICES; `None`: any."""
     mig_excluded: frozenset[str] = frozenset()
+    max_used_bytes: int | None = None
+    """The most memory in use on a GPU it may have; `None`: the default for its kind."""
+    allow_busy: bool = False
+    """GPUs in use may be given too (chosen by free memory only), as with `mem_bytes`."""
+
+    @property
+    def wants_idle(self) -> bool:
+        """Only GPUs nobody uses: an exclusive request that did not allow busy ones."""
+        return self.mem_bytes is None and not self.allow_busy
+
+    @property
+    def util_limit_pct(self) -> float | None:
+        """The most utilization a GPU it may have shows, now or recently; `None`: any."""
+        if self.max_util_pct is not None:
+            return self.max_util_pct
+        return IDLE_MAX_UTIL_PCT if self.wants_idle else None
+
+    @property
+    def used_limit_bytes(self) -> int | None:
+        """The most memory in use on a GPU it may have; `None`: any."""
+        if self.max_used_bytes is not None:
+            return self.max_used_bytes
+        return IDLE_MAX_USED_BYTES if self.wants_idle else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +94,8 @@ class Request:
             "strategy": self.strategy.value,
             "allowed": None if self.allowed is None else sorted(self.allowed),
             "excluded": sorted(self.excluded),
+            "max_used_bytes": self.max_used_bytes,
+            "allow_busy": self.allow_busy,
             **_mig_to_dict(self),
         }
 
@@ -70,6 +107,9 @@ class Request:
         strategy = data.get("strategy", Strategy.MOST_FREE.value)
         if not isinstance(strategy, str):
             raise ValueError(f"not a strategy: {strategy!r}")
+        allow_busy = data.get("allow_busy", False)
+        if not isinstance(allow_busy, bool):
+            raise ValueError(f"not a boolean: {allow_busy!r}")
         return cls(
             count=_number(data["count"], int, 1, _MAX_COUNT),
             min_free_bytes=_optional(data.get("min_free_bytes"), int, _MAX_BYTES),
@@ -78,6 +118,8 @@ class Request:
             strategy=Strategy(strategy),
             allowed=None if allowed is None else _indices(allowed),
             excluded=_indices(data.get("excluded", [])),
+            max_used_bytes=_optional(data.get("max_used_bytes"), int, _MAX_BYTES),
+            allow_busy=allow_busy,
             **_mig_from_dict(data),
         )
 
@@ -153,6 +195,8 @@ class Choice:
     chosen: tuple[GpuSample, ...]
     reasons: tuple[str, ...]
     qualifying: int = 0
+    in_use: int = 0
+    """How many were left out only because they are in use (see `in_use()`)."""
 
     @property
     def satisfied(self) -> bool:
@@ -160,14 +204,30 @@ class Choice:
 
 
 class _Candidate:
-    """A GPU as a candidate: its free memory net of promises, and its leases."""
+    """A GPU as a candidate: its free memory net of promises, its leases and its processes."""
 
-    __slots__ = ("free_bytes", "gpu", "leases")
+    __slots__ = (
+        "free_bytes",
+        "gpu",
+        "held_alone",
+        "leases",
+        "own_pids",
+        "processes",
+        "recent_util_pct",
+        "twin",
+    )
 
     def __init__(self, gpu: GpuSample) -> None:
         self.gpu = gpu
         self.free_bytes = 0
         self.leases: list[Lease] = []
+        self.processes: list[ProcessUsage] = []
+        self.own_pids: frozenset[int] = frozenset()
+        self.held_alone = False
+        """Leased to the asking job alone: whatever runs there is its own."""
+        self.recent_util_pct: float | None = None
+        self.twin: int | None = None
+        """Another GPU reporting the same UUID, if any."""
 
 
 def choose(
@@ -176,6 +236,8 @@ def choose(
     *,
     leases: Sequence[Lease] = (),
     mine: frozenset[str] = frozenset(),
+    own_pids: frozenset[int] = frozenset(),
+    recent_util_pct: Mapping[str, float] | None = None,
     waiting_ahead: Sequence[Waiter] = (),
     seed: int = 0,
 ) -> Choice:
@@ -183,28 +245,37 @@ def choose(
 
     Leases whose ids are in `mine` belong to the job asking (it runs under
     them), so they do not keep it from their GPUs; they do keep waiters off.
-    `seed` breaks ties between equally good GPUs; giving each process its own
-    (its pid) spreads jobs started together over equal GPUs.
+    The processes of those leases and `own_pids` (the job's other processes)
+    do not make a GPU in use for it. `recent_util_pct` is each GPU's (by UUID)
+    highest utilization over the last minute, where known. `seed` breaks ties
+    between equally good GPUs; giving each process its own (its pid) spreads
+    jobs started together over equal GPUs.
     """
-    everyone = _candidates(snapshot, leases)
+    own = own_pids | {lease.pid for lease in leases if lease.lease_id in mine}
+    recent = recent_util_pct or {}
+    everyone = _candidates(snapshot, leases, frozenset(), frozenset(), recent)
     kept: dict[int, Waiter] = {}
     for waiter in keepers(waiting_ahead, mig=False):
         if not _could_ever_serve(snapshot, waiter.request):
             continue
-        ranked, _ = _qualify(everyone, waiter.request, kept, waiter.pid)
+        ranked, _, _ = _qualify(everyone, waiter.request, kept, waiter.pid)
         for candidate in ranked[: waiter.request.count]:
             kept[candidate.gpu.index] = waiter
     others = [lease for lease in leases if lease.lease_id not in mine]
-    candidates = _candidates(snapshot, others) if mine else everyone
-    ranked, rejected = _qualify(candidates, request, kept, seed)
+    alone = frozenset(
+        lease.gpu_uuid for lease in leases if lease.lease_id in mine and lease.exclusive
+    )
+    candidates = _candidates(snapshot, others, own, alone, recent) if own else everyone
+    ranked, rejected, busy = _qualify(candidates, request, kept, seed)
     if len(ranked) >= request.count:
         chosen = tuple(candidate.gpu for candidate in ranked[: request.count])
-        return Choice(chosen, tuple(rejected.values()), len(ranked))
+        return Choice(chosen, tuple(rejected.values()), len(ranked), busy)
     for candidate in ranked:
         rejected[candidate.gpu.index] = (
             f"GPU {candidate.gpu.index}: qualifies ({format_size(candidate.free_bytes)} free)"
         )
-    return Choice((), tuple(rejected[index] for index in sorted(rejected)), len(ranked))
+    reasons = tuple(rejected[index] for index in sorted(rejected))
+    return Choice((), reasons, len(ranked), busy)
 
 
 def keepers(waiting_ahead: Sequence[Waiter], *, mig: bool) -> Iterator[Waiter]:
@@ -219,29 +290,126 @@ def keepers(waiting_ahead: Sequence[Waiter], *, mig: bool) -> Iterator[Waiter]:
             yield waiter
 
 
-def _could_ever_serve(snapshot: Snapshot, request: Request) -> bool:
-    """Whether enough of these GPUs could serve `request` once idle (a GPU whose size is
-    unknown might)."""
+def enough_could_fit(totals_bytes: Iterable[int | None], request: Request) -> bool:
+    """Whether enough of the devices of these sizes (`None`: unknown, which might) could
+    serve `request` once idle: what a waiter must pass to keep devices from later jobs,
+    GPUs or MIG devices alike."""
     needed = max(request.min_free_bytes or 0, request.mem_bytes or 0)
-    big_enough = sum(
-        1
-        for gpu in snapshot.gpus
-        if (request.allowed is None or gpu.index in request.allowed)
-        and gpu.index not in request.excluded
-        and (gpu.memory_total_bytes is None or gpu.memory_total_bytes >= needed)
-    )
+    big_enough = sum(1 for total in totals_bytes if total is None or total >= needed)
     return big_enough >= request.count
 
 
-def _candidates(snapshot: Snapshot, leases: Iterable[Lease]) -> list[_Candidate]:
-    by_uuid = {gpu.uuid: _Candidate(gpu) for gpu in snapshot.gpus if gpu.uuid}
+def _could_ever_serve(snapshot: Snapshot, request: Request) -> bool:
+    return enough_could_fit(
+        (
+            gpu.memory_total_bytes
+            for gpu in snapshot.gpus
+            if (request.allowed is None or gpu.index in request.allowed)
+            and gpu.index not in request.excluded
+            and not gpu.mig_enabled
+        ),
+        request,
+    )
+
+
+def in_use(
+    processes: Iterable[ProcessUsage],
+    used_bytes: int | None,
+    utilization_pct: float | None,
+    request: Request,
+    *,
+    own_pids: frozenset[int] = frozenset(),
+    recent_util_pct: float | None = None,
+) -> str | None:
+    """Why a GPU or MIG device is in use for `request`, or `None` when it is not.
+
+    For a job that wants an idle device (`Request.wants_idle`), any compute
+    process of another job makes it in use, and so does a graphics process
+    using more than `GRAPHICS_ALLOWANCE_BYTES`. Memory in use and utilization
+    count against the limits the request sets (or its defaults). The job's own
+    processes (`own_pids`) count for nothing: their memory is not counted, and
+    utilization is theirs while they run there.
+    """
+    mine = [p for p in processes if p.pid in own_pids]
+    others = [p for p in processes if p.pid not in own_pids and _occupies(p)]
+    if used_bytes is not None:
+        used_bytes = max(0, used_bytes - sum(p.memory_used_bytes or 0 for p in mine))
+    busy_pct = _busiest(utilization_pct, recent_util_pct) if not mine else None
+    if others and request.wants_idle:
+        return _in_use_by(others, used_bytes, utilization_pct)
+    used_limit = request.used_limit_bytes
+    if used_limit is not None and used_bytes is not None and used_bytes > used_limit:
+        flag = "--max-used" if request.max_used_bytes is not None else "default; see --max-used"
+        return f"in use: {format_size(used_bytes)} used > {format_size(used_limit)} ({flag})"
+    util_limit = request.util_limit_pct
+    if request.max_util_pct is not None and utilization_pct is None and not mine:
+        return "utilization unknown"
+    if util_limit is not None and busy_pct is not None and busy_pct > util_limit:
+        when = "" if busy_pct == utilization_pct else " in the last minute"
+        flag = "--max-util" if request.max_util_pct is not None else "default; see --max-util"
+        return f"in use: {busy_pct:g}% busy{when} > {util_limit:g}% ({flag})"
+    return None
+
+
+def _occupies(process: ProcessUsage) -> bool:
+    if process.kind is not ProcessKind.GRAPHICS:
+        return True
+    return (process.memory_used_bytes or 0) > GRAPHICS_ALLOWANCE_BYTES
+
+
+def _busiest(now_pct: float | None, recent_pct: float | None) -> float | None:
+    known = [value for value in (now_pct, recent_pct) if value is not None]
+    return max(known) if known else None
+
+
+def _in_use_by(
+    others: list[ProcessUsage], used_bytes: int | None, utilization_pct: float | None
+) -> str:
+    """`in use by svc-infer, pids 40500 40501, 36.0GiB used, 48% busy` (`in use by pid 7`
+    where the user cannot be told: another PID namespace, or the host was not asked)."""
+    users = sorted({p.user for p in others if p.user})
+    pids = sorted({p.pid for p in others})
+    who = f"{_first(users, 3, ', ')}, " if users else ""
+    parts = [f"in use by {who}{'pid' if len(pids) == 1 else 'pids'} {_first(pids, 6, ' ')}"]
+    if used_bytes is not None:
+        parts.append(f"{format_size(used_bytes)} used")
+    if utilization_pct is not None:
+        parts.append(f"{utilization_pct:g}% busy")
+    return ", ".join(parts)
+
+
+def _first(items: Sequence[object], most: int, separator: str) -> str:
+    """The first `most` items, and `...` when there are more: a reason stays one line."""
+    return separator.join(str(item) for item in items[:most]) + (
+        " ..." if len(items) > most else ""
+    )
+
+
+def _candidates(
+    snapshot: Snapshot,
+    leases: Iterable[Lease],
+    own_pids: frozenset[int],
+    own_gpus: frozenset[str],
+    recent_util_pct: Mapping[str, float],
+) -> list[_Candidate]:
+    seen: dict[str, int] = {}
+    twins: dict[int, int] = {}
+    for gpu in snapshot.gpus:
+        if gpu.uuid and (first := seen.setdefault(gpu.uuid, gpu.index)) != gpu.index:
+            twins[gpu.index], twins[first] = first, gpu.index
+    # Two GPUs with one UUID are both in error: no lease can tell which of them it is for.
+    by_uuid = {
+        gpu.uuid: _Candidate(gpu) for gpu in snapshot.gpus if gpu.uuid and gpu.index not in twins
+    }
     for lease in leases:
         if lease.gpu_uuid in by_uuid:
             by_uuid[lease.gpu_uuid].leases.append(lease)
     used_by_pid: dict[tuple[int, int], int] = {}
+    processes: dict[int, list[ProcessUsage]] = {}
     for process in snapshot.processes:
         key = (process.gpu_index, process.pid)
         used_by_pid[key] = used_by_pid.get(key, 0) + (process.memory_used_bytes or 0)
+        processes.setdefault(process.gpu_index, []).append(process)
     candidates = []
     for gpu in snapshot.gpus:
         candidate = by_uuid.get(gpu.uuid) if gpu.uuid else None
@@ -252,29 +420,36 @@ def _candidates(snapshot: Snapshot, leases: Iterable[Lease]) -> list[_Candidate]
             for lease in candidate.leases
         )
         candidate.free_bytes = (gpu.memory_free_bytes or 0) - promised
+        candidate.processes = processes.get(gpu.index, [])
+        candidate.own_pids = own_pids
+        # Even its processes in another PID namespace, which no pid tells.
+        candidate.held_alone = gpu.uuid in own_gpus
+        candidate.recent_util_pct = recent_util_pct.get(gpu.uuid) if gpu.uuid else None
+        candidate.twin = twins.get(gpu.index)
         candidates.append(candidate)
     return candidates
 
 
 def _qualify(
     candidates: list[_Candidate], request: Request, kept: Mapping[int, Waiter], seed: int
-) -> tuple[list[_Candidate], dict[int, str]]:
-    qualifying, rejected = [], {}
+) -> tuple[list[_Candidate], dict[int, str], int]:
+    qualifying, rejected, busy = [], {}, 0
     for candidate in candidates:
         reason = _reason_against(candidate, request, kept)
         if reason is None:
             qualifying.append(candidate)
         else:
+            busy += reason.startswith("in use")
             rejected[candidate.gpu.index] = f"GPU {candidate.gpu.index}: {reason}"
     qualifying.sort(key=lambda candidate: _rank(candidate, request.strategy, seed))
-    return qualifying, rejected
+    return qualifying, rejected, busy
 
 
 def _reason_against(
     candidate: _Candidate, request: Request, kept: Mapping[int, Waiter]
 ) -> str | None:
     """Why `candidate` cannot serve `request`, or `None` when it can."""
-    for check in (_outside_request, _split_by_mig, _unreadable, _held, _too_busy, _too_full):
+    for check in (_outside_request, _split_by_mig, _unreadable, _held, _in_use, _too_full):
         if (reason := check(candidate, request, kept)) is not None:
             return reason
     return None
@@ -298,8 +473,24 @@ def _unreadable(candidate: _Candidate, _: Request, __: Mapping[int, Waiter]) -> 
     gpu = candidate.gpu
     if gpu.error is not None:
         return f"error: {gpu.error}"
+    if candidate.twin is not None:
+        return f"error: the driver reports the same UUID for GPU {candidate.twin}"
     if gpu.memory_free_bytes is None or gpu.uuid is None:
         return "free memory unknown"
+    return memory_nonsense(gpu.memory_total_bytes, gpu.memory_used_bytes, gpu.memory_free_bytes)
+
+
+def memory_nonsense(total: int | None, used: int | None, free: int | None) -> str | None:
+    """`free memory unknown (...)` when the driver's memory figures cannot be true: more
+    used or free than exists (a wrapped-around counter). Such a device is never chosen."""
+    if total is None:
+        return None
+    for name, value in (("free", free), ("used", used)):
+        if value is not None and not 0 <= value <= total:
+            return (
+                f"free memory unknown (the driver reports {format_size(value)} {name} "
+                f"of {format_size(total)})"
+            )
     return None
 
 
@@ -311,15 +502,18 @@ def _held(candidate: _Candidate, request: Request, kept: Mapping[int, Waiter]) -
     return None
 
 
-def _too_busy(candidate: _Candidate, request: Request, _: Mapping[int, Waiter]) -> str | None:
-    utilization = candidate.gpu.utilization_pct
-    if request.max_util_pct is None:
+def _in_use(candidate: _Candidate, request: Request, _: Mapping[int, Waiter]) -> str | None:
+    gpu = candidate.gpu
+    if candidate.held_alone:
         return None
-    if utilization is None:
-        return "utilization unknown"
-    if utilization > request.max_util_pct:
-        return f"{utilization}% busy > {request.max_util_pct:g}%"
-    return None
+    return in_use(
+        candidate.processes,
+        gpu.memory_used_bytes,
+        gpu.utilization_pct,
+        request,
+        own_pids=candidate.own_pids,
+        recent_util_pct=candidate.recent_util_pct,
+    )
 
 
 def _too_full(candidate: _Candidate, request: Request, _: Mapping[int, Waiter]) -> str | None:

@@ -21,6 +21,7 @@ from gpuwatch.choices import (
     check_mig,
     check_one_mig_device,
     check_percent,
+    exclude_entries,
     one_of,
 )
 from gpuwatch.cudastate import cuda_initialized
@@ -118,6 +119,8 @@ _ARGUMENT_NAMES = {
     "min_free_bytes": "min_free",
     "max_util_pct": "max_util",
     "mem_bytes": "mem",
+    "max_used_bytes": "max_used",
+    "allow_busy": "allow_busy",
     "strategy": "strategy",
     "exclude": "exclude",
     "fallback": "fallback",
@@ -134,8 +137,10 @@ def select(
     min_free: int | str | None = None,
     max_util: float | None = None,
     mem: int | str | None = None,
+    max_used: int | str | None = None,
+    allow_busy: bool = False,
     strategy: str = "most-free",
-    exclude: Iterable[int | str] = (),
+    exclude: str | int | Iterable[int | str] = (),
     wait: bool = False,
     timeout: float | str | None = None,
     fallback: str = "error",
@@ -152,10 +157,18 @@ def select(
     (from Slurm, Kubernetes or you) limits the choice; it is never widened,
     and one that hides every GPU (`-1`) means no GPU.
 
-    Sizes take bytes or strings (`"8GiB"`, `"500MB"`); `timeout` seconds or
-    a duration (`"10m"`). `mem` declares what the job will use, making the
-    lease shared: other jobs may join while their declarations fit. `strategy`
-    is `most-free`, `least-util` or `pack`. With `wait`, blocks in line until
+    Only GPUs nobody uses qualify: no other job's compute process, no
+    graphics process over 256MiB, at most `max_used` memory in use (default
+    1GiB) and at most `max_util` percent busy (default 5), now and, with the
+    daemon running, over the last minute. `allow_busy=True` takes GPUs in use
+    as if free, ranked by free memory alone. `mem` declares what the job
+    will use, making the lease shared: other jobs may join while their
+    declarations fit, on GPUs in use too.
+
+    Sizes take bytes (an int) or strings with a unit (`"8GiB"`, `"500MB"`);
+    `timeout` seconds or a duration (`"10m"`). `exclude` takes indices or
+    UUIDs, as a list or comma-separated (`"1,2"`). `strategy` is
+    `most-free`, `least-util` or `pack`. With `wait`, blocks in line until
     enough GPUs qualify. `fallback="cpu"` returns an empty selection on a
     machine without an NVIDIA driver or GPU instead of raising.
 
@@ -171,12 +184,12 @@ def select(
     anew.
 
     >>> import gpuwatch
-    >>> selection = gpuwatch.select(2, min_free="8GiB", sim=4)  # sim: a simulated node
-    >>> selection.indices
-    [3, 2]
+    >>> selection = gpuwatch.select(min_free="8GiB", sim=4)  # sim: a simulated node
+    >>> selection.indices  # the one GPU of four that nobody uses
+    [3]
     >>> os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(selection.uuids)
     True
-    >>> gpuwatch.select(2, min_free="8GiB", sim=4) is selection  # run again: the same GPUs
+    >>> gpuwatch.select(min_free="8GiB", sim=4) is selection  # run again: the same GPU
     True
     >>> selection.release()
     """
@@ -185,8 +198,10 @@ def select(
         "min_free_bytes": _bytes(min_free, "min_free"),
         "max_util_pct": None if max_util is None else _checked("max_util", check_percent, max_util),
         "mem_bytes": _declared_bytes(mem),
+        "max_used_bytes": _bytes(max_used, "max_used"),
+        "allow_busy": _checked("allow_busy", _check_flag, allow_busy),
         "strategy": str(one_of(Strategy, strategy, "strategy")),
-        "exclude": tuple(str(entry) for entry in exclude),
+        "exclude": _checked("exclude", exclude_entries, exclude),
         "fallback": _checked_fallback(fallback),
         "format": str(one_of(Format, format, "format")),
         "backend": backend,
@@ -244,6 +259,8 @@ def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selec
         min_free_bytes=asked["min_free_bytes"],
         max_util_pct=asked["max_util_pct"],
         mem_bytes=asked["mem_bytes"],
+        max_used_bytes=asked["max_used_bytes"],
+        allow_busy=asked["allow_busy"],
         strategy=Strategy(asked["strategy"]),
         exclude=asked["exclude"],
         mig=asked["mig"],
@@ -336,10 +353,22 @@ def _declared_bytes(mem: int | str | None) -> int | None:
     return declared
 
 
+def _check_flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidValueError(f"{value!r}: give True or False")
+    return value
+
+
 def _bytes(value: int | str | None, name: str) -> int | None:
-    if value is None or isinstance(value, int):
+    if value is None:
+        return None
+    if isinstance(value, bool) or (isinstance(value, int) and value < 0):
+        raise InvalidValueError(f"{name}={value!r}: give bytes (an int) or a size such as 8GiB")
+    if isinstance(value, int):
         return value
+    if not isinstance(value, str):
+        raise InvalidValueError(f"{name}={value!r}: give bytes (an int) or a size such as 8GiB")
     try:
-        return parse_size(value)
+        return parse_size(value, unit_required=True)
     except InvalidValueError as error:
         raise InvalidValueError(f"{name}: {error}") from None

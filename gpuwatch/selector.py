@@ -8,6 +8,10 @@ waited on with a deadline. Choosing again under the lock, from leases read
 under it, is what keeps a GPU from two exclusive jobs and `--mem` from being
 over-committed, however old the sample. Waiting repeats this until enough GPUs
 qualify.
+
+Whether a GPU is in use needs its processes: the driver's process lists are
+read for every choice, the host's details of them (users, commands) only
+when a choice fails and the reasons must name who uses each GPU.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.choices import MIG_ANY as ANY
+from gpuwatch.choices import exclude_entries
 from gpuwatch.errors import (
     DaemonUnavailableError,
     InvalidValueError,
@@ -71,11 +76,15 @@ class Wanted:
     device_order: str | None = None
 
     @classmethod
-    def from_environment(cls, exclude: tuple[str, ...] = (), **asked: Any) -> Wanted:
-        """Wishes (`Request` fields) plus this process's CUDA_VISIBLE_DEVICES and order."""
+    def from_environment(cls, exclude: object = (), **asked: Any) -> Wanted:
+        """Wishes (`Request` fields) plus this process's CUDA_VISIBLE_DEVICES and order.
+
+        `exclude` is as `gpuwatch pick --exclude` and `select(exclude=...)` take it:
+        comma-separated text, or GPU indices and names (see `choices.exclude_entries`).
+        """
         return cls(
             asked=Request(**asked),
-            exclude=exclude,
+            exclude=exclude_entries(exclude),
             visible=visible_entries(os.environ.get(VARIABLE)),
             device_order=os.environ.get(ORDER_VARIABLE),
         )
@@ -122,8 +131,14 @@ class Wanted:
     def _resolve_mig(self, snapshot: Snapshot) -> Request:
         mig = self.asked.mig or ANY
         if not snapshot.mig_devices:
-            why = f"--mig {mig}:" if self.asked.mig else f"{VARIABLE} names only MIG devices, but"
-            raise NoGpuError(f"{why} no GPU on this machine has MIG devices")
+            if self.asked.mig is None:
+                raise NoGpuError(
+                    f"{VARIABLE} names only MIG devices, but no GPU on this machine has any"
+                )
+            raise NotEnoughGpusError(
+                f"--mig {mig}: no GPU on this machine has MIG devices",
+                tuple(f"GPU {gpu.index}: MIG not enabled" for gpu in snapshot.gpus),
+            )
         if self.asked.max_util_pct is not None:
             raise InvalidValueError("--max-util: MIG devices report no utilization; leave it out")
         allowed = None
@@ -139,31 +154,26 @@ class Wanted:
             device_order="PCI_BUS_ID",
             what="--exclude",
         )
-        usable = [
-            device
-            for device in snapshot.mig_devices
-            if (allowed is None or device.uuid in allowed)
-            and device.gpu_index not in excluded
-            and device.uuid not in mig_excluded
-        ]
-        profiles = sorted({str(device.profile) for device in usable if device.profile})
+        from gpuwatch.mig_policy import usable_mig_devices
+
+        request = replace(
+            self.asked, mig=mig, mig_allowed=allowed, mig_excluded=mig_excluded, excluded=excluded
+        )
+        any_profile = usable_mig_devices(snapshot, replace(request, mig=ANY))
+        profiles = sorted({str(device.profile) for device in any_profile if device.profile})
         if mig != ANY and mig not in profiles:
             raise InvalidValueError(
                 f"--mig {mig}: no MIG device of that profile to choose from; "
                 f"there are: {', '.join(profiles) or 'none'} (or use --mig any)"
             )
+        usable = usable_mig_devices(snapshot, request)
         if self.asked.count > len(usable):
+            of = "" if mig == ANY else f" of profile {mig}"
             raise InvalidValueError(
                 f"{counted(self.asked.count, 'MIG device')} asked for, but there "
-                f"{'is' if len(usable) == 1 else 'are'} {len(usable)} to choose from"
+                f"{'is' if len(usable) == 1 else 'are'} {len(usable)}{of} to choose from"
             )
-        return replace(
-            self.asked,
-            mig=mig,
-            mig_allowed=allowed,
-            mig_excluded=mig_excluded,
-            excluded=excluded,
-        )
+        return request
 
 
 def acquire(
@@ -190,12 +200,11 @@ def acquire(
     # GPUs leased to this job (and passed down to it) are its own to use: a script that
     # selected GPUs may start workers that call select() again, and nested picks are fine.
     mine = held_by_this_job()
-    # Shared leases are weighed against their holders' use, which needs the processes;
-    # so is whether a MIG device is free.
-    full = wanted.needs_names or wanted.wants_mig
+    # GPU names are needed to resolve indices; host details of processes (users) only to say
+    # who uses a GPU, when a choice fails.
+    full = wanted.needs_names
     try:
         while True:
-            full = full or _any_shared(lease_dir.leases())  # a look without the lock
             try:
                 snapshot = backend.sample(SampleScope.FULL if full else SampleScope.SELECTION)
             except DaemonUnavailableError as error:
@@ -204,20 +213,23 @@ def acquire(
                 sleep(POLL_S)
                 continue
             request = request or wanted.resolve(snapshot)
+            # Both read outside the lock: a daemon call and /proc are no file operations.
+            recent = _recent_utilization(backend, request)
+            own_pids = _own_pids(snapshot, lease_dir, mine) if mine else frozenset()
             try:
                 with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
-                    leases = lease_dir.leases()
-                    if not full and _any_shared(leases):
-                        full = True  # shared since the look: sample their processes first
-                        continue
-                    leases = _without_stale(lease_dir, leases, snapshot)
+                    leases = _without_stale(lease_dir, lease_dir.leases(), snapshot)
                     ahead = lease_dir.waiting_before(ticket)
-                    choice = _choose(snapshot, request, leases, _own(mine, leases), ahead)
+                    own = _own(mine, leases)
+                    choice = _choose(snapshot, request, leases, own, own_pids, recent, ahead)
                     if choice.satisfied:
                         held = (
                             _claim_all(lease_dir, choice.chosen, request, command) if hold else []
                         )
                         return choice.chosen, held
+                    if not full and choice.in_use:
+                        full = True  # to say who uses them: sample the host's details too
+                        continue
                     if wait and ticket is None:
                         ticket = lease_dir.enqueue(request, command)
             except LeaseBusyError:
@@ -227,8 +239,10 @@ def acquire(
                 continue
             waited_s = clock() - started
             if not wait:
-                shortfall = _shortfall(request, choice) + _mig_hint(
-                    backend, snapshot, request, leases
+                shortfall = (
+                    _shortfall(request, choice)
+                    + _busy_hint(request, choice)
+                    + _mig_hint(backend, snapshot, request, leases)
                 )
                 raise NotEnoughGpusError(shortfall, choice.reasons)
             if timeout_s is not None and waited_s >= timeout_s:
@@ -255,8 +269,13 @@ def _wait_out(
         raise WaitTimeoutError(f"gave up after waiting {waited_s:.0f}s: {error}") from None
 
 
-def _any_shared(leases: list[Lease]) -> bool:
-    return any(not lease.exclusive for lease in leases)
+def _busy_hint(request: Request, choice: Choice | MigChoice) -> str:
+    if not choice.in_use or not request.wants_idle:
+        return ""
+    return (
+        f"; {counted(choice.in_use, 'GPU' if request.mig is None else 'MIG device')} in use "
+        "left out: --mem SIZE shares one, --allow-busy takes them as free"
+    )
 
 
 def _lock_wait_s(timeout_s: float | None, waited_s: float) -> float:
@@ -274,21 +293,78 @@ def _own(held: frozenset[str], leases: list[Lease]) -> frozenset[str]:
     )
 
 
+RECENT_WINDOW_S = 60.0
+"""How far back a GPU's utilization counts, where the daemon's history tells it."""
+
+
+def _recent_utilization(backend: Backend, request: Request) -> dict[str, float]:
+    if request.mig is not None or request.util_limit_pct is None:
+        return {}
+    return backend.recent_utilization_pct(RECENT_WINDOW_S)
+
+
+def _own_pids(snapshot: Snapshot, lease_dir: LeaseDir, held: frozenset[str]) -> frozenset[int]:
+    """The processes on the GPUs that belong to this job: this process, the holders of its
+    leases (`held`, from GPUWATCH_HELD), and their descendants (a nested select() or pick,
+    workers a launcher started)."""
+    if not snapshot.processes:
+        return frozenset()
+    leases = lease_dir.leases()  # a look without the lock: the pids of this job's own leases
+    mine = _own(held, leases)
+    roots = {os.getpid()} | {lease.pid for lease in leases if lease.lease_id in mine}
+    return frozenset(process.pid for process in snapshot.processes if _descends(process.pid, roots))
+
+
+def _descends(pid: int, roots: set[int]) -> bool:
+    """Whether `pid` is one of `roots` or runs under one, as /proc tells (a process of
+    another PID namespace, or gone, is nobody's)."""
+    for _ in range(_MAX_ANCESTORS):
+        if pid in roots:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                # The fields after the ")" that closes the command: state, then the parent's pid.
+                pid = int(stat.read().rpartition(b")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
+_MAX_ANCESTORS = 64
+
+
 def _choose(
     snapshot: Snapshot,
     request: Request,
     leases: list[Lease],
     mine: frozenset[str],
+    own_pids: frozenset[int],
+    recent_util_pct: dict[str, float],
     ahead: list[Waiter],
 ) -> Choice | MigChoice:
     if request.mig is None:
         return choose(
-            snapshot, request, leases=leases, mine=mine, waiting_ahead=ahead, seed=os.getpid()
+            snapshot,
+            request,
+            leases=leases,
+            mine=mine,
+            own_pids=own_pids,
+            recent_util_pct=recent_util_pct,
+            waiting_ahead=ahead,
+            seed=os.getpid(),
         )
     from gpuwatch.mig_policy import choose_mig
 
     return choose_mig(
-        snapshot, request, leases=leases, mine=mine, waiting_ahead=ahead, seed=os.getpid()
+        snapshot,
+        request,
+        leases=leases,
+        mine=mine,
+        own_pids=own_pids,
+        waiting_ahead=ahead,
+        seed=os.getpid(),
     )
 
 
@@ -340,9 +416,10 @@ def passed_down(leases: list[HeldLease], environ: dict[str, str]) -> dict[str, s
 
 
 def describe_wish(request: Request) -> str:
-    """`2 GPUs with 8.0GiB free, at most 50% busy` for messages."""
+    """`2 idle GPUs with 8.0GiB free at most 50% busy` for messages."""
     noun = "GPU" if request.mig is None else "MIG device"
-    parts = [f"{request.count} {noun}{'s' if request.count > 1 else ''}"]
+    idle = "idle " if request.wants_idle else ""
+    parts = [f"{request.count} {idle}{noun}{'s' if request.count > 1 else ''}"]
     if request.mig not in (None, ANY):
         parts.append(f"({request.mig})")
     needed = max(request.min_free_bytes or 0, request.mem_bytes or 0)
@@ -350,6 +427,8 @@ def describe_wish(request: Request) -> str:
         parts.append(f"with {format_size(needed)} free")
     if request.max_util_pct is not None:
         parts.append(f"at most {request.max_util_pct:g}% busy")
+    if request.max_used_bytes is not None:
+        parts.append(f"with at most {format_size(request.max_used_bytes)} used")
     return " ".join(parts)
 
 

@@ -35,8 +35,9 @@ standard library takes); each option may allow less."""
 _MAX_DIGITS = 30  # longer numbers are typos or attacks, and int() of 4,300 digits raises
 
 
-def parse_size(text: str) -> int:
-    """Bytes in a human size.
+def parse_size(text: str, *, unit_required: bool = False) -> int:
+    """Bytes in a human size; with `unit_required`, a bare number is refused (`--min-free 10`
+    is far likelier a forgotten `GiB` than ten bytes), and bytes are written `10B`.
 
     >>> parse_size("8GiB"), parse_size("500MB"), parse_size("1.5G")
     (8589934592, 500000000, 1610612736)
@@ -45,6 +46,11 @@ def parse_size(text: str) -> int:
     factor = _SIZE_UNITS.get(unit.lower())
     if number is None or factor is None:
         raise InvalidValueError(f"{_shown(text)} is not a size: use e.g. 8GiB, 500MB or 1.5G")
+    if unit_required and not unit:
+        raise InvalidValueError(
+            f"{_shown(text)} has no unit: write e.g. {number:g}GiB, {number:g}MB, "
+            f"or {number:g}B for bytes"
+        )
     if number * factor > MAX_SIZE_BYTES:
         raise InvalidValueError(f"{_shown(text)} is too large: the most is 1024TiB")
     return int(number * factor)

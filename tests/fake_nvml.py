@@ -46,6 +46,8 @@ class FakeGpu:
     total: int = 81559 * MIB
     used: int = 1024 * MIB
     reserved: int = 579 * MIB
+    free: int | None = None
+    """What the driver says is free, when not total - used - reserved (a faulty driver)."""
     utilization: int = 50
     memory_utilization: int = 30
     temperature: int = 60
@@ -141,7 +143,7 @@ class FakeNvml:
         if isinstance(gpu, FakeMig):
             free = gpu.total - gpu.used
             return SimpleNamespace(total=gpu.total, used=gpu.used, free=free, reserved=0)
-        free = gpu.total - gpu.used - gpu.reserved
+        free = gpu.total - gpu.used - gpu.reserved if gpu.free is None else gpu.free
         if version is None:  # v1 counts the reservation as used
             return SimpleNamespace(total=gpu.total, used=gpu.used + gpu.reserved, free=free)
         if not self.memory_v2:

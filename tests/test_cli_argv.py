@@ -76,8 +76,8 @@ def test_a_repeated_option_collects_its_values() -> None:
         ),
         (["-n", "x"], "Invalid value for '-n' / '--gpus': 'x' is not a whole number"),
         (
-            ["--mem=0"],
-            "Invalid value for '--mem': '0' declares no memory: give what the job will use",
+            ["--mem=0GiB"],
+            "Invalid value for '--mem': '0GiB' declares no memory: give what the job will use",
         ),
     ],
     ids=[

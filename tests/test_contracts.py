@@ -122,10 +122,17 @@ def test_faulty_gpu_is_reported_beside_healthy_ones(backend: Backend) -> None:
             assert gpu.error and gpu.utilization_pct is None
 
 
-def test_selection_scope_reads_identity_memory_and_utilization(backend: Backend) -> None:
-    # WHEN sampled for a selection THEN uuid, memory and load are there, processes are not
+def test_selection_scope_reads_identity_memory_utilization_and_processes(
+    backend: Backend,
+) -> None:
+    # WHEN sampled for a selection THEN uuid, memory, load and the driver's process lists are
+    # there, the host's details of each process are not
     snapshot = backend.sample(SampleScope.SELECTION)
-    assert snapshot.processes == ()
+    full = backend.sample(SampleScope.FULL)
+    assert {(p.pid, p.gpu_index) for p in snapshot.processes} == {
+        (p.pid, p.gpu_index) for p in full.processes
+    }
+    assert all(p.user is None and p.command is None for p in snapshot.processes)
     for gpu in snapshot.gpus:
         _assert_fields_match_annotations(gpu)
         if gpu.ok:

@@ -224,7 +224,8 @@ class TestClients:
     ) -> None:
         fake = fake_nvml()
         with running_daemon(tmp_path) as (_, sock, _):
-            result = run_cli("pick", "-n", "2", env={"GPUWATCH_SOCKET": str(sock)})
+            # (--allow-busy: every GPU of the daemon's node is 40 % busy)
+            result = run_cli("pick", "-n", "2", "--allow-busy", env={"GPUWATCH_SOCKET": str(sock)})
         assert result.exit_code == 0 and result.stdout.count("GPU-") == 2
         assert fake.total_calls == 0
 
@@ -240,7 +241,7 @@ class TestClients:
         env = {"GPUWATCH_SOCKET": str(sock)}
         quiet = run_cli("status", "--json", env=env)
         assert quiet.exit_code == 0 and quiet.stderr == ""
-        told = run_cli("pick", "-v", env=env)
+        told = run_cli("pick", "-v", "--allow-busy", env=env)
         assert told.exit_code == 0 and "reading the driver directly" in told.stderr
         assert ("stale" if socket_state == "stale" else "no daemon socket") in told.stderr
 

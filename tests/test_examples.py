@@ -33,7 +33,7 @@ def test_train_select_trains_on_the_device_gpuwatch_gives() -> None:
         str(EXAMPLES / "train_select.py"),
         "--steps",
         "30",
-        env={"GPUWATCH_SIM": "2"},
+        env={"GPUWATCH_SIM": "4"},  # GPU 3 of the simulated node is idle
     )
     assert out.startswith("device=cpu steps=30 loss=")  # a CPU build of torch
     assert float(out.rsplit("=", 1)[1]) < 5
@@ -47,9 +47,9 @@ TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("attempt", [1, 2, 3], ids=["run-1", "run-2", "run-3"])
 def test_ddp_runs_over_the_gpus_pick_chose(attempt: int) -> None:
-    # GIVEN two of four GPUs picked, WHEN torchrun starts two ranks on them
+    # GIVEN the two idle GPUs of eight picked, WHEN torchrun starts two ranks on them
     out = run(
-        *(sys.executable, "-m", "gpuwatch", "pick", "--sim", "4", "-n", "2", "--"),
+        *(sys.executable, "-m", "gpuwatch", "pick", "--sim", "8", "-n", "2", "--"),
         *TORCHRUN,
         *(str(EXAMPLES / "train_ddp.py"), "--steps", "5"),
     )

@@ -131,7 +131,7 @@ PICK_THEN_LIST_LOADED = """
 import sys
 from gpuwatch.cli import main
 try:
-    main(["pick", "-n", "2"])
+    main(["pick", "-n", "2", "--allow-busy"])
 except SystemExit as done:
     assert done.code == 0, done.code
 print(sorted(name for name, module in sys.modules.items() if type(module).__name__ == "module"))

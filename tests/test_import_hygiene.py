@@ -74,7 +74,7 @@ def test_pick_runs_without_click() -> None:
         "os.environ['GPUWATCH_LEASE_DIR'] = tempfile.mkdtemp()\n"
         "from gpuwatch.cli import run_reporting_errors\n"
         "from gpuwatch.cli.pick import run_pick\n"
-        "assert run_reporting_errors(lambda: run_pick(['--sim', '2'])) == 0"
+        "assert run_reporting_errors(lambda: run_pick(['--sim', '4'])) == 0"
     )
     assert loaded_after(statement).isdisjoint(HEAVY)
 
@@ -127,7 +127,7 @@ def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_unused_stdlib(
     tmp_path: Path,
 ) -> None:
     # GIVEN a daemon serving snapshots
-    with running_daemon(tmp_path) as (_, socket_path, _):
+    with running_daemon(tmp_path, scenario="[[gpu]]\ncount = 3\n") as (_, socket_path, _):
         # WHEN pick chooses 2 GPUs through it, leases them and starts a command
         statement = PICK_THROUGH_THE_DAEMON.format(
             socket=str(socket_path), leases=str(tmp_path / "leases")

@@ -69,7 +69,7 @@ class TestDirectoryLock:
         LeaseDir(lease_dir)
         with holding(lock_holder(lease_dir, tmp_path / "ready"), tmp_path / "ready") as holder:
             # WHEN a pick waits at most 1s
-            result = run_cli("pick", "--sim", "2", "--timeout", "1s")
+            result = run_cli("pick", "--sim", "2", "--allow-busy", "--timeout", "1s")
         # THEN it gives up with exit code 5, saying who holds the lock
         assert result.exit_code == 5, result.stderr
         assert f"stayed locked for 1.0s by pid {holder.pid} (root)" in result.stderr
@@ -81,7 +81,7 @@ class TestDirectoryLock:
         monkeypatch.setattr(selector, "LOCK_WAIT_S", 0.5)
         LeaseDir(lease_dir)
         with holding(lock_holder(lease_dir, tmp_path / "ready"), tmp_path / "ready"):
-            result = run_cli("pick", "--sim", "2")
+            result = run_cli("pick", "--sim", "2", "--allow-busy")
         # THEN a pick without --wait still ends, instead of waiting forever
         assert result.exit_code == 5, result.stderr
         assert "stayed locked for 0.5s" in result.stderr
@@ -107,7 +107,7 @@ class TestDirectoryLock:
         until_go = f"touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done"
         with holding(["flock", "--exclusive", str(lease_dir), "sh", "-c", until_go], ready):
             # WHEN a pick told to wait, with no timeout, meets it
-            result = run_cli("pick", "--sim", "2", "--wait")
+            result = run_cli("pick", "--sim", "2", "--allow-busy", "--wait")
         # THEN it goes on waiting, and gets its GPU once the lock is free
         assert result.exit_code == 0, result.stderr
         assert sum(failed_tries) >= 2 and result.stdout.startswith("GPU-")
@@ -118,7 +118,7 @@ class TestDirectoryLock:
         user = other_user()
         ready = shared_dir / "ready"
         with holding(as_other_user(lock_holder(shared_dir, ready)), ready) as holder:
-            result = run_cli("pick", "--sim", "2", "--timeout", "1s")
+            result = run_cli("pick", "--sim", "2", "--allow-busy", "--timeout", "1s")
         assert result.exit_code == 5, result.stderr
         assert f"by pid {holder.pid} ({user.pw_name})" in result.stderr
 
@@ -138,7 +138,8 @@ class TestDirectoryLock:
                 os.close(fd)
 
         # WHEN a pick reads it
-        acquire(_During(check), Wanted(), lease_dir=lease_dir_, command="x", hold=False)
+        wanted = Wanted(selector.Request(allow_busy=True))  # the simulated GPUs are busy
+        acquire(_During(check), wanted, lease_dir=lease_dir_, command="x", hold=False)
         # THEN no read happened under the lock: a slow driver keeps no other pick waiting
         assert seen and all(seen)
 
@@ -213,7 +214,7 @@ class TestForgedTickets:
         )
         with holding(as_other_user(["sh", "-c", write_and_hold]), ready):
             # WHEN this user picks a GPU
-            result = run_cli("pick", "--sim", "2")
+            result = run_cli("pick", "--sim", "2", "--allow-busy")
         # THEN it gets one: the ticket was not believed
         assert result.exit_code == 0, result.stderr
 
@@ -253,7 +254,7 @@ class TestForgedTickets:
             record = {**record, "pid": os.getpid()}  # alive, this user's, and holding it
         fd = plant(lease_dir, name, record)
         try:
-            result = run_cli("pick", "--sim", "2")
+            result = run_cli("pick", "--sim", "2", "--allow-busy")
         finally:
             os.close(fd)
         # THEN a pick behind it is served
@@ -268,15 +269,15 @@ class TestForgedTickets:
         path.write_text(json.dumps(ticket(os.getpid(), 2)))
         ready = tmp_path / "ready"
         with holding(["flock", str(path), "sh", "-c", f"touch {ready}; exec sleep 600"], ready):
-            result = run_cli("pick", "--sim", "2")
+            result = run_cli("pick", "--sim", "2", "--allow-busy")
         assert result.exit_code == 0, result.stderr
 
     def test_a_real_waiter_still_keeps_its_gpus(self, lease_dir: Path) -> None:
         # GIVEN a job really waiting for both GPUs of the node
         lease_dir_ = LeaseDir(lease_dir)
-        waiting = lease_dir_.enqueue(selector.Request(count=2), "python big.py")
+        waiting = lease_dir_.enqueue(selector.Request(count=2, allow_busy=True), "python big.py")
         try:
-            result = run_cli("pick", "--sim", "2")
+            result = run_cli("pick", "--sim", "2", "--allow-busy")
         finally:
             waiting.release()
         # THEN a later job is kept off them, and told why
@@ -437,7 +438,7 @@ class TestHeldVariable:
         with holding(as_other_user(["sh", "-c", write_and_hold]), ready):
             # WHEN this user's pick claims that lease as its own job's, through GPUWATCH_HELD
             monkeypatch.setenv("GPUWATCH_HELD", lease_id)
-            result = run_cli("pick", "--sim", "1")
+            result = run_cli("pick", "--sim", "1", "--allow-busy")
         # THEN the GPU stays the other user's: only one's own leases are passed down
         assert result.exit_code == 4, result.stderr
         assert f"leased by pid 1 ({other_user().pw_name})" in result.stderr

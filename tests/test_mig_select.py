@@ -80,8 +80,8 @@ class TestChoice:
         # THEN the idle one is chosen, and the others are in use
         assert [m.label for m in choice.chosen] == ["0:2"]
         assert choice.reasons == (
-            "MIG 0:0 (3g.40gb): in use by pid 71001 (share it with --mem)",
-            "MIG 0:1 (2g.20gb): in use by pid 72001 (share it with --mem)",
+            "MIG 0:0 (3g.40gb): in use by root, pid 71001, 30.0GiB used",
+            "MIG 0:1 (2g.20gb): in use by root, pid 72001, 14.0GiB used",
         )
 
     @pytest.mark.parametrize(
@@ -114,6 +114,14 @@ class TestChoice:
         assert [m.label for m in choice.chosen] == ["0:0"]
         assert "MIG 0:2 (1g.10gb): leased by pid 1 (bob)" in choice.reasons
         assert "MIG 0:1 (2g.20gb): kept for pid 9 (carol), which asked earlier" in choice.reasons
+
+    def test_a_waiter_for_more_devices_of_a_profile_than_exist_keeps_none(self, node: Path) -> None:
+        # GIVEN a job waiting ahead for two 3g.40gb devices, of which the node has one
+        snapshot = snapshot_of(node)
+        waiter = Waiter(9, "carol", Request(count=2, mig="3g.40gb", mem_bytes=GIB))
+        # WHEN a job asks for that one THEN it gets it: the waiter can never be served
+        choice = choose_mig(snapshot, Request(mig="3g.40gb", mem_bytes=GIB), waiting_ahead=[waiter])
+        assert [m.label for m in choice.chosen] == ["0:0"]
 
     def test_a_mig_enabled_gpu_is_never_chosen_whole(self, node: Path) -> None:
         # GIVEN GPU 0 in MIG mode, with a free MIG device, and GPU 1 excluded
@@ -315,3 +323,22 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 120) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+class TestImpossibleMigRequests:
+    def test_more_devices_of_a_profile_than_exist_is_refused_before_waiting(
+        self, node: Path, lease_dir: Path
+    ) -> None:
+        # GIVEN one 3g.40gb device (and two of other profiles)
+        # WHEN two 3g.40gb devices are asked for, waiting
+        result = run_cli("pick", "--sim", str(node), "--mig", "3g.40gb", "-n", "2", "--wait")
+        # THEN it is refused at once as bad usage, and no ticket is left to hold the device
+        assert result.exit_code == 2, result.stderr
+        assert "2 MIG devices asked for, but there is 1 of profile 3g.40gb" in result.stderr
+        assert list(lease_dir.glob("*.wait")) == []
+
+    def test_mig_on_a_node_without_mig_is_not_enough_gpus(self) -> None:
+        result = run_cli("pick", "--sim", "2", "--mig", "any")
+        assert result.exit_code == 4, result.stderr
+        assert "--mig any: no GPU on this machine has MIG devices" in result.stderr
+        assert "  GPU 0: MIG not enabled" in result.stderr

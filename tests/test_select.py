@@ -37,7 +37,7 @@ def clean_process_state() -> Iterator[None]:
 
 
 def test_select_sets_visible_devices_and_holds_the_lease(lease_dir: Path) -> None:
-    selection = gpuwatch.select(2, sim=4)
+    selection = gpuwatch.select(2, sim=4, allow_busy=True)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == ",".join(selection.uuids)
     leases = LeaseDir(lease_dir).leases()
     assert {lease.gpu_uuid for lease in leases} == set(selection.uuids)
@@ -57,7 +57,8 @@ def test_the_lease_names_the_script_as_a_shell_would_quote_it(
 
 SELECT_AND_HOLD = """
 import sys, time, gpuwatch
-print(gpuwatch.select(int(sys.argv[1]), sim=4).indices, flush=True)
+busy = sys.argv[2:] == ["--allow-busy"]
+print(gpuwatch.select(int(sys.argv[1]), sim=4, allow_busy=busy).indices, flush=True)
 sys.stdin.read()
 """
 
@@ -66,12 +67,21 @@ def test_a_job_started_while_another_holds_gpus_gets_the_others() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_")}
     command = [sys.executable, "-c", SELECT_AND_HOLD]
     with subprocess.Popen(
-        [*command, "2"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [*command, "2", "--allow-busy"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     ) as first:
         assert first.stdout is not None and first.stdin is not None
         first_gpus = eval(first.stdout.readline())
         second = subprocess.run(
-            [*command, "2"], env=env, input="", capture_output=True, text=True, check=True
+            [*command, "2", "--allow-busy"],
+            env=env,
+            input="",
+            capture_output=True,
+            text=True,
+            check=True,
         )
         first.stdin.close()
     assert sorted(first_gpus + eval(second.stdout)) == [0, 1, 2, 3]
@@ -104,7 +114,7 @@ def test_existing_visible_devices_is_never_widened(monkeypatch: pytest.MonkeyPat
         InvalidValueError, match="3 GPUs asked for, but CUDA_VISIBLE_DEVICES allows 2"
     ):
         gpuwatch.select(3, sim=4)
-    assert gpuwatch.select(sim=4).indices == [1]
+    assert gpuwatch.select(sim=4, allow_busy=True).indices == [1]
 
 
 def test_refuses_once_torch_has_initialised_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,7 +156,7 @@ def test_selecting_again_differently_names_what_differs_until_released() -> None
         gpuwatch.select(2, strategy="pack", sim=4)
     # AND once the first is released, the new wishes are met
     first.release()
-    assert gpuwatch.select(2, strategy="pack", sim=4).indices == [0, 1]
+    assert sorted(gpuwatch.select(2, strategy="pack", sim=8).indices) == [3, 7]
 
 
 def test_selecting_again_after_cuda_started_still_returns_the_selection(
@@ -187,6 +197,15 @@ def test_fallback_cpu_does_not_hide_busy_gpus() -> None:
         ({"format": "pci"}, "choose one of uuid, index"),
         ({"mem": 0}, "declares no memory"),
         ({"mem": "0GiB"}, "declares no memory"),
+        ({"min_free": "10"}, "min_free: '10' has no unit: write e.g. 10GiB"),
+        ({"mem": "10"}, "mem: '10' has no unit"),
+        ({"max_used": "2"}, "max_used: '2' has no unit"),
+        ({"max_used": -1}, "max_used=-1: give bytes"),
+        ({"allow_busy": "yes"}, "allow_busy: 'yes': give True or False"),
+        ({"exclude": ""}, "exclude: '' leaves a GPU out"),
+        ({"exclude": "1,,2"}, "exclude: '1,,2' leaves a GPU out"),
+        ({"exclude": [-1]}, "exclude: -1 is not a GPU index"),
+        ({"exclude": "12"}, "--exclude: no GPU 12 on this machine"),
     ],
     ids=[
         "n-zero",
@@ -197,6 +216,15 @@ def test_fallback_cpu_does_not_hide_busy_gpus() -> None:
         "bad-format",
         "mem-zero",
         "mem-zero-size",
+        "min-free-without-unit",
+        "mem-without-unit",
+        "max-used-without-unit",
+        "max-used-negative",
+        "allow-busy-not-bool",
+        "exclude-empty",
+        "exclude-empty-entry",
+        "exclude-negative",
+        "exclude-string-is-one-list",
     ],
 )
 def test_bad_arguments_are_clear_errors(kwargs: dict[str, object], message: str) -> None:
@@ -207,7 +235,7 @@ def test_bad_arguments_are_clear_errors(kwargs: dict[str, object], message: str)
 def test_device_on_a_cpu_build_of_torch_warns_and_gives_the_gpus_back(lease_dir: Path) -> None:
     torch = pytest.importorskip("torch")
     # GIVEN GPUs selected, and a CPU-only build of torch (as in this test environment)
-    selection = gpuwatch.select(2, sim=4)
+    selection = gpuwatch.select(2, sim=4, allow_busy=True)
     # WHEN the script asks for its device
     with pytest.warns(RuntimeWarning, match=r"CPU-only build; giving back GPUs \[3, 2\]"):
         first = gpuwatch.device()
@@ -224,9 +252,9 @@ def test_device_selects_first_when_nothing_was_selected(
     monkeypatch: pytest.MonkeyPatch, lease_dir: Path
 ) -> None:
     pytest.importorskip("torch")
-    monkeypatch.setenv("GPUWATCH_SIM", "2")
-    with pytest.warns(RuntimeWarning, match=r"giving back GPUs \[1\]"):
-        gpuwatch.device()  # selected GPU 1, which the CPU build cannot use
+    monkeypatch.setenv("GPUWATCH_SIM", "4")
+    with pytest.warns(RuntimeWarning, match=r"giving back GPUs \[3\]"):
+        gpuwatch.device()  # selected GPU 3 (the idle one), which the CPU build cannot use
     assert selection_module._this_process.selection is not None
     assert LeaseDir(lease_dir).leases() == []
 
@@ -272,7 +300,7 @@ def test_not_enough_gpus_says_why_for_each_gpu() -> None:
         gpuwatch.select(min_free="80GiB", sim=4)
     # THEN the message itself (what a traceback shows) carries pick's per-GPU reasons
     lines = str(raised.value).splitlines()
-    assert lines[0] == "1 GPU with 80.0GiB free wanted, 0 qualify"
+    assert lines[0].startswith("1 idle GPU with 80.0GiB free wanted, 0 qualify; 3 GPUs in use")
     assert lines[1:] == [f"  {reason}" for reason in raised.value.reasons]
     assert len(lines) == 5 and lines[1].startswith("  GPU ")
 
@@ -284,7 +312,7 @@ def test_release_gives_back_the_gpus_and_the_environment(monkeypatch: pytest.Mon
     first.release()
     assert "CUDA_VISIBLE_DEVICES" not in os.environ and "GPUWATCH_HELD" not in os.environ
     assert os.environ["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
-    assert gpuwatch.select(2, sim=4).indices == [3, 2]
+    assert gpuwatch.select(2, sim=4, allow_busy=True).indices == [3, 2]
 
 
 def test_a_failed_claim_leaves_no_lease_behind(
@@ -301,5 +329,45 @@ def test_a_failed_claim_leaves_no_lease_behind(
 
     monkeypatch.setattr(LeaseDir, "claim", claim_then_fail)
     with pytest.raises(gpuwatch.LeaseError, match="disk full"):
-        gpuwatch.select(2, sim=4)
+        gpuwatch.select(2, sim=4, allow_busy=True)
     assert LeaseDir(lease_dir).leases() == []
+
+
+@pytest.mark.parametrize(
+    "exclude", ["1,2", ["1", "2"], [1, 2], (1, "2")], ids=["text", "strings", "ints", "mixed"]
+)
+def test_exclude_takes_comma_separated_text_as_pick_does(exclude: object) -> None:
+    # GIVEN the simulated 4-GPU node, GPUs 1 and 2 excluded
+    selection = gpuwatch.select(2, sim=4, allow_busy=True, exclude=exclude)  # type: ignore[arg-type]
+    # THEN the two others are chosen
+    assert sorted(selection.indices) == [0, 3]
+
+
+def test_select_takes_only_gpus_nobody_uses() -> None:
+    # GIVEN the simulated 4-GPU node, where only GPU 3 is idle
+    with pytest.raises(NotEnoughGpusError) as raised:
+        gpuwatch.select(2, sim=4)
+    assert "GPU 1: in use by svc-infer, pids 40100 40101, 36.0GiB used" in str(raised.value)
+    assert gpuwatch.select(sim=4).indices == [3]
+
+
+def test_processes_under_this_jobs_leases_are_its_own(lease_dir: Path) -> None:
+    # GIVEN a worker this process started, and a process of someone else (init)
+    from gpuwatch.models import ProcessKind, ProcessUsage, Snapshot
+    from gpuwatch.selector import _own_pids
+
+    with subprocess.Popen(["sleep", "30"]) as worker:
+        snapshot = Snapshot(
+            0.0,
+            "node",
+            None,
+            None,
+            (),
+            tuple(
+                ProcessUsage(pid, 0, "GPU-0", 1 << 30, ProcessKind.COMPUTE)
+                for pid in (worker.pid, 1)
+            ),
+        )
+        # THEN the worker is the job's own, init is not
+        assert _own_pids(snapshot, LeaseDir(lease_dir), frozenset()) == {worker.pid}
+        worker.kill()

@@ -338,6 +338,24 @@ def test_auto_reads_the_driver_while_the_daemon_is_away_and_the_daemon_again_lat
     assert len(source.sample().gpus) == 2
 
 
+class _DaemonWithHistory(_GoneDaemon):
+    def recent_utilization_pct(self, window_s: float) -> dict[str, float]:
+        return {"GPU-busy-a-minute-ago": 80.0}
+
+
+def test_auto_passes_on_the_daemons_recent_utilization_only_while_the_daemon_answers() -> None:
+    # GIVEN the auto backend over a daemon that keeps a history
+    daemon = _DaemonWithHistory(2)
+    source = AutoBackend(daemon, lambda: SimBackend(3), clock=lambda: 0.0)
+    source.sample()
+    # THEN a pick asking through it sees the daemon's figures (a GPU busy a minute ago is busy)
+    assert source.recent_utilization_pct(60) == {"GPU-busy-a-minute-ago": 80.0}
+    # AND while the driver stands in for a lost daemon there is no history to give
+    daemon.gone = True
+    source.sample()
+    assert source.recent_utilization_pct(60) == {}
+
+
 def test_auto_without_a_driver_says_the_daemon_is_unavailable() -> None:
     # GIVEN the auto backend, whose daemon went away, on a machine without a driver
     daemon = _GoneDaemon(2)

@@ -75,7 +75,7 @@ def test_the_example_trains_watched_in_one_process(tmp_path: Path, lease_dir: Pa
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "GPUWATCH_SIM": "2"},
+        env={**os.environ, "GPUWATCH_SIM": "4"},  # GPU 3 of four is idle
         check=False,
     )
     assert result.returncode == 0, result.stderr

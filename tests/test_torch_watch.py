@@ -142,7 +142,7 @@ def test_the_watch_waits_for_cuda_and_never_starts_it(lease_dir: Path) -> None:
 
 def test_after_select_the_report_names_the_gpu_select_chose(lease_dir: Path) -> None:
     # GIVEN GPUs chosen by gpuwatch.select() on a simulated node
-    selection = gpuwatch.select(1, sim="2")
+    selection = gpuwatch.select(1, sim="4")  # GPU 3, the idle one
     try:
         with watch(source=SimulatedAllocator()) as memory:
             memory.step()

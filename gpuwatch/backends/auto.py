@@ -56,6 +56,11 @@ class AutoBackend(Backend):
             return snapshot
         return self._from_driver(scope, None, told=True)
 
+    def recent_utilization_pct(self, window_s: float) -> dict[str, float]:
+        if self._daemon_again_at is not None:
+            return {}  # the driver stands in, and keeps no history
+        return self._daemon.recent_utilization_pct(window_s)
+
     def _from_driver(
         self, scope: SampleScope, lost: DaemonUnavailableError | None, *, told: bool
     ) -> Snapshot:

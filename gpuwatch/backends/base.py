@@ -13,14 +13,15 @@ class SampleScope(enum.Enum):
     """How much of each GPU a sample reads.
 
     Reading less means fewer driver calls: choosing GPUs needs only who they
-    are and how busy they are.
+    are, how busy they are and which processes run on them.
     """
 
     FULL = "full"
     """Every metric, the driver versions and the process list."""
 
     SELECTION = "selection"
-    """Identity (`uuid`), memory and utilization; no processes. Other fields are `None`."""
+    """Identity (`uuid`), memory, utilization and the driver's process lists, without the
+    host's details of each process (`user`, `command`, ...). Other fields are `None`."""
 
 
 class Backend(abc.ABC):
@@ -38,6 +39,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         """Read every GPU now; fields outside `scope` are `None`."""
+
+    def recent_utilization_pct(self, window_s: float) -> dict[str, float]:
+        """Each GPU's highest utilization over the last `window_s` seconds, by UUID, where
+        this backend keeps a history (the daemon's); empty where it keeps none or cannot tell."""
+        return {}
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -97,6 +97,17 @@ class DaemonBackend(Backend):
     def close(self) -> None:
         pass
 
+    def recent_utilization_pct(self, window_s: float) -> dict[str, float]:
+        """From the daemon's history (`/v1/history`); empty when it cannot answer."""
+        try:
+            _check_owner(self.socket_path)
+            status, _, body = http_request(
+                self.socket_path, f"/v1/history?last={window_s:g}s", self._timeout_s
+            )
+            return peak_utilization(json.loads(body)) if status == 200 else {}
+        except (OSError, ValueError, DaemonUnavailableError):
+            return {}
+
     def _fetch(self, path: str) -> Snapshot:
         try:
             _check_owner(path)
@@ -145,6 +156,25 @@ def _readable(data: object) -> dict[str, Any]:
             f"{SNAPSHOT_FORMAT_VERSION}: run the same version of both"
         )
     return data
+
+
+def peak_utilization(history: object) -> dict[str, float]:
+    """The highest utilization of each GPU in a `/v1/history` answer, by UUID: what is not a
+    GPU series with a UUID and percentages is passed over."""
+    gpus = history.get("gpus") if isinstance(history, dict) else None
+    peaks: dict[str, float] = {}
+    for series in gpus if isinstance(gpus, list) else ():
+        if not isinstance(series, dict) or not isinstance(uuid := series.get("uuid"), str):
+            continue
+        values = series.get("utilization_pct")
+        known = [
+            value
+            for value in (values if isinstance(values, list) else ())
+            if type(value) is int and 0 <= value <= 100
+        ]
+        if known:
+            peaks[uuid] = float(max(known))
+    return peaks
 
 
 def _error_of(body: bytes) -> str:

@@ -181,7 +181,7 @@ class NvmlBackend(Backend):
             driver_version=driver_version,
             cuda_driver_version=cuda_version,
             gpus=tuple(gpus),
-            processes=self._with_host_details(used_by) if full else (),
+            processes=self._with_host_details(used_by) if full else _bare(used_by),
             mig_devices=tuple(mig_devices),
         )
 
@@ -210,7 +210,7 @@ class NvmlBackend(Backend):
                 fields.faults.extend(self._mig_changes.notes(gpu.index, migs, now))
                 _forget_names(gpu, migs)
             metrics = self._full_metrics(fields, handle) if full else {}
-            processes = self._processes(fields, gpu, handle, migs) if full else []
+            processes = self._processes(fields, gpu, handle, migs)
         except pynvml.NVMLError as error:
             gpu.handle = None  # asked for afresh next time, so a GPU that comes back is seen
             error_text = self._mig_changes.lost_with(gpu.index, str(error))
@@ -308,17 +308,17 @@ class NvmlBackend(Backend):
             memory_free_bytes=free,
         )
 
-    def _memory_info(self, handle: Any) -> tuple[int, int, int, int | None]:
+    def _memory_info(self, handle: Any) -> tuple[int, int | None, int | None, int | None]:
         if self._memory_v2:
             try:
                 info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
             except _VERSION_UNKNOWN:
                 self._memory_v2 = False
             else:
-                return info.total, info.used, info.free, info.reserved
+                return _believable(info.total, info.used, info.free, info.reserved)
         # v1 counts the driver's reservation in `used`, and cannot report it apart.
         info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        return info.total, info.used, info.free, None
+        return _believable(info.total, info.used, info.free, None)
 
     @staticmethod
     def _full_metrics(fields: _Fields, handle: Any) -> dict[str, Any]:
@@ -398,6 +398,11 @@ class NvmlBackend(Backend):
             pynvml.nvmlShutdown()
 
 
+def _bare(used_by: list[list[_Used]]) -> tuple[ProcessUsage, ...]:
+    """The processes as the driver lists them, without the host's details."""
+    return tuple(_process_usage(entry, None) for listed in used_by for entry in listed)
+
+
 def _read_process_list(symbol: str, handle: Any, gpu: _Gpu) -> list[_Listed]:
     function = pynvml._nvmlGetFunctionPointer(symbol)
     layout = _ProcessInfoV1 if symbol.endswith("Processes") else pynvml.c_nvmlProcessInfo_v2_t
@@ -449,6 +454,17 @@ def _sm_util_by_pid(gpu: _Gpu, handle: Any) -> dict[int, int]:
             newest[sample.pid] = sample
     gpu.sm_samples_seen_us = max([gpu.sm_samples_seen_us, *(s.timeStamp for s in samples)])
     return {pid: min(100, int(sample.smUtil)) for pid, sample in newest.items()}
+
+
+def _believable(
+    total: int, used: int, free: int, reserved: int | None
+) -> tuple[int, int | None, int | None, int | None]:
+    """The memory figures, with used and free unknown (`None`) when either is above the
+    total: a driver has reported free as 2**64 - 20GiB (an unsigned wrap-around), which
+    must never read as the emptiest GPU."""
+    if not (0 <= used <= total and 0 <= free <= total):
+        return total, None, None, reserved
+    return total, used, free, reserved
 
 
 def _both(listed: ProcessKind, also: ProcessKind) -> ProcessKind:

@@ -93,7 +93,7 @@ class SimBackend(Backend):
             driver_version=scenario.driver_version,
             cuda_driver_version=scenario.cuda_driver_version,
             gpus=gpus,
-            processes=processes if full else (),
+            processes=processes if full else tuple(_bare(p) for p in processes),
             mig_devices=migs,
         )
 
@@ -158,6 +158,18 @@ def _sm_util(process: SimProcess, utilization_pct: float, sharing: int) -> int |
     if process.sm_util_pct is not None:
         return process.sm_util_pct
     return round(utilization_pct / max(1, sharing))
+
+
+def _bare(process: ProcessUsage) -> ProcessUsage:
+    """A process as the driver lists it, as in a `SampleScope.SELECTION` from NVML."""
+    return ProcessUsage(
+        process.pid,
+        process.gpu_index,
+        process.gpu_uuid,
+        process.memory_used_bytes,
+        process.kind,
+        mig_uuid=process.mig_uuid,
+    )
 
 
 def _utilization(load: Load, seed: int, index: int, now: float) -> float:

@@ -19,6 +19,7 @@ from gpuwatch.choices import (
     check_mig,
     check_one_mig_device,
     check_percent,
+    exclude_entries,
 )
 from gpuwatch.cli.argv import HELP, Option, parse
 from gpuwatch.errors import InvalidValueError
@@ -36,17 +37,23 @@ if TYPE_CHECKING:
     from gpuwatch.policy import Choice, Request
 
 _DESCRIPTION = """\
-Choose free GPUs, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES set
-to them. The lease lasts as long as COMMAND runs (however it ends), so jobs
+Choose GPUs nobody uses, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES
+set to them. The lease lasts as long as COMMAND runs (however it ends), so jobs
 started alongside are given other GPUs. Without COMMAND, print the choice.
 
 Examples:
-  gpuwatch pick -- python train.py       # the GPU with most free memory
+  gpuwatch pick -- python train.py       # the idle GPU with most free memory
   gpuwatch pick -n 2 -- torchrun --nproc-per-node 2 x.py
   gpuwatch pick --min-free 20GiB --timeout 2h -- ./job
   gpuwatch pick --mem 10GiB -- python eval.py   # share a GPU
   export CUDA_VISIBLE_DEVICES=$(gpuwatch pick -n 2)   # no lease
   gpuwatch pick --mig 1g.10gb -- python infer.py   # a MIG device
+
+A GPU is in use, and left out, when another job's compute process runs on it, a
+graphics process there uses over 256MiB, over 1GiB of its memory is used
+(--max-used), or it is over 5% busy now or, with the daemon running, in the last
+minute (--max-util). --mem shares GPUs in use while its memory fits;
+--allow-busy takes them as free, chosen by free memory only.
 
 CUDA_VISIBLE_DEVICES gets the GPUs' UUIDs, which mean the same GPUs whatever
 CUDA_DEVICE_ORDER says; --format index writes nvidia-smi indices and sets
@@ -62,15 +69,26 @@ _USAGE = "gpuwatch pick [OPTIONS] [--] [COMMAND [ARGS...]]"
 _MAX_GPU_COUNT = 1024
 
 
+def _size(text: str) -> int:
+    return parse_size(text, unit_required=True)
+
+
 def _declared_size(text: str) -> int:
-    size = parse_size(text)
+    size = _size(text)
     if size == 0:  # a share of nothing would fit on any GPU, however full
         raise InvalidValueError(f"{text!r} declares no memory: give what the job will use")
     return size
 
 
 def _gpu_count(text: str) -> int:
+    if text.strip().startswith("-") and text.strip()[1:].isdigit():
+        raise InvalidValueError(f"{text.strip()!r}: ask for at least 1 GPU")
     return check_gpu_count(parse_whole_number(text, low=1, high=_MAX_GPU_COUNT))
+
+
+def _exclude(text: str) -> str:
+    exclude_entries(text)  # checked now, to name the option in the error
+    return text
 
 
 def _percent(text: str) -> float:
@@ -89,14 +107,27 @@ OPTIONS = (
     Option(
         "--min-free",
         metavar="SIZE",
-        convert=parse_size,
-        help="Only GPUs with at least SIZE free memory (8GiB, 500MB, ...).",
+        convert=_size,
+        help="Only GPUs with at least SIZE free memory (8GiB, 500MB, ...; a unit is required).",
     ),
     Option(
         "--max-util",
         metavar="PCT",
         convert=_percent,
-        help="Only GPUs at most PCT% busy (0 to 100).",
+        help="Only GPUs at most PCT% busy (0 to 100), now and, with the daemon running, "
+        "over the last minute.  [default: 5 without --mem or --allow-busy]",
+    ),
+    Option(
+        "--max-used",
+        metavar="SIZE",
+        convert=_size,
+        help="Only GPUs with at most SIZE memory in use (beyond the driver's reserve).  "
+        "[default: 1GiB without --mem or --allow-busy]",
+    ),
+    Option(
+        "--allow-busy",
+        help="Take GPUs other jobs use as if free, ranked by free memory alone; "
+        "--max-util and --max-used still apply when given.",
     ),
     Option(
         "--mem",
@@ -115,6 +146,7 @@ OPTIONS = (
         "--exclude",
         metavar="GPUS",
         repeat=True,
+        convert=_exclude,
         help="Never these GPUs: nvidia-smi indices or UUIDs, comma-separated.",
     ),
     Option(
@@ -176,14 +208,20 @@ def run_pick(args: list[str]) -> int:
     if options["help"]:
         sys.stdout.write(pick_help())
         return 0
+    if command and not command[0]:
+        raise InvalidValueError("COMMAND is empty: give the program to run after --")
+    if any("\0" in arg for arg in command):
+        raise InvalidValueError("COMMAND holds a NUL character, which no program can be given")
     wanted = Wanted.from_environment(
         count=options["gpus"],
         min_free_bytes=options["min_free"],
         max_util_pct=options["max_util"],
+        max_used_bytes=options["max_used"],
+        allow_busy=options["allow_busy"],
         mem_bytes=options["mem"],
         strategy=Strategy(options["strategy"]),
         mig=options["mig"],
-        exclude=tuple(e for group in options["exclude"] for e in group.split(",") if e),
+        exclude=options["exclude"],
     )
     if wanted.wants_mig and command:
         check_one_mig_device(options["gpus"], "COMMAND")
