@@ -193,7 +193,7 @@ def test_verbose_says_who_could_tamper_with_the_lease_directory(lease_dir: Path)
     # THEN the GPUs are shown, and it says who could tamper with the leases; pick uses it too
     assert result.exit_code == 0, result.stderr
     assert "lets every user remove or forge leases" in result.stderr
-    picked = run_cli("pick", "--sim", "2")
+    picked = run_cli("pick", "--sim", "2", "--allow-busy")
     assert picked.exit_code == 0 and "lets every user remove or forge leases" in picked.stderr
 
 

@@ -457,7 +457,7 @@ class TestSecondUser:
             ready = parent / "ready"
             # GIVEN another user's quick start, which made the lease directory, holding a GPU
             theirs = as_user(
-                uid, gid, *GPUWATCH, "pick", "--sim", "2", "--", "sh", "-c",
+                uid, gid, *GPUWATCH, "pick", "--sim", "8", "--", "sh", "-c",
                 f"touch {ready}; exec sleep 600",
             )  # fmt: skip
             with holding(theirs, ready):
@@ -467,7 +467,7 @@ class TestSecondUser:
                         *GPUWATCH,
                         "pick",
                         "--sim",
-                        "2",
+                        "8",
                         "--",
                         "sh",
                         "-c",
@@ -495,7 +495,7 @@ class TestSecondUser:
             env = {**os.environ, "GPUWATCH_LEASE_DIR": str(shared)}
             # WHEN this user (the other user here) runs the quick start
             picked = subprocess.run(
-                as_user(uid, gid, *GPUWATCH, "pick", "--sim", "2", "--", "true"),
+                as_user(uid, gid, *GPUWATCH, "pick", "--sim", "8", "--", "true"),
                 env=env,
                 capture_output=True,
                 text=True,

@@ -372,7 +372,7 @@ def test_a_lease_dir_that_is_no_directory_is_refused_and_left_as_it_is(
         os.mkfifo(target)
     before = os.lstat(target)
     # WHEN a job is picked, and the leases are shown
-    picked = run_cli("pick", "--sim", "2", env={"GPUWATCH_LEASE_DIR": str(target)})
+    picked = run_cli("pick", "--sim", "2", "--allow-busy", env={"GPUWATCH_LEASE_DIR": str(target)})
     shown = run_cli("status", "--sim", "2", "-v", env={"GPUWATCH_LEASE_DIR": str(target)})
     # THEN pick is refused in one line naming what is there, a usage error; status shows the
     # GPUs and says why no lease is shown; and nothing at that path has changed
@@ -518,14 +518,14 @@ def test_pick_on_a_full_disk_fails_with_one_clear_lease_error(full_disk: Path) -
     env = {**os.environ, "GPUWATCH_LEASE_DIR": str(full_disk)}
     # WHEN a job is picked, from the command line and through select()
     picked = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", "pick", "--sim", "2", "--", "true"],
+        [sys.executable, "-m", "gpuwatch", "pick", "--sim", "8", "--", "true"],
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
     selected = subprocess.run(
-        [sys.executable, "-c", "import gpuwatch; gpuwatch.select(sim='2')"],
+        [sys.executable, "-c", "import gpuwatch; gpuwatch.select(sim='8')"],
         env=env,
         capture_output=True,
         text=True,
@@ -649,7 +649,7 @@ class Jobs:
 
     def _start(self, *args: str) -> subprocess.Popen[str]:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gpuwatch", "pick", *args],
+            [sys.executable, "-m", "gpuwatch", "pick", "--allow-busy", *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -678,7 +678,7 @@ def test_select_in_an_unusable_default_directory_warns_and_holds_no_lease(
     # WHEN a script selects a GPU
     try:
         with pytest.warns(RuntimeWarning, match="picking without a lease"):
-            selected = gpuwatch.select(sim="2")
+            selected = gpuwatch.select(sim="8")
         # THEN it has one, holds no lease, and the file is left as it was
         assert len(selected.gpus) == 1 and selected.environment.get("GPUWATCH_HELD", "") == ""
         assert fallback.read_text() == "not a directory"
@@ -693,7 +693,7 @@ class _ResetDaemon(SimBackend):
     name = "daemon"
 
     def __init__(self, failures: int) -> None:
-        super().__init__(2)
+        super().__init__(8)  # GPUs 3 and 7 idle
         self.failures = failures
 
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:

@@ -210,7 +210,7 @@ class NvmlBackend(Backend):
                 fields.faults.extend(self._mig_changes.notes(gpu.index, migs, now))
                 _forget_names(gpu, migs)
             metrics = self._full_metrics(fields, handle) if full else {}
-            processes = self._processes(fields, gpu, handle, migs)
+            processes = self._processes(fields, gpu, handle, migs, full)
         except pynvml.NVMLError as error:
             gpu.handle = None  # asked for afresh next time, so a GPU that comes back is seen
             error_text = self._mig_changes.lost_with(gpu.index, str(error))
@@ -339,7 +339,7 @@ class NvmlBackend(Backend):
         }
 
     def _processes(
-        self, fields: _Fields, gpu: _Gpu, handle: Any, migs: list[MigDevice]
+        self, fields: _Fields, gpu: _Gpu, handle: Any, migs: list[MigDevice], full: bool
     ) -> list[_Used]:
         kinds: dict[int, ProcessKind] = {}
         memory: dict[int, int | None] = {}
@@ -352,9 +352,10 @@ class NvmlBackend(Backend):
                 kinds[pid] = _both(kinds[pid], kind) if pid in kinds else kind
                 memory[pid] = used_bytes if memory.get(pid) is None else memory[pid]
                 where[pid] = where.get(pid) or by_instance.get((gpu_instance, compute_instance))
-        # Once per sample, and only while there are processes; a GPU that does not report
-        # it (MIG enabled, older drivers) is not asked again.
-        sm = fields.read("process utilization", _sm_util_by_pid, gpu, handle) if kinds else None
+        # Once per full sample (choosing GPUs does not weigh it), and only while there are
+        # processes; a GPU that does not report it (MIG enabled, older drivers) is not asked again.
+        wanted = full and kinds
+        sm = fields.read("process utilization", _sm_util_by_pid, gpu, handle) if wanted else None
         return [
             (pid, gpu, memory[pid], kinds[pid], where[pid], None if sm is None else sm.get(pid, 0))
             for pid in kinds
