@@ -74,7 +74,7 @@ def exclude_entries(value: object) -> tuple[str, ...]:
         parts = [part.strip() for part in str(item).split(",")]
         if not all(parts):
             raise InvalidValueError(
-                f"{str(item)!r} leaves a GPU out: give indices or UUIDs separated by "
+                f"{str(item)!r} has an empty entry: give indices or UUIDs separated by "
                 "commas, e.g. 1,2"
             )
         entries.extend(parts)
