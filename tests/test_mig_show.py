@@ -111,7 +111,7 @@ def test_the_daemon_serves_mig_devices_to_its_clients(tmp_path: Path) -> None:
 
 
 def test_the_readme_shows_what_status_prints_for_the_example_mig_node() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "mig.md").read_text()
     shown = readme.split("$ gpuwatch status --sim examples/mig-node.toml\n", 1)[1].split("```")[0]
     result = run_cli("status", "--sim", str(EXAMPLE), env={"COLUMNS": "80"})
 
