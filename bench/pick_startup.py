@@ -22,10 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 PYTHON = sys.executable
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))  # the console script users run
+PICK_ARGV = ("pick", "-n", "2", "--", "true")
 
 # The steps of gpuwatch.cli.pick.run_pick, timed one by one (the exec is left out).
 PHASES = """
@@ -109,12 +111,14 @@ def startup(env: dict[str, str], runs: int) -> None:
     print(f"  pick over bare python: wall {over_wall:+.1f} ms, CPU {over_cpu:+.1f} ms")
 
 
-def imports(env: dict[str, str], runs: int, shown: int = 12) -> None:
+def imports(
+    env: dict[str, str], runs: int, shown: int = 12, argv: Sequence[str] = PICK_ARGV
+) -> None:
     best: dict[str, int] = {}
     line = re.compile(r"import time:\s+(\d+) \|\s+\d+ \| +(\S+)")
     for _ in range(runs):
         result = subprocess.run(
-            [PYTHON, "-X", "importtime", GPUWATCH, "pick", "-n", "2", "--", "true"],
+            [PYTHON, "-X", "importtime", GPUWATCH, *argv],
             env=env,
             capture_output=True,
             text=True,

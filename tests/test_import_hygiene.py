@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.backends.daemon import DaemonBackend
+from gpuwatch.leases import LeaseDir
 from tests.daemon_helpers import running_daemon
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpuwatch"
@@ -141,6 +143,50 @@ def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_unused_stdlib(
         *("socket", "ast", "dis", "tokenize", "argparse", "gettext", "locale", "shlex", "typing"),
         *("gpuwatch.backends.nvml", "gpuwatch.backends.sim", "gpuwatch.backends.scenario"),
         "gpuwatch.mig_policy",
+    }
+    assert loaded & unused == set()
+    assert "gpuwatch.backends.daemon" in loaded  # it did go through the daemon
+
+
+# What a one-shot `gpuwatch status` does, with the daemon up and a lease to show.
+STATUS_THROUGH_THE_DAEMON = """\
+import os
+os.environ['GPUWATCH_SOCKET'] = {socket!r}
+os.environ['GPUWATCH_LEASE_DIR'] = {leases!r}
+from gpuwatch.cli import main
+try:
+    main(['status', {extra}])
+except SystemExit as done:
+    assert done.code == 0, done.code
+"""
+
+
+@pytest.mark.parametrize("extra", ["'--json'", "'--color=always'"], ids=["json", "table"])
+def test_status_with_the_daemon_up_loads_no_click_nor_unused_stdlib(
+    tmp_path: Path, extra: str
+) -> None:
+    # GIVEN a daemon serving snapshots
+    with running_daemon(tmp_path, scenario="[[gpu]]\ncount = 3\n") as (_, socket_path, _):
+        # AND a job holding a lease
+        gpu = DaemonBackend(str(socket_path)).sample().gpus[0]
+        lease_dir = LeaseDir.for_job(tmp_path / "leases", say=print)
+        held = lease_dir.claim(gpu, mem_bytes=None, command="a job")
+        try:
+            # WHEN status shows its GPUs and the lease, as JSON or as a table
+            statement = STATUS_THROUGH_THE_DAEMON.format(
+                socket=str(socket_path), leases=str(tmp_path / "leases"), extra=extra
+            )
+            loaded = modules_after(statement)
+        finally:
+            held.release()
+    # THEN it loads no click (nor any option parser but pick's), no typing, no inspect
+    # machinery, no socket wrapper, no driver bindings and nothing for simulated GPUs
+    unused = {
+        *HEAVY,
+        *("socket", "ast", "dis", "tokenize", "argparse", "gettext", "locale", "shlex", "typing"),
+        *("gpuwatch.backends.nvml", "gpuwatch.backends.sim", "gpuwatch.backends.scenario"),
+        *("gpuwatch.cli.options", "gpuwatch.cli.app", "gpuwatch.cli.status_command"),
+        *("gpuwatch.sampling", "gpuwatch.remote"),
     }
     assert loaded & unused == set()
     assert "gpuwatch.backends.daemon" in loaded  # it did go through the daemon

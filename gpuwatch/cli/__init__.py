@@ -5,8 +5,9 @@ that found too few GPUs, followed by one indented line per GPU), and a code
 from `ExitCode`. A traceback is shown only for a bug, and only with
 `GPUWATCH_DEBUG=1`.
 
-`gpuwatch pick` is parsed without click: it starts jobs, and its start-up
-time is the user's (see gpuwatch/cli/pick.py).
+`gpuwatch pick` and `gpuwatch status` are parsed without click: pick starts
+jobs and status is a glance, so their start-up time is the user's (see
+gpuwatch/cli/pick.py and gpuwatch/cli/status.py).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         from gpuwatch.cli.pick import run_pick
 
         sys.exit(run_reporting_errors(lambda: run_pick(args[1:])))
+    if args[:1] == ["status"]:
+        from gpuwatch.cli.status import show_status, status_options
+
+        given = status_options(args[1:])  # None: help or a mistake, which click words
+        if given is not None:
+            sys.exit(run_reporting_errors(lambda: show_status(**given)))
     sys.exit(run_reporting_errors(lambda: _run_click(args)))
 
 

@@ -11,7 +11,7 @@ from gpuwatch.cli.options import HelpContext
 
 # name -> "module:function"; the order is the order of `gpuwatch --help`.
 _COMMANDS = {
-    "status": "gpuwatch.cli.status:status",
+    "status": "gpuwatch.cli.status_command:status",
     "pick": "gpuwatch.cli.app:pick",
     "tui": "gpuwatch.cli.tui:tui",
     "daemon": "gpuwatch.cli.daemon:daemon",

@@ -1,4 +1,11 @@
-"""`gpuwatch status`: the GPUs now, as a table or JSON, once or every few seconds."""
+"""`gpuwatch status`: the GPUs now, as a table or JSON, once or every few seconds.
+
+A look at the GPUs is over in a blink, so click's start-up would be most of
+it: options are read here, by `gpuwatch.cli.argv`, as pick's are. Anything
+but a well-formed command line (`--help`, an unknown option, a bad value) is
+left to the click definition (gpuwatch.cli.status_command), which words help
+and errors as for every other command.
+"""
 
 from __future__ import annotations
 
@@ -7,66 +14,82 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
-import click
-
-from gpuwatch.backends import open_backend
-from gpuwatch.backends.base import Backend
+from gpuwatch.backends import BACKEND_KINDS, open_backend
 from gpuwatch.cli import reader_gone
-from gpuwatch.cli.options import Command, Duration, HostName, WholeNumber, backend_options
+from gpuwatch.cli.argv import Option, parse
+from gpuwatch.cli.exit_codes import ExitCode
+from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases import LeaseDir
-from gpuwatch.models import Lease, Snapshot
+from gpuwatch.units import parse_duration, parse_whole_number
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gpuwatch.backends.base import Backend
+    from gpuwatch.models import Lease, Snapshot
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
+MIN_WATCH_S = 0.05
 MAX_WATCH_S = 86400.0
 MAX_COUNT = 1_000_000_000
+COLORS = ("auto", "always", "never")
 
 
-@click.command(cls=Command)
-@backend_options
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print JSON: the snapshot's fields, with `gpus`, `processes` and `leases`.",
+def _interval(text: str) -> float:
+    seconds = parse_duration(text, most_s=MAX_WATCH_S)
+    if seconds < MIN_WATCH_S:
+        raise InvalidValueError("too short")  # worded by click
+    return seconds
+
+
+def _count(text: str) -> int:
+    return parse_whole_number(text, low=1, high=MAX_COUNT)
+
+
+def _host(text: str) -> str:
+    if not text.strip() or text.startswith("-"):
+        raise InvalidValueError("not a host name")  # worded by click
+    return text
+
+
+# The options of gpuwatch.cli.status_command, with the same names, values and checks.
+OPTIONS = (
+    Option("--backend", choices=BACKEND_KINDS),
+    Option("--sim", metavar="N|FILE"),
+    Option("--json"),
+    Option("--watch", metavar="SECONDS", convert=_interval),
+    Option("--count", metavar="N", convert=_count),
+    Option("--host", metavar="[USER@]HOST", convert=_host),
+    Option("--color", choices=COLORS, default="auto"),
+    Option("-v", "--verbose"),
 )
-@click.option(
-    "--watch",
-    "interval_s",
-    type=Duration(minimum_s=0.05, maximum_s=MAX_WATCH_S),
-    metavar="SECONDS",
-    help="Sample again every SECONDS (e.g. 1, 500ms; 50ms to 24h): redraw the table, or "
-    "with --json print one JSON object per line (NDJSON).",
-)
-@click.option(
-    "--count",
-    type=WholeNumber(1, MAX_COUNT),
-    metavar="N",
-    help="With --watch, stop after N samples.  [default: run until Ctrl-C]",
-)
-@click.option(
-    "--host",
-    metavar="[USER@]HOST",
-    type=HostName(),
-    help="Show another machine's GPUs, read over ssh (gpuwatch must be installed "
-    "there); --backend and --sim apply on that machine.",
-)
-@click.option(
-    "--color",
-    type=click.Choice(["auto", "always", "never"]),
-    default="auto",
-    show_default=True,
-    help="Colour the table; auto colours a terminal unless NO_COLOR is set.",
-)
-@click.option(
-    "-v",
-    "--verbose",
-    is_flag=True,
-    help="Say where the GPUs were read from (the daemon, or the driver and why), and how "
-    "many malformed lease files were skipped.",
-)
-def status(
+
+
+def status_options(args: Sequence[str]) -> dict[str, Any] | None:
+    """`show_status`'s arguments from `gpuwatch status ARGS`; `None` for help or a mistake,
+    which the click definition words."""
+    try:
+        options, extra = parse(OPTIONS, args, command="gpuwatch status")
+    except InvalidValueError:
+        return None
+    if options["help"] or extra or (options["count"] is not None and options["watch"] is None):
+        return None
+    return {
+        "backend": options["backend"],
+        "sim": options["sim"],
+        "as_json": options["json"],
+        "interval_s": options["watch"],
+        "count": options["count"],
+        "host": options["host"],
+        "color": options["color"],
+        "verbose": options["verbose"],
+    }
+
+
+def show_status(
     backend: str | None,
     sim: str | None,
     as_json: bool,
@@ -75,22 +98,9 @@ def status(
     host: str | None,
     color: str,
     verbose: bool,
-) -> None:
-    """Show every GPU with its memory, load, temperature, power, processes and leases.
-
-    GPUs are read from the gpuwatch daemon when one runs, else from the driver.
-
-    \b
-    Examples:
-      gpuwatch status                   # a table, like gpustat
-      gpuwatch status --sim 4           # a simulated 4-GPU node
-      gpuwatch status --json | jq '.gpus[].utilization_pct'
-      gpuwatch status --watch 2         # redraw every 2 seconds
-      gpuwatch status --json --watch 1 >> gpus.ndjson
-      gpuwatch status --host alice@node7 --watch 2
-    """
-    if count is not None and interval_s is None:
-        raise click.UsageError("--count needs --watch")
+) -> int:
+    """Prints the GPUs once, or every `interval_s` (`count` times, or until Ctrl-C);
+    returns the exit status."""
     show = _print_json if as_json else _table_printer(color)
     if host is not None:
         from gpuwatch.remote import remote_snapshots
@@ -113,7 +123,8 @@ def status(
             show(snapshot, leases, pretty=interval_s is None)
     except BrokenPipeError:
         # Here, not in gpuwatch.cli.main: click turns a broken pipe into exit status 1.
-        reader_gone()
+        return reader_gone()
+    return ExitCode.OK
 
 
 def _local_frames(
@@ -164,7 +175,10 @@ def _described(source: Backend) -> str:
 
 
 def _say(message: str) -> None:
-    click.echo(f"gpuwatch: {message}", err=True)
+    from gpuwatch.cli.terminal import printable
+
+    sys.stderr.write(printable(f"gpuwatch: {message}") + "\n")
+    sys.stderr.flush()
 
 
 def _leases(lease_dir: LeaseDir | None, say: Callable[[str], None] | None) -> list[Lease]:

@@ -4,13 +4,15 @@ A MIG-enabled GPU has one line per MIG device under it, with that device's
 processes and leases under the device.
 
 Pure text in, text out: colour is decided by the caller and passed in.
+
+Its classes are plain classes with `__slots__`, not frozen dataclasses: making
+those costs every `gpuwatch status` more than drawing the table.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from gpuwatch.cli.terminal import printable
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage, Snapshot
@@ -22,12 +24,14 @@ _MIN_NAME = 6
 _MISSING = "-"
 
 
-@dataclass(frozen=True, slots=True)
 class Style:
     """How to draw: colour on or off, and whether the terminal takes block characters."""
 
-    color: bool = False
-    unicode: bool = True
+    __slots__ = ("color", "unicode")
+
+    def __init__(self, *, color: bool = False, unicode: bool = True) -> None:
+        self.color = color
+        self.unicode = unicode
 
     def paint(self, text: str, *codes: str) -> str:
         if not self.color or not codes:
@@ -35,6 +39,7 @@ class Style:
         return f"\x1b[{';'.join(codes)}m{text}\x1b[0m"
 
 
+_PLAIN = Style()
 BOLD, DIM, RED, GREEN, YELLOW, CYAN = "1", "2", "31", "32", "33", "36"
 
 
@@ -42,7 +47,7 @@ def render(
     snapshot: Snapshot,
     *,
     leases: Sequence[Lease] = (),
-    style: Style = Style(),
+    style: Style = _PLAIN,
     width: int = 120,
 ) -> str:
     """The whole table, ending in a newline; no line is wider than `width` (at 40 or more)."""
@@ -112,12 +117,14 @@ def _header(snapshot: Snapshot, style: Style, width: int) -> str:
     return "  ".join([style.paint(host, BOLD), *parts[1:]])
 
 
-@dataclass(frozen=True, slots=True)
 class _Cell:
     """Text in a table cell: what it shows (`plain`, to measure) and how (`painted`)."""
 
-    plain: str
-    painted: str
+    __slots__ = ("painted", "plain")
+
+    def __init__(self, plain: str, painted: str) -> None:
+        self.plain = plain
+        self.painted = painted
 
     @classmethod
     def of(cls, text: str, style: Style, *codes: str) -> _Cell:
@@ -127,19 +134,23 @@ class _Cell:
         return " " * (width - len(self.plain)) + self.painted
 
 
-@dataclass(frozen=True, slots=True)
 class _Layout:
     """What a GPU line shows, chosen once per table so that the columns line up.
 
     Narrower terminals lose, in turn: the memory bar, power, temperature, and
-    then the end of the GPU's name.
+    then the end of the GPU's name. `cell_widths` are the widths of the metric
+    columns shown, left to right.
     """
 
-    index_width: int
-    name_width: int
-    cell_widths: tuple[int, ...]
-    """Widths of the metric columns shown, left to right."""
-    bar: bool
+    __slots__ = ("bar", "cell_widths", "index_width", "name_width")
+
+    def __init__(
+        self, index_width: int, name_width: int, cell_widths: tuple[int, ...], bar: bool
+    ) -> None:
+        self.index_width = index_width
+        self.name_width = name_width
+        self.cell_widths = cell_widths
+        self.bar = bar
 
 
 def _layout(gpus: Sequence[GpuSample], width: int, style: Style) -> _Layout:
