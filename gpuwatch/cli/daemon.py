@@ -83,7 +83,7 @@ def daemon(
 
     Clients (status, pick) use the daemon when it runs and read the driver
     themselves when it does not. SIGHUP re-reads --config and reopens the
-    driver; SIGTERM stops. See README, "Run as a service", for systemd.
+    driver; SIGTERM stops. Under systemd: docs/operations/systemd.md.
 
     \b
     Examples:

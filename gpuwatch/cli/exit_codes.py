@@ -20,7 +20,7 @@ from gpuwatch.errors import (
 
 
 class ExitCode(enum.IntEnum):
-    """What `gpuwatch` exits with. README.md ("Exit codes") lists the same table.
+    """What `gpuwatch` exits with. docs/reference/exit-codes.md lists the same table.
 
     `gpuwatch pick -- CMD` exits with CMD's own status once CMD runs.
     """

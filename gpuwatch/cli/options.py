@@ -74,7 +74,7 @@ def backend_options(command: F) -> F:
     command = click.option(
         "--sim",
         metavar="N|FILE",
-        help="Simulate N GPUs, or the node a scenario file describes (see README).  "
+        help="Simulate N GPUs, or the node a scenario file describes (docs/reference/scenario.md).  "
         "[default: $GPUWATCH_SIM]",
     )(command)
     return click.option(

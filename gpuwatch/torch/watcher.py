@@ -364,7 +364,7 @@ def watch(
     record_history: bool = False,
     **options: Any,
 ) -> Watch:
-    """Watches a training loop's GPU memory; see `Watch` and README ("Watching training").
+    """Watches a training loop's GPU memory; see `Watch` and docs/guide/training.md.
 
     >>> import torch
     >>> model = torch.nn.Linear(4, 2)

@@ -18,5 +18,5 @@ importable and testable without it:
 - `details`: a process's parents and environment, for the detail view.
 - `tree`: the tree view's order (processes under their parents).
 - `training`: the training panel's lines, from `gpuwatch.torch.watch()` reports.
-- `keys`: every key binding, shared by the app, its help screen and the README.
+- `keys`: every key binding, shared by the app, its help screen and the docs.
 """

@@ -1,5 +1,5 @@
 """Every key of `gpuwatch tui`, in one table: the app binds them, `?` lists them, and the
-README's key table is checked against them."""
+key table in docs/guide/status.md is checked against them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ class Key:
     """Textual key names, comma-separated."""
     action: str
     label: str
-    """What the help screen and the README say it does."""
+    """What the help screen and the docs say it does."""
     shown: str
     """How the key is written for people."""
     writes: bool = False
