@@ -86,6 +86,13 @@ def test_importing_gpuwatch_is_nearly_free() -> None:
     assert "dataclasses" not in loaded_after("import gpuwatch")
 
 
+def test_every_public_name_resolves_without_loading_heavy_modules() -> None:
+    # GIVEN a fresh interpreter WHEN a script touches every name gpuwatch exports
+    code = "import gpuwatch\nfor name in gpuwatch.__all__: getattr(gpuwatch, name)"
+    # THEN each resolves (the lazy table names real objects), and still no torch or UI loads
+    assert loaded_after(code).isdisjoint(HEAVY)
+
+
 def test_without_the_driver_library_pynvml_is_never_imported(tmp_path: Path) -> None:
     import ctypes
 
