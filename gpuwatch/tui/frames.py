@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from gpuwatch import procfs
 from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.history import GpuSeries
@@ -219,21 +220,8 @@ def read_ancestors(pids: set[int], proc: str = "/proc", limit: int = 4096) -> tu
     """Each of `pids` and its ancestors below init, from /proc; unreadable ones are left out."""
     from gpuwatch.leases import user_name
 
-    found: dict[int, Ancestor] = {}
-    for start in pids:
-        pid = start
-        while pid > 1 and pid not in found and len(found) < limit:
-            try:
-                with open(f"{proc}/{pid}/stat", "rb") as stat_file:
-                    stat = stat_file.read(4096).decode(errors="replace")
-                uid = os.stat(f"{proc}/{pid}").st_uid
-                ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-            except (OSError, ValueError, IndexError):
-                break  # gone, hidden, or in another PID namespace
-            name = stat[stat.find("(") + 1 : stat.rfind(")")]
-            found[pid] = Ancestor(pid, ppid, user_name(uid), name)
-            pid = ppid
-    return tuple(found.values())
+    lineage = procfs.read_lineage(pids, proc, limit)
+    return tuple(Ancestor(link.pid, link.ppid, user_name(link.uid), link.name) for link in lineage)
 
 
 def fetch_history(socket_path: str, window_s: float) -> list[GpuSeries]:
