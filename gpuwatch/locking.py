@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from gpuwatch import procfs
-from gpuwatch.procfs import FileKey
+from gpuwatch.procfs import FileKey as FileKey  # lease records name files by it
 
 _FIRST_PAUSE_S = 0.002
 _LONGEST_PAUSE_S = 0.05
