@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 
 from gpuwatch import procfs
-from gpuwatch.procfs import FileKey as FileKey  # lease records name files by it
 
+FileKey = procfs.FileKey
+"""(major, minor, inode): a file as `/proc/locks` names it."""
 _FIRST_PAUSE_S = 0.002
 _LONGEST_PAUSE_S = 0.05
 
