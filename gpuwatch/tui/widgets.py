@@ -6,7 +6,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import replace
 from typing import ClassVar
 
@@ -341,7 +341,6 @@ class ProcessTable(DataTable[Text]):
         super().__init__(id="processes", cursor_type="row", zebra_stripes=False)
         self.painter = Painter(self)
         self.columns_shown: tuple[Column, ...] = ()
-        self.selected_key: str | None = None
         self.order: list[str] = []
         self._cells: dict[str, list[tuple[str, str]]] = {}
         self._rows: dict[str, Row] = {}
@@ -359,24 +358,31 @@ class ProcessTable(DataTable[Text]):
     def row(self, key: str) -> Row | None:
         return self._rows.get(key)
 
-    def current_row(self) -> Row | None:
-        """The row under the cursor."""
+    @property
+    def rows_by_key(self) -> dict[str, Row]:
+        """The rows shown, by key (for the model to pick signal targets from)."""
+        return self._rows
+
+    def current_row(self, selected: str | None) -> Row | None:
+        """The row `selected` (a key), or before any is, the row under the cursor."""
         if self.row_count == 0:
             return None
-        if self.selected_key is None:
-            cell = self.coordinate_to_cell_key(self.cursor_coordinate)
-            self.selected_key = cell.row_key.value
-        return self._rows.get(self.selected_key or "")
+        if selected is None:
+            selected = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return self._rows.get(selected or "")
 
     def show(
         self,
         rows: Sequence[Row],
         columns: tuple[Column, ...],
         now: float,
-        tagged: set[str],
+        tagged: Set[str],
         sorted_by: tuple[str, bool],
         width: int,
+        selected: str | None = None,
     ) -> None:
+        """Puts `rows` in the table, in their order, changing only the cells that changed;
+        the cursor stays on the row `selected` wherever it moved to."""
         if columns != self.columns_shown or width != self._width:
             self._set_columns(columns, width)
         wanted = {row.key for row in rows}
@@ -395,7 +401,7 @@ class ProcessTable(DataTable[Text]):
             rank = {key: position for position, key in enumerate(order)}
             self.sort(columns[0].key, key=lambda cell: rank.get(cell.row_key, 0))
             self.order = order
-        self._restore_cursor()
+        self._restore_cursor(selected)
         if sorted_by != self._sorted_by:
             self._sorted_by = sorted_by
             key, reverse = sorted_by
@@ -442,8 +448,7 @@ class ProcessTable(DataTable[Text]):
         text.row_key = key
         return text
 
-    def _restore_cursor(self) -> None:
-        key = self.selected_key
+    def _restore_cursor(self, key: str | None) -> None:
         if key is None or key not in self._cells:
             return
         index = self.get_row_index(key)
