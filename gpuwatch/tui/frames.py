@@ -8,8 +8,6 @@ no sample. Nothing here imports Textual.
 from __future__ import annotations
 
 import abc
-import json
-import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -133,12 +131,13 @@ class LocalSource(Source):
     _closed: bool = field(default=False, repr=False)
 
     def backfill(self) -> Backfill:
-        path = getattr(self.backend, "socket_path", None)
-        if not isinstance(path, str):
+        from gpuwatch.backends.daemon import DaemonBackend
+
+        if not isinstance(self.backend, DaemonBackend):
             return super().backfill()
         try:
-            series = fetch_history(path, HISTORY_WINDOW_S)
-        except (OSError, ValueError) as error:
+            series = self.backend.history(HISTORY_WINDOW_S)
+        except (OSError, ValueError, GpuwatchError) as error:
             return Backfill(self.label, note=f"daemon history unavailable ({error})")
         return Backfill(self.label, tuple(series), note=_span_note(series))
 
@@ -222,57 +221,6 @@ def read_ancestors(pids: set[int], proc: str = "/proc", limit: int = 4096) -> tu
 
     lineage = procfs.read_lineage(pids, proc, limit)
     return tuple(Ancestor(link.pid, link.ppid, user_name(link.uid), link.name) for link in lineage)
-
-
-def fetch_history(socket_path: str, window_s: float) -> list[GpuSeries]:
-    """The daemon's per-GPU history for the last `window_s`, checked field by field."""
-    from gpuwatch.backends.daemon import http_get
-
-    status, body = http_get(socket_path, f"/v1/history?last={window_s:g}")
-    if status != 200:
-        raise ValueError(f"HTTP {status}")
-    data = json.loads(body)
-    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
-        raise ValueError("not a history answer")
-    return [series for item in data["gpus"] if (series := parse_series(item)) is not None]
-
-
-def parse_series(item: object) -> GpuSeries | None:
-    """A `GpuSeries` from the daemon's JSON, or `None` when anything is off."""
-    if not isinstance(item, dict):
-        return None
-    index, times = item.get("index"), item.get("taken_at")
-    memory, utilization = item.get("memory_used_bytes"), item.get("utilization_pct")
-    if not (isinstance(index, int) and 0 <= index < 1024):
-        return None
-    columns = (times, memory, utilization)
-    if not all(isinstance(column, list) for column in columns):
-        return None
-    assert isinstance(times, list) and isinstance(memory, list) and isinstance(utilization, list)
-    if not len(times) == len(memory) == len(utilization):
-        return None
-    if not all(_finite(t) for t in times):
-        return None
-    uuid = item.get("uuid")
-    return GpuSeries(
-        index=index,
-        uuid=uuid if isinstance(uuid, str) else None,
-        taken_at=[float(t) for t in times],
-        memory_used_bytes=[_int_or_none(v, 1 << 50) for v in memory],
-        utilization_pct=[_int_or_none(v, 100) for v in utilization],
-        temperature_c=[None] * len(times),
-        power_w=[None] * len(times),
-    )
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _int_or_none(value: object, maximum: int) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum:
-        return value
-    return None
 
 
 def _span_note(series: Sequence[GpuSeries]) -> str:
