@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -21,9 +22,13 @@ from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.policy import Waiter
 from gpuwatch.sampling import ticks
+from gpuwatch.training import TrainingReports
 
 HISTORY_WINDOW_S = 3600.0
 """How far back the daemon's history is asked for: the graphs and the idle detection."""
+TRAINING_READ_EVERY_S = 1.0
+"""Training reports are read at most this often (frames in between carry the last read)."""
+NO_TRAINING = TrainingReports()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,9 @@ class Frame:
     """Whether the processes are on this machine (so they can be inspected and signalled)."""
     ancestors: tuple[Ancestor, ...] = ()
     """The GPU processes and their ancestors, read only while the tree view is on."""
+    training: TrainingReports = NO_TRAINING
+    """The training processes `gpuwatch.torch.watch()` watches there, for sources that read
+    them: read on the source's thread, so a slow lease directory never holds up the screen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +136,11 @@ class LocalSource(Source):
     label: str = ""
     tree: bool = False
     """Read each process's ancestors too (set while the tree view is shown)."""
+    training: Callable[[], TrainingReports] | None = None
+    """Where the training reports of this machine come from, if the screen shows them."""
     _closed: bool = field(default=False, repr=False)
+    _training_found: TrainingReports = field(default=NO_TRAINING, repr=False)
+    _training_read_at: float | None = field(default=None, repr=False)
 
     def backfill(self) -> Backfill:
         from gpuwatch.backends.daemon import DaemonBackend
@@ -167,12 +179,37 @@ class LocalSource(Source):
         if self.tree:
             pids = {p.pid for p in snapshot.processes} | {lease.pid for lease in leases}
             ancestors = read_ancestors(pids)
-        return Frame(label, snapshot, leases, waiters, self._host(), error, ancestors=ancestors)
+        return Frame(
+            label,
+            snapshot,
+            leases,
+            waiters,
+            self._host(),
+            error,
+            ancestors=ancestors,
+            training=self._training(),
+        )
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self.backend.close()
+
+    def _training(self) -> TrainingReports:
+        """The latest training reports, read again once `TRAINING_READ_EVERY_S` has passed."""
+        now = time.monotonic()
+        if self.training is None:
+            return NO_TRAINING
+        if self._training_read_at is not None and now - self._training_read_at < (
+            TRAINING_READ_EVERY_S
+        ):
+            return self._training_found
+        self._training_read_at = now
+        try:
+            self._training_found = self.training()
+        except Exception:  # an unreadable directory shows as no training, never a crash
+            self._training_found = NO_TRAINING
+        return self._training_found
 
     def _host(self) -> HostStats | None:
         try:

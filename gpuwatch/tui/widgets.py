@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import replace
 from typing import ClassVar
 
@@ -16,7 +13,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from gpuwatch.models import GpuSample
-from gpuwatch.training import TrainingReports, reports_for_this_machine
+from gpuwatch.training import TrainingReports
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import HostStats
 from gpuwatch.tui.layout import CARD_GAP, Layout
@@ -24,7 +21,6 @@ from gpuwatch.tui.rows import Column, Row, cell_text
 from gpuwatch.tui.state import GRAPH_WINDOW_S, ScreenState, Section
 from gpuwatch.tui.training import training_lines
 
-TRAINING_READ_EVERY_S = 1.0
 REMOVE_ONE_BY_ONE_MAX = 64
 """Past this many rows gone at once, the table is emptied and refilled instead: DataTable
 renumbers every row on each removal, so removing thousands one by one is quadratic."""
@@ -279,43 +275,27 @@ class Panel(Static):
 
 
 class TrainingPanel(Panel):
-    """Each process `gpuwatch.torch.watch()` watches on this machine (`tui.training`).
+    """Each process `gpuwatch.torch.watch()` watches on this machine (`tui.training`), as
+    the latest frames brought them; the panel hides itself while there are none."""
 
-    Reports are read on a thread of its own, at most once a second, so a slow lease
-    directory never holds up the screen; the panel hides itself while there are none.
-    """
-
-    def __init__(self, reports: Callable[[], TrainingReports] = reports_for_this_machine) -> None:
+    def __init__(self) -> None:
         super().__init__(id="training")
-        self._reports = reports
-        self._reading = threading.Lock()
-        self._read_at = -TRAINING_READ_EVERY_S
         self.found = TrainingReports()
         self.display = False
+        self._shown: tuple[tuple[int, ...], int] | None = None
 
     def show_state(self, state: ScreenState, now: float) -> None:
-        if time.monotonic() - self._read_at < TRAINING_READ_EVERY_S or not self._reading.acquire(
-            False
-        ):
-            return
-        self._read_at = time.monotonic()
-        threading.Thread(target=self._read, name="gpuwatch-tui-training", daemon=True).start()
-
-    def _read(self) -> None:
-        try:
-            found = self._reports()
-        except Exception:  # an unreadable directory shows as no training, never a crash
-            found = TrainingReports()
-        finally:
-            self._reading.release()
-        # The app may have closed meanwhile: then there is nothing left to show it on.
-        with contextlib.suppress(Exception):
-            self.app.call_from_thread(self._show, found)
-
-    def _show(self, found: TrainingReports) -> None:
-        self.found = found
-        self.display = bool(found.reports)
-        self.update("\n".join(training_lines(found, max(20, self.size.width or 120))))
+        found = [s.frame.training for s in state.sections if s.frame is not None]
+        width = max(20, self.size.width or 120)
+        shown = (tuple(id(f) for f in found), width)
+        if shown == self._shown:
+            return  # the same reads as last time (frames carry them until the next read)
+        self._shown = shown
+        self.found = TrainingReports(
+            tuple(r for f in found for r in f.reports), sum(f.skipped for f in found)
+        )
+        self.display = bool(self.found.reports)
+        self.update("\n".join(training_lines(self.found, width)))
 
 
 class KeyedText(Text):
