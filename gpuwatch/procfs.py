@@ -111,6 +111,34 @@ def parse_environ(raw: str) -> dict[str, str]:
     return environment
 
 
+def parse_meminfo(meminfo: str) -> dict[str, int]:
+    """/proc/meminfo as bytes by name (`MemTotal`, `MemAvailable`, `SwapFree`, ...);
+    lines that are not `Name: N kB` (or a bare count) are passed over."""
+    sizes = {}
+    for line in meminfo.splitlines():
+        name, colon, rest = line.partition(":")
+        words = rest.split()
+        if not colon or not words or not words[0].isdigit():
+            continue
+        sizes[name] = int(words[0]) * (1024 if words[1:] == ["kB"] else 1)
+    return sizes
+
+
+def parse_cpu_times(stat: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot, from the `cpu` line of /proc/stat.
+
+    Busy is all but idle and iowait, as `top` and psutil count; guest time is already
+    inside user and nice, so it is not added again."""
+    for line in stat.splitlines():
+        if line.startswith("cpu "):
+            ticks = [int(word) for word in line.split()[1:9]]
+            if len(ticks) < 5:
+                break
+            total = sum(ticks)
+            return total - ticks[3] - ticks[4], total
+    raise ValueError("no cpu line in /proc/stat")
+
+
 # --- reading ----------------------------------------------------------------------------------
 
 
@@ -185,6 +213,30 @@ def read_boot_time(proc: str = PROC) -> float:
             if line.startswith("btime "):
                 return parse_boot_time([line])
     raise ValueError(f"no btime line in {proc}/stat")
+
+
+def read_meminfo(proc: str = PROC) -> dict[str, int]:
+    return parse_meminfo(read_text(f"{proc}/meminfo", _STATUS_BYTES))
+
+
+def read_cpu_times(proc: str = PROC) -> tuple[int, int]:
+    # The cpu line comes first; the rest of the file (one line per CPU, interrupts) can be long.
+    return parse_cpu_times(read_text(f"{proc}/stat", _STAT_BYTES))
+
+
+def read_start_time(pid: int, proc: str = PROC) -> float:
+    """When `pid` started (seconds since the epoch), as `ps` tells it."""
+    started_ticks = int(stat_fields(read_stat(pid, proc))[STAT_STARTTIME])
+    return read_boot_time(proc) + started_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def visible(pid: int, proc: str = PROC) -> bool:
+    """Whether `pid` names a process this one can see (not gone, not hidden)."""
+    try:
+        os.stat(f"{proc}/{pid}")
+    except OSError:
+        return False
+    return True
 
 
 def in_initial_pid_namespace(proc: str = PROC) -> bool:

@@ -122,3 +122,56 @@ def test_readers_of_this_process() -> None:
     assert procfs.read_environ(os.getpid())  # our own environment is ours to read
     assert procfs.read_boot_time() > 0
     assert procfs.read_flock_holders(str(Path("/nonexistent"))) == {}
+
+
+MEMINFO = (
+    "MemTotal:       24683656 kB\nMemFree:        20000000 kB\nMemAvailable:   24119928 kB\n"
+    "SwapTotal:       8388604 kB\nSwapFree:        8388604 kB\nHugePages_Total:       0\n"
+    "garbage line\nDirectMap4k: x kB\n"
+)
+PROC_STAT = (
+    "cpu  4705 356 584 3699 23 23 0 0 0 0\ncpu0 1393 32 124 1400 11 9 0 0 0 0\n"
+    "intr 1462898 1\nbtime 1763900000\n"
+)
+
+
+def test_meminfo_in_bytes_with_bare_counts_kept_and_garbage_passed_over() -> None:
+    sizes = procfs.parse_meminfo(MEMINFO)
+    assert sizes["MemTotal"] == 24683656 * 1024
+    assert sizes["SwapFree"] == 8388604 * 1024
+    assert sizes["HugePages_Total"] == 0
+    assert "DirectMap4k" not in sizes
+
+
+def test_cpu_times_count_idle_and_iowait_as_not_busy() -> None:
+    busy, total = procfs.parse_cpu_times(PROC_STAT)
+    assert total == 4705 + 356 + 584 + 3699 + 23 + 23
+    assert busy == total - 3699 - 23
+    with pytest.raises(ValueError, match="cpu"):
+        procfs.parse_cpu_times("cpu0 1 2 3 4 5\n")
+
+
+def test_start_time_and_visibility_of_this_process() -> None:
+    import time
+
+    assert procfs.visible(os.getpid())
+    assert not procfs.visible(1 << 30)
+    assert procfs.read_start_time(os.getpid()) <= time.time()
+
+
+def test_details_of_a_forged_process_tree_stay_printable(tmp_path: Path) -> None:
+    from gpuwatch.tui.details import read_details
+
+    # GIVEN a process whose parent named itself with a terminal escape, and an ancestor
+    # that is not readable
+    proc = fake_proc(tmp_path, {7: "7 (python) S 6 0", 6: "6 (\x1b[2Jevil) S 5 0"})
+    (tmp_path / "7" / "cmdline").write_text("python\0train.py\0--lr\0a b\0")
+    (tmp_path / "7" / "environ").write_text("A=1\0")
+    # WHEN its details are read
+    details = read_details(7, proc)
+    # THEN the command is quoted, the escape is not passed on, and the chain says where it ends
+    assert details.command == "python train.py --lr 'a b'"
+    assert "\x1b" not in details.parents[0] and "evil" in details.parents[0]
+    assert details.parents[1].split() == ["5", "(not", "readable)"]
+    assert details.environment == ("A=1",)
+    assert read_details(8, proc).command is None

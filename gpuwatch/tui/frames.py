@@ -106,24 +106,39 @@ class Source(abc.ABC):
         """Releases what the source holds. Safe to call twice."""
 
 
-def read_host_stats() -> HostStats:
-    """This machine's CPU (since the previous call), memory, swap and load, from psutil."""
-    import psutil
+class HostStatsReader:
+    """This machine's CPU (since the previous call), memory, swap and load, from /proc.
 
-    memory = psutil.virtual_memory()
-    swap = psutil.swap_memory()
-    load = os.getloadavg()
-    return HostStats(
-        cpu_pct=float(psutil.cpu_percent(interval=None)),
-        cpu_count=psutil.cpu_count() or 1,
-        memory_used_bytes=int(memory.total - memory.available),
-        memory_total_bytes=int(memory.total),
-        swap_used_bytes=int(swap.used),
-        swap_total_bytes=int(swap.total),
-        load_1m=load[0],
-        load_5m=load[1],
-        load_15m=load[2],
-    )
+    The first call gives the CPU's average since boot; later ones, since the call before
+    (as `top`)."""
+
+    def __init__(self, proc: str = procfs.PROC) -> None:
+        self._proc = proc
+        self._cpu_ticks = (0, 0)
+
+    def __call__(self) -> HostStats:
+        busy, total = procfs.read_cpu_times(self._proc)
+        busy_before, total_before = self._cpu_ticks
+        self._cpu_ticks = (busy, total)
+        elapsed = total - total_before
+        sizes = procfs.read_meminfo(self._proc)
+        memory_total, swap_total = sizes.get("MemTotal", 0), sizes.get("SwapTotal", 0)
+        load = os.getloadavg()
+        return HostStats(
+            cpu_pct=round(100.0 * (busy - busy_before) / elapsed, 1) if elapsed > 0 else 0.0,
+            cpu_count=os.cpu_count() or 1,
+            memory_used_bytes=memory_total - sizes.get("MemAvailable", sizes.get("MemFree", 0)),
+            memory_total_bytes=memory_total,
+            swap_used_bytes=swap_total - sizes.get("SwapFree", swap_total),
+            swap_total_bytes=swap_total,
+            load_1m=load[0],
+            load_5m=load[1],
+            load_15m=load[2],
+        )
+
+
+read_host_stats = HostStatsReader()
+"""The reader local sources use unless told otherwise."""
 
 
 @dataclass
@@ -252,7 +267,9 @@ class RemoteSource(Source):
             stop.wait(self.retry_s)
 
 
-def read_ancestors(pids: set[int], proc: str = "/proc", limit: int = 4096) -> tuple[Ancestor, ...]:
+def read_ancestors(
+    pids: set[int], proc: str = procfs.PROC, limit: int = 4096
+) -> tuple[Ancestor, ...]:
     """Each of `pids` and its ancestors below init, from /proc; unreadable ones are left out."""
     from gpuwatch.leases import user_name
 
