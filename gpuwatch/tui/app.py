@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -19,57 +18,20 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from gpuwatch.tui import rows as row_logic
-from gpuwatch.tui.frames import Ancestor, Backfill, Frame, HostStats, Source
+from gpuwatch.tui.frames import Ancestor, Frame, HostStats, Source
 from gpuwatch.tui.keys import KEYS
 from gpuwatch.tui.layout import Layout, choose_layout
 from gpuwatch.tui.model import TableView
 from gpuwatch.tui.rows import Row
+from gpuwatch.tui.sampler import SAMPLER_EXIT_WAIT_S, BackfillArrived, FrameArrived, Sampler
 from gpuwatch.tui.state import ScreenState
 from gpuwatch.tui.widgets import HostLine, Panel, ProcessTable, SectionView
 
 DEFAULT_IDLE_AFTER_S = 600.0
-SAMPLER_EXIT_WAIT_S = 2.0
-
-
-class FrameArrived(Message):
-    def __init__(self, number: int, frame: Frame) -> None:
-        super().__init__()
-        self.number = number
-        self.frame = frame
-
-
-class BackfillArrived(Message):
-    def __init__(self, number: int, backfill: Backfill) -> None:
-        super().__init__()
-        self.number = number
-        self.backfill = backfill
-
-
-class Sampler(threading.Thread):
-    """Runs one source and posts what it says; a daemon thread, so a hung driver never
-    keeps the program from exiting."""
-
-    def __init__(self, app: App[int], number: int, source: Source, interval_s: float) -> None:
-        super().__init__(name=f"gpuwatch-tui-sampler-{number}", daemon=True)
-        self._app, self._number, self._source = app, number, source
-        self._interval_s = interval_s
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        try:
-            backfill = self._source.backfill()
-        except Exception as error:  # the past is a nicety; the present matters
-            backfill = Backfill(self._source.label, note=f"no history ({error})")
-        self._app.post_message(BackfillArrived(self._number, backfill))
-        for frame in self._source.frames(self._interval_s, self.stop):
-            if self.stop.is_set():
-                return
-            self._app.post_message(FrameArrived(self._number, frame))
 
 
 class GpuwatchApp(App[int]):
