@@ -224,8 +224,9 @@ class GpuwatchApp(App[int]):
         return self.view.tree
 
     def current_rows(self) -> list[Row]:
-        everything = self.state.rows(self.clock(), self.monotonic(), self.idle_after_s)
-        return self.view.arrange(everything, self.clock(), self._ancestors())
+        now = self.clock()
+        everything = self.state.rows(now, self.monotonic(), self.idle_after_s)
+        return self.view.arrange(everything, now, self._ancestors())
 
     def _ancestors(self) -> list[tuple[str, dict[int, Ancestor]]]:
         if not self.view.tree:
