@@ -74,6 +74,8 @@ class TableView:
     def keep_tags(self, shown: Iterable[str]) -> TableView:
         """Tags only on rows still shown: a process that exits (or is filtered out) loses its
         tag, so a signal never reaches a pid that has come to name another process."""
+        if not self.tagged:
+            return self
         kept = self.tagged.intersection(shown)
         return self if kept == self.tagged else replace(self, tagged=kept)
 
