@@ -13,6 +13,8 @@ import ctypes
 import os
 import sys
 
+from gpuwatch import procfs
+
 _CUDA_SUCCESS = 0
 
 
@@ -29,9 +31,8 @@ def cuda_initialized() -> str | None:
 
 def _driver_initialized() -> bool:
     try:
-        with open("/proc/self/maps") as maps:
-            if not any("libcuda.so" in line for line in maps):
-                return False
+        if not procfs.self_maps_mention("libcuda.so"):
+            return False
         # RTLD_NOLOAD: only find the copy already loaded, never load one.
         driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD)
     except OSError:

@@ -7,7 +7,7 @@ namespace (a container without `--pid=host`), the same numbers name other,
 unrelated processes here (the driver's pid 1 is the host's init, not the
 container's), so no pid gets details at all.
 
-Read straight from Linux's /proc, and cheaply, since the daemon does it for
+Read from Linux's /proc (through `gpuwatch.procfs`), and cheaply, since the daemon does it for
 every GPU process every second: a process seen before costs one `pread` of
 its /proc/PID/stat, kept open (its user and command are remembered for its
 lifetime); a new one costs three reads. At most `MAX_OPEN_STAT_FILES` are
@@ -22,14 +22,17 @@ import os
 import pwd
 import time
 
+from gpuwatch import procfs
+from gpuwatch.procfs import STAT_RSS_PAGES as _RSS_PAGES
+from gpuwatch.procfs import STAT_STARTTIME as _STARTTIME
+from gpuwatch.procfs import STAT_STIME as _STIME
+from gpuwatch.procfs import STAT_UTIME as _UTIME
+
 _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-# Positions in /proc/PID/stat after the ")" that closes the command name (see proc(5)).
-_UTIME, _STIME, _STARTTIME, _RSS_PAGES = 11, 12, 19, 21
 MAX_OPEN_STAT_FILES = 512
 """At most this many /proc/PID/stat files are kept open (a quarter of the unit's
 LimitNOFILE=4096 in all, and a small part of it)."""
-_INITIAL_PID_NAMESPACE = "pid:[4026531836]"  # the kernel's PROC_PID_INIT_INO, fixed since 3.8
 # Characters a POSIX shell takes literally, as in shlex.quote (which would import re).
 _SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
 
@@ -93,7 +96,7 @@ class HostProcessTable:
         self._open_files = 0
         self._users: dict[int, str] = {}
         self._boot_time_s: float | None = None
-        self.pids_are_local = _in_initial_pid_namespace(proc)
+        self.pids_are_local = procfs.in_initial_pid_namespace(proc)
         """Whether the driver's pids name this namespace's processes; if not, none is looked up."""
 
     def lookup(self, pids: set[int]) -> dict[int, HostProcess]:
@@ -121,7 +124,7 @@ class HostProcessTable:
         if known is not None:
             try:  # a process that exited fails the read of its open stat
                 stat = self._stat_of(pid, known.stat_fd)
-                fields = stat[stat.rfind(")") + 2 :].split()
+                fields = procfs.stat_fields(stat)
             except OSError:
                 pass
             if not fields or int(fields[_STARTTIME]) != known.start_ticks:
@@ -132,7 +135,7 @@ class HostProcessTable:
                 known, stat = self._learn(pid)
             except OSError:  # exited, another namespace, or hidden from us
                 return None
-            fields = stat[stat.rfind(")") + 2 :].split()
+            fields = procfs.stat_fields(stat)
         cpu_s = (int(fields[_UTIME]) + int(fields[_STIME])) / _CLOCK_TICKS_PER_S
         started_at = boot_time_s + known.start_ticks / _CLOCK_TICKS_PER_S
         if known.wall_s == 0.0:  # first look: the average over the process's life, as ps
@@ -145,17 +148,16 @@ class HostProcessTable:
         )
 
     def _learn(self, pid: int) -> tuple[_Known, str]:
-        base = f"{self._proc}/{pid}"
-        stat_fd = os.open(f"{base}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        stat_fd = procfs.open_stat(pid, self._proc)
         try:
-            stat = _pread(stat_fd)
-            argv = _read(f"{base}/cmdline").split("\0")
+            stat = procfs.pread_stat(stat_fd)
+            argv = procfs.read_cmdline(pid, self._proc)
             uid = os.fstat(stat_fd).st_uid
         except OSError:
             os.close(stat_fd)
             raise
-        start_ticks = int(stat[stat.rfind(")") + 2 :].split()[_STARTTIME])
-        name = stat[stat.find("(") + 1 : stat.rfind(")")]
+        start_ticks = int(procfs.stat_fields(stat)[_STARTTIME])
+        name = procfs.stat_name(stat)
         command = shell_command(argv) or name
         if self._open_files >= self._max_open_files:
             os.close(stat_fd)
@@ -173,7 +175,9 @@ class HostProcessTable:
         known.forget()
 
     def _stat_of(self, pid: int, stat_fd: int | None) -> str:
-        return _pread(stat_fd) if stat_fd is not None else _read(f"{self._proc}/{pid}/stat")
+        if stat_fd is not None:
+            return procfs.pread_stat(stat_fd)
+        return procfs.read_stat(pid, self._proc)
 
     def _user(self, uid: int) -> str:
         if (name := self._users.get(uid)) is None:
@@ -186,9 +190,7 @@ class HostProcessTable:
 
     def _boot_time(self) -> float:
         if self._boot_time_s is None:
-            with open(f"{self._proc}/stat") as stat:  # can be long: read it line by line
-                line = next(line for line in stat if line.startswith("btime "))
-            self._boot_time_s = float(line.split()[1])
+            self._boot_time_s = procfs.read_boot_time(self._proc)
         return self._boot_time_s
 
 
@@ -216,27 +218,6 @@ def _shell_quote(arg: str) -> str:
     if arg and all(c in _SHELL_SAFE for c in arg):
         return arg
     return "'" + arg.replace("'", "'\"'\"'") + "'"
-
-
-def _in_initial_pid_namespace(proc: str) -> bool:
-    """Whether this process sees the host's pids (true too when the kernel will not say)."""
-    try:
-        return os.readlink(f"{proc}/self/ns/pid") == _INITIAL_PID_NAMESPACE
-    except OSError:
-        return True
-
-
-def _pread(fd: int) -> str:
-    return os.pread(fd, 1 << 12, 0).decode(errors="replace")
-
-
-def _read(path: str) -> str:
-    # os.open/os.read: a third of the cost of open() for these small files.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return os.read(fd, 1 << 16).decode(errors="replace")
-    finally:
-        os.close(fd)
 
 
 def _percent(cpu_s: float, wall_s: float) -> float | None:

@@ -14,13 +14,12 @@ import os
 import time
 from collections.abc import Callable
 
-_PROC_LOCKS = "/proc/locks"
-_MAX_TABLE_BYTES = 8 << 20  # a user can take many locks; never read without bound
+from gpuwatch import procfs
+
+FileKey = procfs.FileKey
+"""(major, minor, inode): a file as `/proc/locks` names it."""
 _FIRST_PAUSE_S = 0.002
 _LONGEST_PAUSE_S = 0.05
-
-FileKey = tuple[int, int, int]
-"""(major, minor, inode): a file as `/proc/locks` names it."""
 
 
 def flock_within(
@@ -55,39 +54,10 @@ def flock_holders() -> dict[FileKey, list[int]]:
 
     A pid is as this process's pid namespace sees it; 0 for a holder outside it.
     """
-    try:
-        with open(_PROC_LOCKS, "rb") as table:
-            text = table.read(_MAX_TABLE_BYTES).decode("ascii", "replace")
-    except OSError:
-        return {}
-    holders: dict[FileKey, list[int]] = {}
-    for line in text.splitlines():
-        # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2171846 0 EOF"; waiters show "->" after the id.
-        fields = line.split()
-        if len(fields) < 6 or fields[1] != "FLOCK":
-            continue
-        try:
-            pid = int(fields[4])
-            major, minor, inode = fields[5].split(":")
-            key = (int(major, 16), int(minor, 16), int(inode))
-        except ValueError:
-            continue
-        holders.setdefault(key, []).append(pid)
-    return holders
+    return procfs.read_flock_holders()
 
 
 def process_uids(pid: int) -> tuple[int, ...] | None:
     """The real, effective, saved and filesystem uids of `pid`; `None` when no such
     process is visible here."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            text = status.read(64 << 10).decode("ascii", "replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("Uid:"):
-            try:
-                return tuple(int(uid) for uid in line.split()[1:])
-            except ValueError:
-                return None
-    return None
+    return procfs.read_uids(pid)

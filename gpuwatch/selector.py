@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from gpuwatch import procfs
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.choices import exclude_entries
@@ -324,10 +325,8 @@ def _descends(pid: int, roots: set[int]) -> bool:
         if pid <= 1:
             return False
         try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                # The fields after the ")" that closes the command: state, then the parent's pid.
-                pid = int(stat.read().rpartition(b")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
+            pid = procfs.parent_pid(pid)
+        except (OSError, ValueError):
             return False
     return False
 

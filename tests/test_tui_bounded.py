@@ -53,7 +53,8 @@ def held_counts(app: GpuwatchApp) -> dict[str, int]:
 @pytest.mark.parametrize("tree", [False, True], ids=["flat", "tree-view"])
 def test_churning_pids_leave_nothing_behind_over_many_refreshes(tree: bool) -> None:
     app = fed_app()
-    app.tree_view = tree
+    if tree:
+        app.action_tree()
     seen: list[dict[str, int]] = []
 
     async def main() -> None:
@@ -62,7 +63,7 @@ def test_churning_pids_leave_nothing_behind_over_many_refreshes(tree: bool) -> N
             for second in range(5):
                 app.feed(0, churning_frame(second))  # type: ignore[arg-type]
             await pilot.pause()
-            app.tagged.add(app.current_rows()[-1].key)
+            app.view = app.view.toggle_tag(app.current_rows()[-1].key)
             # WHEN processes keep exiting and new pids keep appearing, refresh after refresh
             for second in range(5, REFRESHES):
                 app.feed(0, churning_frame(second))  # type: ignore[arg-type]

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuwatch.backends.daemon import parse_series
 from gpuwatch.models import GpuSample
 from gpuwatch.tui import render, signals
-from gpuwatch.tui.frames import parse_series
 from gpuwatch.tui.layout import choose_layout
 from gpuwatch.tui.rows import BY_KEY, RowFilter, build_rows, cell_text, columns_for, sort_rows
 from gpuwatch.tui.state import ScreenState

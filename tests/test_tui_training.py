@@ -9,12 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.training import MemoryPoint, ModuleMemory, ReportFile, TrainingReport, TrainingReports
+from gpuwatch.backends.sim import SimBackend
+from gpuwatch.training import (
+    MemoryPoint,
+    ModuleMemory,
+    ReportFile,
+    TrainingReport,
+    TrainingReports,
+    reports_for_this_machine,
+)
 from gpuwatch.tui.app import GpuwatchApp
+from gpuwatch.tui.frames import LocalSource
 from gpuwatch.tui.training import training_lines
 from gpuwatch.tui.widgets import TrainingPanel
 from tests.conftest import FROZEN_TIME
-from tests.tui_helpers import QuietSource, frame, gpu
+from tests.tui_helpers import QuietSource
 
 pytestmark = pytest.mark.timeout(120)
 GIB = 1 << 30
@@ -63,6 +72,10 @@ def test_the_app_shows_a_watched_training_and_hides_the_panel_without_one(
     lease_dir: Path,
 ) -> None:
     published = ReportFile()
+    # The machine's source reads the reports (at most once a second) and its frames carry them.
+    source = LocalSource(
+        SimBackend(2, clock=lambda: FROZEN_TIME), None, None, training=reports_for_this_machine
+    )
     app = GpuwatchApp(
         [QuietSource()], interval_s=0.1, clock=lambda: FROZEN_TIME, sample=False,
         panels=[TrainingPanel()],
@@ -73,16 +86,16 @@ def test_the_app_shows_a_watched_training_and_hides_the_panel_without_one(
             panel = app.query_one(TrainingPanel)
 
             async def frames_until(condition: Callable[[], bool], what: str) -> None:
-                """Feeds a frame every 50 ms (the panel reads after frames) until `condition`."""
+                """Feeds a frame every 50 ms (each with the latest reports) until `condition`."""
                 for _ in range(600):
-                    app.feed(0, frame([gpu(0), gpu(1)]))
+                    app.feed(0, source.read())
                     if condition():
                         return
                     await pilot.pause(0.05)
                 raise AssertionError(f"timed out waiting for {what}")
 
             # GIVEN no training on the machine: after a read, the panel stays hidden
-            await frames_until(lambda: panel._read_at > 0 and not panel._reading.locked(), "a read")
+            await frames_until(lambda: app.state.sections[0].frame is not None, "a read")
             assert panel.display is False
             # WHEN a training publishes, THEN the panel shows it
             published.publish(a_report())
@@ -94,3 +107,24 @@ def test_the_app_shows_a_watched_training_and_hides_the_panel_without_one(
             await frames_until(lambda: not panel.display, "the panel to hide")
 
     asyncio.run(main())
+
+
+def test_the_local_source_reads_training_at_most_once_a_second_and_survives_a_failure() -> None:
+    calls: list[int] = []
+
+    def reports() -> TrainingReports:
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError("lease directory gone")
+        return TrainingReports((a_report(),))
+
+    source = LocalSource(SimBackend(2, clock=lambda: FROZEN_TIME), None, None, training=reports)
+    # GIVEN two frames read straight after each other: one read, carried by both
+    first, second = source.read(), source.read()
+    assert len(calls) == 1
+    assert first.training.reports == second.training.reports == (a_report(),)
+    # WHEN the next read fails, THEN the frame carries no training, and no error
+    source._training_read_at = None  # as if a second had passed
+    assert source.read().training == TrainingReports()
+    # AND a source told of no reports carries none
+    assert LocalSource(SimBackend(1), None, None).read().training == TrainingReports()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import _socket
 import json
+import math
 import os
 import stat
 import time
@@ -26,6 +27,8 @@ from gpuwatch.paths import socket_candidates
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: pick's start-up imports no typing
 if TYPE_CHECKING:
     from typing import Any
+
+    from gpuwatch.history import GpuSeries
 
 TIMEOUT_S = 2.0
 STALE_AFTER_HEADER = "x-gpuwatch-stale-after"
@@ -108,6 +111,13 @@ class DaemonBackend(Backend):
         except (OSError, ValueError, DaemonUnavailableError):
             return {}
 
+    def history(self, window_s: float) -> list[GpuSeries]:
+        """The daemon's per-GPU history of the last `window_s` (`/v1/history`), checked
+        field by field; `OSError`, `ValueError` or `DaemonUnavailableError` when it cannot
+        answer."""
+        _check_owner(self.socket_path)
+        return fetch_history(self.socket_path, window_s, self._timeout_s)
+
     def _fetch(self, path: str) -> Snapshot:
         try:
             _check_owner(path)
@@ -175,6 +185,59 @@ def peak_utilization(history: object) -> dict[str, float]:
         if known:
             peaks[uuid] = float(max(known))
     return peaks
+
+
+def fetch_history(
+    socket_path: str, window_s: float, timeout_s: float = TIMEOUT_S
+) -> list[GpuSeries]:
+    """The per-GPU history for the last `window_s` of the daemon at `socket_path`."""
+    status, body = http_get(socket_path, f"/v1/history?last={window_s:g}", timeout_s)
+    if status != 200:
+        raise ValueError(f"HTTP {status}")
+    data = json.loads(body)
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+        raise ValueError("not a history answer")
+    return [series for item in data["gpus"] if (series := parse_series(item)) is not None]
+
+
+def parse_series(item: object) -> GpuSeries | None:
+    """A `GpuSeries` from the daemon's JSON, or `None` when anything is off."""
+    from gpuwatch.history import GpuSeries
+
+    if not isinstance(item, dict):
+        return None
+    index, times = item.get("index"), item.get("taken_at")
+    memory, utilization = item.get("memory_used_bytes"), item.get("utilization_pct")
+    if not (isinstance(index, int) and 0 <= index < 1024):
+        return None
+    columns = (times, memory, utilization)
+    if not all(isinstance(column, list) for column in columns):
+        return None
+    assert isinstance(times, list) and isinstance(memory, list) and isinstance(utilization, list)
+    if not len(times) == len(memory) == len(utilization):
+        return None
+    if not all(_finite(t) for t in times):
+        return None
+    uuid = item.get("uuid")
+    return GpuSeries(
+        index=index,
+        uuid=uuid if isinstance(uuid, str) else None,
+        taken_at=[float(t) for t in times],
+        memory_used_bytes=[_int_or_none(v, 1 << 50) for v in memory],
+        utilization_pct=[_int_or_none(v, 100) for v in utilization],
+        temperature_c=[None] * len(times),
+        power_w=[None] * len(times),
+    )
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int_or_none(value: object, maximum: int) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum:
+        return value
+    return None
 
 
 def _error_of(body: bytes) -> str:

@@ -62,8 +62,10 @@ def tui(
     else:
         from gpuwatch.backends import open_backend
         from gpuwatch.leases import LeaseDir
+        from gpuwatch.training import reports_for_this_machine
 
-        sources = [LocalSource(open_backend(backend, sim), LeaseDir.read_only())]
+        opened = open_backend(backend, sim)
+        sources = [LocalSource(opened, LeaseDir.read_only(), training=reports_for_this_machine)]
     from gpuwatch.tui.app import GpuwatchApp
     from gpuwatch.tui.widgets import TrainingPanel
 

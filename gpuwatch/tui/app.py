@@ -2,14 +2,15 @@
 
 Each source runs on its own sampling thread, which posts `FrameArrived`
 messages; the UI thread only draws. A source that hangs stops only its own
-thread, and its section says for how long it has had no sample.
+thread, and its section says for how long it has had no sample. What the user
+chose about the table (sort, filter, tags, tree view, selection) is a
+`model.TableView`: keys map to its transitions, and the table draws what it says.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -17,56 +18,20 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from gpuwatch.tui import rows as row_logic
-from gpuwatch.tui.frames import Backfill, Frame, HostStats, Source
+from gpuwatch.tui.frames import Ancestor, Frame, HostStats, Source
 from gpuwatch.tui.keys import KEYS
 from gpuwatch.tui.layout import Layout, choose_layout
-from gpuwatch.tui.rows import Row, RowFilter
+from gpuwatch.tui.model import TableView
+from gpuwatch.tui.rows import Row
+from gpuwatch.tui.sampler import SAMPLER_EXIT_WAIT_S, BackfillArrived, FrameArrived, Sampler
 from gpuwatch.tui.state import ScreenState
 from gpuwatch.tui.widgets import HostLine, Panel, ProcessTable, SectionView
 
 DEFAULT_IDLE_AFTER_S = 600.0
-SAMPLER_EXIT_WAIT_S = 2.0
-
-
-class FrameArrived(Message):
-    def __init__(self, number: int, frame: Frame) -> None:
-        super().__init__()
-        self.number = number
-        self.frame = frame
-
-
-class BackfillArrived(Message):
-    def __init__(self, number: int, backfill: Backfill) -> None:
-        super().__init__()
-        self.number = number
-        self.backfill = backfill
-
-
-class Sampler(threading.Thread):
-    """Runs one source and posts what it says; a daemon thread, so a hung driver never
-    keeps the program from exiting."""
-
-    def __init__(self, app: App[int], number: int, source: Source, interval_s: float) -> None:
-        super().__init__(name=f"gpuwatch-tui-sampler-{number}", daemon=True)
-        self._app, self._number, self._source = app, number, source
-        self._interval_s = interval_s
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        try:
-            backfill = self._source.backfill()
-        except Exception as error:  # the past is a nicety; the present matters
-            backfill = Backfill(self._source.label, note=f"no history ({error})")
-        self._app.post_message(BackfillArrived(self._number, backfill))
-        for frame in self._source.frames(self._interval_s, self.stop):
-            if self.stop.is_set():
-                return
-            self._app.post_message(FrameArrived(self._number, frame))
 
 
 class GpuwatchApp(App[int]):
@@ -100,12 +65,7 @@ class GpuwatchApp(App[int]):
         self.clock = clock
         self.monotonic = monotonic
         self.state = ScreenState([s.label for s in self.sources], interval_s)
-        self.sort_column = "gpu_mem"
-        self.sort_reverse = True
-        self.row_filter = RowFilter()
-        self.tagged: set[str] = set()
-        self.tree_view = False
-        self.message_text = ""
+        self.view = TableView()
         self._sample = sample
         self.panels = list(panels)
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
@@ -246,57 +206,62 @@ class GpuwatchApp(App[int]):
                 return section.frame.host
         return None
 
+    # What the table shows, as the model says (read by tests and panels).
+    @property
+    def sort_column(self) -> str:
+        return self.view.sort_column
+
+    @property
+    def sort_reverse(self) -> bool:
+        return self.view.sort_reverse
+
+    @property
+    def tagged(self) -> frozenset[str]:
+        return self.view.tagged
+
+    @property
+    def tree_view(self) -> bool:
+        return self.view.tree
+
     def current_rows(self) -> list[Row]:
         now = self.clock()
         everything = self.state.rows(now, self.monotonic(), self.idle_after_s)
-        rows = [r for r in everything if self.row_filter.matches(r)]
-        rows = row_logic.sort_rows(rows, self.sort_column, reverse=self.sort_reverse, now=now)
-        if self.tree_view:
-            from gpuwatch.tui.tree import tree_order
+        return self.view.arrange(everything, now, self._ancestors())
 
-            for section in self.state.sections:
-                if section.frame is not None and section.frame.ancestors:
-                    known = {a.pid: a for a in section.frame.ancestors}
-                    rows = tree_order(rows, known, section.label)
-        return rows
+    def _ancestors(self) -> list[tuple[str, dict[int, Ancestor]]]:
+        if not self.view.tree:
+            return []
+        return [
+            (section.label, {a.pid: a for a in section.frame.ancestors})
+            for section in self.state.sections
+            if section.frame is not None and section.frame.ancestors
+        ]
 
     def action_tree(self) -> None:
-        self.tree_view = not self.tree_view
+        self.view = self.view.toggle_tree()
         for source in self.sources:
             if hasattr(source, "tree"):
-                source.tree = self.tree_view  # the next frame brings the ancestors
+                source.tree = self.view.tree  # the next frame brings the ancestors
         self.redraw()
 
     def _draw_table(self) -> None:
         table = self._home.query_one(ProcessTable)
         columns = row_logic.columns_for(self.size.width, several_hosts=len(self.sources) > 1)
-        if self.sort_column not in {c.key for c in columns}:
-            self.sort_column = "gpu_mem"
+        self.view = self.view.fit_columns(c.key for c in columns)
         rows = self.current_rows()
-        self.tagged &= {row.key for row in rows}
+        self.view = self.view.keep_tags(row.key for row in rows)
         table.show(
             rows,
             columns,
             self.clock(),
-            self.tagged,
-            (self.sort_column, self.sort_reverse),
+            self.view.tagged,
+            (self.view.sort_column, self.view.sort_reverse),
             self.size.width,
+            self.view.selected,
         )
 
     def _draw_status(self) -> None:
-        title = row_logic.BY_KEY[self.sort_column].title
-        parts = [f"sorted by {title} {'▼' if self.sort_reverse else '▲'}"]
-        if self.tree_view:
-            parts.append("tree view")
-        if self.row_filter:
-            parts.append(f"filter: {self._home.query_one('#filter', Input).value}")
-        if self.row_filter.problem:
-            parts.append(self.row_filter.problem)
-        if self.tagged:
-            parts.append(f"{len(self.tagged)} tagged")
-        if self.message_text:
-            parts.append(self.message_text)
-        self._home.query_one("#status", Static).update("  ·  ".join(parts))
+        self._home.query_one("#status", Static).update(self.view.status())
 
     # --- actions --------------------------------------------------------------------------
 
@@ -306,10 +271,8 @@ class GpuwatchApp(App[int]):
         self.push_screen(HelpScreen(self.readonly))
 
     def _cycle_sort(self, step: int) -> None:
-        table = self._home.query_one(ProcessTable)
-        keys = [c.key for c in table.columns_shown if c.key != "host"] or ["gpu_mem"]
-        position = keys.index(self.sort_column) if self.sort_column in keys else 0
-        self.sort_column = keys[(position + step) % len(keys)]
+        shown = [c.key for c in self._home.query_one(ProcessTable).columns_shown]
+        self.view = self.view.cycle_sort(shown, step)
         self.redraw()
 
     def action_next_sort(self) -> None:
@@ -319,21 +282,17 @@ class GpuwatchApp(App[int]):
         self._cycle_sort(-1)
 
     def action_reverse_sort(self) -> None:
-        self.sort_reverse = not self.sort_reverse
+        self.view = self.view.reverse()
         self.redraw()
 
     @on(DataTable.HeaderSelected)
     def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
-        key = str(event.column_key.value)
-        if key == self.sort_column:
-            self.sort_reverse = not self.sort_reverse
-        else:
-            self.sort_column = key
+        self.view = self.view.sort_by(str(event.column_key.value))
         self.redraw()
 
     @on(DataTable.RowHighlighted)
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self._home.query_one(ProcessTable).selected_key = event.row_key.value
+        self.view = self.view.select(event.row_key.value)
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
@@ -346,7 +305,7 @@ class GpuwatchApp(App[int]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self.row_filter = RowFilter.parse(event.value)
+        self.view = self.view.filter(event.value)
         self.redraw()
 
     @on(Input.Submitted, "#filter")
@@ -358,19 +317,20 @@ class GpuwatchApp(App[int]):
         field = self._home.query_one("#filter", Input)
         field.value = ""
         field.display = False
-        self.row_filter = RowFilter()
-        self.tagged.clear()
-        self.message_text = ""
+        self.view = self.view.clear()
         self._home.query_one(ProcessTable).focus()
         self.redraw()
 
     def selected_row(self) -> Row | None:
-        return self._home.query_one(ProcessTable).current_row()
+        row = self._home.query_one(ProcessTable).current_row(self.view.selected)
+        if row is not None:
+            self.view = self.view.select(row.key)  # the cursor's row stays chosen as rows move
+        return row
 
     def action_tag(self) -> None:
         row = self.selected_row()
         if row is not None:
-            self.tagged ^= {row.key}
+            self.view = self.view.toggle_tag(row.key)
             self.redraw()
 
     def action_detail(self) -> None:
@@ -406,9 +366,7 @@ class GpuwatchApp(App[int]):
         from gpuwatch.tui.signals import plan
 
         table = self._home.query_one(ProcessTable)
-        chosen = [r for key in self.tagged if (r := table.row(key)) is not None]
-        if not chosen and (row := self.selected_row()) is not None:
-            chosen = [row]
+        chosen = self.view.targets(table.rows_by_key, self.selected_row())
         if not chosen:
             self.notify_status("select or tag a process first")
             return
@@ -419,13 +377,13 @@ class GpuwatchApp(App[int]):
                 from gpuwatch.tui.signals import send
 
                 self.notify_status("; ".join(send(proposal.targets, name)))
-                self.tagged.clear()
+                self.view = self.view.untag_all()
             self.redraw()
 
         self.push_screen(ConfirmScreen(name, proposal), answered)
 
     def notify_status(self, text: str) -> None:
-        self.message_text = text
+        self.view = self.view.say(text)
         self._draw_status()
 
     async def action_quit(self) -> None:

@@ -1,6 +1,6 @@
 """What the detail view says of one process beyond its row: parents and environment.
 
-Read from this machine's /proc through psutil, each part failing on its own
+Read from this machine's /proc (`gpuwatch.procfs`), each part failing on its own
 into a sentence (another user's environment is not readable, a process in
 another container is not visible).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from gpuwatch import procfs
 from gpuwatch.tui.render import printable
 
 MAX_PARENTS = 32
@@ -25,54 +26,49 @@ class ProcessDetails:
     """`NAME=value` lines, sorted; or one line saying why not."""
 
 
-def read_details(pid: int) -> ProcessDetails:
-    import psutil
-
-    try:
-        process = psutil.Process(pid)
-    except psutil.Error:
+def read_details(pid: int, proc: str = procfs.PROC) -> ProcessDetails:
+    if not procfs.visible(pid, proc):
         gone = ("not visible from this machine (another container, or it has exited)",)
         return ProcessDetails(None, gone, gone)
-    return ProcessDetails(_command(process), _parents(process), _environment(process))
+    return ProcessDetails(_command(pid, proc), _parents(pid, proc), _environment(pid, proc))
 
 
-def _command(process: object) -> str | None:
-    import psutil
-
-    assert isinstance(process, psutil.Process)
+def _command(pid: int, proc: str) -> str | None:
     try:
-        argv = process.cmdline()
-    except psutil.Error:
+        argv = procfs.read_cmdline(pid, proc)
+    except OSError:
         return None
+    while argv and not argv[-1]:
+        argv.pop()  # the kernel's terminating NUL, or a rewritten command line's padding
     return printable(shlex.join(argv)) if argv else None
 
 
-def _parents(process: object) -> tuple[str, ...]:
-    import psutil
+def _parents(pid: int, proc: str) -> tuple[str, ...]:
+    from gpuwatch.leases import user_name
 
-    assert isinstance(process, psutil.Process)
     try:
-        chain = process.parents()[:MAX_PARENTS]
-    except psutil.Error as error:
+        parent = procfs.parent_pid(pid, proc)
+    except (OSError, ValueError) as error:
         return (f"not readable: {type(error).__name__}",)
-    lines = []
-    for parent in chain:
+    lines: list[str] = []
+    while parent > 0 and len(lines) < MAX_PARENTS:
         try:
-            lines.append(f"{parent.pid:>8}  {parent.username():<10} {printable(parent.name())}")
-        except psutil.Error:
-            lines.append(f"{parent.pid:>8}  (not readable)")
+            stat = procfs.read_stat(parent, proc)
+            user = user_name(procfs.owner_uid(parent, proc))
+            lines.append(f"{parent:>8}  {user:<10} {printable(procfs.stat_name(stat))}")
+            parent = procfs.stat_parent_pid(stat)
+        except (OSError, ValueError, IndexError):
+            lines.append(f"{parent:>8}  (not readable)")
+            break
     return tuple(lines) or ("(none)",)
 
 
-def _environment(process: object) -> tuple[str, ...]:
-    import psutil
-
-    assert isinstance(process, psutil.Process)
+def _environment(pid: int, proc: str) -> tuple[str, ...]:
     try:
-        environment = process.environ()
-    except psutil.AccessDenied:
+        environment = procfs.read_environ(pid, proc)
+    except PermissionError:
         return ("not readable by you (only its owner and root may read it)",)
-    except psutil.Error as error:
+    except OSError as error:
         return (f"not readable: {type(error).__name__}",)
     return tuple(printable(f"{name}={value}") for name, value in sorted(environment.items()))
 

@@ -8,13 +8,13 @@ no sample. Nothing here imports Textual.
 from __future__ import annotations
 
 import abc
-import json
-import math
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from gpuwatch import procfs
 from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.history import GpuSeries
@@ -22,9 +22,13 @@ from gpuwatch.leases import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.policy import Waiter
 from gpuwatch.sampling import ticks
+from gpuwatch.training import TrainingReports
 
 HISTORY_WINDOW_S = 3600.0
 """How far back the daemon's history is asked for: the graphs and the idle detection."""
+TRAINING_READ_EVERY_S = 1.0
+"""Training reports are read at most this often (frames in between carry the last read)."""
+NO_TRAINING = TrainingReports()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,9 @@ class Frame:
     """Whether the processes are on this machine (so they can be inspected and signalled)."""
     ancestors: tuple[Ancestor, ...] = ()
     """The GPU processes and their ancestors, read only while the tree view is on."""
+    training: TrainingReports = NO_TRAINING
+    """The training processes `gpuwatch.torch.watch()` watches there, for sources that read
+    them: read on the source's thread, so a slow lease directory never holds up the screen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,24 +106,39 @@ class Source(abc.ABC):
         """Releases what the source holds. Safe to call twice."""
 
 
-def read_host_stats() -> HostStats:
-    """This machine's CPU (since the previous call), memory, swap and load, from psutil."""
-    import psutil
+class HostStatsReader:
+    """This machine's CPU (since the previous call), memory, swap and load, from /proc.
 
-    memory = psutil.virtual_memory()
-    swap = psutil.swap_memory()
-    load = os.getloadavg()
-    return HostStats(
-        cpu_pct=float(psutil.cpu_percent(interval=None)),
-        cpu_count=psutil.cpu_count() or 1,
-        memory_used_bytes=int(memory.total - memory.available),
-        memory_total_bytes=int(memory.total),
-        swap_used_bytes=int(swap.used),
-        swap_total_bytes=int(swap.total),
-        load_1m=load[0],
-        load_5m=load[1],
-        load_15m=load[2],
-    )
+    The first call gives the CPU's average since boot; later ones, since the call before
+    (as `top`)."""
+
+    def __init__(self, proc: str = procfs.PROC) -> None:
+        self._proc = proc
+        self._cpu_ticks = (0, 0)
+
+    def __call__(self) -> HostStats:
+        busy, total = procfs.read_cpu_times(self._proc)
+        busy_before, total_before = self._cpu_ticks
+        self._cpu_ticks = (busy, total)
+        elapsed = total - total_before
+        sizes = procfs.read_meminfo(self._proc)
+        memory_total, swap_total = sizes.get("MemTotal", 0), sizes.get("SwapTotal", 0)
+        load = os.getloadavg()
+        return HostStats(
+            cpu_pct=round(100.0 * (busy - busy_before) / elapsed, 1) if elapsed > 0 else 0.0,
+            cpu_count=os.cpu_count() or 1,
+            memory_used_bytes=memory_total - sizes.get("MemAvailable", sizes.get("MemFree", 0)),
+            memory_total_bytes=memory_total,
+            swap_used_bytes=swap_total - sizes.get("SwapFree", swap_total),
+            swap_total_bytes=swap_total,
+            load_1m=load[0],
+            load_5m=load[1],
+            load_15m=load[2],
+        )
+
+
+read_host_stats = HostStatsReader()
+"""The reader local sources use unless told otherwise."""
 
 
 @dataclass
@@ -129,15 +151,20 @@ class LocalSource(Source):
     label: str = ""
     tree: bool = False
     """Read each process's ancestors too (set while the tree view is shown)."""
+    training: Callable[[], TrainingReports] | None = None
+    """Where the training reports of this machine come from, if the screen shows them."""
     _closed: bool = field(default=False, repr=False)
+    _training_found: TrainingReports = field(default=NO_TRAINING, repr=False)
+    _training_read_at: float | None = field(default=None, repr=False)
 
     def backfill(self) -> Backfill:
-        path = getattr(self.backend, "socket_path", None)
-        if not isinstance(path, str):
+        from gpuwatch.backends.daemon import DaemonBackend
+
+        if not isinstance(self.backend, DaemonBackend):
             return super().backfill()
         try:
-            series = fetch_history(path, HISTORY_WINDOW_S)
-        except (OSError, ValueError) as error:
+            series = self.backend.history(HISTORY_WINDOW_S)
+        except (OSError, ValueError, GpuwatchError) as error:
             return Backfill(self.label, note=f"daemon history unavailable ({error})")
         return Backfill(self.label, tuple(series), note=_span_note(series))
 
@@ -167,12 +194,37 @@ class LocalSource(Source):
         if self.tree:
             pids = {p.pid for p in snapshot.processes} | {lease.pid for lease in leases}
             ancestors = read_ancestors(pids)
-        return Frame(label, snapshot, leases, waiters, self._host(), error, ancestors=ancestors)
+        return Frame(
+            label,
+            snapshot,
+            leases,
+            waiters,
+            self._host(),
+            error,
+            ancestors=ancestors,
+            training=self._training(),
+        )
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self.backend.close()
+
+    def _training(self) -> TrainingReports:
+        """The latest training reports, read again once `TRAINING_READ_EVERY_S` has passed."""
+        now = time.monotonic()
+        if self.training is None:
+            return NO_TRAINING
+        if self._training_read_at is not None and now - self._training_read_at < (
+            TRAINING_READ_EVERY_S
+        ):
+            return self._training_found
+        self._training_read_at = now
+        try:
+            self._training_found = self.training()
+        except Exception:  # an unreadable directory shows as no training, never a crash
+            self._training_found = NO_TRAINING
+        return self._training_found
 
     def _host(self) -> HostStats | None:
         try:
@@ -215,76 +267,14 @@ class RemoteSource(Source):
             stop.wait(self.retry_s)
 
 
-def read_ancestors(pids: set[int], proc: str = "/proc", limit: int = 4096) -> tuple[Ancestor, ...]:
+def read_ancestors(
+    pids: set[int], proc: str = procfs.PROC, limit: int = 4096
+) -> tuple[Ancestor, ...]:
     """Each of `pids` and its ancestors below init, from /proc; unreadable ones are left out."""
     from gpuwatch.leases import user_name
 
-    found: dict[int, Ancestor] = {}
-    for start in pids:
-        pid = start
-        while pid > 1 and pid not in found and len(found) < limit:
-            try:
-                with open(f"{proc}/{pid}/stat", "rb") as stat_file:
-                    stat = stat_file.read(4096).decode(errors="replace")
-                uid = os.stat(f"{proc}/{pid}").st_uid
-                ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-            except (OSError, ValueError, IndexError):
-                break  # gone, hidden, or in another PID namespace
-            name = stat[stat.find("(") + 1 : stat.rfind(")")]
-            found[pid] = Ancestor(pid, ppid, user_name(uid), name)
-            pid = ppid
-    return tuple(found.values())
-
-
-def fetch_history(socket_path: str, window_s: float) -> list[GpuSeries]:
-    """The daemon's per-GPU history for the last `window_s`, checked field by field."""
-    from gpuwatch.backends.daemon import http_get
-
-    status, body = http_get(socket_path, f"/v1/history?last={window_s:g}")
-    if status != 200:
-        raise ValueError(f"HTTP {status}")
-    data = json.loads(body)
-    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
-        raise ValueError("not a history answer")
-    return [series for item in data["gpus"] if (series := parse_series(item)) is not None]
-
-
-def parse_series(item: object) -> GpuSeries | None:
-    """A `GpuSeries` from the daemon's JSON, or `None` when anything is off."""
-    if not isinstance(item, dict):
-        return None
-    index, times = item.get("index"), item.get("taken_at")
-    memory, utilization = item.get("memory_used_bytes"), item.get("utilization_pct")
-    if not (isinstance(index, int) and 0 <= index < 1024):
-        return None
-    columns = (times, memory, utilization)
-    if not all(isinstance(column, list) for column in columns):
-        return None
-    assert isinstance(times, list) and isinstance(memory, list) and isinstance(utilization, list)
-    if not len(times) == len(memory) == len(utilization):
-        return None
-    if not all(_finite(t) for t in times):
-        return None
-    uuid = item.get("uuid")
-    return GpuSeries(
-        index=index,
-        uuid=uuid if isinstance(uuid, str) else None,
-        taken_at=[float(t) for t in times],
-        memory_used_bytes=[_int_or_none(v, 1 << 50) for v in memory],
-        utilization_pct=[_int_or_none(v, 100) for v in utilization],
-        temperature_c=[None] * len(times),
-        power_w=[None] * len(times),
-    )
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _int_or_none(value: object, maximum: int) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum:
-        return value
-    return None
+    lineage = procfs.read_lineage(pids, proc, limit)
+    return tuple(Ancestor(link.pid, link.ppid, user_name(link.uid), link.name) for link in lineage)
 
 
 def _span_note(series: Sequence[GpuSeries]) -> str:

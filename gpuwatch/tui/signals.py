@@ -12,6 +12,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpuwatch import procfs
 from gpuwatch.tui.rows import Row
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
@@ -42,9 +43,9 @@ def may_signal(my_uid: int, target_uids: tuple[int, int]) -> bool:
     return my_uid == 0 or my_uid in target_uids
 
 
-def plan(rows: Iterable[Row], my_uid: int | None = None) -> Plan:
+def plan(rows: Iterable[Row], my_uid: int | None = None, proc: str = procfs.PROC) -> Plan:
     """Sorts `rows` into processes the user may signal and the others (with a reason)."""
-    import psutil
+    from gpuwatch.leases import user_name
 
     uid = os.geteuid() if my_uid is None else my_uid
     targets, refused, seen = [], [], set()
@@ -55,45 +56,49 @@ def plan(rows: Iterable[Row], my_uid: int | None = None) -> Plan:
         if not row.local:
             refused.append(f"pid {row.pid}: on {row.source}, not on this machine")
             continue
-        try:
-            process = psutil.Process(row.pid)
-            uids = process.uids()
-            user = process.username()
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        uids = procfs.read_uids(row.pid, proc)
+        if uids is None or len(uids) < 3:
             refused.append(f"pid {row.pid}: no such process here (another container, or gone)")
             continue
-        except (psutil.AccessDenied, KeyError):
-            refused.append(f"pid {row.pid}: hidden from you")
-            continue
-        if not may_signal(uid, (uids.real, uids.saved)):
+        user = user_name(uids[0])
+        if not may_signal(uid, (uids[0], uids[2])):
             refused.append(f"pid {row.pid}: belongs to {user}, not you")
             continue
-        targets.append(Target(row.pid, user, row.command or process.name(), row.started_at))
+        targets.append(Target(row.pid, user, row.command or _name(row.pid, proc), row.started_at))
     return Plan(tuple(targets), tuple(refused), uid == 0)
 
 
-def send(targets: Iterable[Target], name: str) -> list[str]:
-    """Sends signal `name` to each target; one line per target saying what happened."""
-    import psutil
+def _name(pid: int, proc: str) -> str:
+    try:
+        return procfs.stat_name(procfs.read_stat(pid, proc))
+    except OSError:
+        return "?"
 
+
+def send(targets: Iterable[Target], name: str, proc: str = procfs.PROC) -> list[str]:
+    """Sends signal `name` to each target; one line per target saying what happened.
+
+    A target whose pid now names a process started at another time is left alone: the
+    one confirmed has exited, and the pid was given to another."""
     number = SIGNALS[name]
     outcomes = []
     for target in targets:
         try:
-            process = psutil.Process(target.pid)
             if (
                 target.started_at is not None
-                and abs(process.create_time() - target.started_at) > _START_TOLERANCE_S
+                and abs(procfs.read_start_time(target.pid, proc) - target.started_at)
+                > _START_TOLERANCE_S
             ):
                 outcomes.append(f"pid {target.pid}: now another process; not signalled")
                 continue
-            process.send_signal(number)
-        except psutil.NoSuchProcess:
+            os.kill(target.pid, number)
+        except (ProcessLookupError, FileNotFoundError):
             outcomes.append(f"pid {target.pid}: already gone")
-        except psutil.AccessDenied:
+        except PermissionError:
             outcomes.append(f"pid {target.pid}: not permitted")
-        except OSError as error:
-            outcomes.append(f"pid {target.pid}: {error.strerror or error}")
+        except (OSError, ValueError) as error:
+            reason = error.strerror if isinstance(error, OSError) else None
+            outcomes.append(f"pid {target.pid}: {reason or error}")
         else:
             outcomes.append(f"pid {target.pid}: {name} sent")
     return outcomes

@@ -4,8 +4,9 @@ Per process and rank: allocated, reserved and peak memory and fragmentation, wit
 their recent course; the driver's count beside torch's (driver ≥ reserved ≥
 allocated, the difference being the CUDA context and other libraries); the
 largest modules of the last sampled step; allocator retries and OOMs. The
-widget that shows it (`widgets.TrainingPanel`) reads the reports, checked, from
-the lease directory (`gpuwatch.training`) on its own thread.
+widget that shows it (`widgets.TrainingPanel`) is handed the reports with each
+frame: the local source reads them, checked, from the lease directory
+(`gpuwatch.training`) on its sampling thread.
 """
 
 from __future__ import annotations

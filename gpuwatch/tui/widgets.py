@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import replace
 from typing import ClassVar
 
@@ -16,7 +13,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from gpuwatch.models import GpuSample
-from gpuwatch.training import TrainingReports, reports_for_this_machine
+from gpuwatch.training import TrainingReports
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import HostStats
 from gpuwatch.tui.layout import CARD_GAP, Layout
@@ -24,7 +21,6 @@ from gpuwatch.tui.rows import Column, Row, cell_text
 from gpuwatch.tui.state import GRAPH_WINDOW_S, ScreenState, Section
 from gpuwatch.tui.training import training_lines
 
-TRAINING_READ_EVERY_S = 1.0
 REMOVE_ONE_BY_ONE_MAX = 64
 """Past this many rows gone at once, the table is emptied and refilled instead: DataTable
 renumbers every row on each removal, so removing thousands one by one is quadratic."""
@@ -279,43 +275,27 @@ class Panel(Static):
 
 
 class TrainingPanel(Panel):
-    """Each process `gpuwatch.torch.watch()` watches on this machine (`tui.training`).
+    """Each process `gpuwatch.torch.watch()` watches on this machine (`tui.training`), as
+    the latest frames brought them; the panel hides itself while there are none."""
 
-    Reports are read on a thread of its own, at most once a second, so a slow lease
-    directory never holds up the screen; the panel hides itself while there are none.
-    """
-
-    def __init__(self, reports: Callable[[], TrainingReports] = reports_for_this_machine) -> None:
+    def __init__(self) -> None:
         super().__init__(id="training")
-        self._reports = reports
-        self._reading = threading.Lock()
-        self._read_at = -TRAINING_READ_EVERY_S
         self.found = TrainingReports()
         self.display = False
+        self._shown: tuple[tuple[int, ...], int] | None = None
 
     def show_state(self, state: ScreenState, now: float) -> None:
-        if time.monotonic() - self._read_at < TRAINING_READ_EVERY_S or not self._reading.acquire(
-            False
-        ):
-            return
-        self._read_at = time.monotonic()
-        threading.Thread(target=self._read, name="gpuwatch-tui-training", daemon=True).start()
-
-    def _read(self) -> None:
-        try:
-            found = self._reports()
-        except Exception:  # an unreadable directory shows as no training, never a crash
-            found = TrainingReports()
-        finally:
-            self._reading.release()
-        # The app may have closed meanwhile: then there is nothing left to show it on.
-        with contextlib.suppress(Exception):
-            self.app.call_from_thread(self._show, found)
-
-    def _show(self, found: TrainingReports) -> None:
-        self.found = found
-        self.display = bool(found.reports)
-        self.update("\n".join(training_lines(found, max(20, self.size.width or 120))))
+        found = [s.frame.training for s in state.sections if s.frame is not None]
+        width = max(20, self.size.width or 120)
+        shown = (tuple(id(f) for f in found), width)
+        if shown == self._shown:
+            return  # the same reads as last time (frames carry them until the next read)
+        self._shown = shown
+        self.found = TrainingReports(
+            tuple(r for f in found for r in f.reports), sum(f.skipped for f in found)
+        )
+        self.display = bool(self.found.reports)
+        self.update("\n".join(training_lines(self.found, width)))
 
 
 class KeyedText(Text):
@@ -341,7 +321,6 @@ class ProcessTable(DataTable[Text]):
         super().__init__(id="processes", cursor_type="row", zebra_stripes=False)
         self.painter = Painter(self)
         self.columns_shown: tuple[Column, ...] = ()
-        self.selected_key: str | None = None
         self.order: list[str] = []
         self._cells: dict[str, list[tuple[str, str]]] = {}
         self._rows: dict[str, Row] = {}
@@ -359,24 +338,31 @@ class ProcessTable(DataTable[Text]):
     def row(self, key: str) -> Row | None:
         return self._rows.get(key)
 
-    def current_row(self) -> Row | None:
-        """The row under the cursor."""
+    @property
+    def rows_by_key(self) -> dict[str, Row]:
+        """The rows shown, by key (for the model to pick signal targets from)."""
+        return self._rows
+
+    def current_row(self, selected: str | None) -> Row | None:
+        """The row `selected` (a key), or before any is, the row under the cursor."""
         if self.row_count == 0:
             return None
-        if self.selected_key is None:
-            cell = self.coordinate_to_cell_key(self.cursor_coordinate)
-            self.selected_key = cell.row_key.value
-        return self._rows.get(self.selected_key or "")
+        if selected is None:
+            selected = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return self._rows.get(selected or "")
 
     def show(
         self,
         rows: Sequence[Row],
         columns: tuple[Column, ...],
         now: float,
-        tagged: set[str],
+        tagged: Set[str],
         sorted_by: tuple[str, bool],
         width: int,
+        selected: str | None = None,
     ) -> None:
+        """Puts `rows` in the table, in their order, changing only the cells that changed;
+        the cursor stays on the row `selected` wherever it moved to."""
         if columns != self.columns_shown or width != self._width:
             self._set_columns(columns, width)
         wanted = {row.key for row in rows}
@@ -395,7 +381,7 @@ class ProcessTable(DataTable[Text]):
             rank = {key: position for position, key in enumerate(order)}
             self.sort(columns[0].key, key=lambda cell: rank.get(cell.row_key, 0))
             self.order = order
-        self._restore_cursor()
+        self._restore_cursor(selected)
         if sorted_by != self._sorted_by:
             self._sorted_by = sorted_by
             key, reverse = sorted_by
@@ -442,8 +428,7 @@ class ProcessTable(DataTable[Text]):
         text.row_key = key
         return text
 
-    def _restore_cursor(self) -> None:
-        key = self.selected_key
+    def _restore_cursor(self, key: str | None) -> None:
         if key is None or key not in self._cells:
             return
         index = self.get_row_index(key)
