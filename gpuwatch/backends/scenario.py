@@ -1,7 +1,8 @@
 """Scenarios for the simulated node: parsed and checked, or built from a GPU count.
 
-A scenario is a TOML file (its format: docs/reference/scenario.md). Everything here is pure: text in, frozen `Scenario` out, or a
-`ScenarioError` naming the file, the entry and what to write instead.
+A scenario is a TOML file (its format: docs/reference/scenario.md). Everything here is
+pure: text in, frozen `Scenario` out, or a `ScenarioError` naming the file, the entry and
+what to write instead.
 """
 
 from __future__ import annotations

@@ -74,7 +74,8 @@ def backend_options(command: F) -> F:
     command = click.option(
         "--sim",
         metavar="N|FILE",
-        help="Simulate N GPUs, or the node a scenario file describes (docs/reference/scenario.md).  "
+        help="Simulate N GPUs, or the node a scenario file describes "
+        "(docs/reference/scenario.md).  "
         "[default: $GPUWATCH_SIM]",
     )(command)
     return click.option(

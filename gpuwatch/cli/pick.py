@@ -178,7 +178,8 @@ OPTIONS = (
     Option(
         "--sim",
         metavar="N|FILE",
-        help="Simulate N GPUs, or the node a scenario file describes (docs/reference/scenario.md).  "
+        help="Simulate N GPUs, or the node a scenario file describes "
+        "(docs/reference/scenario.md).  "
         "[default: $GPUWATCH_SIM]",
     ),
     Option(
