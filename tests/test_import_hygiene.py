@@ -31,14 +31,14 @@ def test_import_gpuwatch_loads_no_heavy_module() -> None:
     "module",
     [
         "gpuwatch.models",
-        "gpuwatch.sampling",
+        "gpuwatch.sampling.poller",
         "gpuwatch.backends.sim",
         "gpuwatch.units",
         "gpuwatch.backends.scenario",
-        "gpuwatch.training",
-        "gpuwatch.oomreport",
-        "gpuwatch.memsnapshot",
-        "gpuwatch.daemon.training",
+        "gpuwatch.reports.training",
+        "gpuwatch.reports.oom",
+        "gpuwatch.reports.memsnapshot",
+        "gpuwatch.daemon.training_series",
         "gpuwatch.torch",
     ],
 )
@@ -140,10 +140,10 @@ def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_unused_stdlib(
         *HEAVY,
         *("socket", "ast", "dis", "tokenize", "argparse", "gettext", "locale", "shlex", "typing"),
         *("gpuwatch.backends.nvml", "gpuwatch.backends.sim", "gpuwatch.backends.scenario"),
-        "gpuwatch.mig_policy",
+        "gpuwatch.placement.mig",
     }
     assert loaded & unused == set()
-    assert "gpuwatch.backends.daemon" in loaded  # it did go through the daemon
+    assert "gpuwatch.backends.daemon_client" in loaded  # it did go through the daemon
 
 
 def test_a_one_shot_status_loads_no_sampling_loop() -> None:
@@ -152,7 +152,7 @@ def test_a_one_shot_status_loads_no_sampling_loop() -> None:
         "try:\n    main(['status', '--json', '--sim', '2'])\n"
         "except SystemExit as done:\n    assert done.code == 0, done.code\n"
         "import sys\n"
-        "assert 'gpuwatch.sampling' not in sys.modules and 'gpuwatch.history' not in sys.modules\n"
+        "assert 'gpuwatch.sampling' not in sys.modules\n"
     )
     loaded_after(statement)
 

@@ -325,7 +325,7 @@ def test_state_stays_bounded_over_an_hour_of_samples() -> None:
         "gpuwatch.tui.signals",
         "gpuwatch.tui.frames",
         "gpuwatch.tui.keys",
-        "gpuwatch.tui.training",
+        "gpuwatch.tui.training_panel",
     ],
 )
 def test_the_tui_logic_imports_no_textual(module: str) -> None:

@@ -9,9 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.training import MemoryPoint, ModuleMemory, ReportFile, TrainingReport, TrainingReports
+from gpuwatch.reports.training import (
+    MemoryPoint,
+    ModuleMemory,
+    ReportFile,
+    TrainingReport,
+    TrainingReports,
+)
 from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.training import training_lines
+from gpuwatch.tui.training_panel import training_lines
 from gpuwatch.tui.widgets import TrainingPanel
 from tests.conftest import FROZEN_TIME
 from tests.tui_helpers import QuietSource, frame, gpu

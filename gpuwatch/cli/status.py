@@ -15,7 +15,7 @@ from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
 from gpuwatch.cli import reader_gone
 from gpuwatch.cli.options import Command, Duration, HostName, WholeNumber, backend_options
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -93,7 +93,7 @@ def status(
         raise click.UsageError("--count needs --watch")
     show = _print_json if as_json else _table_printer(color)
     if host is not None:
-        from gpuwatch.remote import remote_snapshots
+        from gpuwatch.backends.ssh import remote_snapshots
 
         if verbose:
             _say(f"reading GPUs of {host} over ssh (gpuwatch status there)")
@@ -131,7 +131,7 @@ def _local_frames(
         if interval_s is None:
             yield source.sample(), _leases(lease_dir, say)
             return
-        from gpuwatch.sampling import watch  # a one-shot status does without it
+        from gpuwatch.sampling.poller import watch  # a one-shot status does without it
 
         lost = _LostDaemon(interval_s)
         for snapshot in watch(source, interval_s, count=count, on_unavailable=lost.tell):

@@ -61,7 +61,7 @@ def tui(
         sources = [RemoteSource(host, backend=backend, sim=sim) for host in hosts]
     else:
         from gpuwatch.backends import open_backend
-        from gpuwatch.leases import LeaseDir
+        from gpuwatch.leases.directory import LeaseDir
 
         sources = [LocalSource(open_backend(backend, sim), LeaseDir.read_only())]
     from gpuwatch.tui.app import GpuwatchApp

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
-from gpuwatch.history import GpuSeries
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.policy import Waiter
-from gpuwatch.sampling import ticks
+from gpuwatch.placement.gpus import Waiter
+from gpuwatch.sampling.history import GpuSeries
+from gpuwatch.sampling.poller import ticks
 
 HISTORY_WINDOW_S = 3600.0
 """How far back the daemon's history is asked for: the graphs and the idle detection."""
@@ -191,7 +191,7 @@ class RemoteSource(Source):
     retry_s: float = 5.0
 
     def frames(self, interval_s: float, stop: threading.Event) -> Iterator[Frame]:
-        from gpuwatch.remote import remote_snapshots
+        from gpuwatch.backends.ssh import remote_snapshots
 
         while not stop.is_set():
             try:
@@ -217,7 +217,7 @@ class RemoteSource(Source):
 
 def read_ancestors(pids: set[int], proc: str = "/proc", limit: int = 4096) -> tuple[Ancestor, ...]:
     """Each of `pids` and its ancestors below init, from /proc; unreadable ones are left out."""
-    from gpuwatch.leases import user_name
+    from gpuwatch.leases.directory import user_name
 
     found: dict[int, Ancestor] = {}
     for start in pids:
@@ -238,7 +238,7 @@ def read_ancestors(pids: set[int], proc: str = "/proc", limit: int = 4096) -> tu
 
 def fetch_history(socket_path: str, window_s: float) -> list[GpuSeries]:
     """The daemon's per-GPU history for the last `window_s`, checked field by field."""
-    from gpuwatch.backends.daemon import http_get
+    from gpuwatch.backends.daemon_client import http_get
 
     status, body = http_get(socket_path, f"/v1/history?last={window_s:g}")
     if status != 200:

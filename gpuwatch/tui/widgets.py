@@ -16,13 +16,13 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from gpuwatch.models import GpuSample
-from gpuwatch.training import TrainingReports, reports_for_this_machine
+from gpuwatch.reports.training import TrainingReports, reports_for_this_machine
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import HostStats
 from gpuwatch.tui.layout import CARD_GAP, Layout
 from gpuwatch.tui.rows import Column, Row, cell_text
 from gpuwatch.tui.state import GRAPH_WINDOW_S, ScreenState, Section
-from gpuwatch.tui.training import training_lines
+from gpuwatch.tui.training_panel import training_lines
 
 TRAINING_READ_EVERY_S = 1.0
 REMOVE_ONE_BY_ONE_MAX = 64

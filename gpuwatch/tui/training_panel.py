@@ -5,12 +5,12 @@ their recent course; the driver's count beside torch's (driver ≥ reserved ≥
 allocated, the difference being the CUDA context and other libraries); the
 largest modules of the last sampled step; allocator retries and OOMs. The
 widget that shows it (`widgets.TrainingPanel`) reads the reports, checked, from
-the lease directory (`gpuwatch.training`) on its own thread.
+the lease directory (`gpuwatch.reports.training`) on its own thread.
 """
 
 from __future__ import annotations
 
-from gpuwatch.training import TrainingReport, TrainingReports
+from gpuwatch.reports.training import TrainingReport, TrainingReports
 from gpuwatch.tui import render
 
 _GRAPH_POINTS = 40
