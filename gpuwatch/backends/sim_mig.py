@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from gpuwatch.errors import InvalidValueError, ScenarioError
 from gpuwatch.models import MigDevice, ProcessUsage
-from gpuwatch.placement.choices import check_mig
+from gpuwatch.units import check_mig
 
 MAX_MIG_DEVICES = 7
 _MIB = 1 << 20
