@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.backends.daemon import http_get
+from gpuwatch.backends.daemon_client import http_get
 
 GPUWATCH = [sys.executable, "-m", "gpuwatch"]
 ROUND_FILES = 20

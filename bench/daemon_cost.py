@@ -24,8 +24,8 @@ from pathlib import Path
 
 from _common import NODE_8GPU, build_fakenvml, fakenvml_env, median_wall_ms, tool
 
-from gpuwatch.backends.daemon import http_get
-from gpuwatch.history import History, history_bytes
+from gpuwatch.backends.daemon_client import http_get
+from gpuwatch.sampling.history import History, history_bytes
 
 PYTHON = sys.executable
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))

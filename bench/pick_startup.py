@@ -46,7 +46,7 @@ options, command = pick.parse(pick.OPTIONS, ["-n", "2", "--", "true"], command="
 wanted = pick.Wanted.from_environment(count=2, strategy=pick.Strategy.MOST_FREE)
 lease_dir = pick.LeaseDir()
 mark("read options, open lease directory")
-from gpuwatch.backends.daemon import DaemonBackend
+from gpuwatch.backends.daemon_client import DaemonBackend
 mark("import the daemon client")
 backend = DaemonBackend()
 mark("fetch and read the snapshot")

@@ -41,9 +41,9 @@ for name in UNUSED_AT_START:
 mark("import gpuwatch.cli")
 from gpuwatch.cli import status
 mark("import gpuwatch.cli.status")
-from gpuwatch.backends.daemon import DaemonBackend
+from gpuwatch.backends.daemon_client import DaemonBackend
 mark("import the daemon client")
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases.directory import LeaseDir
 lease_dir = LeaseDir.read_only()
 leases = lease_dir.read().leases if lease_dir is not None else []
 mark("read the lease directory")

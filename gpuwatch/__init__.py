@@ -36,12 +36,12 @@ if TYPE_CHECKING:
     from gpuwatch.backends import open_backend
     from gpuwatch.backends.base import Backend, SampleScope
     from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
-    from gpuwatch.selection import Selection, device, select
+    from gpuwatch.placement.selection import Selection, device, select
 
 _LAZY = {
-    "select": "gpuwatch.selection",
-    "device": "gpuwatch.selection",
-    "Selection": "gpuwatch.selection",
+    "select": "gpuwatch.placement.selection",
+    "device": "gpuwatch.placement.selection",
+    "Selection": "gpuwatch.placement.selection",
     "open_backend": "gpuwatch.backends",
     "Backend": "gpuwatch.backends",
     "SampleScope": "gpuwatch.backends",

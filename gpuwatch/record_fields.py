@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
     _T = TypeVar("_T")
 
-MAX_BYTES = 1 << 60  # 1 EiB: more than any device, small enough for every JSON reader
+MAX_BYTES = 1 << 53  # far above any GPU's memory, and exact as a float in every JSON reader
+MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT
 MAX_COUNT = 1 << 53  # the largest integer a JSON reader that uses doubles keeps exact
 
 

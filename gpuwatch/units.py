@@ -8,6 +8,8 @@ otherwise pay to import.)
 
 from __future__ import annotations
 
+import re
+
 from gpuwatch.errors import InvalidValueError
 
 _SIZE_UNITS = {
@@ -134,3 +136,16 @@ def _split(text: str) -> tuple[float | None, str]:
 def _shown(text: str) -> str:
     """`text` quoted for a message, and cut short: a value can be megabytes long."""
     return repr(text) if len(text) <= 40 else repr(text[:40]) + "..."
+
+
+MIG_ANY = "any"
+# A MIG profile names a slice of a GPU by its size; the simulated backend checks the profiles
+# of a scenario with this as pick and select() check theirs. Left to `re`'s cache.
+_MIG_PROFILE = r"[1-8]g\.\d{1,4}gb(\+me)?"
+
+
+def check_mig(value: str) -> str:
+    """A MIG profile as drivers name them (`1g.10gb`, `3g.40gb`, `1g.10gb+me`) or `any`."""
+    if value == MIG_ANY or re.fullmatch(_MIG_PROFILE, value):
+        return value
+    raise InvalidValueError(f"{value!r}: give a MIG profile such as 1g.10gb or 3g.40gb, or any")

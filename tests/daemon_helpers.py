@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.backends.daemon import http_get
+from gpuwatch.backends.daemon_client import http_get
 
 SCENARIO = """
 hostname = "daemon-node"

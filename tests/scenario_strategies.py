@@ -205,7 +205,7 @@ def _daemon_sampling(path: Path) -> str | None:
     from gpuwatch.daemon.metrics import exposition
     from gpuwatch.daemon.view import View
     from gpuwatch.errors import ScenarioError
-    from gpuwatch.sampling import Poller
+    from gpuwatch.sampling.poller import Poller
 
     try:
         poller = Poller(lambda: open_backend("sim", str(path)), 0.1, 10.0)

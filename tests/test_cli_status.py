@@ -15,7 +15,7 @@ import pytest
 
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.exit_codes import ExitCode
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import GpuSample, ProcessUsage, Snapshot
 from tests.conftest import run_cli
 from tests.fake_nvml import FakeNvml

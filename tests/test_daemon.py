@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.backends.daemon import http_get
-from gpuwatch.leases import LeaseDir
+from gpuwatch.backends.daemon_client import http_get
+from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import GpuSample
 from tests.conftest import run_cli
 from tests.daemon_helpers import SCENARIO, get_json, running_daemon, wait_until
@@ -399,7 +399,7 @@ class TestFaults:
 
     @pytest.mark.skipif(os.getuid() != 0, reason="needs root to plant another user's socket")
     def test_a_socket_planted_by_another_user_is_ignored_and_replaced(self, tmp_path: Path) -> None:
-        from gpuwatch.backends.daemon import DaemonBackend
+        from gpuwatch.backends.daemon_client import DaemonBackend
         from gpuwatch.errors import DaemonUnavailableError
 
         planted = tmp_path / "gpuwatch.sock"
@@ -575,7 +575,7 @@ def test_a_field_a_newer_daemon_adds_is_ignored_by_the_client(tmp_path: Path) ->
 
 
 def test_a_client_of_a_daemon_in_another_snapshot_format_is_told_why(tmp_path: Path) -> None:
-    from gpuwatch.backends.daemon import DaemonBackend
+    from gpuwatch.backends.daemon_client import DaemonBackend
     from gpuwatch.errors import DaemonUnavailableError
 
     # GIVEN a daemon that sends snapshots in a format this client does not read

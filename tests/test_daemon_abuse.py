@@ -22,13 +22,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.base import Backend, SampleScope
-from gpuwatch.backends.daemon import DaemonBackend, http_get
+from gpuwatch.backends.daemon_client import DaemonBackend, http_get
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.daemon.api import Api
 from gpuwatch.daemon.settings import Settings
 from gpuwatch.errors import BackendError, DaemonUnavailableError, DriverNotFoundError
 from gpuwatch.models import Snapshot
-from gpuwatch.sampling import Poller
+from gpuwatch.sampling.poller import Poller
 from tests.conftest import run_cli
 from tests.daemon_helpers import SLOW_CLIENTS, flood, get_json, running_daemon, wait_until
 from tests.other_user import as_user, other_user_ids

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from gpuwatch.backends.base import Backend, SampleScope
-from gpuwatch.history import History, history_bytes
 from gpuwatch.models import GpuSample, Snapshot
-from gpuwatch.sampling import Poller
+from gpuwatch.sampling.history import History, history_bytes
+from gpuwatch.sampling.poller import Poller
 
 
 def snapshot(
@@ -124,7 +124,7 @@ def test_a_window_keeps_the_newest_and_says_it_left_older_out() -> None:
 def test_a_stalled_poller_is_reported_by_health() -> None:
     from gpuwatch.daemon.api import Api
     from gpuwatch.daemon.settings import Settings
-    from gpuwatch.sampling import PollState
+    from gpuwatch.sampling.poller import PollState
 
     poller = Poller(FlakyBackend, interval_s=1.0, history_s=60)
     api = Api(poller, Settings(socket_path="unused"))
@@ -250,7 +250,7 @@ def test_an_absurd_sensor_value_does_not_stop_sampling() -> None:
 def test_a_wall_clock_stepped_forward_does_not_make_the_snapshot_stale() -> None:
     from gpuwatch.daemon.api import Api
     from gpuwatch.daemon.settings import Settings
-    from gpuwatch.sampling import PollState
+    from gpuwatch.sampling.poller import PollState
 
     # GIVEN a snapshot sampled just now, whose Unix time is an hour behind (the wall clock
     # was stepped forward since)

@@ -17,15 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import leases, selector
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.errors import NotEnoughGpusError
-from gpuwatch.leases import LeaseDir
-from gpuwatch.locking import flock_within
+from gpuwatch.leases import directory as leases
+from gpuwatch.leases.directory import LeaseDir
+from gpuwatch.leases.locking import flock_within
 from gpuwatch.models import Snapshot
-from gpuwatch.selector import Wanted, acquire
+from gpuwatch.placement import acquire as selector
+from gpuwatch.placement.acquire import Wanted, acquire
 from tests.conftest import FROZEN_TIME, run_cli
 from tests.other_user import (
     USER,
@@ -402,7 +403,7 @@ class TestExtremeRecords:
     def test_the_daemon_answers_and_counts_skipped_records(
         self, lease_dir: Path, tmp_path: Path
     ) -> None:
-        from gpuwatch.backends.daemon import http_get
+        from gpuwatch.backends.daemon_client import http_get
         from tests.daemon_helpers import running_daemon
 
         LeaseDir(lease_dir)

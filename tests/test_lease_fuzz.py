@@ -18,8 +18,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.backends.daemon import http_get
-from gpuwatch.leases import LeaseDir
+from gpuwatch.backends.daemon_client import http_get
+from gpuwatch.leases.directory import LeaseDir
 from tests.conftest import run_cli
 from tests.daemon_helpers import running_daemon
 

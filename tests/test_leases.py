@@ -24,10 +24,10 @@ from gpuwatch.backends.base import SampleScope
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.errors import DaemonUnavailableError, LeaseError, WaitTimeoutError
-from gpuwatch.leases import LeaseDir, Unleased, default_lease_dir
+from gpuwatch.leases.directory import LeaseDir, Unleased, default_lease_dir
 from gpuwatch.models import GpuSample, Snapshot
-from gpuwatch.policy import Request
-from gpuwatch.selector import Wanted, acquire
+from gpuwatch.placement.acquire import Wanted, acquire
+from gpuwatch.placement.gpus import Request
 from tests.conftest import run_cli
 from tests.daemon_helpers import running_daemon
 from tests.wait import wait_for
@@ -37,7 +37,7 @@ GPU = GpuSample(index=3, uuid="GPU-3", name="H100", pci_bus_id=None)
 HOLDER = """
 import sys, time
 from pathlib import Path
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import GpuSample
 lease_dir = LeaseDir(Path(sys.argv[1]))
 with lease_dir.locked():
@@ -89,7 +89,7 @@ def test_lease_passed_to_an_exec_child_lives_as_long_as_the_child(tmp_path: Path
     code = f"""
 import os, sys
 from pathlib import Path
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import GpuSample
 lease_dir = LeaseDir(Path({str(tmp_path)!r}))
 with lease_dir.locked():
@@ -663,7 +663,7 @@ def test_select_in_an_unusable_default_directory_warns_and_holds_no_lease(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gpuwatch
-    from gpuwatch import selection as selection_module
+    from gpuwatch.placement import selection as selection_module
 
     # GIVEN no GPUWATCH_LEASE_DIR, no system directory, and a regular file where
     # /tmp/gpuwatch would be

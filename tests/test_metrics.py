@@ -12,7 +12,7 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.view import View
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.sampling import PollState
+from gpuwatch.sampling.poller import PollState
 from tests.conftest import FROZEN_TIME
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -14,12 +14,12 @@ import pytest
 
 import gpuwatch
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.choices import Strategy
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.leases import LeaseDir
-from gpuwatch.mig_policy import choose_mig, stale_mig_leases
+from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.policy import Request, Waiter, choose
+from gpuwatch.placement.choices import Strategy
+from gpuwatch.placement.gpus import Request, Waiter, choose
+from gpuwatch.placement.mig import choose_mig, stale_mig_leases
 from tests.conftest import FROZEN_TIME, run_cli
 
 GIB = 1 << 30
@@ -244,7 +244,7 @@ class TestSelect:
     @pytest.fixture(autouse=True)
     def _clean(self) -> Iterator[None]:
         yield
-        if (selection := gpuwatch.selection._this_process.selection) is not None:
+        if (selection := gpuwatch.placement.selection._this_process.selection) is not None:
             selection.release()
         os.environ.pop("CUDA_VISIBLE_DEVICES", None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuwatch.backends.daemon import DaemonBackend
+from gpuwatch.backends.daemon_client import DaemonBackend
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.table import render
 from gpuwatch.models import Lease, Snapshot

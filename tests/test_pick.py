@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.backends.daemon import peak_utilization
+from gpuwatch.backends.daemon_client import peak_utilization
 from gpuwatch.backends.sim import SimBackend
 from tests.conftest import FROZEN_TIME, run_cli
 from tests.daemon_helpers import get_json, running_daemon

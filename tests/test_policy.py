@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.policy import KEEP_LIMIT_S, Request, Strategy, Waiter, choose
+from gpuwatch.placement.gpus import KEEP_LIMIT_S, Request, Strategy, Waiter, choose
 
 GIB = 1 << 30
 

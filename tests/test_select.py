@@ -14,7 +14,6 @@ import pynvml
 import pytest
 
 import gpuwatch
-from gpuwatch import selection as selection_module
 from gpuwatch.errors import (
     AlreadySelectedError,
     CudaAlreadyInitializedError,
@@ -22,7 +21,8 @@ from gpuwatch.errors import (
     InvalidValueError,
     NotEnoughGpusError,
 )
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases.directory import LeaseDir
+from gpuwatch.placement import selection as selection_module
 from tests.fake_nvml import FakeNvml
 
 
@@ -354,7 +354,7 @@ def test_select_takes_only_gpus_nobody_uses() -> None:
 def test_processes_under_this_jobs_leases_are_its_own(lease_dir: Path) -> None:
     # GIVEN a worker this process started, and a process of someone else (init)
     from gpuwatch.models import ProcessKind, ProcessUsage, Snapshot
-    from gpuwatch.selector import _own_pids
+    from gpuwatch.placement.acquire import _own_pids
 
     with subprocess.Popen(["sleep", "30"]) as worker:
         snapshot = Snapshot(

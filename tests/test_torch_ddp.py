@@ -17,7 +17,7 @@ RANK_SCRIPT = """
 import torch, torch.distributed as dist
 from torch import nn
 import gpuwatch.torch
-from gpuwatch.training import read_reports
+from gpuwatch.reports.training import read_reports
 
 dist.init_process_group("gloo")
 model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(inplace=True)))

@@ -65,7 +65,7 @@ def test_the_watch_never_initialises_cuda(tmp_path: Path) -> None:
 
 OOM_SCRIPT = """
 import torch, gpuwatch.torch
-from gpuwatch.training import read_reports
+from gpuwatch.reports.training import read_reports
 model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(inplace=True)).cuda()
 keep = []
 with gpuwatch.torch.watch(model, per_module=True, oom_dir="oom", record_history=True) as memory:
@@ -105,7 +105,7 @@ def test_a_real_oom_leaves_a_report_and_a_snapshot(tmp_path: Path) -> None:
 def test_the_driver_sees_at_least_what_torch_reserved(tmp_path: Path) -> None:
     code = (
         "import time, torch, gpuwatch.torch\n"
-        "from gpuwatch.training import read_reports\n"
+        "from gpuwatch.reports.training import read_reports\n"
         "x = torch.empty(256 << 20, dtype=torch.uint8, device='cuda')\n"
         "with gpuwatch.torch.watch() as memory:\n"
         "    for _ in range(40):\n"

@@ -168,7 +168,7 @@ def test_modules_are_measured_by_the_allocator_once_cuda_runs(started: bool) -> 
 def test_a_module_with_an_unwieldy_name_still_publishes_a_readable_report(
     lease_dir: Any,
 ) -> None:
-    from gpuwatch.training import read_reports
+    from gpuwatch.reports.training import read_reports
 
     # GIVEN a module whose name is too long and holds a control character
     model = nn.Sequential()

@@ -13,8 +13,8 @@ import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.errors import GpuwatchError, InvalidValueError
-from gpuwatch.oomreport import OomReport, advice, read_report
-from gpuwatch.training import ModuleMemory, read_reports
+from gpuwatch.reports.oom import OomReport, advice, read_report
+from gpuwatch.reports.training import ModuleMemory, read_reports
 from tests.conftest import run_cli
 
 torch = pytest.importorskip("torch")
@@ -206,8 +206,8 @@ PLANTED = OomReport(
 
 
 def test_a_file_planted_under_the_reports_name_is_left_alone(tmp_path: Path) -> None:
+    from gpuwatch.reports.training import this_hostname
     from gpuwatch.torch.oom import write_oom
-    from gpuwatch.training import this_hostname
 
     # GIVEN another user's file at the .json's exact name, and a link at the .txt's to a victim
     stem = tmp_path / f"gpuwatch-oom-{this_hostname()}-4242-rank0-step812-1790000000"

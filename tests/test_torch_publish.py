@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.backends.daemon import http_get
+from gpuwatch.backends.daemon_client import http_get
+from gpuwatch.reports.training import TrainingReport, read_reports
 from gpuwatch.torch.publish import Sender, StepQueue, StepRecord
-from gpuwatch.training import TrainingReport, read_reports
 from tests.daemon_helpers import get_json, running_daemon, wait_until
 
 pytest.importorskip("torch")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
-from gpuwatch.oomreport import OomReport, render
-from gpuwatch.training import TrainingReport
+from gpuwatch.reports.oom import OomReport, render
+from gpuwatch.reports.training import TrainingReport
 from tests.conftest import run_cli
 
 REPORT = OomReport(

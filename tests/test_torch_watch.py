@@ -17,9 +17,9 @@ from torch import nn  # noqa: E402
 import gpuwatch  # noqa: E402
 import gpuwatch.torch.watcher as watch_module  # noqa: E402
 from gpuwatch.errors import InvalidValueError  # noqa: E402
+from gpuwatch.reports.training import read_reports  # noqa: E402
 from gpuwatch.torch import SimulatedAllocator, watch  # noqa: E402
 from gpuwatch.torch.simulated import ROUND_BYTES, SEGMENT_BYTES  # noqa: E402
-from gpuwatch.training import read_reports  # noqa: E402
 
 MiB = 1 << 20
 

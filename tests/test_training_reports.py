@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.training import (
+from gpuwatch.reports.training import (
     MAX_FILES_READ,
     MAX_MODULES,
     MEMORY_FIELDS,
@@ -216,7 +216,7 @@ def test_the_daemon_labels_each_report_with_the_nvml_index_of_its_gpu(lease_dir:
     from prometheus_client.core import Metric
 
     from gpuwatch.backends import open_backend
-    from gpuwatch.daemon.training import TrainingView, training_body, training_metrics
+    from gpuwatch.daemon.training_series import TrainingView, training_body, training_metrics
 
     # GIVEN a node whose GPU 1 a training uses, and a training on the CPU
     with open_backend(sim="2") as backend:

@@ -437,7 +437,7 @@ def test_mig_devices_sit_under_their_gpu_and_name_where_processes_run() -> None:
 
 def test_with_the_daemon_the_graphs_are_full_from_the_first_frame(tmp_path: Path) -> None:
     # GIVEN a daemon that has sampled for a while (3 GPUs at a constant 40%)
-    from gpuwatch.backends.daemon import DaemonBackend
+    from gpuwatch.backends.daemon_client import DaemonBackend
     from gpuwatch.tui.frames import LocalSource
     from tests.daemon_helpers import get_json, running_daemon, wait_until
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.backends.daemon import parse_series
+from gpuwatch.backends.daemon_client import parse_series
 from gpuwatch.models import GpuSample
 from gpuwatch.tui import render, signals
 from gpuwatch.tui.layout import choose_layout
@@ -325,7 +325,7 @@ def test_state_stays_bounded_over_an_hour_of_samples() -> None:
         "gpuwatch.tui.signals",
         "gpuwatch.tui.frames",
         "gpuwatch.tui.keys",
-        "gpuwatch.tui.training",
+        "gpuwatch.tui.training_panel",
     ],
 )
 def test_the_tui_logic_imports_no_textual(module: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.training import (
+from gpuwatch.reports.training import (
     MemoryPoint,
     ModuleMemory,
     ReportFile,
@@ -20,7 +20,7 @@ from gpuwatch.training import (
 )
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.frames import LocalSource
-from gpuwatch.tui.training import training_lines
+from gpuwatch.tui.training_panel import training_lines
 from gpuwatch.tui.widgets import TrainingPanel
 from tests.conftest import FROZEN_TIME
 from tests.tui_helpers import QuietSource

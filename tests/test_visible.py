@@ -6,7 +6,7 @@ import pytest
 
 from gpuwatch.errors import VisibleDevicesError
 from gpuwatch.models import GpuSample
-from gpuwatch.visible import Format, child_environment, parse_visible_devices, resolve
+from gpuwatch.placement.visible import Format, child_environment, parse_visible_devices, resolve
 
 H100 = "NVIDIA H100 80GB HBM3"
 UUIDS = ["GPU-1e7c3a4f-0000-4d8e", "GPU-1e7c3a4f-0001-4d8e", "GPU-9b00aa11-0002-4d8e"]

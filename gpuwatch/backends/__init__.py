@@ -104,7 +104,7 @@ def _open_daemon(*, required: bool) -> Backend:
     candidates = socket_candidates()
     if not required and not any(os.path.exists(path) for path in candidates):
         raise DaemonUnavailableError(f"no daemon socket at {' or '.join(candidates)}")
-    from gpuwatch.backends.daemon import DaemonBackend
+    from gpuwatch.backends.daemon_client import DaemonBackend
 
     return DaemonBackend()
 

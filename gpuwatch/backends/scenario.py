@@ -17,12 +17,12 @@ from typing import Any
 from gpuwatch.backends import sim_mig
 from gpuwatch.errors import InvalidValueError, ScenarioError
 from gpuwatch.models import ProcessKind
+from gpuwatch.record_fields import MAX_PID
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import MAX_SIZE_BYTES, parse_duration, parse_size, parse_whole_number
 
 MAX_GPUS = 64
 MAX_PROCESSES = 4096
-MAX_PID = 1 << 22  # Linux's PID_MAX_LIMIT
 MAX_POWER_W = 10_000.0
 MAX_SEED = (1 << 32) - 1
 MIN_MEMORY_TOTAL_BYTES = 1 << 20

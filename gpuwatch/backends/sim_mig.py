@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from gpuwatch.choices import check_mig
 from gpuwatch.errors import InvalidValueError, ScenarioError
 from gpuwatch.models import MigDevice, ProcessUsage
+from gpuwatch.units import check_mig
 
 MAX_MIG_DEVICES = 7
 _MIB = 1 << 20

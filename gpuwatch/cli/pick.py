@@ -12,7 +12,13 @@ import os
 import sys
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
-from gpuwatch.choices import (
+from gpuwatch.cli.argv import HELP, Option, parse
+from gpuwatch.errors import InvalidValueError
+from gpuwatch.hostinfo import shell_join
+from gpuwatch.leases.directory import LeaseDir
+from gpuwatch.models import Device, MigDevice
+from gpuwatch.placement.acquire import Wanted, acquire, describe_wish, passed_down
+from gpuwatch.placement.choices import (
     Format,
     Strategy,
     check_gpu_count,
@@ -21,20 +27,14 @@ from gpuwatch.choices import (
     check_percent,
     exclude_entries,
 )
-from gpuwatch.cli.argv import HELP, Option, parse
-from gpuwatch.errors import InvalidValueError
-from gpuwatch.hostinfo import shell_join
-from gpuwatch.launch import exec_command
-from gpuwatch.leases import LeaseDir
-from gpuwatch.models import Device, MigDevice
-from gpuwatch.selector import Wanted, acquire, describe_wish, passed_down
+from gpuwatch.placement.launch import exec_command
+from gpuwatch.placement.visible import VARIABLE, child_environment
 from gpuwatch.units import parse_duration, parse_number, parse_size, parse_whole_number
-from gpuwatch.visible import VARIABLE, child_environment
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from gpuwatch.mig_policy import MigChoice
-    from gpuwatch.policy import Choice, Request
+    from gpuwatch.placement.gpus import Choice, Request
+    from gpuwatch.placement.mig import MigChoice
 
 _DESCRIPTION = """\
 Choose GPUs nobody uses, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES

@@ -21,7 +21,7 @@ from gpuwatch.cli import reader_gone
 from gpuwatch.cli.argv import Option, parse
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.units import parse_duration, parse_whole_number
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
@@ -103,7 +103,7 @@ def show_status(
     returns the exit status."""
     show = _print_json if as_json else _table_printer(color)
     if host is not None:
-        from gpuwatch.remote import remote_snapshots
+        from gpuwatch.backends.ssh import remote_snapshots
 
         if verbose:
             _say(f"reading GPUs of {host} over ssh (gpuwatch status there)")
@@ -142,7 +142,7 @@ def _local_frames(
         if interval_s is None:
             yield source.sample(), _leases(lease_dir, say)
             return
-        from gpuwatch.sampling import watch  # a one-shot status does without it
+        from gpuwatch.sampling.poller import watch  # a one-shot status does without it
 
         lost = _LostDaemon(interval_s)
         for snapshot in watch(source, interval_s, count=count, on_unavailable=lost.tell):

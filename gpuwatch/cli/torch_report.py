@@ -17,10 +17,10 @@ from typing import BinaryIO
 import click
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.memsnapshot import MAX_FILE_BYTES, NotASnapshot, load, summarize
-from gpuwatch.oomreport import MAX_REPORT_BYTES, TEXT_START, read_text, render, report_from_dict
 from gpuwatch.record_fields import BadRecord
-from gpuwatch.training import FORMAT as TRAINING_FORMAT
+from gpuwatch.reports.memsnapshot import MAX_FILE_BYTES, NotASnapshot, load, summarize
+from gpuwatch.reports.oom import MAX_REPORT_BYTES, TEXT_START, read_text, render, report_from_dict
+from gpuwatch.reports.training import FORMAT as TRAINING_FORMAT
 
 _WHAT_TO_GIVE = "give the .json or .pickle that gpuwatch.torch.watch() wrote"
 

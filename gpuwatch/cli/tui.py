@@ -61,8 +61,8 @@ def tui(
         sources = [RemoteSource(host, backend=backend, sim=sim) for host in hosts]
     else:
         from gpuwatch.backends import open_backend
-        from gpuwatch.leases import LeaseDir
-        from gpuwatch.training import reports_for_this_machine
+        from gpuwatch.leases.directory import LeaseDir
+        from gpuwatch.reports.training import reports_for_this_machine
 
         opened = open_backend(backend, sim)
         sources = [LocalSource(opened, LeaseDir.read_only(), training=reports_for_this_machine)]

@@ -32,13 +32,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gpuwatch._version import __version__
 from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.settings import Settings
-from gpuwatch.daemon.training import TrainingView, training_body
+from gpuwatch.daemon.training_series import TrainingView, training_body
 from gpuwatch.daemon.view import NO_REPORTS, View
 from gpuwatch.daemon.wire import Response, error_response, json_response
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.leases import LeaseDir, LeaseFiles
+from gpuwatch.leases.directory import LeaseDir, LeaseFiles
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
-from gpuwatch.sampling import Poller, PollState
+from gpuwatch.sampling.poller import Poller, PollState
 from gpuwatch.units import parse_duration
 
 log = logging.getLogger("gpuwatch.daemon")

@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpuwatch._version import __version__
-from gpuwatch.daemon.training import training_indices, training_metrics
+from gpuwatch.daemon.training_series import training_indices, training_metrics
 from gpuwatch.daemon.view import View
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
 

@@ -25,7 +25,7 @@ from gpuwatch.daemon.listeners import TcpMetricsServer, UnixApiServer
 from gpuwatch.daemon.notify import Notifier
 from gpuwatch.daemon.settings import Settings, with_config_file
 from gpuwatch.paths import socket_candidates
-from gpuwatch.sampling import Poller
+from gpuwatch.sampling.poller import Poller
 from gpuwatch.units import counted
 
 log = logging.getLogger("gpuwatch.daemon")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.sampling import PollState
-from gpuwatch.training import TrainingReports
+from gpuwatch.reports.training import TrainingReports
+from gpuwatch.sampling.poller import PollState
 
 NO_REPORTS = TrainingReports()
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from gpuwatch.reports.training import MAX_NAME_CHARS, ModuleMemory, fit_name
 from gpuwatch.torch.stats import StatsSource
-from gpuwatch.training import MAX_NAME_CHARS, ModuleMemory, fit_name
 
 
 @dataclass(slots=True)

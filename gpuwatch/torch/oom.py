@@ -22,8 +22,8 @@ from dataclasses import replace
 from typing import Any, BinaryIO
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.oomreport import MAX_ITEMS, OomReport, TensorSize, render
-from gpuwatch.training import this_hostname
+from gpuwatch.reports.oom import MAX_ITEMS, OomReport, TensorSize, render
+from gpuwatch.reports.training import this_hostname
 
 _NAME_ATTEMPTS = 8
 

@@ -3,7 +3,7 @@
 The training thread only appends each step's record to a bounded deque (one
 atomic append; when the sender has fallen behind, the oldest record is dropped
 and counted). A background thread wakes a few times a second, takes what is
-there, and writes one report file (`gpuwatch.training.ReportFile`). Readers
+there, and writes one report file (`gpuwatch.reports.training.ReportFile`). Readers
 open that file on their own schedule: a reader that is slow, stops, or never
 existed changes nothing for the writer. A lease directory that cannot be
 written turns publishing off with one notice; training goes on.
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from gpuwatch.errors import LeaseError
+from gpuwatch.reports.training import MAX_POINTS, MemoryPoint, ReportFile, TrainingReport
 from gpuwatch.torch.stats import AllocatorStats
-from gpuwatch.training import MAX_POINTS, MemoryPoint, ReportFile, TrainingReport
 
 PUBLISH_INTERVAL_S = 0.25
 """At most four reports a second: enough for a live view, nothing for the file system."""

@@ -17,12 +17,18 @@ from types import TracebackType
 from typing import Any
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.oomreport import OomReport
+from gpuwatch.reports.oom import OomReport
+from gpuwatch.reports.training import (
+    MAX_MODULES,
+    MemoryPoint,
+    ModuleMemory,
+    TrainingReport,
+    this_hostname,
+)
 from gpuwatch.torch.modules import ModuleSampler
 from gpuwatch.torch.oom import check_report_dir, largest_tensors, requested_from_message, write_oom
 from gpuwatch.torch.publish import Sender, StepQueue, StepRecord
 from gpuwatch.torch.stats import CudaStatsSource, StatsSource
-from gpuwatch.training import MAX_MODULES, MemoryPoint, ModuleMemory, TrainingReport, this_hostname
 
 _noticed: set[str] = set()
 

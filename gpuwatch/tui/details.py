@@ -44,7 +44,7 @@ def _command(pid: int, proc: str) -> str | None:
 
 
 def _parents(pid: int, proc: str) -> tuple[str, ...]:
-    from gpuwatch.leases import user_name
+    from gpuwatch.leases.directory import user_name
 
     try:
         parent = procfs.parent_pid(pid, proc)

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from gpuwatch import procfs
 from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
-from gpuwatch.history import GpuSeries
-from gpuwatch.leases import LeaseDir
+from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.policy import Waiter
-from gpuwatch.sampling import ticks
-from gpuwatch.training import TrainingReports
+from gpuwatch.placement.gpus import Waiter
+from gpuwatch.reports.training import TrainingReports
+from gpuwatch.sampling.history import GpuSeries
+from gpuwatch.sampling.poller import ticks
 
 HISTORY_WINDOW_S = 3600.0
 """How far back the daemon's history is asked for: the graphs and the idle detection."""
@@ -158,7 +158,7 @@ class LocalSource(Source):
     _training_read_at: float | None = field(default=None, repr=False)
 
     def backfill(self) -> Backfill:
-        from gpuwatch.backends.daemon import DaemonBackend
+        from gpuwatch.backends.daemon_client import DaemonBackend
 
         if not isinstance(self.backend, DaemonBackend):
             return super().backfill()
@@ -243,7 +243,7 @@ class RemoteSource(Source):
     retry_s: float = 5.0
 
     def frames(self, interval_s: float, stop: threading.Event) -> Iterator[Frame]:
-        from gpuwatch.remote import remote_snapshots
+        from gpuwatch.backends.ssh import remote_snapshots
 
         while not stop.is_set():
             try:
@@ -271,7 +271,7 @@ def read_ancestors(
     pids: set[int], proc: str = procfs.PROC, limit: int = 4096
 ) -> tuple[Ancestor, ...]:
     """Each of `pids` and its ancestors below init, from /proc; unreadable ones are left out."""
-    from gpuwatch.leases import user_name
+    from gpuwatch.leases.directory import user_name
 
     lineage = procfs.read_lineage(pids, proc, limit)
     return tuple(Ancestor(link.pid, link.ppid, user_name(link.uid), link.name) for link in lineage)

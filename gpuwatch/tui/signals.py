@@ -45,7 +45,7 @@ def may_signal(my_uid: int, target_uids: tuple[int, int]) -> bool:
 
 def plan(rows: Iterable[Row], my_uid: int | None = None, proc: str = procfs.PROC) -> Plan:
     """Sorts `rows` into processes the user may signal and the others (with a reason)."""
-    from gpuwatch.leases import user_name
+    from gpuwatch.leases.directory import user_name
 
     uid = os.geteuid() if my_uid is None else my_uid
     targets, refused, seen = [], [], set()

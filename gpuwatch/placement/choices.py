@@ -7,15 +7,12 @@ heavy (the data model is loaded only once there is a GPU to choose).
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable
 
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.units import MIG_ANY, check_mig
 
-MIG_ANY = "any"
-# Patterns are left to `re`'s cache, compiled on first use: a pick start-up that needs none
-# would pay for compiling them.
-_MIG_PROFILE = r"[1-8]g\.\d{1,4}gb(\+me)?"
+__all__ = ["MIG_ANY", "check_mig"]  # re-exported: the simulated backend checks profiles too
 
 
 class Strategy(enum.StrEnum):
@@ -85,13 +82,6 @@ def check_percent(value: float) -> float:
     if not 0 <= value <= 100:
         raise InvalidValueError(f"{value:g} is not a percentage from 0 to 100")
     return value
-
-
-def check_mig(value: str) -> str:
-    """A MIG profile as drivers name them (`1g.10gb`, `3g.40gb`, `1g.10gb+me`) or `any`."""
-    if value == MIG_ANY or re.fullmatch(_MIG_PROFILE, value):
-        return value
-    raise InvalidValueError(f"{value!r}: give a MIG profile such as 1g.10gb or 3g.40gb, or any")
 
 
 def check_one_mig_device(count: int, where: str) -> None:

@@ -1,6 +1,6 @@
 """The daemon's view of training processes: `/v1/training` and the `gpuwatch_torch_*` metrics.
 
-Reports come from the lease directory (`gpuwatch.training.read_reports`), each
+Reports come from the lease directory (`gpuwatch.reports.training.read_reports`), each
 checked field by field; they are read at most once a second however many
 clients ask. A report names its GPU by uuid; the daemon turns that into the
 NVML index (`gpu`) from its latest snapshot (a MIG device's, into its parent
@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpuwatch.models import Snapshot
 from gpuwatch.paths import default_lease_dir
-from gpuwatch.training import TrainingReport, TrainingReports, read_reports
+from gpuwatch.reports.training import TrainingReport, TrainingReports, read_reports
 
 READ_EVERY_S = 1.0
 LABELS = ("pid", "rank", "gpu", "user")

@@ -1,7 +1,7 @@
 """`gpuwatch.select()` and `gpuwatch.device()`: GPUs for a script, chosen before CUDA starts.
 
 This module is what `import gpuwatch; gpuwatch.select()` loads first, so it
-stays light: the selection engine (`gpuwatch.selector`) is imported only once
+stays light: the selection engine (`gpuwatch.placement.acquire`) is imported only once
 there is a GPU to select. On a machine without the NVIDIA library,
 `select(fallback="cpu")` answers without loading it.
 """
@@ -14,7 +14,14 @@ import warnings
 from collections.abc import Callable, Iterable
 
 from gpuwatch.backends import open_backend
-from gpuwatch.choices import (
+from gpuwatch.errors import (
+    AlreadySelectedError,
+    CudaAlreadyInitializedError,
+    DriverNotFoundError,
+    InvalidValueError,
+    NoGpuError,
+)
+from gpuwatch.placement.choices import (
     Format,
     Strategy,
     check_gpu_count,
@@ -24,21 +31,14 @@ from gpuwatch.choices import (
     exclude_entries,
     one_of,
 )
-from gpuwatch.cudastate import cuda_initialized
-from gpuwatch.errors import (
-    AlreadySelectedError,
-    CudaAlreadyInitializedError,
-    DriverNotFoundError,
-    InvalidValueError,
-    NoGpuError,
-)
+from gpuwatch.placement.cudastate import cuda_initialized
 from gpuwatch.units import parse_duration, parse_size
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpuwatch.leases import HeldLease
+    from gpuwatch.leases.directory import HeldLease
     from gpuwatch.models import Device, GpuSample, MigDevice
 
 
@@ -242,7 +242,7 @@ def _same_as(earlier: Selection, asked: dict[str, Any]) -> Selection:
 def _check_something_visible() -> None:
     """Raises `NoGpuError` when CUDA_VISIBLE_DEVICES hides every GPU, before any is read."""
     if (value := os.environ.get("CUDA_VISIBLE_DEVICES")) is not None:
-        from gpuwatch.visible import visible_entries  # loads the data model
+        from gpuwatch.placement.visible import visible_entries  # loads the data model
 
         visible_entries(value)
 
@@ -250,9 +250,9 @@ def _check_something_visible() -> None:
 def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selection:
     source = open_backend(asked["backend"], asked["sim"])
     # There are GPUs: now load the engine.
-    from gpuwatch.leases import HELD_VARIABLE, LeaseDir
-    from gpuwatch.selector import Wanted, acquire, passed_down
-    from gpuwatch.visible import ORDER_VARIABLE, VARIABLE, child_environment
+    from gpuwatch.leases.directory import HELD_VARIABLE, LeaseDir
+    from gpuwatch.placement.acquire import Wanted, acquire, passed_down
+    from gpuwatch.placement.visible import ORDER_VARIABLE, VARIABLE, child_environment
 
     wanted = Wanted.from_environment(
         count=asked["count"],

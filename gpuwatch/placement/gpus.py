@@ -2,7 +2,7 @@
 
 `choose()` takes a snapshot, the leases in force and the jobs waiting ahead in
 line, and returns the GPUs to give and, for every other GPU, one line saying
-why not. No I/O happens here; `gpuwatch.selector` gathers the inputs.
+why not. No I/O happens here; `gpuwatch.placement.acquire` gathers the inputs.
 
 Without `--mem` (or `allow_busy`), a job is given only GPUs nobody uses:
 no other job's compute process, no graphics process beyond a small allowance,
@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuwatch.choices import Strategy
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.placement.choices import Strategy
+from gpuwatch.record_fields import MAX_BYTES
 from gpuwatch.units import format_size
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
@@ -33,7 +34,6 @@ _MAX_NAME_CHARS = 128
 KEEP_LIMIT_S = 1800.0
 """How long a waiting job keeps GPUs from later jobs; after that it waits as their equal."""
 _MAX_COUNT = 1 << 16
-_MAX_BYTES = 1 << 53
 IDLE_MAX_UTIL_PCT = 5.0
 """The utilization above which a GPU counts as in use, unless `--max-util` says otherwise."""
 IDLE_MAX_USED_BYTES = 1 << 30
@@ -112,13 +112,13 @@ class Request:
             raise ValueError(f"not a boolean: {allow_busy!r}")
         return cls(
             count=_number(data["count"], int, 1, _MAX_COUNT),
-            min_free_bytes=_optional(data.get("min_free_bytes"), int, _MAX_BYTES),
+            min_free_bytes=_optional(data.get("min_free_bytes"), int, MAX_BYTES),
             max_util_pct=_optional(data.get("max_util_pct"), float, 100),
-            mem_bytes=_optional(data.get("mem_bytes"), int, _MAX_BYTES),
+            mem_bytes=_optional(data.get("mem_bytes"), int, MAX_BYTES),
             strategy=Strategy(strategy),
             allowed=None if allowed is None else _indices(allowed),
             excluded=_indices(data.get("excluded", [])),
-            max_used_bytes=_optional(data.get("max_used_bytes"), int, _MAX_BYTES),
+            max_used_bytes=_optional(data.get("max_used_bytes"), int, MAX_BYTES),
             allow_busy=allow_busy,
             **_mig_from_dict(data),
         )

@@ -6,12 +6,12 @@ allocated, the difference being the CUDA context and other libraries); the
 largest modules of the last sampled step; allocator retries and OOMs. The
 widget that shows it (`widgets.TrainingPanel`) is handed the reports with each
 frame: the local source reads them, checked, from the lease directory
-(`gpuwatch.training`) on its sampling thread.
+(`gpuwatch.reports.training`) on its sampling thread.
 """
 
 from __future__ import annotations
 
-from gpuwatch.training import TrainingReport, TrainingReports
+from gpuwatch.reports.training import TrainingReport, TrainingReports
 from gpuwatch.tui import render
 
 _GRAPH_POINTS = 40

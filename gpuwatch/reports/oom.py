@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuwatch.record_fields import (
+    MAX_PID,
     BadRecord,
     bool_field,
     bytes_field,
@@ -24,7 +25,7 @@ from gpuwatch.record_fields import (
     optional,
     text_field,
 )
-from gpuwatch.training import ModuleMemory, module_from_dict
+from gpuwatch.reports.training import ModuleMemory, module_from_dict
 from gpuwatch.units import format_size
 
 FORMAT = "gpuwatch-oom/1"
@@ -88,7 +89,7 @@ def report_from_dict(data: object) -> OomReport:
         "nvml_process_bytes",
     )
     return OomReport(
-        pid=int_field(data, "pid", 1, 1 << 22),
+        pid=int_field(data, "pid", 1, MAX_PID),
         rank=int_field(data, "rank", 0, world_size - 1),
         world_size=world_size,
         hostname=text_field(data, "hostname"),

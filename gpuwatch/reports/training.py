@@ -2,7 +2,7 @@
 
 A training process publishes one small JSON report at most a few times a second
 into the lease directory, as a `.training` file it keeps locked while it lives
-(the same hostile-directory handling as leases, from `gpuwatch.leases`): a
+(the same hostile-directory handling as leases, from `gpuwatch.leases.directory`): a
 process that dies leaves an unlocked file, which readers pass over. Each
 publish writes a new file and then removes the previous one, so a reader sees
 either the old report or the new one, never half of one.
@@ -23,9 +23,10 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpuwatch.leases import HeldFile, LeaseDir, user_name
+from gpuwatch.leases.directory import HeldFile, LeaseDir, user_name
 from gpuwatch.record_fields import (
     MAX_BYTES,
+    MAX_PID,
     BadRecord,
     Malformed,
     bytes_field,
@@ -43,7 +44,6 @@ MAX_POINTS = 120
 MAX_FILES_READ = 256
 """A user who plants thousands of files costs a reader no more than this many reads."""
 MAX_NAME_CHARS = 200
-_MAX_PID = 1 << 22  # the kernel's highest pid_max
 _MAX_WORLD = 1 << 20
 
 MEMORY_FIELDS = (
@@ -148,7 +148,7 @@ def report_from_dict(data: object, *, user: str = "") -> TrainingReport:
         raise BadRecord("not a gpuwatch training report")
     world_size = int_field(data, "world_size", 1, _MAX_WORLD)
     return TrainingReport(
-        pid=int_field(data, "pid", 1, _MAX_PID),
+        pid=int_field(data, "pid", 1, MAX_PID),
         rank=int_field(data, "rank", 0, world_size - 1),
         world_size=world_size,
         hostname=text_field(data, "hostname"),

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field, replace
 
 from gpuwatch import procfs
 from gpuwatch.backends.base import Backend, SampleScope
-from gpuwatch.choices import MIG_ANY as ANY
-from gpuwatch.choices import exclude_entries
 from gpuwatch.errors import (
     DaemonUnavailableError,
     InvalidValueError,
@@ -33,7 +31,7 @@ from gpuwatch.errors import (
     NotEnoughGpusError,
     WaitTimeoutError,
 )
-from gpuwatch.leases import (
+from gpuwatch.leases.directory import (
     HELD_VARIABLE,
     LOCK_WAIT_S,
     HeldFile,
@@ -43,22 +41,24 @@ from gpuwatch.leases import (
     user_name,
 )
 from gpuwatch.models import Device, Lease, Snapshot
-from gpuwatch.policy import Choice, Request, Waiter, choose
-from gpuwatch.units import counted, format_size
-from gpuwatch.visible import (
+from gpuwatch.placement.choices import MIG_ANY as ANY
+from gpuwatch.placement.choices import exclude_entries
+from gpuwatch.placement.gpus import Choice, Request, Waiter, choose
+from gpuwatch.placement.visible import (
     ORDER_VARIABLE,
     VARIABLE,
     resolve,
     resolve_mig,
     visible_entries,
 )
+from gpuwatch.units import counted, format_size
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
     # Loaded only for MIG work (see `_choose`): every `gpuwatch pick` would pay to make its classes.
-    from gpuwatch.mig_policy import MigChoice
+    from gpuwatch.placement.mig import MigChoice
 
 POLL_S = 0.5
 OnWait = Callable[[Request, "Choice | MigChoice", float], None]
@@ -155,7 +155,7 @@ class Wanted:
             device_order="PCI_BUS_ID",
             what="--exclude",
         )
-        from gpuwatch.mig_policy import usable_mig_devices
+        from gpuwatch.placement.mig import usable_mig_devices
 
         request = replace(
             self.asked, mig=mig, mig_allowed=allowed, mig_excluded=mig_excluded, excluded=excluded
@@ -354,7 +354,7 @@ def _choose(
             waiting_ahead=ahead,
             seed=os.getpid(),
         )
-    from gpuwatch.mig_policy import choose_mig
+    from gpuwatch.placement.mig import choose_mig
 
     return choose_mig(
         snapshot,
@@ -372,7 +372,7 @@ def _without_stale(lease_dir: LeaseDir, leases: list[Lease], snapshot: Snapshot)
     their files are removed, which is all a stale lease leaves behind."""
     if not any(lease.gpu_uuid.startswith("MIG-") for lease in leases):
         return leases
-    from gpuwatch.mig_policy import stale_mig_leases
+    from gpuwatch.placement.mig import stale_mig_leases
 
     stale = stale_mig_leases(snapshot, leases)
     for lease in stale:
@@ -384,7 +384,7 @@ def _mig_hint(backend: Backend, snapshot: Snapshot, request: Request, leases: li
     """`; 2 MIG devices are free: ...` when whole GPUs were asked for and only MIG devices are."""
     if request.mig is not None or not snapshot.mig_devices:
         return ""
-    from gpuwatch.mig_policy import free_mig_devices
+    from gpuwatch.placement.mig import free_mig_devices
 
     snapshot = backend.sample(SampleScope.FULL)  # whether they run processes: once, on failure
     free = free_mig_devices(snapshot, leases)

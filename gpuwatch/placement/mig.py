@@ -1,4 +1,4 @@
-"""Which MIG devices a job gets: the MIG twin of `gpuwatch.policy`, as pure.
+"""Which MIG devices a job gets: the MIG twin of `gpuwatch.placement.gpus`, as pure.
 
 A MIG device qualifies when it is of the profile asked for, inside the job's
 CUDA_VISIBLE_DEVICES and outside its `--exclude`, readable, not leased against
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuwatch.choices import MIG_ANY as ANY
-from gpuwatch.choices import Strategy
 from gpuwatch.models import Lease, MigDevice, ProcessUsage, Snapshot
-from gpuwatch.policy import (
+from gpuwatch.placement.choices import MIG_ANY as ANY
+from gpuwatch.placement.choices import Strategy
+from gpuwatch.placement.gpus import (
     Request,
     Waiter,
     enough_could_fit,

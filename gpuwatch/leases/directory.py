@@ -45,8 +45,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from gpuwatch.errors import LeaseBusyError, LeaseDirError, LeaseError
-from gpuwatch.lease_records import MAX_COMMAND_CHARS, lease_from, record_from, waiter_from
-from gpuwatch.locking import file_key, flock_holders, flock_within, process_uids
+from gpuwatch.leases.locking import file_key, flock_holders, flock_within, process_uids
+from gpuwatch.leases.records import MAX_COMMAND_CHARS, lease_from, record_from, waiter_from
 from gpuwatch.models import Device, GpuSample, Lease
 from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
 from gpuwatch.record_fields import Malformed
@@ -55,7 +55,7 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at ru
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpuwatch.policy import Request, Waiter
+    from gpuwatch.placement.gpus import Request, Waiter
 
 # Paths are plain strings here: pathlib costs `gpuwatch pick` start-up time.
 

@@ -13,22 +13,28 @@ import os
 import re
 import time
 
-from gpuwatch.locking import FileKey, file_key, process_uids
+from gpuwatch.leases.locking import FileKey, file_key, process_uids
 from gpuwatch.models import Lease
-from gpuwatch.record_fields import Malformed, float_field, int_field, optional, text_field
+from gpuwatch.record_fields import (
+    MAX_BYTES,
+    MAX_PID,
+    Malformed,
+    float_field,
+    int_field,
+    optional,
+    text_field,
+)
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TypeVar
 
-    from gpuwatch.policy import Waiter
+    from gpuwatch.placement.gpus import Waiter
 
     _T = TypeVar("_T")
 
 MAX_COMMAND_CHARS = 4096
-MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT
-MAX_BYTES = 1 << 53  # far above any GPU's memory, and exact as a float
 _MAX_GPU_INDEX = 1 << 16
 _MAX_UUID_CHARS = 256
 _LATEST_TIME_S = 253402300799.0  # the end of year 9999: any clock, however wrong
@@ -72,7 +78,7 @@ def waiter_from(
     now_ns: int,
 ) -> Waiter:
     """A waiting job from its ticket, or `Malformed` for a ticket that cannot be believed."""
-    from gpuwatch.policy import Request, Waiter  # only pickers read the line
+    from gpuwatch.placement.gpus import Request, Waiter  # only pickers read the line
 
     match = re.fullmatch(_TICKET_NAME, name)
     queued_ns = int(match.group(1)) if match else now_ns + 1

@@ -1,0 +1,1 @@
+"""Reports a training process leaves behind: training progress, out-of-memory, memory snapshots."""

@@ -1,0 +1,1 @@
+"""Sampling a backend at a steady interval (`poller`) into a bounded history (`history`)."""
