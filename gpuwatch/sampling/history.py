@@ -18,9 +18,8 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from dataclasses import dataclass
 
-from gpuwatch.models import Snapshot
+from gpuwatch.models import GpuSeries, Snapshot
 
 _MIB = 1 << 20
 # What a missing value is stored as, per column (array typecodes: I uint32, B uint8, h int16).
@@ -37,20 +36,6 @@ BYTES_PER_GPU_SAMPLE = 4 + 1 + 2 + 4
 def history_bytes(samples: int, gpus: int) -> int:
     """The memory a history of `samples` samples of `gpus` GPUs takes."""
     return samples * (BYTES_PER_SAMPLE + gpus * BYTES_PER_GPU_SAMPLE)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSeries:
-    """One GPU's history, oldest first; `None` where the GPU did not report a value."""
-
-    index: int
-    uuid: str | None
-    taken_at: list[float]
-    """Unix times, for display: select and order by the monotonic clock, never by these."""
-    memory_used_bytes: list[int | None]
-    utilization_pct: list[int | None]
-    temperature_c: list[int | None]
-    power_w: list[float | None]
 
 
 class History:

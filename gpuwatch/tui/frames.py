@@ -18,10 +18,9 @@ from gpuwatch import procfs
 from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.leases.directory import LeaseDir
-from gpuwatch.models import Lease, Snapshot
+from gpuwatch.models import GpuSeries, Lease, Snapshot
 from gpuwatch.placement.gpus import Waiter
 from gpuwatch.reports.training import TrainingReports
-from gpuwatch.sampling.history import GpuSeries
 from gpuwatch.sampling.poller import ticks
 
 HISTORY_WINDOW_S = 3600.0
