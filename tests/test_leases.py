@@ -27,7 +27,7 @@ from gpuwatch.errors import DaemonUnavailableError, LeaseError, WaitTimeoutError
 from gpuwatch.leases.directory import LeaseDir, Unleased, default_lease_dir
 from gpuwatch.models import GpuSample, Snapshot
 from gpuwatch.placement.acquire import Wanted, acquire
-from gpuwatch.placement.gpus import Request
+from gpuwatch.placement.request import Request
 from tests.conftest import run_cli
 from tests.daemon_helpers import running_daemon
 from tests.wait import wait_for

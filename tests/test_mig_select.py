@@ -18,8 +18,9 @@ from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.placement.choices import Strategy
-from gpuwatch.placement.gpus import Request, Waiter, choose
+from gpuwatch.placement.gpus import choose
 from gpuwatch.placement.mig import choose_mig, stale_mig_leases
+from gpuwatch.placement.request import Request, Waiter
 from tests.conftest import FROZEN_TIME, run_cli
 
 GIB = 1 << 30

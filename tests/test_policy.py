@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.placement.gpus import KEEP_LIMIT_S, Request, Strategy, Waiter, choose
+from gpuwatch.placement.gpus import KEEP_LIMIT_S, Strategy, choose
+from gpuwatch.placement.request import Request, Waiter
 
 GIB = 1 << 30
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.placement.gpus import Request, Waiter
+from gpuwatch.placement.request import Request, Waiter
 from gpuwatch.tui.frames import Frame, HostStats, LocalSource, Source
 from tests.conftest import FROZEN_TIME
 

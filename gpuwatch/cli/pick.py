@@ -33,8 +33,9 @@ from gpuwatch.units import parse_duration, parse_number, parse_size, parse_whole
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from gpuwatch.placement.gpus import Choice, Request
+    from gpuwatch.placement.gpus import Choice
     from gpuwatch.placement.mig import MigChoice
+    from gpuwatch.placement.request import Request
 
 _DESCRIPTION = """\
 Choose GPUs nobody uses, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES

@@ -55,7 +55,7 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at ru
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpuwatch.placement.gpus import Request, Waiter
+    from gpuwatch.placement.request import Request, Waiter
 
 # Paths are plain strings here: pathlib costs `gpuwatch pick` start-up time.
 

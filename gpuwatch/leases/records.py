@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TypeVar
 
-    from gpuwatch.placement.gpus import Waiter
+    from gpuwatch.placement.request import Waiter
 
     _T = TypeVar("_T")
 
@@ -78,7 +78,7 @@ def waiter_from(
     now_ns: int,
 ) -> Waiter:
     """A waiting job from its ticket, or `Malformed` for a ticket that cannot be believed."""
-    from gpuwatch.placement.gpus import Request, Waiter  # only pickers read the line
+    from gpuwatch.placement.request import Request, Waiter  # only pickers read the line
 
     match = re.fullmatch(_TICKET_NAME, name)
     queued_ns = int(match.group(1)) if match else now_ns + 1

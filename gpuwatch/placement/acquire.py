@@ -43,7 +43,8 @@ from gpuwatch.leases.directory import (
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.placement.choices import MIG_ANY as ANY
 from gpuwatch.placement.choices import exclude_entries
-from gpuwatch.placement.gpus import Choice, Request, Waiter, choose
+from gpuwatch.placement.gpus import Choice, choose
+from gpuwatch.placement.request import Request, Waiter
 from gpuwatch.placement.visible import (
     ORDER_VARIABLE,
     VARIABLE,

@@ -17,14 +17,13 @@ from gpuwatch.models import Lease, MigDevice, ProcessUsage, Snapshot
 from gpuwatch.placement.choices import MIG_ANY as ANY
 from gpuwatch.placement.choices import Strategy
 from gpuwatch.placement.gpus import (
-    Request,
-    Waiter,
     enough_could_fit,
     in_use,
     keepers,
     lease_conflict,
     memory_nonsense,
 )
+from gpuwatch.placement.request import Request, Waiter
 from gpuwatch.units import format_size
 
 _GIB = 1 << 30

@@ -19,7 +19,7 @@ from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import GpuSeries, Lease, Snapshot
-from gpuwatch.placement.gpus import Waiter
+from gpuwatch.placement.request import Waiter
 from gpuwatch.reports.training import TrainingReports
 from gpuwatch.sampling.poller import ticks
 
