@@ -144,15 +144,21 @@ def imports(
         print(f"  {name:<32} {us / 1e3:5.2f} ms")
 
 
-def phases(env: dict[str, str], runs: int) -> None:
+def phases(
+    env: dict[str, str],
+    runs: int,
+    script: str = PHASES,
+    title: str = "pick's phases, best and median of {runs} (the exec of the command left out):",
+) -> None:
+    """Runs `script`, which prints `[[phase, ms], ...]` last, `runs` times; prints each phase."""
     times: dict[str, list[float]] = {}
     for _ in range(runs):
         out = subprocess.run(
-            [PYTHON, "-c", PHASES], env=env, capture_output=True, text=True, check=True
+            [PYTHON, "-c", script], env=env, capture_output=True, text=True, check=True
         ).stdout
         for name, ms in json.loads(out.splitlines()[-1]):
             times.setdefault(name, []).append(ms)
-    print(f"pick's phases, best and median of {runs} (the exec of the command left out):")
+    print(title.format(runs=runs))
     for name, values in times.items():
         print(f"  {name:<36} {min(values):5.2f} ms  {statistics.median(values):5.2f} ms")
 

@@ -17,7 +17,6 @@ python bench/status_startup.py [RUNS] [GPUS]
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -26,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pick_startup import GPUWATCH, PYTHON, imports, spread, start_daemon, timed
+from pick_startup import GPUWATCH, PYTHON, imports, phases, spread, start_daemon, timed
 
 # The steps of a one-shot `gpuwatch status`, timed one by one.
 PHASES = """
@@ -81,19 +80,6 @@ def startup(env: dict[str, str], runs: int) -> None:
         print(f"  {name} over bare python: wall {over_wall:+.1f} ms, CPU {over_cpu:+.1f} ms")
 
 
-def phases(env: dict[str, str], runs: int) -> None:
-    times: dict[str, list[float]] = {}
-    for _ in range(runs):
-        out = subprocess.run(
-            [PYTHON, "-c", PHASES], env=env, capture_output=True, text=True, check=True
-        ).stdout
-        for name, ms in json.loads(out.splitlines()[-1]):
-            times.setdefault(name, []).append(ms)
-    print(f"status's phases, best and median of {runs}:")
-    for name, values in times.items():
-        print(f"  {name:<36} {min(values):5.2f} ms  {statistics.median(values):5.2f} ms")
-
-
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 21
     gpus = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -120,7 +106,7 @@ def main() -> None:
         print(f"load average: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
         startup(env, runs)
         imports(env, max(5, runs // 2), argv=["status"])
-        phases(env, max(5, runs // 2))
+        phases(env, max(5, runs // 2), PHASES, "status's phases, best and median of {runs}:")
     finally:
         job.terminate()
         job.wait()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +34,25 @@ memory = "10GiB"
 def get_json(socket_path: Path, path: str) -> tuple[int, Any]:
     status, body = http_get(str(socket_path), path)
     return status, json.loads(body)
+
+
+@contextmanager
+def answering_once(path: str, body: bytes, headers: str = "") -> Iterator[None]:
+    """A stand-in daemon at `path` that answers one request with 200 and `body`: for what a
+    client makes of answers no daemon of this version sends."""
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen()
+
+        def answer() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(4096)
+                head = f"HTTP/1.1 200 OK\r\n{headers}Content-Length: {len(body)}\r\n"
+                connection.sendall(f"{head}Connection: close\r\n\r\n".encode() + body)
+
+        threading.Thread(target=answer, daemon=True).start()
+        yield
 
 
 def wait_until(condition: Any, what: str, timeout_s: float = 30) -> Any:

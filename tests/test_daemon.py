@@ -20,7 +20,7 @@ from gpuwatch.backends.daemon_client import http_get
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import GpuSample
 from tests.conftest import run_cli
-from tests.daemon_helpers import SCENARIO, get_json, running_daemon, wait_until
+from tests.daemon_helpers import SCENARIO, answering_once, get_json, running_daemon, wait_until
 from tests.fake_nvml import FakeNvml
 
 
@@ -581,21 +581,12 @@ def test_a_client_of_a_daemon_in_another_snapshot_format_is_told_why(tmp_path: P
     # GIVEN a daemon that sends snapshots in a format this client does not read
     path = str(tmp_path / "newer.sock")
     body = b'{"format_version": 2, "snapshot": {}}'
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(path)
-        server.listen()
-
-        def answer() -> None:
-            connection, _ = server.accept()
-            with connection:
-                connection.recv(4096)
-                head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-                connection.sendall(head + body)
-
-        threading.Thread(target=answer, daemon=True).start()
-        # WHEN a client reads it THEN it is refused with the reason, and no TypeError
-        with pytest.raises(DaemonUnavailableError, match="sends snapshots in format 2"):
-            DaemonBackend(path)
+    # WHEN a client reads it THEN it is refused with the reason, and no TypeError
+    with (
+        answering_once(path, body),
+        pytest.raises(DaemonUnavailableError, match="sends snapshots in format 2"),
+    ):
+        DaemonBackend(path)
 
 
 def test_the_path_check_takes_nothing_or_its_kind_and_refuses_the_rest(tmp_path: Path) -> None:

@@ -30,7 +30,14 @@ from gpuwatch.errors import BackendError, DaemonUnavailableError, DriverNotFound
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.poller import Poller
 from tests.conftest import run_cli
-from tests.daemon_helpers import SLOW_CLIENTS, flood, get_json, running_daemon, wait_until
+from tests.daemon_helpers import (
+    SLOW_CLIENTS,
+    answering_once,
+    flood,
+    get_json,
+    running_daemon,
+    wait_until,
+)
 from tests.other_user import as_user, other_user_ids
 
 
@@ -444,23 +451,12 @@ def test_a_client_refuses_a_snapshot_older_than_the_daemon_allows(tmp_path: Path
     old = dataclasses.replace(SimBackend(1).sample(), taken_at=time.time() - 30)
     body = json.dumps(old.to_dict()).encode()
     path = str(tmp_path / "old.sock")
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(path)
-        server.listen()
-
-        def answer() -> None:
-            connection, _ = server.accept()
-            with connection:
-                connection.recv(4096)
-                connection.sendall(
-                    b"HTTP/1.1 200 OK\r\nX-Gpuwatch-Stale-After: 10\r\nContent-Length: %d\r\n"
-                    b"Connection: close\r\n\r\n%s" % (len(body), body)
-                )
-
-        threading.Thread(target=answer, daemon=True).start()
-        # WHEN a client reads it THEN it does not take it for the GPUs' state
-        with pytest.raises(DaemonUnavailableError, match="snapshot 30s old"):
-            DaemonBackend(path)
+    # WHEN a client reads it THEN it does not take it for the GPUs' state
+    with (
+        answering_once(path, body, headers="X-Gpuwatch-Stale-After: 10\r\n"),
+        pytest.raises(DaemonUnavailableError, match="snapshot 30s old"),
+    ):
+        DaemonBackend(path)
 
 
 FAKENVML = Path(

@@ -27,7 +27,7 @@ from gpuwatch.leases.locking import flock_within
 from gpuwatch.models import Snapshot
 from gpuwatch.placement import acquire as selector
 from gpuwatch.placement.acquire import Wanted, acquire
-from tests.conftest import FROZEN_TIME, run_cli
+from tests.conftest import FROZEN_TIME, CliResult, run_cli
 from tests.other_user import (
     USER,
     as_other_user,
@@ -330,6 +330,22 @@ def strict_json(text: str) -> object:
     return json.loads(text, parse_constant=refuse)
 
 
+def status_and_shared_pick_beside(
+    lease_dir: Path, field: str, value: object
+) -> tuple[CliResult, CliResult, CliResult]:
+    """`status -v`, `status --json` and a pick sharing GPU 0, while a held lease on GPU 0
+    says `field` = `value`."""
+    fd = plant(lease_dir, "00000000000000000001-1-0badf00d.lease", lease_record(**{field: value}))
+    try:
+        return (
+            run_cli("status", "--sim", "2", "-v"),
+            run_cli("status", "--sim", "2", "--json"),
+            run_cli("pick", "--sim", "2", "--mem", "1GiB", "--exclude", "1", "-v"),
+        )
+    finally:
+        os.close(fd)
+
+
 class TestExtremeRecords:
     @pytest.mark.parametrize(("field", "value"), BAD_VALUES.values(), ids=BAD_VALUES.keys())
     def test_a_planted_record_is_skipped_by_status_and_pick(
@@ -338,15 +354,7 @@ class TestExtremeRecords:
         # GIVEN a held lease file on GPU 0 with one field out of range
         LeaseDir(lease_dir)
         # (json.dumps writes NaN, Infinity and 400-digit numbers, as a forger may)
-        fd = plant(
-            lease_dir, "00000000000000000001-1-0badf00d.lease", lease_record(**{field: value})
-        )
-        try:
-            table = run_cli("status", "--sim", "2", "-v")
-            as_json = run_cli("status", "--sim", "2", "--json")
-            pick = run_cli("pick", "--sim", "2", "--mem", "1GiB", "--exclude", "1", "-v")
-        finally:
-            os.close(fd)
+        table, as_json, pick = status_and_shared_pick_beside(lease_dir, field, value)
         # THEN status shows no lease and says (with -v) it skipped one file
         assert table.exit_code == 0, table.stderr
         assert "leased by" not in table.stdout
@@ -363,15 +371,7 @@ class TestExtremeRecords:
         # GIVEN a held lease file on GPU 0 (shared, 1GiB) whose start, declaration or
         # command is out of range: as after the clock stepped back, or from a forger
         LeaseDir(lease_dir)
-        fd = plant(
-            lease_dir, "00000000000000000001-1-0badf00d.lease", lease_record(**{field: value})
-        )
-        try:
-            table = run_cli("status", "--sim", "2", "-v")
-            as_json = run_cli("status", "--sim", "2", "--json")
-            pick = run_cli("pick", "--sim", "2", "--mem", "1GiB", "--exclude", "1", "-v")
-        finally:
-            os.close(fd)
+        table, as_json, pick = status_and_shared_pick_beside(lease_dir, field, value)
         # THEN status shows the lease, in JSON with nothing out of range
         assert table.exit_code == 0, table.stderr
         assert "leased by" in table.stdout and "skipped" not in table.stderr
