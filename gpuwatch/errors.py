@@ -63,6 +63,11 @@ class RemoteError(BackendError):
     """A remote host cannot be reached, lacks gpuwatch, or sent something unreadable."""
 
 
+class SourceError(RemoteError):
+    """A fleet source (a Prometheus server) cannot be read at all, or is not what it was
+    said to be; a single node that cannot be read is not an error but a node that is down."""
+
+
 class ScenarioError(BackendError):
     """A simulated node could not be built from `--sim` or its scenario file."""
 

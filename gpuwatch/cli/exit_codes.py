@@ -40,7 +40,8 @@ class ExitCode(enum.IntEnum):
     another process kept the lease directory locked for 10s (without --wait) or past
     --timeout."""
     REMOTE = 6
-    """`status --host`: the host cannot be reached, or has no gpuwatch."""
+    """`status --host`: the host cannot be reached, or has no gpuwatch; `fleet`, `where`:
+    the fleet source (a Prometheus server) cannot be read."""
     CANNOT_EXECUTE = 126
     """`pick -- CMD`: CMD was found but cannot be executed."""
     COMMAND_NOT_FOUND = 127

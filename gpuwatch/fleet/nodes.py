@@ -1,0 +1,84 @@
+"""What a fleet source returns: one `NodeState` per node, in the one-machine data model.
+
+A source fills what its exporter tells and leaves the rest `None`, as a backend
+does: dcgm-exporter says nothing of leases or processes, so a node it serves has
+`leases = None` ("unknown"), never `()` ("none").
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuwatch.models import Lease, Snapshot
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object
+
+
+class Exporter(enum.StrEnum):
+    """Which exporter's series described a node."""
+
+    GPUWATCH = "gpuwatch"
+    DCGM = "dcgm"
+    NVIDIA_GPU_EXPORTER = "nvidia_gpu_exporter"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One node as a fleet source last saw it.
+
+    `snapshot` holds its GPUs (and MIG devices where the exporter tells them) with
+    `snapshot.hostname == name`; it is `None` when nothing was ever read. `age_s` is
+    how old its newest data is, judged by the data's own timestamps, not by when it
+    was fetched. A node is `up` only when its data is current (not older than the
+    source's staleness limit) and its exporter answered; a node that is not up is
+    shown with its age and `error`, and `where` never places a job on it.
+    """
+
+    name: str
+    up: bool
+    snapshot: Snapshot | None
+    age_s: float | None = None
+    error: str | None = None
+    exporter: Exporter | None = None
+    leases: tuple[Lease, ...] | None = None
+    """The node's leases, as far as its metrics tell them (a lease's pid, user and
+    command are unknown there: pid 0, empty texts); `None` where the node runs another
+    exporter and leases cannot be known."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    """All nodes of a fleet at `taken_at`, sorted by name."""
+
+    taken_at: float
+    source: str
+    """Where it came from, without credentials: `prometheus http://prom:9090`,
+    `nodes (12)`."""
+    nodes: tuple[NodeState, ...]
+
+
+class FleetSource(Protocol):
+    """Reads a fleet. One `read()` costs a fixed, small number of requests to a
+    Prometheus server (never one per node), or one request per node, all at once,
+    each with its own timeout, when scraping nodes directly."""
+
+    @property
+    def description(self) -> str: ...
+
+    def read(self) -> FleetState:
+        """The fleet now. A node that cannot be read is a `NodeState` with `up=False`
+        and `error`; only a source that cannot be read at all (Prometheus down or not
+        Prometheus) raises `gpuwatch.errors.SourceError`."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def by_name(nodes: Sequence[NodeState]) -> tuple[NodeState, ...]:
+    return tuple(sorted(nodes, key=lambda node: node.name))
