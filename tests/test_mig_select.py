@@ -124,6 +124,34 @@ class TestChoice:
         choice = choose_mig(snapshot, Request(mig="3g.40gb", mem_bytes=GIB), waiting_ahead=[waiter])
         assert [m.label for m in choice.chosen] == ["0:0"]
 
+    def test_memory_promised_to_shared_leases_is_named_as_for_whole_gpus(self, node: Path) -> None:
+        # GIVEN the idle 1g.10gb (9.8 GiB free) shared with a job that declared 6 GiB and
+        # allocated none yet
+        snapshot = snapshot_of(node)
+        held = [lease(snapshot, "0:2", mem_bytes=6 * GIB, pid=4242)]
+        # WHEN another shared job wants 8 GiB there
+        choice = choose_mig(snapshot, Request(mig="1g.10gb", mem_bytes=8 * GIB), leases=held)
+        # THEN it is refused, saying the promise is what leaves too little
+        assert not choice.satisfied
+        assert (
+            "MIG 0:2 (1g.10gb): 3.8GiB free after 6.0GiB promised to shared leases < 8.0GiB"
+            in choice.reasons
+        )
+
+    def test_a_device_leased_to_the_job_alone_counts_what_runs_there_as_its_own(
+        self, node: Path
+    ) -> None:
+        # GIVEN the job holds the busy 2g.20gb exclusively, and its process there runs in
+        # another PID namespace (a pid this side cannot tell)
+        snapshot = snapshot_of(node)
+        mine = lease(snapshot, "0:1", pid=5555)
+        # WHEN that job asks again (a nested pick) for the device it holds
+        choice = choose_mig(
+            snapshot, Request(mig="2g.20gb"), leases=[mine], mine=frozenset({mine.lease_id})
+        )
+        # THEN it gets it: the process there can only be its own, as on a whole GPU
+        assert [m.label for m in choice.chosen] == ["0:1"]
+
     def test_a_mig_enabled_gpu_is_never_chosen_whole(self, node: Path) -> None:
         # GIVEN GPU 0 in MIG mode, with a free MIG device, and GPU 1 excluded
         choice = choose(snapshot_of(node), Request(count=1, excluded=frozenset({1})))

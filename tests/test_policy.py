@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.placement.gpus import KEEP_LIMIT_S, Strategy, choose
+from gpuwatch.placement.choices import Strategy
+from gpuwatch.placement.gpus import choose
 from gpuwatch.placement.request import Request, Waiter
+from gpuwatch.placement.rules import KEEP_LIMIT_S
 
 GIB = 1 << 30
 

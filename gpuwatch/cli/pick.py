@@ -33,9 +33,8 @@ from gpuwatch.units import parse_duration, parse_number, parse_size, parse_whole
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from gpuwatch.placement.gpus import Choice
-    from gpuwatch.placement.mig import MigChoice
     from gpuwatch.placement.request import Request
+    from gpuwatch.placement.rules import Choice
 
 _DESCRIPTION = """\
 Choose GPUs nobody uses, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES
@@ -284,7 +283,7 @@ class _WaitDisplay:
         self._terminal = sys.stderr.isatty()
         self._drawn = 0
 
-    def __call__(self, request: Request, choice: Choice | MigChoice, waited_s: float) -> None:
+    def __call__(self, request: Request, choice: Choice, waited_s: float) -> None:
         if not self._terminal and self._drawn:
             return
         from gpuwatch.cli.terminal import printable, terminal_columns

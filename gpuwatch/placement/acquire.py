@@ -43,8 +43,9 @@ from gpuwatch.leases.directory import (
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.placement.choices import MIG_ANY as ANY
 from gpuwatch.placement.choices import exclude_entries
-from gpuwatch.placement.gpus import Choice, choose
+from gpuwatch.placement.gpus import kind_for
 from gpuwatch.placement.request import Request, Waiter
+from gpuwatch.placement.rules import Choice, place
 from gpuwatch.placement.visible import (
     ORDER_VARIABLE,
     VARIABLE,
@@ -59,10 +60,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     # Loaded only for MIG work (see `_choose`): every `gpuwatch pick` would pay to make its classes.
-    from gpuwatch.placement.mig import MigChoice
 
 POLL_S = 0.5
-OnWait = Callable[[Request, "Choice | MigChoice", float], None]
+OnWait = Callable[[Request, Choice, float], None]
 """Told, while waiting, what is asked for, why it cannot be had yet, and for how long."""
 
 
@@ -271,7 +271,7 @@ def _wait_out(
         raise WaitTimeoutError(f"gave up after waiting {waited_s:.0f}s: {error}") from None
 
 
-def _busy_hint(request: Request, choice: Choice | MigChoice) -> str:
+def _busy_hint(request: Request, choice: Choice) -> str:
     if not choice.in_use or not request.wants_idle:
         return ""
     return (
@@ -343,26 +343,15 @@ def _choose(
     own_pids: frozenset[int],
     recent_util_pct: dict[str, float],
     ahead: list[Waiter],
-) -> Choice | MigChoice:
-    if request.mig is None:
-        return choose(
-            snapshot,
-            request,
-            leases=leases,
-            mine=mine,
-            own_pids=own_pids,
-            recent_util_pct=recent_util_pct,
-            waiting_ahead=ahead,
-            seed=os.getpid(),
-        )
-    from gpuwatch.placement.mig import choose_mig
-
-    return choose_mig(
+) -> Choice:
+    return place(
+        kind_for(request),
         snapshot,
         request,
         leases=leases,
         mine=mine,
         own_pids=own_pids,
+        recent_util_pct=recent_util_pct,
         waiting_ahead=ahead,
         seed=os.getpid(),
     )
@@ -432,6 +421,6 @@ def describe_wish(request: Request) -> str:
     return " ".join(parts)
 
 
-def _shortfall(request: Request, choice: Choice | MigChoice) -> str:
+def _shortfall(request: Request, choice: Choice) -> str:
     qualify = "qualifies" if choice.qualifying == 1 else "qualify"
     return f"{describe_wish(request)} wanted, {choice.qualifying} {qualify}"
