@@ -291,6 +291,25 @@ class TestSelect:
         with pytest.raises(InvalidValueError, match="only one MIG device"):
             gpuwatch.select(2, mig="any", sim=str(node))
 
+    @pytest.mark.parametrize(
+        ("arguments", "message"),
+        [
+            (
+                {"mig": "4g.40gb"},
+                r"^mig='4g.40gb': no MIG device of that profile .* \(or use mig='any'\)$",
+            ),
+            ({"mig": "any", "max_util": 10}, r"^max_util: MIG devices report no utilization"),
+        ],
+        ids=["unknown-profile", "max-util"],
+    )
+    def test_select_speaks_of_its_own_arguments_not_picks_options(
+        self, node: Path, arguments: dict[str, object], message: str
+    ) -> None:
+        # GIVEN a MIG request select() cannot meet WHEN it is made THEN the error names the
+        # argument as the caller wrote it (pick says --mig and --max-util for the same)
+        with pytest.raises(InvalidValueError, match=message):
+            gpuwatch.select(sim=str(node), **arguments)  # type: ignore[arg-type]
+
 
 def test_concurrent_picks_get_distinct_mig_devices(tmp_path: Path) -> None:
     # GIVEN 8 jobs started at once on a GPU with 7 free MIG devices, each holding its own

@@ -205,7 +205,7 @@ def test_fallback_cpu_does_not_hide_busy_gpus() -> None:
         ({"exclude": ""}, "exclude: '' has an empty entry"),
         ({"exclude": "1,,2"}, "exclude: '1,,2' has an empty entry"),
         ({"exclude": [-1]}, "exclude: -1 is not a GPU index"),
-        ({"exclude": "12"}, "--exclude: no GPU 12 on this machine"),
+        ({"exclude": "12"}, "^exclude: no GPU 12 on this machine"),
     ],
     ids=[
         "n-zero",

@@ -19,6 +19,7 @@ from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Device, MigDevice
 from gpuwatch.placement.acquire import Wanted, acquire, describe_wish, passed_down
 from gpuwatch.placement.choices import (
+    WISHES,
     Format,
     Strategy,
     check_gpu_count,
@@ -213,17 +214,8 @@ def run_pick(args: list[str]) -> int:
         raise InvalidValueError("COMMAND is empty: give the program to run after --")
     if any("\0" in arg for arg in command):
         raise InvalidValueError("COMMAND holds a NUL character, which no program can be given")
-    wanted = Wanted.from_environment(
-        count=options["gpus"],
-        min_free_bytes=options["min_free"],
-        max_util_pct=options["max_util"],
-        max_used_bytes=options["max_used"],
-        allow_busy=options["allow_busy"],
-        mem_bytes=options["mem"],
-        strategy=Strategy(options["strategy"]),
-        mig=options["mig"],
-        exclude=options["exclude"],
-    )
+    wishes = {name: options[option.lstrip("-").replace("-", "_")] for name, _, option in WISHES}
+    wanted = Wanted.from_wishes(wishes, by_pick=True)
     if wanted.wants_mig and command:
         check_one_mig_device(options["gpus"], "COMMAND")
     fmt = Format(options["format"])

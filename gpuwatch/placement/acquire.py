@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpuwatch import procfs
@@ -42,7 +42,7 @@ from gpuwatch.leases.directory import (
 )
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.placement.choices import MIG_ANY as ANY
-from gpuwatch.placement.choices import exclude_entries
+from gpuwatch.placement.choices import WISHES, Strategy, exclude_entries, named, said
 from gpuwatch.placement.gpus import kind_for
 from gpuwatch.placement.request import Request, Waiter
 from gpuwatch.placement.rules import Choice, place
@@ -77,18 +77,26 @@ class Wanted:
     """The CUDA_VISIBLE_DEVICES entries in force; `None` when it is unset."""
     device_order: str | None = None
 
+    by_pick: bool = True
+    """Speak of the wishes as `gpuwatch pick` writes them (`--exclude`), else as
+    `gpuwatch.select()` does (`exclude`)."""
+
     @classmethod
-    def from_environment(cls, exclude: object = (), **asked: Any) -> Wanted:
-        """Wishes (`Request` fields) plus this process's CUDA_VISIBLE_DEVICES and order.
+    def from_wishes(cls, wishes: Mapping[str, Any], *, by_pick: bool) -> Wanted:
+        """The one way pick and select() state a job's wishes: `wishes` holds a value for
+        each of `choices.WISHES` (checked already), keyed by its field name; this process's
+        CUDA_VISIBLE_DEVICES and order are read here.
 
         `exclude` is as `gpuwatch pick --exclude` and `select(exclude=...)` take it:
         comma-separated text, or GPU indices and names (see `choices.exclude_entries`).
         """
+        asked = {name: wishes[name] for name, _, _ in WISHES if name != "exclude"}
         return cls(
-            asked=Request(**asked),
-            exclude=exclude_entries(exclude),
+            asked=Request(**{**asked, "strategy": Strategy(asked["strategy"])}),
+            exclude=exclude_entries(wishes["exclude"]),
             visible=visible_entries(os.environ.get(VARIABLE)),
             device_order=os.environ.get(ORDER_VARIABLE),
+            by_pick=by_pick,
         )
 
     @property
@@ -120,11 +128,13 @@ class Wanted:
                 f"{VARIABLE}={','.join(self.visible or ()) or '(empty)'} leaves no "
                 "whole GPU to choose from"
             )
-        excluded = resolve(self.exclude, gpus, device_order="PCI_BUS_ID", what="--exclude")
+        excluded = resolve(
+            self.exclude, gpus, device_order="PCI_BUS_ID", what=self._named("exclude")
+        )
         usable = (allowed if allowed is not None else {gpu.index for gpu in gpus}) - excluded
         if self.asked.count > len(usable):
             where = "this machine has" if allowed is None else f"{VARIABLE} allows"
-            left = " after --exclude" if excluded else ""
+            left = f" after {self._named('exclude')}" if excluded else ""
             raise InvalidValueError(
                 f"{counted(self.asked.count, 'GPU')} asked for, but {where} {len(usable)}{left}"
             )
@@ -138,23 +148,27 @@ class Wanted:
                     f"{VARIABLE} names only MIG devices, but no GPU on this machine has any"
                 )
             raise NotEnoughGpusError(
-                f"--mig {mig}: no GPU on this machine has MIG devices",
+                f"{self._said('mig', mig)}: no GPU on this machine has MIG devices",
                 tuple(f"GPU {gpu.index}: MIG not enabled" for gpu in snapshot.gpus),
             )
         if self.asked.max_util_pct is not None:
-            raise InvalidValueError("--max-util: MIG devices report no utilization; leave it out")
+            raise InvalidValueError(
+                f"{self._named('max_util_pct')}: MIG devices report no utilization; leave it out"
+            )
         allowed = None
         if self.visible is not None:
             allowed = resolve_mig(self.visible, snapshot, device_order=self.device_order)
             if not allowed:
                 raise NoGpuError(f"{VARIABLE}={','.join(self.visible)} names no MIG device")
         whole = tuple(entry for entry in self.exclude if not entry.startswith("MIG-"))
-        excluded = resolve(whole, snapshot.gpus, device_order="PCI_BUS_ID", what="--exclude")
+        excluded = resolve(
+            whole, snapshot.gpus, device_order="PCI_BUS_ID", what=self._named("exclude")
+        )
         mig_excluded = resolve_mig(
             tuple(e for e in self.exclude if e.startswith("MIG-")),
             snapshot,
             device_order="PCI_BUS_ID",
-            what="--exclude",
+            what=self._named("exclude"),
         )
         from gpuwatch.placement.mig import usable_mig_devices
 
@@ -165,8 +179,8 @@ class Wanted:
         profiles = sorted({str(device.profile) for device in any_profile if device.profile})
         if mig != ANY and mig not in profiles:
             raise InvalidValueError(
-                f"--mig {mig}: no MIG device of that profile to choose from; "
-                f"there are: {', '.join(profiles) or 'none'} (or use --mig any)"
+                f"{self._said('mig', mig)}: no MIG device of that profile to choose from; "
+                f"there are: {', '.join(profiles) or 'none'} (or use {self._said('mig', ANY)})"
             )
         usable = usable_mig_devices(snapshot, request)
         if self.asked.count > len(usable):
@@ -176,6 +190,12 @@ class Wanted:
                 f"{'is' if len(usable) == 1 else 'are'} {len(usable)}{of} to choose from"
             )
         return request
+
+    def _named(self, field: str) -> str:
+        return named(field, by_pick=self.by_pick)
+
+    def _said(self, field: str, value: object) -> str:
+        return said(field, value, by_pick=self.by_pick)
 
 
 def acquire(

@@ -26,6 +26,35 @@ class Strategy(enum.StrEnum):
     """Least free memory that still fits first: fills shared GPUs, keeps big ones whole."""
 
 
+WISHES: tuple[tuple[str, str, str], ...] = (
+    # (the Request field, or `exclude`; select()'s argument; pick's option)
+    ("count", "n", "--gpus"),
+    ("min_free_bytes", "min_free", "--min-free"),
+    ("max_util_pct", "max_util", "--max-util"),
+    ("mem_bytes", "mem", "--mem"),
+    ("max_used_bytes", "max_used", "--max-used"),
+    ("allow_busy", "allow_busy", "--allow-busy"),
+    ("strategy", "strategy", "--strategy"),
+    ("exclude", "exclude", "--exclude"),
+    ("mig", "mig", "--mig"),
+)
+"""What a job may wish for, and how `gpuwatch.select()` and `gpuwatch pick` name each wish:
+one list, so that the two build the same request and speak of it in their own words."""
+
+
+def said(field: str, value: object, *, by_pick: bool) -> str:
+    """A wish as its front end writes it, for messages: `--mig 1g.10gb` for pick,
+    `mig='1g.10gb'` for select()."""
+    argument, option = next((arg, opt) for name, arg, opt in WISHES if name == field)
+    return f"{option} {value}" if by_pick else f"{argument}={value!r}"
+
+
+def named(field: str, *, by_pick: bool) -> str:
+    """A wish's name as its front end writes it: `--exclude` for pick, `exclude` for select()."""
+    argument, option = next((arg, opt) for name, arg, opt in WISHES if name == field)
+    return option if by_pick else argument
+
+
 class Format(enum.StrEnum):
     """How chosen GPUs are written into the child's CUDA_VISIBLE_DEVICES."""
 

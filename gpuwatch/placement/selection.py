@@ -22,6 +22,7 @@ from gpuwatch.errors import (
     NoGpuError,
 )
 from gpuwatch.placement.choices import (
+    WISHES,
     Format,
     Strategy,
     check_gpu_count,
@@ -115,19 +116,8 @@ _this_process = _ProcessState()
 
 # `select()` arguments as the user names them, keyed by how they are kept once checked.
 _ARGUMENT_NAMES = {
-    "count": "n",
-    "min_free_bytes": "min_free",
-    "max_util_pct": "max_util",
-    "mem_bytes": "mem",
-    "max_used_bytes": "max_used",
-    "allow_busy": "allow_busy",
-    "strategy": "strategy",
-    "exclude": "exclude",
-    "fallback": "fallback",
-    "format": "format",
-    "backend": "backend",
-    "sim": "sim",
-    "mig": "mig",
+    **{name: argument for name, argument, _ in WISHES},
+    **{name: name for name in ("fallback", "format", "backend", "sim")},
 }
 
 
@@ -254,17 +244,7 @@ def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selec
     from gpuwatch.placement.acquire import Wanted, acquire, passed_down
     from gpuwatch.placement.visible import ORDER_VARIABLE, VARIABLE, child_environment
 
-    wanted = Wanted.from_environment(
-        count=asked["count"],
-        min_free_bytes=asked["min_free_bytes"],
-        max_util_pct=asked["max_util_pct"],
-        mem_bytes=asked["mem_bytes"],
-        max_used_bytes=asked["max_used_bytes"],
-        allow_busy=asked["allow_busy"],
-        strategy=Strategy(asked["strategy"]),
-        exclude=asked["exclude"],
-        mig=asked["mig"],
-    )
+    wanted = Wanted.from_wishes(asked, by_pick=False)
     if wanted.wants_mig:
         check_one_mig_device(wanted.asked.count, "process")
     with source:
