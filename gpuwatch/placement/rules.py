@@ -46,6 +46,9 @@ class Choice:
     qualifying: int = 0
     in_use: int = 0
     """How many were left out only because they are in use (see `in_use()`)."""
+    free_bytes: tuple[int, ...] = ()
+    """The free memory of each chosen device, less what shared leases there have declared
+    and not yet allocated: what the job can count on."""
 
     @property
     def satisfied(self) -> bool:
@@ -143,8 +146,10 @@ def place(
         candidates = _candidates(kind, snapshot, others, own, alone, recent)
     ranked, rejected, busy = _qualify(kind, candidates, request, kept, seed)
     if len(ranked) >= request.count:
-        chosen = tuple(candidate.device for candidate in ranked[: request.count])
-        return Choice(chosen, tuple(rejected[key] for key in sorted(rejected)), len(ranked), busy)
+        best = ranked[: request.count]
+        reasons = tuple(rejected[key] for key in sorted(rejected))
+        free = tuple(candidate.free_bytes for candidate in best)
+        return Choice(tuple(c.device for c in best), reasons, len(ranked), busy, free)
     for candidate in ranked:
         rejected[kind.order(candidate.device)] = (
             f"{kind.name(candidate.device)}: qualifies ({format_size(candidate.free_bytes)} free)"
@@ -322,7 +327,9 @@ def lease_conflict(leases: list[Lease], *, shared: bool) -> str | None:
         return None
     others = f" and {len(leases) - 1} more" if len(leases) > 1 else ""
     how = "leased" if holder.exclusive else "shared"
-    return f"{how} by pid {holder.pid} ({holder.user}){others}"
+    # A lease read from a node's metrics (`gpuwatch where`) has no holder to name.
+    by = f" by pid {holder.pid} ({holder.user})" if holder.pid else ""
+    return f"{how}{by}{others}"
 
 
 def _too_full(candidate: Candidate, request: Request) -> str | None:

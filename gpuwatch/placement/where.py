@@ -1,0 +1,126 @@
+"""Which nodes of a fleet could run a job now: the placement rules, run on each node.
+
+`where()` takes a `FleetState` (what a fleet source read) and a request, and
+runs `rules.place()` on every node's snapshot and leases, exactly as `pick`
+runs it on this machine's: the same candidates, the same in-use rule, the same
+refusals. A node that is down or stale never counts; neither does a GPU of
+unknown free memory. Leases are known only where a node runs gpuwatch: on a
+node of another exporter a lease cannot keep a job off a GPU, and the answer
+says so (`NodeFit.leases_known`).
+
+No I/O happens here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from gpuwatch.fleet.nodes import FleetState, NodeState
+from gpuwatch.models import Device, GpuSample
+from gpuwatch.placement.choices import Strategy
+from gpuwatch.placement.gpus import kind_for
+from gpuwatch.placement.request import Request
+from gpuwatch.placement.rules import could_ever_serve, place
+from gpuwatch.units import format_duration
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFit:
+    """A node that could run the job now, and the devices it would be given, best first."""
+
+    node: str
+    devices: tuple[Device, ...]
+    free_bytes: tuple[int, ...]
+    """Each device's free memory, less what shared leases there have declared."""
+    leases_known: bool
+
+    @property
+    def memory_free_bytes(self) -> int:
+        """The chosen devices' free memory together."""
+        return sum(self.free_bytes)
+
+    @property
+    def utilization_pct(self) -> float:
+        """The chosen GPUs' mean utilization (100 where unknown; 0 for MIG devices, which
+        report none)."""
+        values = [_utilization(device) for device in self.devices]
+        return sum(values) / len(values) if values else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMiss:
+    """A node that cannot run the job now, and why: one line for the node (down,
+    stale, too small for ever), or one per device, as `pick` explains itself."""
+
+    node: str
+    summary: str
+    reasons: tuple[str, ...] = ()
+    qualifying: int = 0
+    """How many devices qualify (fewer than asked for): closer nodes come first."""
+    leases_known: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The nodes that fit, best first, and the rest, closest first."""
+
+    fits: tuple[NodeFit, ...]
+    misses: tuple[NodeMiss, ...]
+
+
+def where(fleet: FleetState, request: Request, *, excluded_nodes: Collection[str] = ()) -> Answer:
+    """The nodes of `fleet` that could run `request` now, ranked by `request.strategy`:
+    `most-free`, the most free memory on the chosen devices together first; `pack`, the
+    least that fits first; `least-util`, the least busy chosen GPUs first. Ties go by
+    node name."""
+    fits: list[NodeFit] = []
+    misses: list[NodeMiss] = []
+    for node in fleet.nodes:
+        if node.name in excluded_nodes:
+            continue
+        outcome = _on_node(node, request)
+        if isinstance(outcome, NodeFit):
+            fits.append(outcome)
+        else:
+            misses.append(outcome)
+    fits.sort(key=lambda fit: _rank(fit, request.strategy))
+    misses.sort(key=lambda miss: (-miss.qualifying, miss.node))
+    return Answer(tuple(fits), tuple(misses))
+
+
+def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
+    known = node.leases is not None
+    if node.snapshot is None or not node.up:
+        age = "" if node.age_s is None else f", data {format_duration(node.age_s)} old"
+        why = node.error or "down"
+        return NodeMiss(node.name, f"down: {why}{age}", leases_known=known)
+    kind = kind_for(request)
+    choice = place(kind, node.snapshot, request, leases=node.leases or ())
+    if choice.satisfied:
+        return NodeFit(node.name, choice.chosen, choice.free_bytes, known)
+    if not could_ever_serve(kind, node.snapshot, request):
+        summary = f"never: it has too few {kind.noun}s of the size asked for"
+        return NodeMiss(node.name, summary, choice.reasons, 0, known)
+    summary = f"{choice.qualifying} of {request.count} qualify"
+    return NodeMiss(node.name, summary, choice.reasons, choice.qualifying, known)
+
+
+def _rank(fit: NodeFit, strategy: Strategy) -> tuple[float, str]:
+    if strategy is Strategy.PACK:
+        return (fit.memory_free_bytes, fit.node)
+    if strategy is Strategy.LEAST_UTIL:
+        return (fit.utilization_pct, fit.node)
+    return (-fit.memory_free_bytes, fit.node)
+
+
+def _utilization(device: Device) -> float:
+    if not isinstance(device, GpuSample):
+        return 0.0
+    return 100.0 if device.utilization_pct is None else float(device.utilization_pct)
+
+
+def nodes_named(fleet: FleetState, names: Iterable[str]) -> list[str]:
+    """The names among `names` that no node of `fleet` has (for `--exclude-node`)."""
+    known = {node.name for node in fleet.nodes}
+    return [name for name in names if name not in known]

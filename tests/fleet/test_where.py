@@ -1,0 +1,231 @@
+"""`where`: the placement rules run on every node of a fleet, against an answer computed
+here by a rule written independently of gpuwatch's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
+from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.placement.choices import Strategy
+from gpuwatch.placement.request import Request
+from gpuwatch.placement.where import where
+
+GIB = 1 << 30
+TOTAL = 80 * GIB
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as the test draws it: whole GiB only, so that equal is equal to the rules too."""
+
+    free_gib: int | None
+    util_pct: int | None
+    lease: str | None  # None, "exclusive" or "shared"
+    declared_gib: int
+    process: bool  # another job's compute process runs there
+    mig: bool
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    up: bool
+    gpus: tuple[Gpu, ...]
+    gpuwatch: bool  # leases known
+
+
+_gpus = st.builds(
+    Gpu,
+    free_gib=st.one_of(st.none(), st.integers(0, 80)),
+    util_pct=st.one_of(st.none(), st.integers(0, 100)),
+    lease=st.sampled_from([None, None, "exclusive", "shared"]),
+    declared_gib=st.integers(1, 30),
+    process=st.booleans(),
+    mig=st.sampled_from([False, False, False, True]),
+)
+_nodes = st.lists(
+    st.builds(
+        Node,
+        name=st.from_regex(r"n[0-9]{1,2}", fullmatch=True),
+        up=st.sampled_from([True, True, True, False]),
+        gpus=st.lists(_gpus, min_size=1, max_size=4).map(tuple),
+        gpuwatch=st.booleans(),
+    ),
+    max_size=6,
+    unique_by=lambda node: node.name,
+)
+
+
+def fleet_of(nodes: list[Node]) -> FleetState:
+    return FleetState(
+        taken_at=1000.0,
+        source="test",
+        nodes=tuple(sorted((_state(node) for node in nodes), key=lambda n: n.name)),
+    )
+
+
+def _state(node: Node) -> NodeState:
+    gpus, processes, leases = [], [], []
+    for index, gpu in enumerate(node.gpus):
+        uuid = f"GPU-{node.name}-{index}"
+        free = None if gpu.free_gib is None else gpu.free_gib * GIB
+        gpus.append(
+            GpuSample(
+                index,
+                uuid,
+                "H100",
+                None,
+                memory_total_bytes=TOTAL,
+                memory_free_bytes=free,
+                memory_used_bytes=None if free is None else TOTAL - free,
+                utilization_pct=gpu.util_pct,
+                mig_enabled=gpu.mig,
+            )
+        )
+        if gpu.process:
+            processes.append(ProcessUsage(900 + index, index, uuid, GIB, ProcessKind.COMPUTE))
+        if gpu.lease is not None:
+            declared = None if gpu.lease == "exclusive" else gpu.declared_gib * GIB
+            leases.append(Lease(uuid, index, 0, "", "", 0.0, declared, f"{node.name}-{index}"))
+    snapshot = Snapshot(1000.0, node.name, None, None, tuple(gpus), tuple(processes))
+    return NodeState(
+        name=node.name,
+        up=node.up,
+        snapshot=snapshot,
+        age_s=1.0 if node.up else 120.0,
+        error=None if node.up else "stale",
+        exporter=Exporter.GPUWATCH if node.gpuwatch else Exporter.DCGM,
+        leases=tuple(leases) if node.gpuwatch else None,
+    )
+
+
+def expected_free(node: Node, count: int, min_free_gib: int, mem_gib: int | None) -> int | None:
+    """The free GiB of the `count` best GPUs of `node` for the request, or None when fewer
+    qualify: the rule as the docs state it, written from them, not from the code."""
+    if not node.up:
+        return None
+    usable = []
+    for gpu in node.gpus:
+        if gpu.mig or gpu.free_gib is None:
+            continue
+        lease = gpu.lease if node.gpuwatch else None
+        promised = gpu.declared_gib if lease == "shared" else 0  # holder pid 0 has used none
+        free = gpu.free_gib - promised
+        if mem_gib is None:  # exclusive: no lease, no other process, little used, not busy
+            busy = gpu.util_pct is not None and gpu.util_pct > 5
+            if lease or gpu.process or 80 - gpu.free_gib > 1 or busy:
+                continue
+        elif lease == "exclusive":
+            continue
+        if free >= max(min_free_gib, mem_gib or 0):
+            usable.append(free)
+    if len(usable) < count:
+        return None
+    return sum(sorted(usable, reverse=True)[:count])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    nodes=_nodes,
+    count=st.integers(1, 3),
+    min_free_gib=st.sampled_from([0, 10, 40, 79]),
+    mem_gib=st.sampled_from([None, None, 5, 20]),
+)
+def test_where_agrees_with_an_independent_reading_of_the_rules(
+    nodes: list[Node], count: int, min_free_gib: int, mem_gib: int | None
+) -> None:
+    # GIVEN any fleet WHEN where is asked for COUNT GPUs with MIN_FREE free (exclusive, or
+    # shared with MEM declared)
+    request = Request(
+        count=count,
+        min_free_bytes=min_free_gib * GIB,
+        mem_bytes=None if mem_gib is None else mem_gib * GIB,
+    )
+    answer = where(fleet_of(nodes), request)
+    # THEN exactly the nodes the rule admits fit, most free memory first, ties by name
+    expected = {
+        node.name: free
+        for node in nodes
+        if (free := expected_free(node, count, min_free_gib, mem_gib)) is not None
+    }
+    order = sorted(expected, key=lambda name: (-expected[name], name))
+    assert [fit.node for fit in answer.fits] == order
+    for fit in answer.fits:
+        assert len(fit.devices) == count
+        assert fit.memory_free_bytes == expected[fit.node] * GIB
+    assert {miss.node for miss in answer.misses} == {n.name for n in nodes} - set(expected)
+
+
+def _two_node_fleet() -> FleetState:
+    roomy = Node("big", True, (Gpu(79, 0, None, 1, False, False),) * 2, True)
+    tight = Node("small", True, (Gpu(45, 0, None, 1, False, False),) * 2, True)
+    return fleet_of([roomy, tight])
+
+
+@pytest.mark.parametrize(
+    ("strategy", "order"),
+    [(Strategy.MOST_FREE, ["big", "small"]), (Strategy.PACK, ["small", "big"])],
+    ids=["most-free", "pack"],
+)
+def test_strategy_orders_nodes(strategy: Strategy, order: list[str]) -> None:
+    request = Request(count=2, min_free_bytes=40 * GIB, strategy=strategy, allow_busy=True)
+    answer = where(_two_node_fleet(), request)
+    assert [fit.node for fit in answer.fits] == order
+
+
+def test_excluded_nodes_are_left_out() -> None:
+    answer = where(_two_node_fleet(), Request(allow_busy=True), excluded_nodes={"big"})
+    assert [fit.node for fit in answer.fits] == ["small"]
+    assert "big" not in {miss.node for miss in answer.misses}
+
+
+def test_a_down_node_is_explained_with_its_age_and_never_fits() -> None:
+    # GIVEN a node whose data is two minutes old, with idle GPUs
+    down = Node("old", False, (Gpu(79, 0, None, 1, False, False),), True)
+    # WHEN any GPU is asked for THEN it does not fit, and the reason gives its age
+    answer = where(fleet_of([down]), Request())
+    assert answer.fits == ()
+    assert answer.misses[0].summary == "down: stale, data 2m old"
+
+
+def test_misses_explain_each_gpu_and_the_closest_come_first() -> None:
+    # GIVEN one node with 1 idle GPU of 2, and one with none
+    one = Node(
+        "one", True, (Gpu(79, 0, None, 1, False, False), Gpu(79, 90, None, 1, True, False)), True
+    )
+    none = Node("none", True, (Gpu(79, 0, "exclusive", 1, False, False),), True)
+    # WHEN two GPUs are asked for
+    answer = where(fleet_of([none, one]), Request(count=2))
+    # THEN the closer node comes first, with pick's reasons per GPU
+    assert [miss.node for miss in answer.misses] == ["one", "none"]
+    assert answer.misses[0].summary == "1 of 2 qualify"
+    assert answer.misses[0].reasons[0].startswith("GPU 0: qualifies")
+    assert answer.misses[0].reasons[1].startswith("GPU 1: in use by pid 901")
+    # (a lease seen in a node's metrics has no pid or user to name)
+    assert answer.misses[1].reasons == ("GPU 0: leased",)
+
+
+def test_a_mig_request_runs_the_mig_rules_on_each_node() -> None:
+    # GIVEN a node with a MIG-enabled GPU split into a free 1g.10gb
+    gpu = GpuSample(0, "GPU-m", "A100", None, memory_total_bytes=TOTAL, mig_enabled=True)
+    device = MigDevice(
+        0,
+        0,
+        "MIG-a",
+        profile="1g.10gb",
+        memory_total_bytes=10 * GIB,
+        memory_used_bytes=0,
+        memory_free_bytes=10 * GIB,
+    )
+    snapshot = Snapshot(1000.0, "m", None, None, (gpu,), (), (device,))
+    node = NodeState("m", True, snapshot, 1.0, exporter=Exporter.GPUWATCH, leases=())
+    fleet = FleetState(1000.0, "test", (node,))
+    # WHEN a whole GPU is asked for THEN it does not fit; a MIG device does
+    assert where(fleet, Request()).fits == ()
+    fits = where(fleet, Request(mig="1g.10gb")).fits
+    assert [(fit.node, [d.uuid for d in fit.devices]) for fit in fits] == [("m", ["MIG-a"])]
