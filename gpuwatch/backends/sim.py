@@ -42,16 +42,22 @@ _NOISE_PCT = 3.0
 
 
 class SimBackend(Backend):
-    """Simulated GPUs: `SimBackend(4)` for four default GPUs, `SimBackend(Path(...))` for a file."""
+    """Simulated GPUs: `SimBackend(4)` for four default GPUs, `SimBackend(Path(...))` for a
+    file, `SimBackend(scenario)` for a `Scenario` built in code (a simulated fleet's nodes)."""
 
     name = "sim"
 
-    def __init__(self, source: int | Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, source: int | Path | Scenario, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self._clock = clock
         self._path = source if isinstance(source, Path) else None
-        self._scenario = (
-            load_scenario(source) if isinstance(source, Path) else (default_scenario(source))
-        )
+        if isinstance(source, Scenario):
+            self._scenario = source
+        elif isinstance(source, Path):
+            self._scenario = load_scenario(source)
+        else:
+            self._scenario = default_scenario(source)
         self._stamp = self._file_stamp()
         self._loaded_at = clock()
         self._mig_changes = MigChanges()

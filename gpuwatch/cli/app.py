@@ -14,6 +14,7 @@ _COMMANDS = {
     "status": "gpuwatch.cli.status_command:status",
     "pick": "gpuwatch.cli.app:pick",
     "tui": "gpuwatch.cli.tui:tui",
+    "fleet": "gpuwatch.cli.fleet:fleet",
     "daemon": "gpuwatch.cli.daemon:daemon",
     "torch-report": "gpuwatch.cli.torch_report:torch_report",
 }

@@ -1,0 +1,130 @@
+"""`gpuwatch fleet`: opens a fleet source and hands it to the fleet screen, or prints one
+read of it (`--once`, `--json`).
+
+`open_source()` is the one place a source is chosen from the options.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from gpuwatch.cli.options import Command, Duration, WholeNumber
+from gpuwatch.errors import InvalidValueError
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from gpuwatch.fleet.nodes import FleetSource
+
+MAX_SIM_NODES = 10_000  # gpuwatch.fleet.simulated.MAX_SIM_NODES, without importing it for --help
+_NO_SOURCE = "no fleet source: give --sim N to see a simulated fleet"
+
+
+@click.command(cls=Command)
+@click.option(
+    "--sim",
+    "sim_nodes",
+    type=WholeNumber(1, MAX_SIM_NODES),
+    metavar="N",
+    help=f"Show a simulated fleet of N nodes (1 to {MAX_SIM_NODES:,}): some down or stale, "
+    "one running dcgm-exporter.",
+)
+@click.option("--once", is_flag=True, help="Print the table once and exit.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON document and exit: taken_at, source, and each node's state and "
+    "GPUs, with null for what its exporter does not tell.",
+)
+@click.option(
+    "--interval",
+    "interval_s",
+    type=Duration(minimum_s=0.5, maximum_s=3600.0),
+    metavar="SECONDS",
+    help="Read the fleet every SECONDS (e.g. 2, 10s; 500ms to 1h).  [default: 2s]",
+)
+@click.option(
+    "--idle-after",
+    "idle_after_s",
+    type=Duration(minimum_s=0, maximum_s=7 * 86400.0),
+    metavar="DURATION",
+    help="Count a held GPU (leased, or a process holds memory) as an idle holder once the "
+    "screen has seen it idle this long (up to 7d; --once: idle now).  [default: 10m]",
+)
+def fleet(
+    sim_nodes: int | None,
+    once: bool,
+    as_json: bool,
+    interval_s: float | None,
+    idle_after_s: float | None,
+) -> int:
+    """Every node's GPUs on one screen: free GPUs, memory, load, leases, per node.
+
+    A GPU is free when a plain `gpuwatch pick` would take it: no lease, no other
+    job's process, at most 1 GiB used and 5% busy, on a node whose data is current.
+    Enter shows a node's GPUs, u the users across the fleet, ? every key.
+
+    \b
+    Examples:
+      gpuwatch fleet --sim 20             # a simulated fleet of 20 nodes
+      gpuwatch fleet --sim 20 --once      # the table, printed once
+      gpuwatch fleet --sim 20 --json | jq '.nodes[] | select(.up) | .node'
+    """
+    if interval_s is not None and (once or as_json):
+        raise click.UsageError(
+            "--interval sets the live screen's refresh: not with --once or --json"
+        )
+    source = open_source(sim_nodes)
+    try:
+        if as_json:
+            return print_json(source)
+        if once:
+            return print_table(source)
+        return run_screen(source, interval_s, idle_after_s)
+    finally:
+        source.close()
+
+
+def open_source(sim_nodes: int | None) -> FleetSource:
+    """The fleet source the options name; `InvalidValueError` (exit 2) when they name none."""
+    if sim_nodes is not None:
+        from gpuwatch.fleet.simulated import SimFleet
+
+        return SimFleet(sim_nodes)
+    raise InvalidValueError(_NO_SOURCE)
+
+
+def print_json(source: FleetSource) -> int:
+    from gpuwatch.fleet.document import fleet_document
+
+    sys.stdout.write(json.dumps(fleet_document(source.read()), allow_nan=False) + "\n")
+    return 0
+
+
+def print_table(source: FleetSource) -> int:
+    from gpuwatch.cli.terminal import terminal_columns
+    from gpuwatch.tui.fleet_cells import plain_table
+    from gpuwatch.tui.fleet_model import FleetView
+    from gpuwatch.tui.fleet_rows import build_rows, totals
+
+    state = source.read()
+    rows = build_rows(state)
+    width = max(80, terminal_columns()) if sys.stdout.isatty() else 80
+    lines = plain_table(FleetView().arrange(rows), totals(rows), width)
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def run_screen(source: FleetSource, interval_s: float | None, idle_after_s: float | None) -> int:
+    from gpuwatch.tui.fleet_app import DEFAULT_IDLE_AFTER_S, DEFAULT_INTERVAL_S, FleetApp
+
+    app = FleetApp(
+        source,
+        interval_s=DEFAULT_INTERVAL_S if interval_s is None else interval_s,
+        idle_after_s=DEFAULT_IDLE_AFTER_S if idle_after_s is None else idle_after_s,
+    )
+    app.run()
+    return app.return_code or 0

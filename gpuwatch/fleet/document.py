@@ -1,0 +1,79 @@
+"""`gpuwatch fleet --json`: a fleet as one JSON document, in the model's field names.
+
+    {"taken_at", "source", "nodes": [{"node", "up", "age_s", "error", "exporter",
+     "gpus": [{"index", "uuid", "name", "memory_total_bytes", "memory_free_bytes",
+               "memory_used_bytes", "utilization_pct", "temperature_c", "power_w",
+               "leases_exclusive", "leases_shared", "mig_enabled"}]}]}
+
+What a source does not know is `null`: a node never read has no GPUs; `leases_*` are
+`null` on a node whose exporter tells no leases (not 0, which says "none").
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuwatch.fleet.nodes import FleetState, NodeState
+from gpuwatch.models import GpuSample, Lease
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
+
+GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "memory_total_bytes",
+    "memory_free_bytes",
+    "memory_used_bytes",
+    "utilization_pct",
+    "temperature_c",
+    "power_w",
+)
+
+
+def fleet_document(fleet: FleetState) -> dict[str, Any]:
+    """The whole fleet, nodes in the fleet's order (by name)."""
+    return {
+        "taken_at": fleet.taken_at,
+        "source": fleet.source,
+        "nodes": [_node(node) for node in fleet.nodes],
+    }
+
+
+def _node(node: NodeState) -> dict[str, Any]:
+    gpus = node.snapshot.gpus if node.snapshot is not None else ()
+    return {
+        "node": node.name,
+        "up": node.up,
+        "age_s": _finite(node.age_s),
+        "error": node.error,
+        "exporter": None if node.exporter is None else str(node.exporter),
+        "gpus": [_gpu(gpu, node) for gpu in gpus],
+    }
+
+
+def _gpu(gpu: GpuSample, node: NodeState) -> dict[str, Any]:
+    out: dict[str, Any] = {name: getattr(gpu, name) for name in GPU_FIELDS}
+    out["power_w"] = _finite(gpu.power_w)
+    if node.leases is None:
+        out["leases_exclusive"] = out["leases_shared"] = None
+    else:
+        mine = [lease for lease in node.leases if _on(lease, gpu)]
+        out["leases_exclusive"] = sum(lease.exclusive for lease in mine)
+        out["leases_shared"] = len(mine) - out["leases_exclusive"]
+    out["mig_enabled"] = gpu.mig_enabled
+    return out
+
+
+def _on(lease: Lease, gpu: GpuSample) -> bool:
+    """A lease on this GPU, or on one of its MIG devices (whose index is the GPU's)."""
+    if lease.gpu_uuid.startswith("MIG-"):
+        return lease.gpu_index == gpu.index
+    return gpu.uuid is not None and lease.gpu_uuid == gpu.uuid
+
+
+def _finite(value: float | None) -> float | None:
+    """`NaN` and infinities are not JSON: unknown."""
+    return value if value is None or math.isfinite(value) else None

@@ -1,0 +1,305 @@
+"""`FleetApp`: the fleet screen. It is handed a fleet source and never opens one.
+
+A reader thread calls `source.read()` every interval and posts `FleetRead`; a node's
+history (for its cards' graphs) is read on a thread of its own and posted as
+`HistoryRead`. The UI thread only draws: the table's rows are updated in place, and
+what the user chose (sort, filter, selection) is a `fleet_model.FleetView`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.css.query import NoMatches
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Input, Static
+
+from gpuwatch.errors import GpuwatchError
+from gpuwatch.fleet.nodes import FleetSource, FleetState
+from gpuwatch.models import GpuSeries
+from gpuwatch.tui.fleet_cells import columns_for, node_width, totals_line
+from gpuwatch.tui.fleet_model import FleetView
+from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, build_rows, totals
+from gpuwatch.tui.fleet_screens import FLEET_KEYS, NodeScreen, UsersScreen
+from gpuwatch.tui.fleet_widgets import FleetTable
+from gpuwatch.tui.state import GRAPH_WINDOW_S
+from gpuwatch.tui.widgets import Painted
+
+DEFAULT_INTERVAL_S = 2.0
+DEFAULT_IDLE_AFTER_S = 600.0
+READER_EXIT_WAIT_S = 2.0
+
+
+class FleetRead(Message):
+    """The source said something: a fleet, or why it could not be read at all."""
+
+    def __init__(self, fleet: FleetState | None, error: str | None = None) -> None:
+        super().__init__()
+        self.fleet = fleet
+        self.error = error
+
+
+class HistoryRead(Message):
+    """A node's past, for its cards' graphs."""
+
+    def __init__(self, node: str, series: Sequence[GpuSeries], note: str) -> None:
+        super().__init__()
+        self.node = node
+        self.series = series
+        self.note = note
+
+
+class FleetApp(App[int]):
+    """Every node of a fleet, one row each, with the fleet's totals above."""
+
+    CSS_PATH = ["gpuwatch.tcss", "fleet.tcss"]  # noqa: RUF012 - Textual's declaration style
+    TITLE = "gpuwatch fleet"
+
+    def __init__(
+        self,
+        source: FleetSource,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        idle_after_s: float = DEFAULT_IDLE_AFTER_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        sample: bool = True,
+    ) -> None:
+        """`monotonic` measures idle times and graphs; `sample=False` starts no reader, so
+        fleets come only from `feed()`."""
+        super().__init__()
+        self.source = source
+        self.interval_s = interval_s
+        self.idle_after_s = idle_after_s
+        self.monotonic = monotonic
+        self.view = FleetView()
+        self.fleet: FleetState | None = None
+        self.error: str | None = None
+        self.idle = IdleTracker()
+        self._sample = sample
+        self._stop = threading.Event()
+        self._reader: threading.Thread | None = None
+        self._drawn = False
+        for key in FLEET_KEYS:
+            if key.action:
+                self.bind(key.keys, key.action, description=key.footer, show=bool(key.footer))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Over a node or the users, the table's keys are off (and out of the footer)."""
+        return len(self.screen_stack) <= 1 or action == "help"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield Painted([("reading the fleet…", "dim")], id="totals")
+        yield FleetTable()
+        yield Static(id="status")
+        yield Input(placeholder="filter: user:NAME free down idle WORD   (Esc clears)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self._sample:
+            self._reader = threading.Thread(
+                target=self._read_loop, name="gpuwatch-fleet-reader", daemon=True
+            )
+            self._reader.start()
+
+    def on_ready(self) -> None:
+        self._drawn = True
+        self.query_one("#title", Static).update(
+            f"gpuwatch fleet  ·  {self.source.description}  ·  ? help  q quit"
+        )
+        self.query_one(FleetTable).focus()
+        self.redraw()
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        if self._reader is not None:
+            self._reader.join(READER_EXIT_WAIT_S)  # a daemon thread: a hung read ends with us
+
+    def _read_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                message = FleetRead(self.source.read())
+            except GpuwatchError as error:
+                message = FleetRead(None, str(error))
+            except Exception as error:  # a fault in one read never ends the screen
+                message = FleetRead(None, f"unexpected {type(error).__name__}: {error}")
+            self.post_message(message)
+            self._stop.wait(self.interval_s)
+
+    # --- data -----------------------------------------------------------------------------
+
+    def feed(self, fleet: FleetState | None, error: str | None = None) -> None:
+        """Applies a read as if the reader had posted it."""
+        now = self.monotonic()
+        self.error = error
+        if fleet is not None:
+            self.fleet = fleet
+            self.idle.observe(fleet, now)
+            for screen in self.screen_stack:
+                if isinstance(screen, NodeScreen):
+                    node = next((n for n in fleet.nodes if n.name == screen.node), None)
+                    if node is not None:
+                        screen.apply(node, now)
+        self.redraw()
+
+    @on(FleetRead)
+    def _fleet_read(self, message: FleetRead) -> None:
+        self.feed(message.fleet, message.error)
+
+    @on(HistoryRead)
+    def _history_read(self, message: HistoryRead) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, NodeScreen) and screen.node == message.node:
+                screen.apply_history(message.series, message.note)
+        self.redraw()
+
+    def rows(self) -> list[NodeRow]:
+        """Every node's row, in the fleet's order."""
+        if self.fleet is None:
+            return []
+        return build_rows(self.fleet, self.idle.idle_for, self.idle_after_s)
+
+    def current_rows(self) -> list[NodeRow]:
+        """The rows shown, filtered and sorted."""
+        return self.view.arrange(self.rows())
+
+    # --- drawing --------------------------------------------------------------------------
+
+    def redraw(self) -> None:
+        if not self._drawn:
+            return
+        with contextlib.suppress(NoMatches):  # shutting down: the widgets are going
+            self._redraw()
+
+    def _redraw(self) -> None:
+        everything = self.rows()
+        width = self.size.width
+        columns = columns_for(width)
+        self.view = self.view.fit_columns(c.key for c in columns)
+        shown = self.view.arrange(everything)
+        longest = max((len(row.node) for row in everything), default=0)
+        table = self.query_one(FleetTable)
+        sorted_by = (self.view.sort_column, self.view.sort_reverse)
+        table.show(
+            shown, columns, node_width(columns, width, longest), sorted_by, self.view.selected
+        )
+        spans = totals_line(totals(everything)) if self.fleet is not None else []
+        if self.error:
+            spans = [*spans, ("  ", ""), (self.error, "alarm")]
+        self.query_one("#totals", Painted).show(spans or [("reading the fleet…", "dim")])
+        status = self.view.status(len(shown), len(everything))
+        self.query_one("#status", Static).update(status)
+        self._redraw_over()
+
+    def _redraw_over(self) -> None:
+        screen = self.screen
+        if isinstance(screen, NodeScreen):
+            screen.draw(self.monotonic(), self.idle_after_s)
+        elif isinstance(screen, UsersScreen):
+            screen.show_fleet(self.fleet)
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    # --- actions --------------------------------------------------------------------------
+
+    def _cycle_sort(self, step: int) -> None:
+        shown = [c.key for c in self.query_one(FleetTable).columns_shown]
+        self.view = self.view.cycle_sort(shown, step)
+        self.redraw()
+
+    def action_next_sort(self) -> None:
+        self._cycle_sort(1)
+
+    def action_previous_sort(self) -> None:
+        self._cycle_sort(-1)
+
+    def action_reverse_sort(self) -> None:
+        self.view = self.view.reverse()
+        self.redraw()
+
+    @on(DataTable.HeaderSelected)
+    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        self.view = self.view.sort_by(str(event.column_key.value))
+        self.redraw()
+
+    @on(DataTable.RowHighlighted)
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.view = self.view.select(event.row_key.value)
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self) -> None:
+        self.action_node()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.display = True
+        field.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.view = self.view.filter(event.value)
+        self.redraw()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_kept(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.query_one(FleetTable).focus()
+
+    def action_clear(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.value = ""
+        field.display = False
+        self.view = self.view.clear()
+        self.query_one(FleetTable).focus()
+        self.redraw()
+
+    def selected_node(self) -> str | None:
+        row = self.query_one(FleetTable).current_row(self.view.selected)
+        return None if row is None else row.node
+
+    def action_node(self) -> None:
+        node = self.selected_node()
+        if node is None or len(self.screen_stack) > 1:
+            return  # Enter reaches both the table and the app: open one node only
+        history = getattr(self.source, "history", None)
+        screen = NodeScreen(node, self.interval_s, waits_for_history=callable(history))
+        self.push_screen(screen)
+        if self.fleet is not None:
+            state = next((n for n in self.fleet.nodes if n.name == node), None)
+            if state is not None:
+                screen.apply(state, self.monotonic())
+        if callable(history):
+            threading.Thread(target=self._read_history, args=(history, node), daemon=True).start()
+        self.call_after_refresh(self.redraw)
+
+    def _read_history(self, history: Callable[..., Sequence[GpuSeries]], node: str) -> None:
+        minutes = GRAPH_WINDOW_S / 60
+        try:
+            series = history(node, duration_s=GRAPH_WINDOW_S)
+            note = f"from {self.source.description}, {minutes:.0f} min"
+        except Exception as error:  # the past is a nicety: the cards come anyway
+            series, note = (), f"no history ({error})"
+        self.post_message(HistoryRead(node, series, note))
+
+    def action_users(self) -> None:
+        if isinstance(self.screen, UsersScreen):
+            self.pop_screen()
+            return
+        if len(self.screen_stack) > 1:
+            return
+        self.push_screen(UsersScreen(id="users"))
+        self.call_after_refresh(self.redraw)
+
+    def action_help(self) -> None:
+        from gpuwatch.tui.fleet_screens import FleetHelpScreen
+
+        self.push_screen(FleetHelpScreen(id="help"))
+
+    async def action_quit(self) -> None:
+        self.exit(0)

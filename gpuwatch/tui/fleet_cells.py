@@ -1,0 +1,156 @@
+"""The fleet table's columns and cells, and the same table as plain text (`fleet --once`).
+
+Pure and without Textual: what each cell says and its style name (the span styles of
+`gpuwatch.tui.render`), which columns fit a width, the totals line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuwatch.tui import render
+from gpuwatch.tui.fleet_rows import NodeRow, Totals, UserRow
+
+_CELL_PADDING = 2  # DataTable's padding around each cell
+MIN_NODE_WIDTH = 12
+MAX_NODE_WIDTH = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    title: str
+    width: int
+    sort_value: Callable[[NodeRow], object]
+    drop_rank: int
+    """Narrow screens drop columns with the highest rank first; 0 is never dropped."""
+
+
+def _num(value: float | None) -> float:
+    return -1.0 if value is None else value
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("node", "NODE", MIN_NODE_WIDTH, lambda r: r.node, 0),
+    Column("free", "FREE", 7, lambda r: (_num(r.gpus_free), _num(r.most_free_bytes)), 0),
+    Column("most_free", "MOST-FREE", 9, lambda r: _num(r.most_free_bytes), 0),
+    Column("util", "UTIL", 5, lambda r: _num(r.utilization_pct), 0),
+    Column("temp", "TEMP", 5, lambda r: _num(r.hottest_c), 5),
+    Column("power", "POWER", 7, lambda r: _num(r.power_w), 6),
+    Column("leases", "LEASES", 6, lambda r: _num(r.leases), 3),
+    Column("idle", "IDLE", 4, lambda r: _num(r.idle_held), 4),
+    Column("age", "AGE", 9, lambda r: _num(r.age_s), 0),
+)
+BY_KEY: Mapping[str, Column] = {column.key: column for column in COLUMNS}
+
+
+def columns_for(width: int) -> tuple[Column, ...]:
+    """The columns that fit `width` cells (the node column takes what is left, at least
+    `MIN_NODE_WIDTH`), dropping the least needed first."""
+    chosen = list(COLUMNS)
+    while sum(c.width + _CELL_PADDING for c in chosen) + 1 > width:
+        droppable = [c for c in chosen if c.drop_rank > 0]
+        if not droppable:
+            break
+        chosen.remove(max(droppable, key=lambda c: c.drop_rank))
+    return tuple(chosen)
+
+
+def node_width(columns: Sequence[Column], width: int, longest_name: int) -> int:
+    """The node column's width: the longest name where it fits, else what is left."""
+    others = sum(c.width + _CELL_PADDING for c in columns if c.key != "node")
+    room = width - others - _CELL_PADDING - 1
+    return max(MIN_NODE_WIDTH, min(MAX_NODE_WIDTH, room, max(longest_name, MIN_NODE_WIDTH)))
+
+
+def cell_text(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per column
+    """What one cell says, and its style name."""
+    if key == "node":
+        return render.printable(row.node), "title" if row.up else "alarm"
+    if not row.has_data and key not in ("age",):
+        return ("down" if key == "free" else render.MISSING), "dim"
+    if key == "free":
+        free = render.MISSING if row.gpus_free is None else str(row.gpus_free)
+        style = "dim" if not row.up else "ok" if row.gpus_free else "warn"
+        return f"{free}/{row.gpus}", style
+    if key == "most_free":
+        return render.size(row.most_free_bytes), "" if row.up else "dim"
+    if key == "util":
+        value = row.utilization_pct
+        text = render.MISSING if value is None else f"{value:.0f}%"
+        return text, render.level(None if value is None else value / 100, render.THRESHOLDS.busy)
+    if key == "temp":
+        hot = row.hottest_c
+        text = render.MISSING if hot is None else f"{hot}°C"
+        return text, render.level(hot, render.THRESHOLDS.temperature_c)
+    if key == "power":
+        return (render.MISSING if row.power_w is None else f"{row.power_w:.0f}W"), ""
+    if key == "leases":
+        return ("?" if row.leases is None else str(row.leases)), "lease" if row.leases else "dim"
+    if key == "idle":
+        idle = row.idle_held
+        return ("?" if idle is None else str(idle)), "warn" if idle else "dim"
+    return _age(row)
+
+
+def _age(row: NodeRow) -> tuple[str, str]:
+    """`3s`; a node that is not up: `down`, or `5m stale`."""
+    age = render.duration(row.age_s)
+    if row.up:
+        return age, "dim"
+    if not row.has_data:
+        return ("down" if row.age_s is None else f"{age} down"), "alarm"
+    return f"{age} stale", "alarm"
+
+
+def totals_line(totals: Totals) -> render.Line:
+    """`20 nodes: 17 up, 3 down · 112 GPUs, 41 free · memory 3.1TiB free · util 38%` (down
+    counts the stale)."""
+    nodes = totals.nodes_up + totals.nodes_down
+    spans: render.Line = [(f"{nodes} node{'s' if nodes != 1 else ''}: ", "heading")]
+    spans.append((f"{totals.nodes_up} up", "ok"))
+    if totals.nodes_down:
+        spans += [(", ", ""), (f"{totals.nodes_down} down", "alarm")]
+    spans.append((f" · {totals.gpus} GPUs, ", ""))
+    spans.append((f"{totals.gpus_free} free", "ok" if totals.gpus_free else "warn"))
+    spans.append((f" · memory {render.size(totals.memory_free_bytes)} free", ""))
+    util = totals.utilization_pct
+    spans.append((f" · util {render.MISSING if util is None else f'{util:.0f}%'}", ""))
+    return spans
+
+
+def plain_table(rows: Sequence[NodeRow], totals: Totals, width: int) -> list[str]:
+    """The table as `fleet --once` prints it: the totals, a header, a line per node, each
+    at most `width` characters."""
+    columns = columns_for(width)
+    name_width = node_width(columns, width, max((len(r.node) for r in rows), default=0))
+    widths = {c.key: name_width if c.key == "node" else c.width for c in columns}
+    head = "".join(text for text, _ in totals_line(totals))
+    lines = [render.fit(head, width).rstrip()]
+    lines.append(_line([(c.title, c.key) for c in columns], widths, width))
+    for row in rows:
+        lines.append(_line([(cell_text(row, c.key)[0], c.key) for c in columns], widths, width))
+    return lines
+
+
+def _line(cells: Sequence[tuple[str, str]], widths: Mapping[str, int], width: int) -> str:
+    parts = []
+    for text, key in cells:
+        size = widths[key]
+        parts.append(render.fit(text, size) if key == "node" else text.rjust(size)[-size:])
+    return " ".join(parts)[:width].rstrip()
+
+
+USER_TITLES = ("USER", "NODES", "GPUS", "GPU-MEM")
+
+
+def user_line(row: UserRow | None, width: int) -> str:
+    """One line of the users view (the titles when `row` is None)."""
+    name_width = max(8, min(32, width - 30))
+    if row is None:
+        user, cells = USER_TITLES[0], USER_TITLES[1:]
+    else:
+        user = render.printable(row.user)
+        cells = (str(row.nodes), str(row.gpus), render.size(row.memory_bytes))
+    return render.fit(user, name_width) + "".join(f"{cell:>9}" for cell in cells)

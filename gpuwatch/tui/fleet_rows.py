@@ -1,0 +1,227 @@
+"""The fleet table's rows: one per node, the totals above them, and the users view.
+
+Pure: a `FleetState` in, rows out, in one pass over the nodes (each node's work is
+bounded by its own GPUs and processes), so 1,000 nodes cost a thousand times one.
+Whether a GPU is free is `pick`'s own rule, not a copy of it: a GPU is free when a
+plain `gpuwatch pick` (one whole GPU, exclusive) would take it there: no lease on it,
+no other job's compute process where processes are known, at most 1 GiB in use and
+5 % busy, not split into MIG devices, readable. A node that is down or stale has no
+free GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from gpuwatch.fleet.nodes import FleetState, NodeState
+from gpuwatch.models import GpuSample
+from gpuwatch.placement.gpus import choose
+from gpuwatch.placement.request import Request
+from gpuwatch.tui.trends import IDLE_UTILIZATION_PCT, IdleClock
+
+_PLAIN_PICK = Request()
+
+IdleFor = Callable[[str, GpuSample], float | None]
+"""How long the screen has seen a node's GPU idle (seconds), or `None`: not idle, or not
+watched long enough to say."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node as its row shows it; `None` is unknown (never zero)."""
+
+    node: str
+    up: bool
+    has_data: bool
+    """False for a node never read: it has no GPUs to show."""
+    gpus: int | None
+    gpus_free: int | None
+    """`None` on a node that is not up: nothing there counts as free."""
+    most_free_bytes: int | None
+    """The most free memory on one of its GPUs."""
+    memory_free_bytes: int | None
+    utilization_pct: float | None
+    """Its GPUs' mean utilization."""
+    hottest_c: int | None
+    power_w: float | None
+    leases: int | None
+    """`None` where the node runs another exporter, which tells no leases."""
+    idle_held: int | None
+    """GPUs held (a lease, or a process holding memory) but idle."""
+    age_s: float | None
+    error: str | None
+    exporter: str | None
+    users: frozenset[str]
+    models: str
+    """Its GPU models, for the filter."""
+
+    @property
+    def key(self) -> str:
+        return self.node
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """The line above the table."""
+
+    nodes_up: int
+    nodes_down: int
+    gpus: int
+    gpus_free: int
+    memory_free_bytes: int
+    utilization_pct: float | None
+
+
+def build_rows(
+    fleet: FleetState, idle_for: IdleFor | None = None, idle_after_s: float = 0.0
+) -> list[NodeRow]:
+    """One row per node, in the fleet's order. A held GPU is an idle holder when it is idle
+    now, or, given `idle_for`, when the screen has seen it idle for `idle_after_s`."""
+    return [node_row(node, idle_for, idle_after_s) for node in fleet.nodes]
+
+
+def node_row(node: NodeState, idle_for: IdleFor | None, idle_after_s: float) -> NodeRow:
+    snapshot = node.snapshot
+    if snapshot is None:
+        return NodeRow(
+            node.name, node.up, False, None, None, None, None, None, None, None, None, None,
+            node.age_s, node.error, _exporter(node), frozenset(), "",
+        )  # fmt: skip
+    gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
+    free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying if node.up else None
+    free_bytes = [gpu.memory_free_bytes for gpu in gpus if gpu.memory_free_bytes is not None]
+    busy = [gpu.utilization_pct for gpu in gpus if gpu.utilization_pct is not None]
+    hot = [gpu.temperature_c for gpu in gpus if gpu.temperature_c is not None]
+    power = [gpu.power_w for gpu in gpus if gpu.power_w is not None]
+    return NodeRow(
+        node=node.name,
+        up=node.up,
+        has_data=True,
+        gpus=len(snapshot.gpus),
+        gpus_free=free,
+        most_free_bytes=max(free_bytes, default=None),
+        memory_free_bytes=sum(free_bytes) if free_bytes else None,
+        utilization_pct=sum(busy) / len(busy) if busy else None,
+        hottest_c=max(hot, default=None),
+        power_w=sum(power) if power else None,
+        leases=None if node.leases is None else len(node.leases),
+        idle_held=_idle_held(node, gpus, idle_for, idle_after_s),
+        age_s=node.age_s,
+        error=node.error,
+        exporter=_exporter(node),
+        users=frozenset(p.user for p in snapshot.processes if p.user),
+        models=" ".join(sorted({gpu.name for gpu in gpus if gpu.name})),
+    )
+
+
+def _exporter(node: NodeState) -> str | None:
+    return None if node.exporter is None else str(node.exporter)
+
+
+def _idle_held(
+    node: NodeState, gpus: list[GpuSample], idle_for: IdleFor | None, idle_after_s: float
+) -> int | None:
+    """Held GPUs (leased, or a process holds memory there) idle now, or for `idle_after_s`
+    by `idle_for`; `None` where neither leases nor processes are told."""
+    snapshot = node.snapshot
+    assert snapshot is not None
+    if node.leases is None and not snapshot.processes:
+        return None
+    leased = {lease.gpu_uuid for lease in node.leases or ()}
+    holding = {p.gpu_index for p in snapshot.processes if p.memory_used_bytes}
+    count = 0
+    for gpu in gpus:
+        if gpu.uuid not in leased and gpu.index not in holding:
+            continue
+        if idle_for is not None:
+            seconds = idle_for(node.name, gpu)
+            count += seconds is not None and seconds >= idle_after_s
+        elif gpu.utilization_pct is not None:
+            count += gpu.utilization_pct <= IDLE_UTILIZATION_PCT
+    return count
+
+
+def totals(rows: Iterable[NodeRow]) -> Totals:
+    """Nodes up and down (stale counts as down), and the GPUs of the nodes that are up."""
+    up = down = gpus = free = memory = 0
+    busy_sum, busy_count = 0.0, 0
+    for row in rows:
+        if not row.up:
+            down += 1
+            continue
+        up += 1
+        gpus += row.gpus or 0
+        free += row.gpus_free or 0
+        memory += row.memory_free_bytes or 0
+        if row.utilization_pct is not None and row.gpus:
+            busy_sum += row.utilization_pct * row.gpus
+            busy_count += row.gpus
+    mean = busy_sum / busy_count if busy_count else None
+    return Totals(up, down, gpus, free, memory, mean)
+
+
+@dataclass(frozen=True, slots=True)
+class UserRow:
+    """One user across the fleet: on how many nodes and GPUs, with how much GPU memory."""
+
+    user: str
+    nodes: int
+    gpus: int
+    memory_bytes: int
+
+
+def user_rows(fleet: FleetState) -> tuple[list[UserRow], int]:
+    """Users by GPU memory held, most first, from the processes of nodes that are up; and
+    how many nodes that are up tell no processes (another exporter)."""
+    nodes: dict[str, set[str]] = {}
+    gpus: dict[str, set[tuple[str, int]]] = {}
+    memory: dict[str, int] = {}
+    silent = 0
+    for node in fleet.nodes:
+        if not node.up or node.snapshot is None:
+            continue
+        if node.leases is None and not node.snapshot.processes:
+            silent += 1
+        for process in node.snapshot.processes:
+            user = process.user or "?"
+            nodes.setdefault(user, set()).add(node.name)
+            gpus.setdefault(user, set()).add((node.name, process.gpu_index))
+            memory[user] = memory.get(user, 0) + (process.memory_used_bytes or 0)
+    rows = [UserRow(user, len(nodes[user]), len(gpus[user]), memory[user]) for user in nodes]
+    rows.sort(key=lambda row: (-row.memory_bytes, row.user))
+    return rows, silent
+
+
+def rows_by_key(rows: Iterable[NodeRow]) -> Mapping[str, NodeRow]:
+    return {row.key: row for row in rows}
+
+
+class IdleTracker:
+    """How long each GPU of the fleet has been idle, as the screen saw it: one `IdleClock`
+    per GPU of the nodes that are up, the GPUs of nodes gone or down forgotten, so what is
+    kept is bounded by the fleet, whatever the run time."""
+
+    def __init__(self) -> None:
+        self._clocks: dict[tuple[str, str], IdleClock] = {}
+        self._now = 0.0
+
+    def observe(self, fleet: FleetState, now: float) -> None:
+        """Notes each GPU's utilization at `now` (a monotonic time)."""
+        seen: dict[tuple[str, str], IdleClock] = {}
+        for node in fleet.nodes:
+            if not node.up or node.snapshot is None:
+                continue
+            for gpu in node.snapshot.gpus:
+                key = (node.name, gpu.uuid or str(gpu.index))
+                clock = self._clocks.get(key) or IdleClock()
+                clock.observe(now, gpu.utilization_pct)
+                seen[key] = clock
+        self._clocks = seen
+        self._now = now
+
+    def idle_for(self, node: str, gpu: GpuSample) -> float | None:
+        """Seconds `gpu` of `node` has been idle, or `None` while it is busy or unseen."""
+        clock = self._clocks.get((node, gpu.uuid or str(gpu.index)))
+        idle = clock.idle_for(self._now) if clock is not None else None
+        return None if idle is None else idle.seconds
