@@ -1,0 +1,334 @@
+"""The fleet screen's pure parts: the simulated fleet, rows, totals, users, sort and filter,
+the plain table and the JSON document, without a terminal."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpuwatch.fleet.document import fleet_document
+from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
+from gpuwatch.fleet.simulated import STALE_AGE_S, SimFleet
+from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.tui import fleet_rows
+from gpuwatch.tui.fleet_cells import cell_text, columns_for, plain_table
+from gpuwatch.tui.fleet_model import FleetView, NodeFilter
+from gpuwatch.tui.fleet_rows import IdleTracker, build_rows, totals, user_rows
+from tests.conftest import FROZEN_TIME
+
+GIB = 1 << 30
+
+
+def gpu(index: int, *, used_gib: float = 0, util: int | None = 0, **extra: Any) -> GpuSample:
+    total = 80 * GIB
+    used = int(used_gib * GIB)
+    fields: dict[str, Any] = {
+        "memory_total_bytes": total,
+        "memory_used_bytes": used,
+        "memory_free_bytes": total - used,
+        "utilization_pct": util,
+        "temperature_c": 30 + (util or 0) // 2,
+        "power_w": 70.0 + (util or 0),
+        "mig_enabled": False,
+    }
+    fields.update(extra)
+    return GpuSample(index, f"GPU-{index:08d}", "NVIDIA H100 80GB HBM3", None, **fields)
+
+
+def process(gpu_index: int, user: str, used_gib: float, pid: int = 7) -> ProcessUsage:
+    return ProcessUsage(
+        pid, gpu_index, f"GPU-{gpu_index:08d}", int(used_gib * GIB), ProcessKind.COMPUTE, user
+    )
+
+
+def exclusive(gpu_index: int) -> Lease:
+    return Lease(f"GPU-{gpu_index:08d}", gpu_index, 0, "", "", 0.0, lease_id=f"l{gpu_index}")
+
+
+def node(
+    name: str,
+    gpus: tuple[GpuSample, ...],
+    processes: tuple[ProcessUsage, ...] = (),
+    leases: tuple[Lease, ...] | None = (),
+    *,
+    up: bool = True,
+    exporter: Exporter = Exporter.GPUWATCH,
+) -> NodeState:
+    snapshot = Snapshot(FROZEN_TIME, name, None, None, gpus, processes)
+    error = None if up else "no new data for 5 min"
+    return NodeState(name, up, snapshot, 2.0, error, exporter, leases)
+
+
+def fleet(*nodes: NodeState) -> FleetState:
+    return FleetState(FROZEN_TIME, "test", tuple(sorted(nodes, key=lambda n: n.name)))
+
+
+DOWN = NodeState("gone", False, None, None, "connection refused", Exporter.GPUWATCH, None)
+MIXED = fleet(
+    node(
+        "alpha",
+        (gpu(0), gpu(1), gpu(2, used_gib=60, util=90), gpu(3, util=None, used_gib=0.5)),
+        (process(2, "alice", 60),),
+        (exclusive(1),),
+    ),
+    node("beta", (gpu(0, used_gib=10, util=40), gpu(1)), (), None, exporter=Exporter.DCGM),
+    node("stale", (gpu(0), gpu(1)), up=False),
+    DOWN,
+)
+
+
+# --- the simulated fleet --------------------------------------------------------------------
+
+
+def test_a_simulated_fleet_is_the_same_at_the_same_moment_and_drifts_as_time_runs() -> None:
+    # GIVEN two simulated fleets of one seed, and a clock we move
+    now = [FROZEN_TIME]
+    first, second = SimFleet(20, clock=lambda: now[0]), SimFleet(20, clock=lambda: now[0])
+    # WHEN both are read at one moment THEN they agree, node for node
+    assert first.read() == second.read()
+    before = first.read()
+    # AND a minute later the utilizations have moved
+    now[0] += 60
+    after = first.read()
+
+    def utilizations(state: FleetState) -> list[int | None]:
+        return [g.utilization_pct for n in state.nodes if n.snapshot for g in n.snapshot.gpus]
+
+    assert utilizations(before) != utilizations(after)
+
+
+def test_a_simulated_fleet_has_named_nodes_some_down_stale_and_one_of_another_exporter() -> None:
+    state = SimFleet(20, clock=lambda: FROZEN_TIME).read()
+    names = [n.name for n in state.nodes]
+    assert names == [f"node-{k:02d}" for k in range(1, 21)]
+    down = [n for n in state.nodes if not n.up and n.snapshot is None]
+    stale = [n for n in state.nodes if not n.up and n.snapshot is not None]
+    assert down and all(n.error for n in down)
+    assert stale and all(n.age_s == STALE_AGE_S for n in stale)
+    others = [n for n in state.nodes if n.exporter is Exporter.DCGM]
+    assert len(others) == 1 and others[0].leases is None and not others[0].snapshot.processes  # type: ignore[union-attr]
+    uuids = [g.uuid for n in state.nodes if n.snapshot for g in n.snapshot.gpus]
+    assert len(uuids) == len(set(uuids)), "every GPU of the fleet has its own UUID"
+
+
+@pytest.mark.parametrize("count", [1, 3], ids=["one-node", "three-nodes"])
+def test_a_small_simulated_fleet_is_all_up(count: int) -> None:
+    state = SimFleet(count, clock=lambda: FROZEN_TIME).read()
+    assert len(state.nodes) == count and all(n.up for n in state.nodes)
+
+
+def test_the_simulated_history_covers_the_window_for_every_gpu() -> None:
+    source = SimFleet(3, clock=lambda: FROZEN_TIME)
+    series = source.history("node-01", duration_s=600, points=60)
+    state = source.read()
+    assert len(series) == len(state.nodes[0].snapshot.gpus)  # type: ignore[union-attr]
+    assert all(len(s.utilization_pct) == 60 for s in series)
+    assert series[0].taken_at[-1] - series[0].taken_at[0] == pytest.approx(600)
+    assert source.history("no-such-node") == ()
+
+
+# --- rows, totals, users --------------------------------------------------------------------
+
+
+def test_free_gpus_are_those_a_plain_pick_would_take() -> None:
+    # GIVEN alpha: GPU 0 idle, 1 leased, 2 busy with alice's job, 3 idle of unknown utilization
+    rows = {row.node: row for row in build_rows(MIXED)}
+    # THEN GPUs 0 and 3 are free there (pick's rule: no lease, no process, ≤1 GiB, ≤5%)
+    assert rows["alpha"].gpus_free == 2 and rows["alpha"].gpus == 4
+    # AND on a dcgm node the rule runs on memory and utilization alone
+    assert rows["beta"].gpus_free == 1
+    # AND a stale or down node has nothing free, even idle GPUs
+    assert rows["stale"].gpus_free is None and rows["gone"].gpus_free is None
+
+
+def test_a_row_says_unknown_where_the_source_does_not_tell() -> None:
+    rows = {row.node: row for row in build_rows(MIXED)}
+    assert cell_text(rows["beta"], "leases")[0] == "?"
+    assert cell_text(rows["alpha"], "leases")[0] == "1"
+    assert cell_text(rows["gone"], "free")[0] == "down"
+    assert cell_text(rows["gone"], "age") == ("down", "alarm")
+    assert cell_text(rows["stale"], "age") == ("2s stale", "alarm")
+    assert cell_text(rows["alpha"], "most_free")[0] == "80.0GiB"
+
+
+def test_totals_count_the_gpus_of_nodes_that_are_up() -> None:
+    result = totals(build_rows(MIXED))
+    assert (result.nodes_up, result.nodes_down) == (2, 2)
+    assert (result.gpus, result.gpus_free) == (6, 3)
+    # utilization: the mean of every up node's known GPU utilizations, weighted by GPUs
+    assert result.utilization_pct == pytest.approx((30 * 4 + 20 * 2) / 6)
+
+
+def test_idle_holders_are_held_gpus_idle_for_the_time_given() -> None:
+    # GIVEN a node whose GPU 0 is leased and idle, GPU 1 leased and busy
+    state = fleet(node("n", (gpu(0), gpu(1, util=80)), (), (exclusive(0), exclusive(1))))
+    tracker = IdleTracker()
+    tracker.observe(state, 100.0)
+    # WHEN the screen has watched it for 5 minutes only THEN no idle holder yet (10m asked)
+    tracker.observe(state, 400.0)
+    assert build_rows(state, tracker.idle_for, 600.0)[0].idle_held == 0
+    # WHEN it has watched for 10 minutes THEN GPU 0 is an idle holder, GPU 1 is not
+    tracker.observe(state, 700.0)
+    assert build_rows(state, tracker.idle_for, 600.0)[0].idle_held == 1
+    # AND without a tracker (--once) a held GPU idle now counts
+    assert build_rows(state)[0].idle_held == 1
+
+
+def test_users_are_counted_across_nodes_from_their_processes() -> None:
+    state = fleet(
+        node("a", (gpu(0), gpu(1)), (process(0, "alice", 10), process(1, "alice", 5, pid=8))),
+        node("b", (gpu(0),), (process(0, "alice", 1), process(0, "bob", 30, pid=9))),
+        node("c", (gpu(0),), (), None, exporter=Exporter.DCGM),
+    )
+    rows, silent = user_rows(state)
+    assert [(r.user, r.nodes, r.gpus, r.memory_bytes // GIB) for r in rows] == [
+        ("bob", 1, 1, 30),
+        ("alice", 2, 3, 16),
+    ]
+    assert silent == 1, "the dcgm node tells no processes"
+
+
+# --- sort and filter ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", ["alpha", "beta", "gone", "stale"]),
+        ("user:alice", ["alpha"]),
+        ("free", ["alpha", "beta"]),
+        ("down", ["gone", "stale"]),
+        ("dcgm", ["beta"]),
+        ("alp", ["alpha"]),
+        ("h100 free", ["alpha", "beta"]),
+    ],
+    ids=["none", "user", "free", "down", "exporter", "word", "model-and-free"],
+)
+def test_the_filter_keeps_the_nodes_every_term_matches(text: str, expected: list[str]) -> None:
+    view = FleetView().filter(text).sort_by("node")
+    view = view if not view.sort_reverse else view.reverse()
+    assert [row.node for row in view.arrange(build_rows(MIXED))] == expected
+
+
+def test_a_term_not_understood_is_said_and_ignored() -> None:
+    assert NodeFilter.parse("gpu:3 free").problem == "not understood: gpu:3"
+
+
+def test_sorting_by_free_puts_the_freest_first_and_ties_go_by_name() -> None:
+    rows = build_rows(MIXED)
+    assert [r.node for r in FleetView().arrange(rows)] == ["alpha", "beta", "stale", "gone"]
+    twins = build_rows(fleet(node("y", (gpu(0),)), node("x", (gpu(0),))))
+    assert [r.node for r in FleetView().arrange(twins)] == ["x", "y"]
+    assert [r.node for r in FleetView().reverse().arrange(twins)] == ["x", "y"]
+
+
+def test_cycling_the_sort_visits_every_shown_column_and_comes_back() -> None:
+    shown = [c.key for c in columns_for(80)]
+    view = FleetView()
+    seen = []
+    for _ in shown:
+        view = view.cycle_sort(shown, 1)
+        seen.append(view.sort_column)
+    assert sorted(seen) == sorted(shown) and view.sort_column == "free"
+
+
+def test_a_sort_column_dropped_by_a_narrow_terminal_falls_back() -> None:
+    view = FleetView().sort_by("power").fit_columns(c.key for c in columns_for(80))
+    assert view.sort_column == "free"
+
+
+# --- widths ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("width", [80, 120, 200], ids=["80", "120", "200"])
+def test_the_plain_table_fits_the_width(width: int) -> None:
+    long_name = node("gpu-node-with-a-very-long-name.cluster.example.org", (gpu(0),))
+    state = fleet(*MIXED.nodes, long_name)
+    rows = build_rows(state)
+    lines = plain_table(FleetView().arrange(rows), totals(rows), width)
+    assert all(len(line) <= width for line in lines)
+    assert len(lines) == 2 + len(rows)
+    assert any(line.startswith("gpu-node-with") for line in lines), "long names are cut at the end"
+
+
+def test_at_80_columns_the_table_keeps_what_answers_where_to_run() -> None:
+    keys = [c.key for c in columns_for(80)]
+    assert {"node", "free", "most_free", "util", "age"} <= set(keys)
+    assert [c.key for c in columns_for(200)][-1] == "age" and "power" in keys + [
+        c.key for c in columns_for(200)
+    ]
+
+
+# --- 1,000 nodes ----------------------------------------------------------------------------
+
+
+def test_a_thousand_nodes_cost_one_placement_and_one_filter_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN 1,000 simulated nodes, and counters on the per-node work
+    state = SimFleet(1000, clock=lambda: FROZEN_TIME).read()
+    calls = {"choose": 0, "matches": 0}
+
+    def counting(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(fleet_rows, "choose", counting("choose", fleet_rows.choose))
+    monkeypatch.setattr(NodeFilter, "matches", counting("matches", NodeFilter.matches))
+    # WHEN the rows are built, filtered and sorted
+    rows = build_rows(state)
+    shown = FleetView().filter("free").arrange(rows)
+    # THEN each node was placed once and filtered once: the work grows with nodes, not nodes²
+    up = sum(n.up for n in state.nodes)
+    assert calls == {"choose": up, "matches": 1000}
+    assert len(rows) == 1000 and 0 < len(shown) < 1000
+
+
+# --- the JSON document ----------------------------------------------------------------------
+
+NODE_KEYS = {"node", "up", "age_s", "error", "exporter", "gpus"}
+GPU_KEYS = {
+    "index",
+    "uuid",
+    "name",
+    "memory_total_bytes",
+    "memory_free_bytes",
+    "memory_used_bytes",
+    "utilization_pct",
+    "temperature_c",
+    "power_w",
+    "leases_exclusive",
+    "leases_shared",
+    "mig_enabled",
+}
+
+
+def test_the_document_has_the_issues_shape_and_null_for_the_unknown() -> None:
+    document = json.loads(json.dumps(fleet_document(MIXED), allow_nan=False))
+    assert set(document) == {"taken_at", "source", "nodes"}
+    nodes = {n["node"]: n for n in document["nodes"]}
+    assert all(set(n) == NODE_KEYS for n in nodes.values())
+    assert all(set(g) == GPU_KEYS for n in nodes.values() for g in n["gpus"])
+    alpha = nodes["alpha"]["gpus"]
+    assert [(g["leases_exclusive"], g["leases_shared"]) for g in alpha] == [
+        (0, 0),
+        (1, 0),
+        (0, 0),
+        (0, 0),
+    ]
+    assert alpha[3]["utilization_pct"] is None
+    assert all(g["leases_exclusive"] is None for g in nodes["beta"]["gpus"])
+    assert nodes["gone"] == {
+        "node": "gone",
+        "up": False,
+        "age_s": None,
+        "error": "connection refused",
+        "exporter": "gpuwatch",
+        "gpus": [],
+    }
