@@ -279,10 +279,9 @@ class FleetApp(App[int]):
         self.call_after_refresh(self.redraw)
 
     def _read_history(self, history: Callable[..., Sequence[GpuSeries]], node: str) -> None:
-        minutes = GRAPH_WINDOW_S / 60
         try:
             series = history(node, duration_s=GRAPH_WINDOW_S)
-            note = f"from {self.source.description}, {minutes:.0f} min"
+            note = f"from {self.source.description}"
         except Exception as error:  # the past is a nicety: the cards come anyway
             series, note = (), f"no history ({error})"
         self.post_message(HistoryRead(node, series, note))

@@ -1,0 +1,222 @@
+"""`gpuwatch fleet`'s screen: keys through a Pilot, and screenshots compared with accepted SVGs.
+
+The clock is frozen and the fleet simulated, so a difference in a screenshot is a change
+in what users see. After a deliberate change, review and accept the new pictures with
+`pytest tests/fleet/test_fleet_screen.py --snapshot-update`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from gpuwatch.errors import SourceError
+from gpuwatch.fleet.nodes import FleetState
+from gpuwatch.fleet.simulated import SimFleet
+from gpuwatch.tui.fleet_app import FleetApp
+from gpuwatch.tui.fleet_screens import NodeScreen, UsersScreen
+from gpuwatch.tui.fleet_widgets import FleetTable
+from tests.conftest import FROZEN_TIME
+
+SnapCompare = Callable[..., bool]
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Clock times on screen are local: pin the zone so every machine draws the same."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def frozen_app(nodes: int = 20) -> FleetApp:
+    """A simulated fleet at a frozen moment, fed by hand: no reader thread."""
+    return FleetApp(
+        SimFleet(nodes, clock=lambda: FROZEN_TIME), sample=False, monotonic=lambda: 1000.0
+    )
+
+
+async def first_read(pilot: Pilot[int]) -> None:
+    app = pilot.app
+    assert isinstance(app, FleetApp)
+    app.feed(app.source.read())
+    await pilot.pause()
+
+
+async def until(pilot: Pilot[int], done: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if done():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("never happened")
+
+
+def synced(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    """A Pilot test, run in an event loop of its own."""
+
+    @functools.wraps(test)
+    def run() -> None:
+        asyncio.run(test())
+
+    return run
+
+
+def shown(app: FleetApp) -> list[str]:
+    return list(app.query_one(FleetTable).order)
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+@synced
+async def test_sort_keys_change_the_order_and_reverse_it() -> None:
+    app = frozen_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await first_read(pilot)
+        # GIVEN the default order: most free GPUs first
+        assert app.view.sort_column == "free" and len(shown(app)) == 20
+        # WHEN s is pressed THEN the next column sorts, highest first
+        await pilot.press("s")
+        assert app.view.sort_column == "most_free"
+        free = [app.query_one(FleetTable)._rows[k].most_free_bytes or -1 for k in shown(app)]
+        assert free == sorted(free, reverse=True)
+        # WHEN r is pressed THEN the order turns around
+        before = shown(app)
+        await pilot.press("r")
+        assert shown(app) != before and not app.view.sort_reverse
+
+
+@synced
+async def test_the_filter_keeps_matching_nodes_and_esc_brings_all_back() -> None:
+    app = frozen_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await first_read(pilot)
+        # WHEN / and `down` are typed THEN only nodes down or stale are shown
+        await pilot.press("slash", *"down", "enter")
+        assert sorted(shown(app)) == ["node-06", "node-09", "node-19"]
+        assert "filter: down  (3 of 20 nodes)" in app.view.status(3, 20)
+        # WHEN Esc is pressed THEN every node is back
+        await pilot.press("escape")
+        assert len(shown(app)) == 20
+
+
+@synced
+async def test_enter_shows_the_nodes_gpus_with_graphs_from_the_sources_history() -> None:
+    app = frozen_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await first_read(pilot)
+        first = shown(app)[0]
+        # WHEN Enter is pressed on the first node
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, NodeScreen) and screen.node == first
+        # THEN its history arrives and fills its cards' graphs, not just this screen's read
+        await until(pilot, lambda: screen.section.frame is not None)
+        trend = next(iter(screen.section.trends.values()))
+        assert len(trend.utilization) > 100
+        assert screen.section.history_note == "from simulated (20 nodes)"
+        # AND Esc goes back to the table
+        await pilot.press("escape")
+        assert not isinstance(app.screen, NodeScreen)
+
+
+@synced
+async def test_u_shows_the_users_and_u_again_the_nodes() -> None:
+    app = frozen_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await first_read(pilot)
+        await pilot.press("u")
+        assert isinstance(app.screen, UsersScreen)
+        await pilot.press("u")
+        assert not isinstance(app.screen, UsersScreen)
+
+
+@synced
+async def test_q_quits_with_status_zero() -> None:
+    app = frozen_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await first_read(pilot)
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+@synced
+async def test_a_thousand_nodes_are_a_thousand_rows() -> None:
+    app = frozen_app(1000)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await first_read(pilot)
+        assert app.query_one(FleetTable).row_count == 1000
+        # AND a second read updates them in place: the same rows, the same order
+        order = shown(app)
+        app.feed(app.source.read())
+        await pilot.pause()
+        assert shown(app) == order
+
+
+class FailingSource:
+    """A Prometheus that stopped answering after its first read."""
+
+    description = "prometheus http://prom:9090"
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def read(self) -> FleetState:
+        self.reads += 1
+        if self.reads == 1:
+            return SimFleet(3, clock=lambda: FROZEN_TIME).read()
+        raise SourceError("prometheus http://prom:9090: connection refused")
+
+    def close(self) -> None:
+        pass
+
+
+@synced
+async def test_a_source_that_fails_is_said_and_the_last_read_stays() -> None:
+    # GIVEN a source read every 0.05 s that fails after its first read
+    app = FleetApp(FailingSource(), interval_s=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        # THEN the error is shown, and the nodes of the last good read stay on screen
+        await until(pilot, lambda: app.error is not None)
+        assert "connection refused" in (app.error or "")
+        assert len(shown(app)) == 3
+
+
+# --- screenshots ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_fleet_table(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    assert snap_compare(frozen_app(), terminal_size=size, run_before=first_read)
+
+
+def test_node_cards(snap_compare: SnapCompare) -> None:
+    app = frozen_app()
+
+    async def open_node(pilot: Pilot[int]) -> None:
+        await first_read(pilot)
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, NodeScreen)
+        await until(pilot, lambda: screen.section.frame is not None)
+        app.redraw()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(100, 40), run_before=open_node)
+
+
+def test_users_view(snap_compare: SnapCompare) -> None:
+    async def open_users(pilot: Pilot[int]) -> None:
+        await first_read(pilot)
+        await pilot.press("u")
+        await pilot.pause()
+
+    assert snap_compare(frozen_app(), terminal_size=(80, 24), run_before=open_users)
