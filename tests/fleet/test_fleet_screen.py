@@ -220,3 +220,15 @@ def test_users_view(snap_compare: SnapCompare) -> None:
         await pilot.pause()
 
     assert snap_compare(frozen_app(), terminal_size=(80, 24), run_before=open_users)
+
+
+def test_the_guides_key_table_lists_every_key() -> None:
+    from pathlib import Path
+
+    from gpuwatch.tui.fleet_screens import FLEET_KEYS
+
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guide" / "fleet-screen.md"
+    table = guide.read_text().split("| key | does |", 1)[1].split("\n\n", 1)[0]
+    for key in FLEET_KEYS:
+        for shown in key.shown.split():
+            assert f"`{shown}`" in table, f"the guide's key table lacks {shown}"
