@@ -80,6 +80,9 @@ class FleetApp(App[int]):
         self.fleet: FleetState | None = None
         self.error: str | None = None
         self.idle = IdleTracker()
+        self._rows: list[NodeRow] = []
+        """Every node's row as of the latest read: keys re-sort and filter these, and only a
+        read builds them again."""
         self._sample = sample
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
@@ -140,6 +143,7 @@ class FleetApp(App[int]):
         if fleet is not None:
             self.fleet = fleet
             self.idle.observe(fleet, now)
+            self._rows = build_rows(fleet, self.idle.idle_for, self.idle_after_s)
             for screen in self.screen_stack:
                 if isinstance(screen, NodeScreen):
                     node = next((n for n in fleet.nodes if n.name == screen.node), None)
@@ -159,10 +163,8 @@ class FleetApp(App[int]):
         self.redraw()
 
     def rows(self) -> list[NodeRow]:
-        """Every node's row, in the fleet's order."""
-        if self.fleet is None:
-            return []
-        return build_rows(self.fleet, self.idle.idle_for, self.idle_after_s)
+        """Every node's row as of the latest read, in the fleet's order."""
+        return self._rows
 
     def current_rows(self) -> list[NodeRow]:
         """The rows shown, filtered and sorted."""

@@ -64,8 +64,16 @@ def node_width(columns: Sequence[Column], width: int, longest_name: int) -> int:
     return max(MIN_NODE_WIDTH, min(MAX_NODE_WIDTH, room, max(longest_name, MIN_NODE_WIDTH)))
 
 
-def cell_text(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per column
-    """What one cell says, and its style name."""
+def cell_text(row: NodeRow, key: str) -> tuple[str, str]:
+    """What one cell says, and its style name: a stale node's figures are dim, never drawn
+    as current."""
+    text, style = _cell(row, key)
+    if not row.up and key not in ("node", "age"):
+        style = "dim"
+    return text, style
+
+
+def _cell(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per column
     if key == "node":
         return render.printable(row.node), "title" if row.up else "alarm"
     if not row.has_data and key not in ("age",):

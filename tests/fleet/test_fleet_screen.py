@@ -232,3 +232,14 @@ def test_the_guides_key_table_lists_every_key() -> None:
     for key in FLEET_KEYS:
         for shown in key.shown.split():
             assert f"`{shown}`" in table, f"the guide's key table lacks {shown}"
+
+
+@synced
+async def test_question_mark_lists_the_keys_and_q_closes_the_list() -> None:
+    app = frozen_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await first_read(pilot)
+        await pilot.press("question_mark")
+        assert app.screen.id == "help"
+        await pilot.press("q")
+        assert app.screen.id != "help" and app.is_running
