@@ -89,7 +89,12 @@ def fleet(
 
 
 def open_source(sim_nodes: int | None) -> FleetSource:
-    """The fleet source the options name; `InvalidValueError` (exit 2) when they name none."""
+    """The fleet source the options name; `InvalidValueError` (exit 2) when they name none.
+
+    The real sources' options (`--prometheus`, `--node`, `--nodes-file`, and where none is
+    given, `GPUWATCH_PROMETHEUS` or fleet.toml) are resolved here, after `--sim`, and
+    passed in beside it; the screen, `--once` and `--json` take whatever this returns.
+    """
     if sim_nodes is not None:
         from gpuwatch.fleet.simulated import SimFleet
 

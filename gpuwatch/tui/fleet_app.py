@@ -124,7 +124,10 @@ class FleetApp(App[int]):
             self._reader.join(READER_EXIT_WAIT_S)  # a daemon thread: a hung read ends with us
 
     def _read_loop(self) -> None:
+        next_read = time.monotonic()
         while not self._stop.is_set():
+            # Reads start every interval, however long each takes (a slow Prometheus).
+            next_read = max(next_read + self.interval_s, time.monotonic())
             try:
                 message = FleetRead(self.source.read())
             except GpuwatchError as error:
@@ -132,7 +135,7 @@ class FleetApp(App[int]):
             except Exception as error:  # a fault in one read never ends the screen
                 message = FleetRead(None, f"unexpected {type(error).__name__}: {error}")
             self.post_message(message)
-            self._stop.wait(self.interval_s)
+            self._stop.wait(max(0.0, next_read - time.monotonic()))
 
     # --- data -----------------------------------------------------------------------------
 
