@@ -18,7 +18,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpuwatch.backends.scenario import MODELS, Load, LoadShape, Scenario, SimGpu, SimProcess
+from gpuwatch.backends.scenario import (
+    MODELS,
+    GpuModel,
+    Load,
+    LoadShape,
+    Scenario,
+    SimGpu,
+    SimProcess,
+)
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
 from gpuwatch.models import GpuSeries, Lease, Snapshot
@@ -131,8 +139,8 @@ def _plan(name: str, k: int, count: int, seed: int, clock: Callable[[], float]) 
     model = MODELS[rng.choice(_MODELS)]
     gpus, processes, leases = [], [], []
     for index in range(rng.choice(_GPU_COUNTS)):
-        gpu, work, lease = _gpu(rng, name, index, model.memory_total_bytes, seed)
-        gpus.append(replace(gpu, model=model))
+        gpu, work, lease = _gpu(rng, name, index, model, seed)
+        gpus.append(gpu)
         processes += [replace(p, pid=50_000 + 100 * index + n) for n, p in enumerate(work)]
         leases += [lease] if lease is not None else []
     scenario = Scenario(name, "580.95.05", "13.0", seed, tuple(gpus), tuple(processes))
@@ -142,9 +150,10 @@ def _plan(name: str, k: int, count: int, seed: int, clock: Callable[[], float]) 
 
 
 def _gpu(
-    rng: random.Random, node: str, index: int, total_bytes: int, seed: int
+    rng: random.Random, node: str, index: int, model: GpuModel, seed: int
 ) -> tuple[SimGpu, list[SimProcess], Lease | None]:
     """One GPU and its work: idle, training, inference, a notebook, or held but idle."""
+    total_bytes = model.memory_total_bytes
     digest = hashlib.sha1(f"gpuwatch-fleet:{seed}:{node}:{index}".encode()).hexdigest()
     uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
     phase_s = int(digest[32:36], 16) / 0xFFFF * 60
@@ -172,7 +181,7 @@ def _gpu(
         processes.append(_process(index, user, "python train.py --resume", 20 * _GIB))
         lease = _lease(node, uuid, index, None)
     bus = f"00000000:{0x18 + 0x10 * index:02X}:00.0"
-    gpu = SimGpu(model=MODELS["H100-80GB"], uuid=uuid, pci_bus_id=bus, load=load)
+    gpu = SimGpu(model=model, uuid=uuid, pci_bus_id=bus, load=load)
     return gpu, processes, lease
 
 

@@ -84,10 +84,7 @@ def build_rows(
 def node_row(node: NodeState, idle_for: IdleFor | None, idle_after_s: float) -> NodeRow:
     snapshot = node.snapshot
     if snapshot is None:
-        return NodeRow(
-            node.name, node.up, False, None, None, None, None, None, None, None, None, None,
-            node.age_s, node.error, _exporter(node), frozenset(), "",
-        )  # fmt: skip
+        return _never_read(node)
     gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
     free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying if node.up else None
     free_bytes = [gpu.memory_free_bytes for gpu in gpus if gpu.memory_free_bytes is not None]
@@ -112,6 +109,28 @@ def node_row(node: NodeState, idle_for: IdleFor | None, idle_after_s: float) -> 
         exporter=_exporter(node),
         users=frozenset(p.user for p in snapshot.processes if p.user),
         models=" ".join(sorted({gpu.name for gpu in gpus if gpu.name})),
+    )
+
+
+def _never_read(node: NodeState) -> NodeRow:
+    return NodeRow(
+        node=node.name,
+        up=node.up,
+        has_data=False,
+        gpus=None,
+        gpus_free=None,
+        most_free_bytes=None,
+        memory_free_bytes=None,
+        utilization_pct=None,
+        hottest_c=None,
+        power_w=None,
+        leases=None,
+        idle_held=None,
+        age_s=node.age_s,
+        error=node.error,
+        exporter=_exporter(node),
+        users=frozenset(),
+        models="",
     )
 
 
