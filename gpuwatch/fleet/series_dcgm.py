@@ -1,0 +1,125 @@
+"""dcgm-exporter's series (`DCGM_FI_*`, NVIDIA/dcgm-exporter `etc/default-counters.csv`)
+as one node.
+
+Labels: `gpu` (the NVML index), `UUID` (`uuid` with `--use-old-namespace`),
+`modelName`, `pci_bus_id`, `Hostname` or `hostname`; on a MIG-enabled GPU, memory
+comes per GPU instance with `GPU_I_ID` and `GPU_I_PROFILE`. Framebuffer figures are
+whole MiB. DCGM tells nothing of leases (`leases` stays `None`) and, in the default
+counters, nothing of processes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from gpuwatch.fleet import mapped as m
+from gpuwatch.fleet.exposition import Sample
+from gpuwatch.fleet.mapped import GpuFields, Mapped
+from gpuwatch.models import MigDevice
+
+_FB = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")
+_VALUES = {
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization_pct", m.percent),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("memory_utilization_pct", m.percent),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", m.celsius),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", m.watts),
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", m.megahertz),
+}
+FAMILIES = (*_FB, "DCGM_FI_DEV_FB_TOTAL", *_VALUES)
+
+
+def mapped(samples: Sequence[Sample], node: str) -> Mapped:
+    """The node these dcgm-exporter series describe."""
+    gpus: dict[int, GpuFields] = {}
+    instances: dict[tuple[int, int], dict[str, int | str | None]] = defaultdict(dict)
+    for sample in samples:
+        index = m.index_of(sample.labels.get("gpu"))
+        if index is None:
+            continue
+        fields = gpus.setdefault(index, GpuFields(index))
+        _identify(fields, sample.labels)
+        instance = m.index_of(sample.labels.get("GPU_I_ID"))
+        if instance is not None:
+            fields.values["mig_enabled"] = True
+            _memory(instances[(index, instance)], sample)
+            instances[(index, instance)]["profile"] = sample.labels.get("GPU_I_PROFILE", "")
+        elif sample.name in _VALUES:
+            field, convert = _VALUES[sample.name]
+            fields.values[field] = convert(sample.value)
+        else:
+            _memory(fields.values, sample)  # type: ignore[arg-type]
+    for fields in gpus.values():
+        _total(fields.values)  # type: ignore[arg-type]
+    return Mapped(
+        gpus=tuple(fields.build() for _, fields in sorted(gpus.items())),
+        mig_devices=_mig_devices(instances),
+    )
+
+
+def _identify(fields: GpuFields, labels: dict[str, str]) -> None:
+    if "uuid" not in fields.values:
+        fields.values["uuid"] = m.label(labels.get("UUID") or labels.get("uuid"))
+        fields.values["name"] = m.label(labels.get("modelName"))
+        fields.values["pci_bus_id"] = m.label(labels.get("pci_bus_id"))
+
+
+def _memory(values: dict[str, int | str | None], sample: Sample) -> None:
+    key = {
+        "DCGM_FI_DEV_FB_FREE": "memory_free_bytes",
+        "DCGM_FI_DEV_FB_USED": "memory_used_bytes",
+        "DCGM_FI_DEV_FB_RESERVED": "memory_reserved_bytes",
+        "DCGM_FI_DEV_FB_TOTAL": "memory_total_bytes",
+    }.get(sample.name)
+    if key is not None:
+        values[key] = m.whole_bytes(sample.value, m.MIB)
+
+
+def _total(values: dict[str, int | str | None]) -> None:
+    """Total memory, where DCGM defines it. `DCGM_FI_DEV_FB_TOTAL` is not a default
+    counter. DCGM reads all four from one NVML call (DcgmCacheManager.cpp,
+    ReadAndCacheFBMemoryInfo): from driver 510 on, `nvmlDeviceGetMemoryInfo_v2`, whose
+    total is used + free + reserved, and only then does it report FB_RESERVED; before,
+    the v1 call, where used includes what is reserved. So without FB_RESERVED, used +
+    free is the total on old drivers but not on a new driver whose exporter does not
+    export FB_RESERVED: then the total is not known. Each figure is whole MiB, rounded
+    down, so the sum may be up to 3MiB short."""
+    if values.get("memory_total_bytes") is not None:
+        return
+    parts = [values.get(key) for key in _memory_keys()]
+    if all(isinstance(part, int) for part in parts):
+        values["memory_total_bytes"] = sum(part for part in parts if isinstance(part, int))
+
+
+def _memory_keys() -> tuple[str, ...]:
+    return ("memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes")
+
+
+def _mig_devices(
+    instances: dict[tuple[int, int], dict[str, int | str | None]],
+) -> tuple[MigDevice, ...]:
+    """A device per GPU instance, numbered under its GPU by instance id (DCGM exports
+    neither NVML's MIG index nor the MIG device's UUID)."""
+    devices = []
+    numbers: dict[int, int] = defaultdict(int)
+    for (gpu, instance), values in sorted(instances.items()):
+        _total(values)
+        total = values.get("memory_total_bytes")
+        devices.append(
+            MigDevice(
+                gpu_index=gpu,
+                index=numbers[gpu],
+                uuid=None,
+                profile=m.label(str(values.get("profile") or ""), 32),
+                gpu_instance_id=instance,
+                memory_total_bytes=total if isinstance(total, int) else None,
+                memory_used_bytes=_int(values.get("memory_used_bytes")),
+                memory_free_bytes=_int(values.get("memory_free_bytes")),
+            )
+        )
+        numbers[gpu] += 1
+    return tuple(devices)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
