@@ -46,7 +46,8 @@ class Target:
     url: str
     host: str
     label: str
-    """The target as written (`node2:9400`): the name of a node that does not answer."""
+    """The target as written (`node2:9400`): the name of a node that does not answer,
+    which cannot name itself."""
 
 
 def parse_target(text: str, *, https: bool = False) -> Target:
@@ -76,7 +77,7 @@ def parse_target(text: str, *, https: bool = False) -> Target:
         port = DEFAULT_PORT if bare else 443 if parts.scheme == "https" else 80
     path = parts.path or "/metrics"
     query = f"?{parts.query}" if parts.query else ""
-    label = text if bare else f"{host}:{port}"
+    label = text
     return Target(f"{parts.scheme}://{host}:{port}{path}{query}", host.strip("[]"), label)
 
 

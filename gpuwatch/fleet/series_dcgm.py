@@ -51,9 +51,11 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
             _memory(fields.values, sample)  # type: ignore[arg-type]
     for fields in gpus.values():
         _total(fields.values)  # type: ignore[arg-type]
+    driver = next((s.labels.get("DCGM_FI_DRIVER_VERSION") for s in samples), None)
     return Mapped(
         gpus=tuple(fields.build() for _, fields in sorted(gpus.items())),
         mig_devices=_mig_devices(instances),
+        driver_version=m.label(driver, 64),
     )
 
 
