@@ -14,7 +14,7 @@ from typing import Any
 from gpuwatch.errors import SourceError
 from gpuwatch.fleet.exposition import parse_value
 from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all
-from gpuwatch.fleet.series import safe_name
+from gpuwatch.fleet.series import safe_name, shown_address
 
 DEFAULT_MAX_BYTES = 64 << 20
 
@@ -30,7 +30,7 @@ class Point:
 
 def base_url(text: str) -> str:
     """`text` as the root of the API, checked: http(s), a host, no credentials."""
-    shown = safe_name(text)
+    shown = shown_address(text)
     parts = urllib.parse.urlsplit(text.strip())
     if (
         parts.scheme not in ("http", "https")

@@ -26,6 +26,7 @@ from gpuwatch.fleet.series import (
     exporter_of,
     merged,
     safe_name,
+    shown_address,
     target_state,
 )
 
@@ -54,7 +55,7 @@ def parse_target(text: str, *, https: bool = False) -> Target:
     """`HOST`, `HOST:PORT`, `[IPV6]:PORT` or `http(s)://HOST[:PORT][/PATH]`; a bare host
     takes port 19400, path `/metrics`, and `https` when asked (a CA or client
     certificate was given)."""
-    shown = safe_name(text)
+    shown = shown_address(text)
     if not text or not text.isprintable() or any(ch.isspace() for ch in text):
         raise InvalidValueError(f"node {shown!r}: give HOST[:PORT] or an http(s):// URL")
     bare = "://" not in text

@@ -150,6 +150,15 @@ def safe_name(text: str) -> str:
     return escaped.strip() or "(unnamed)"
 
 
+def shown_address(text: str) -> str:
+    """An address someone typed, safe to print: escaped, and any `user:password@` hidden."""
+    scheme, sep, rest = text.rpartition("://")
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    return safe_name(f"{scheme}{sep}{netloc}{slash}{path}")
+
+
 def _escape(ch: str) -> str:
     code = ord(ch)
     return "\\\\" if ch == "\\" else f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -67,6 +67,7 @@ def test_a_node_that_is_not_a_host_is_refused_in_one_printable_line(text: str) -
         parse_target(text)
     message = str(raised.value)
     assert "\n" not in message and message.isprintable()
+    assert "pw" not in message
 
 
 def test_a_nodes_file_takes_comments_and_blank_lines(tmp_path: Path) -> None:
