@@ -134,7 +134,12 @@ class PrometheusSource:
             # time (kept by the names query) says how old its data is.
             last = self._last.get(target, 0.0)
             age_s = max(0.0, now - last) if last > 0 else None
-            why = f"Prometheus cannot scrape {safe_name(target[1])} (job {safe_name(target[0])})"
+            where = f"{safe_name(target[1])} (job {safe_name(target[0])})"
+            why = (
+                f"Prometheus cannot scrape {where}"
+                if up.get(target, 1) != 1
+                else f"{where} sends Prometheus no GPU series now"
+            )
             shown = safe_name(name or target[1])
             return NodeState(shown, up=False, snapshot=None, age_s=age_s, error=why)
         return target_state(
