@@ -141,17 +141,24 @@ def _list(value: object) -> list[Any]:
 
 def _series(item: object, key: str) -> Point | None:
     """One result entry, or `None` when it is not the API's shape."""
-    if not isinstance(item, dict) or not isinstance(metric := item.get("metric"), dict):
+    if type(item) is not dict or type(metric := item.get("metric")) is not dict:
         return None
-    raw = [item.get(key)] if key == "value" else _list(item.get(key))
-    values = [pair for entry in raw if (pair := _pair(entry)) is not None]
-    labels = {str(k): v for k, v in metric.items() if isinstance(v, str)}
-    return Point(labels, values) if values else None
+    if key == "value":
+        pair = _pair(item.get(key))
+        values = [pair] if pair is not None else []
+    else:
+        values = [pair for entry in _list(item.get(key)) if (pair := _pair(entry)) is not None]
+    # JSON keys are always texts; a value that is not one is dropped.
+    if not all(type(value) is str for value in metric.values()):
+        metric = {k: v for k, v in metric.items() if type(v) is str}
+    return Point(metric, values) if values else None
 
 
 def _pair(entry: object) -> tuple[float, float] | None:
-    if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[1], str):
+    if type(entry) is not list or len(entry) != 2:
         return None
-    if not isinstance(entry[0], int | float) or (value := parse_value(entry[1])) is None:
+    at, text = entry
+    if type(text) is not str or type(at) not in (int, float):
         return None
-    return float(entry[0]), value
+    value = parse_value(text)
+    return None if value is None else (float(at), value)

@@ -1,18 +1,22 @@
-"""A fleet read from a Prometheus server: four instant queries a refresh, whatever the
+"""A fleet read from a Prometheus server: six instant queries a refresh, whatever the
 number of nodes, sent at once.
 
-    values  {__name__=~"gpuwatch_...|DCGM_FI_...|nvidia_smi_..."}   every series the
-            fleet maps, current values (what each exporter tells, see `series`)
-    names   per target (job, instance) seen with GPU series in the last hour: its
-            hostname labels, so that a node that went down keeps its name
-    up      `up` of those targets
-    seen    `timestamp(up)` of those targets: when each was last scraped
+    whole    identity series with all their labels (`gpuwatch_gpu_info`,
+             `DCGM_FI_DEV_FB_FREE`, `nvidia_smi_gpu_info`, MIG devices, processes), and
+             gpuwatch's lease counts where not 0
+    indexed  the other gpuwatch and DCGM values, labelled by `gpu` only (`max by`): the
+             identity labels are not sent again with every value
+    by_uuid  nvidia_gpu_exporter's values, labelled by `uuid` only
+    names    per target (job, instance) seen with GPU series in the last hour: its
+             hostname labels, so that a node that went down keeps its name
+    up       `up` of those targets
+    seen     `timestamp(up)` of those targets: when each was last scraped
 
 Prometheus answers an instant query with its evaluation time, not each sample's own
 time, so the age of a node's data is `timestamp(up)` (and, for a gpuwatch daemon, the
 snapshot time it exports). A target whose scrape fails has `up == 0` and its series
 vanish (Prometheus marks them stale), so it shows as down under its last name, with
-the age of its last scrape. Bytes grow with nodes and GPUs, never with history.
+the age of its last snapshot. Bytes grow with nodes and GPUs, never with history.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from gpuwatch.fleet import history
+from gpuwatch.fleet import history, series_dcgm, series_gpuwatch, series_smi
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import FleetState, NodeState
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, Point, PromClient
-from gpuwatch.fleet.series import FAMILIES, host_of, merged, node_name, safe_name, target_state
+from gpuwatch.fleet.series import host_of, merged, node_name, safe_name, target_state
 from gpuwatch.models import GpuSeries
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -49,8 +54,43 @@ def _known(by: str) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ValueQuery:
+    """Current values of some families: with only the labels in `keep` (and `__name__`,
+    `job`, `instance`) where identity rides on other series, else with all their labels;
+    `filtered` families only where their value passes a comparison (`== 0`, `> 0`): most
+    GPUs are up, hold no lease and are not split, and what is absent is not sent.
+
+    PromQL's `or` keeps one of two series whose labels differ only by name, so each filter
+    is one selector, and the ones after it lose a series only on a GPU an earlier one
+    already kept (a GPU that is down, whose leases and MIG mode no longer matter)."""
+
+    families: tuple[str, ...]
+    keep: tuple[str, ...] | None = None
+    filtered: tuple[tuple[tuple[str, ...], str, float], ...] = ()
+
+    def promql(self) -> str:
+        selector = _selector(self.families)
+        if self.keep is not None:
+            return f"max by (__name__, job, instance, {', '.join(self.keep)}) ({selector})"
+        filters = [f"{_selector(names)} {op} {value:g}" for names, op, value in self.filtered]
+        return " or ".join([selector, *filters])
+
+
+def _selector(names: tuple[str, ...]) -> str:
+    return '{__name__=~"' + "|".join(names) + '"}'
+
+
+VALUE_QUERIES = {
+    "whole": ValueQuery(
+        (*series_gpuwatch.WHOLE, *series_dcgm.WHOLE, *series_smi.WHOLE),
+        filtered=((series_gpuwatch.ZERO, "==", 0), (series_gpuwatch.NONZERO, ">", 0)),
+    ),
+    "indexed": ValueQuery((*series_gpuwatch.INDEXED, *series_dcgm.INDEXED), ("gpu", "GPU_I_ID")),
+    "by_uuid": ValueQuery(series_smi.BY_UUID, ("uuid",)),
+}
 QUERIES = {
-    "values": '{__name__=~"' + "|".join(FAMILIES) + '"}',
+    **{kind: query.promql() for kind, query in VALUE_QUERIES.items()},
     "names": _known("job, instance, hostname, Hostname"),
     "up": f"up and on (job, instance) ({_known('job, instance')})",
     "seen": f"timestamp(up) and on (job, instance) ({_known('job, instance')})",
@@ -98,7 +138,7 @@ class PrometheusSource:
         answers = self.client.query(list(QUERIES.values()))
         results = dict(zip(QUERIES, answers, strict=True))
         now = max((evaluated for evaluated, _ in answers), default=0.0) or self._clock()
-        samples = _by_target(results["values"][1])
+        samples = _by_target([p for kind in VALUE_QUERIES for p in results[kind][1]])
         names = _names(results["names"][1])
         last = {_target(p.labels): p.values[0][1] for p in results["names"][1]}
         up = {_target(p.labels): p.values[0][1] for p in results["up"][1]}

@@ -26,7 +26,11 @@ _VALUES = {
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", m.watts),
     "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", m.megahertz),
 }
-FAMILIES = (*_FB, "DCGM_FI_DEV_FB_TOTAL", *_VALUES)
+INDEXED = (*_FB[1:], "DCGM_FI_DEV_FB_TOTAL", *_VALUES)
+"""Families a Prometheus source may read with only `gpu` and `GPU_I_ID` as labels."""
+WHOLE = ("DCGM_FI_DEV_FB_FREE",)
+"""Read with all labels: the GPU's identity and host name ride on it."""
+FAMILIES = (*INDEXED, *WHOLE)
 
 
 def mapped(samples: Sequence[Sample], node: str) -> Mapped:
@@ -43,7 +47,8 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
         if instance is not None:
             fields.values["mig_enabled"] = True
             _memory(instances[(index, instance)], sample)
-            instances[(index, instance)]["profile"] = sample.labels.get("GPU_I_PROFILE", "")
+            if profile := sample.labels.get("GPU_I_PROFILE"):
+                instances[(index, instance)]["profile"] = profile
         elif sample.name in _VALUES:
             field, convert = _VALUES[sample.name]
             fields.values[field] = convert(sample.value)
@@ -60,10 +65,14 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
 
 
 def _identify(fields: GpuFields, labels: dict[str, str]) -> None:
-    if "uuid" not in fields.values:
-        fields.values["uuid"] = m.label(labels.get("UUID") or labels.get("uuid"))
-        fields.values["name"] = m.label(labels.get("modelName"))
-        fields.values["pci_bus_id"] = m.label(labels.get("pci_bus_id"))
+    """The GPU's identity, from the first series that carries it."""
+    for field, keys in (
+        ("uuid", ("UUID", "uuid")),
+        ("name", ("modelName",)),
+        ("pci_bus_id", ("pci_bus_id",)),
+    ):
+        if fields.values.get(field) is None:
+            fields.values[field] = m.label(next((labels[k] for k in keys if labels.get(k)), None))
 
 
 def _memory(values: dict[str, int | str | None], sample: Sample) -> None:

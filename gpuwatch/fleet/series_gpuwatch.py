@@ -32,18 +32,29 @@ _MIG_VALUES = {
     "gpuwatch_mig_memory_used_bytes": "memory_used_bytes",
     "gpuwatch_mig_memory_free_bytes": "memory_free_bytes",
 }
-FAMILIES = (
+INDEXED = (
+    "gpuwatch_memory_total_bytes",
+    "gpuwatch_memory_used_bytes",
+    "gpuwatch_memory_free_bytes",
+    "gpuwatch_utilization_ratio",
+    "gpuwatch_temperature_celsius",
+    "gpuwatch_power_watts",
     "gpuwatch_sampling_up",
-    "gpuwatch_sample_timestamp_seconds",
+)
+"""Families a Prometheus source may read with only `gpu` (and the target) as labels."""
+WHOLE = (
     "gpuwatch_gpu_info",
-    "gpuwatch_gpu_up",
-    "gpuwatch_leases",
-    "gpuwatch_lease_declared_memory_bytes",
+    "gpuwatch_sample_timestamp_seconds",
     "gpuwatch_process_memory_bytes",
     "gpuwatch_mig_leases",
-    *_GPU_VALUES,
     *_MIG_VALUES,
 )
+"""Families read with all their labels: identity, processes, MIG devices."""
+ZERO = ("gpuwatch_gpu_up",)
+"""Read where 0 only: a GPU the daemon cannot read (absent: it can)."""
+NONZERO = ("gpuwatch_leases", "gpuwatch_lease_declared_memory_bytes", "gpuwatch_mig_enabled")
+"""Read where not 0 only: most GPUs hold no lease and are not split (absent: 0)."""
+FAMILIES = (*INDEXED, *WHOLE, *ZERO, *NONZERO)
 _KINDS = frozenset(kind.value for kind in ProcessKind)
 GPU_DOWN = "the node's daemon cannot read this GPU (see gpuwatch status there)"
 
@@ -81,9 +92,13 @@ def _gpus(by_name: dict[str, list[Sample]]) -> dict[int, GpuFields]:
     for sample in by_name["gpuwatch_gpu_info"] + by_name["gpuwatch_gpu_up"]:
         if (index := m.index_of(sample.labels.get("gpu"))) is not None:
             fields = gpus.setdefault(index, GpuFields(index))
-            fields.values["uuid"] = m.label(sample.labels.get("uuid"))
-            fields.values["name"] = m.label(sample.labels.get("model_name"))
-            fields.values["pci_bus_id"] = m.label(sample.labels.get("pci_bus_id"))
+            for field, key in (
+                ("uuid", "uuid"),
+                ("name", "model_name"),
+                ("pci_bus_id", "pci_bus_id"),
+            ):
+                if fields.values.get(field) is None:
+                    fields.values[field] = m.label(sample.labels.get(key))
             if sample.name == "gpuwatch_gpu_up" and sample.value != 1:
                 fields.values["error"] = GPU_DOWN
     for name, (field, convert) in _GPU_VALUES.items():
@@ -174,17 +189,23 @@ def _leases(
     leases: list[Lease] = []
     for sample in by_name["gpuwatch_leases"] + by_name["gpuwatch_mig_leases"]:
         gpu = m.index_of(sample.labels.get("gpu"))
-        uuid = m.label(sample.labels.get("uuid"))
+        mig = sample.name == "gpuwatch_mig_leases"
+        if gpu not in gpus:
+            continue
+        uuid = m.label(sample.labels.get("uuid") if mig else _str(gpus[gpu].values.get("uuid")))
         count = m.small_whole(sample.value, 1024) or 0
-        if gpu not in gpus or uuid is None or count == 0:
+        if uuid is None or count == 0:
             continue
         shared = sample.labels.get("mode") == "shared"
-        mig = sample.name == "gpuwatch_mig_leases"
         # A MIG device's shared leases declare memory the daemon does not export: they hold
         # no more than what its free memory already shows.
         memory = (0 if mig else declared.get(gpu, 0)) if shared else None
         leases += _synthetic(node, uuid, gpu, count, memory, sample.labels.get("mode", ""))
     return tuple(leases)
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _synthetic(

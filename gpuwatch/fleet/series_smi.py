@@ -33,15 +33,17 @@ _MIG_MEMORY = {
     "nvidia_smi_mig_memory_used_bytes": "memory_used_bytes",
     "nvidia_smi_mig_memory_free_bytes": "memory_free_bytes",
 }
-FAMILIES = (
+BY_UUID = tuple(_VALUES)
+"""Families a Prometheus source may read with only `uuid` (and the target) as labels."""
+WHOLE = (
     "nvidia_smi_gpu_info",
     "nvidia_smi_last_collect_success",
     "nvidia_smi_last_collect_success_timestamp_seconds",
     "nvidia_smi_compute_app_used_memory_bytes",
     "nvidia_smi_mig_info",
-    *_VALUES,
     *_MIG_MEMORY,
 )
+FAMILIES = (*BY_UUID, *WHOLE)
 
 
 def mapped(samples: Sequence[Sample], node: str) -> Mapped:

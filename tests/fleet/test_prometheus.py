@@ -5,12 +5,15 @@ clear SourceError."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from gpuwatch.errors import SourceError
+from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.nodes import Exporter
 from gpuwatch.fleet.prometheus import QUERIES, PrometheusSource
+from gpuwatch.fleet.series import PREFIXES, target_state
 from tests.fleet.fakeprom import NOW, FakePrometheus, FakeTarget
 from tests.fleet.servers import Reply, always, fixture, refusing, serving
 
@@ -30,8 +33,8 @@ def test_a_refresh_costs_the_same_queries_for_one_node_or_forty(count: int) -> N
     with serving(prometheus) as url:
         # WHEN the fleet is read
         fleet = PrometheusSource(url).read()
-    # THEN every node is there, up, for the same four queries
-    assert len(prometheus.asked) == len(QUERIES) == 4
+    # THEN every node is there, up, for the same six queries
+    assert len(prometheus.asked) == len(QUERIES) == 6
     assert [node.name for node in fleet.nodes] == [f"dgx-{n:03}" for n in range(count)]
     assert all(node.up and node.exporter is Exporter.DCGM for node in fleet.nodes)
     assert fleet.taken_at == NOW
@@ -103,7 +106,7 @@ def error_json(message: str) -> Reply:
 )
 def test_a_server_that_is_not_prometheus_is_one_clear_line(reply: Reply, says: str) -> None:
     with serving(always(reply)) as url:
-        source = PrometheusSource(url, timeout_s=1.0)
+        source = PrometheusSource(url, timeout_s=1.0 if reply.drip_s else 10.0)
         with pytest.raises(SourceError) as raised:
             source.read()
     message = str(raised.value)
@@ -126,3 +129,22 @@ def test_a_url_that_is_not_http_is_refused_before_any_request(url: str) -> None:
     with pytest.raises(SourceError) as raised:
         PrometheusSource(url)
     assert "secret" not in str(raised.value)
+
+
+def test_a_gpuwatch_node_through_prometheus_is_the_node_scraped_directly() -> None:
+    # GIVEN a daemon's /metrics, read by Prometheus (its values without identity labels,
+    # leases, down GPUs and MIG mode only where set) and read directly
+    text = fixture("gpuwatch_node.prom").decode()
+    taken_at = 1.7954727494912333e09
+    target = FakeTarget("gpuwatch", "10.0.0.7:19400", text, scraped_at=taken_at + 1)
+    with serving(FakePrometheus([target])) as url:
+        (through, *_) = PrometheusSource(url, clock=lambda: NOW).read().nodes
+    samples = list(parse_exposition(text, PREFIXES))
+    direct = target_state(samples, fallback_name="x", seen_at=NOW, now=NOW, stale_after_s=1e9)
+    # THEN both tell the same GPUs, leases, MIG devices and processes
+    assert through.snapshot is not None and direct.snapshot is not None
+    unsplit = [replace(gpu, mig_enabled=gpu.mig_enabled or None) for gpu in direct.snapshot.gpus]
+    assert list(through.snapshot.gpus) == unsplit
+    assert through.leases == direct.leases
+    assert through.snapshot.mig_devices == direct.snapshot.mig_devices
+    assert through.snapshot.processes == direct.snapshot.processes
