@@ -1,4 +1,4 @@
-"""A stand-in for Prometheus's HTTP API: answers the fleet's four queries from exposition
+"""A stand-in for Prometheus's HTTP API: answers the fleet's queries from exposition
 fixtures as a server scraping them would, and counts what it was asked."""
 
 from __future__ import annotations
