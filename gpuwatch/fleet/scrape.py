@@ -35,7 +35,8 @@ DEFAULT_PORT = 19400
 DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_MAX_BYTES = 8 << 20
 DEFAULT_STALE_AFTER_S = 15.0
-"""Three samples of a daemon at a 5s interval; a daemon's snapshot older than this is stale."""
+"""A daemon's snapshot older than this is stale: fifteen samples at its default 1s interval,
+three at a 5s one; only a daemon whose sampling stalled falls that far behind."""
 MAX_NODES_FILE_BYTES = 1 << 20
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]")
 
