@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.errors import SourceError
+from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet.exposition import parse_value
 from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all
 from gpuwatch.fleet.series import safe_name, shown_address
@@ -40,14 +40,14 @@ def base_url(text: str) -> str:
         or parts.fragment
         or not text.isprintable()
     ):
-        raise SourceError(
+        raise InvalidValueError(
             f"Prometheus URL {shown!r}: give http(s)://HOST:PORT, e.g. http://prometheus:9090 "
             "(credentials go in a file, never in the URL)"
         )
     try:
         parts.port  # noqa: B018 - raises on a port that is not a number
     except ValueError:
-        raise SourceError(f"Prometheus URL {shown!r}: the port is not a number") from None
+        raise InvalidValueError(f"Prometheus URL {shown!r}: the port is not a number") from None
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpuwatch.errors import SourceError
+from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.nodes import Exporter
 from gpuwatch.fleet.prometheus import QUERIES, PrometheusSource
@@ -126,7 +126,8 @@ def test_a_refused_connection_is_one_clear_line() -> None:
     ids=["ftp", "no-scheme", "credentials", "no-host", "port-name"],
 )
 def test_a_url_that_is_not_http_is_refused_before_any_request(url: str) -> None:
-    with pytest.raises(SourceError) as raised:
+    # a bad value, as any option's (exit 2), not a server that cannot be read (exit 6)
+    with pytest.raises(InvalidValueError) as raised:
         PrometheusSource(url)
     assert "secret" not in str(raised.value)
 
