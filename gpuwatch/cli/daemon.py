@@ -59,7 +59,8 @@ _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 @click.option(
     "--listen",
     metavar="[HOST:]PORT",
-    help="Also serve /metrics over TCP; a PORT alone listens on loopback only.",
+    help="Also serve /metrics, /-/healthy and /-/ready over TCP; a PORT alone listens on "
+    "loopback only.",
 )
 @click.option(
     "--node-name",
@@ -116,7 +117,6 @@ def daemon(
     Examples:
       gpuwatch daemon                 # API on $XDG_RUNTIME_DIR/gpuwatch.sock
       gpuwatch daemon --listen 19400  # + http://127.0.0.1:19400/metrics
-      gpuwatch daemon --listen 0.0.0.0:19400 --web-config /etc/gpuwatch/web-config.yml
       gpuwatch daemon --sim 8 --socket /tmp/gw.sock
       curl --unix-socket /tmp/gw.sock http://gw/v1/health
     """

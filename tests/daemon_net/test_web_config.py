@@ -153,3 +153,26 @@ def test_headers_of_the_web_config_come_with_every_answer(tmp_path: Path) -> Non
     with tcp_daemon(tmp_path, "--web-config", str(web)) as daemon:
         for path in ("/metrics", "/-/ready", "/nowhere"):
             assert daemon.get(path).headers["x-frame-options"] == "deny"
+
+
+def test_the_example_web_config_secures_a_node_beside_its_certificates(
+    tmp_path: Path, certs: Certs
+) -> None:
+    # GIVEN examples/web-config.yml copied beside the node's certificates, as in /etc/gpuwatch
+    example = Path(__file__).resolve().parents[2] / "examples" / "web-config.yml"
+    for name, made in [
+        ("server.crt", certs.server_cert),
+        ("server.key", certs.server_key),
+        ("clients-ca.crt", certs.ca),
+    ]:
+        (tmp_path / name).write_bytes(made.read_bytes())
+    web = tmp_path / "web-config.yml"
+    web.write_text(example.read_text())
+    # WHEN a daemon takes it, THEN a scraper with a certificate and the example's password gets
+    # the metrics, and one without the password does not
+    with tcp_daemon(tmp_path, "--web-config", str(web)) as daemon:
+        tls = client_tls(certs.ca, certs.client_cert, certs.client_key)
+        assert daemon.get("/metrics", tls=tls, user="prometheus", password="change-me").status == (
+            200
+        )
+        assert daemon.get("/metrics", tls=tls).status == 401
