@@ -81,7 +81,6 @@ _MAX_FILE_BYTES = 1 << 20
 class WebConfig:
     """What the TCP listener does with each connection and request."""
 
-    path: str
     tls: ssl.SSLContext | None = None
     """Wraps each connection in TLS; `None`: plain HTTP."""
     auth: BasicAuth | None = None
@@ -138,7 +137,6 @@ def _build(path: str, data: Mapping[str, Any]) -> WebConfig:
     tls = _tls_context(_section(data, "tls_server_config"), directory)
     users = _section(data, "basic_auth_users")
     return WebConfig(
-        path=path,
         tls=tls,
         auth=BasicAuth(_hashes(users)) if users else None,
         headers=_headers(_section(data, "http_server_config")),
