@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import ssl
 from collections.abc import Iterator
@@ -176,3 +177,27 @@ def test_the_example_web_config_secures_a_node_beside_its_certificates(
             200
         )
         assert daemon.get("/metrics", tls=tls).status == 401
+
+
+def next_log_line(daemon: TcpDaemon, timeout_s: float = 30) -> str:
+    stderr = daemon.process.stderr
+    assert stderr is not None
+    ready, _, _ = select.select([stderr], [], [], timeout_s)
+    assert ready, "the daemon logged nothing"
+    return stderr.readline()
+
+
+def test_a_reload_with_a_bad_web_config_keeps_the_one_in_force(tmp_path: Path) -> None:
+    # GIVEN a daemon asking for a password
+    web = tmp_path / "web.yml"
+    web.write_text(web_config(users={"prometheus": "first"}))
+    with tcp_daemon(tmp_path, "--web-config", str(web)) as daemon:
+        assert "serving" in next_log_line(daemon)
+        # WHEN the file is spoiled and the daemon reloaded
+        web.write_text("basic_auth_users:\n  prometheus: not-a-hash\n")
+        os.kill(daemon.process.pid, signal.SIGHUP)
+        # THEN it says why in one line, and still asks for the password in force
+        failed = next_log_line(daemon)
+        assert "reload failed" in failed and "basic_auth_users.prometheus" in failed
+        assert daemon.get("/metrics").status == 401
+        assert daemon.get("/metrics", user="prometheus", password="first").status == 200
