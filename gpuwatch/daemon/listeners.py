@@ -200,7 +200,8 @@ class TcpMetricsServer(_Guarded, socketserver.TCPServer):
     def __init__(self, host: str, port: int, answer: Answer, web: WebConfig | None) -> None:
         _Guarded.__init__(self, answer)
         self.web = web
-        """Swapped whole on SIGHUP; each connection uses the one it started with."""
+        """Swapped whole on SIGHUP: a connection keeps the TLS it shook hands with, and each
+        request is checked against the passwords in force when it arrives."""
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             socketserver.TCPServer.__init__(self, (host, port), socketserver.BaseRequestHandler)
