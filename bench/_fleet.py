@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -129,7 +129,7 @@ def has_command(*argv: str) -> str:
     return done.stdout if done.returncode == 0 else ""
 
 
-def median_wall_s(commands: dict[str, Sequence[str]], runs: int) -> dict[str, float]:
+def median_wall_s(commands: Mapping[str, Sequence[str]], runs: int) -> dict[str, float]:
     """Median wall time of each whole process, runs interleaved so that the machine's
     drift hits all alike. Exit status 0 and 4 (gpuwatch: nothing fits) both count."""
     times: dict[str, list[float]] = {name: [] for name in commands}

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
+import os
 import random
 import resource
 import signal
@@ -234,7 +236,7 @@ def _loopback_listener() -> socket.socket:
 async def serve(nodes: list[Node], hanging: int, refusing: int, stop_on_eof: bool) -> None:
     listeners = [_loopback_listener() for _ in nodes]
     for node, listener in zip(nodes, listeners, strict=True):
-        await asyncio.start_server(lambda r, w, node=node: _serve_node(node, r, w), sock=listener)
+        await asyncio.start_server(functools.partial(_serve_node, node), sock=listener)
     hung = [_loopback_listener() for _ in range(hanging)]
     for listener in hung:
         await asyncio.start_server(_hang, sock=listener)
@@ -258,8 +260,13 @@ async def _until_told_to_stop(stop_on_eof: bool) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     if stop_on_eof:
-        loop.add_reader(sys.stdin.fileno(), lambda: sys.stdin.buffer.read1(4096) or stop.set())
+        loop.add_reader(sys.stdin.fileno(), _stop_at_eof, stop)
     await stop.wait()
+
+
+def _stop_at_eof(stop: asyncio.Event) -> None:
+    if not os.read(sys.stdin.fileno(), 4096):
+        stop.set()
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -30,6 +31,7 @@ from tests.fleet.prometheus_harness import (
     Prometheus,
     PrometheusUnavailable,
     Target,
+    prometheus_binary,
     running_prometheus,
 )
 
@@ -38,7 +40,7 @@ StartDaemons = Callable[..., list[RunningDaemon]]
 StartSimFleet = Callable[..., SimFleet]
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     if os.environ.get(REQUIRE_ENV):
         pytest.fail(f"{reason}\n({REQUIRE_ENV} is set: Prometheus must run here)")
     pytest.skip(reason.splitlines()[0])
@@ -48,6 +50,10 @@ def _unavailable(reason: str) -> None:
 def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
     """`start_prometheus(targets=(), scrape_interval_s=1.0) -> Prometheus`, ready for
     queries; skips (or fails under GPUWATCH_REQUIRE_PROMETHEUS) where it cannot run."""
+    try:
+        prometheus_binary()  # before the test starts anything else
+    except PrometheusUnavailable as error:
+        _unavailable(str(error))
     homes = (tmp_path / f"prometheus-{number}" for number in range(1_000))
     with ExitStack() as stack:
 
@@ -57,7 +63,6 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
                 return stack.enter_context(running_prometheus(home, targets, scrape_interval_s))
             except PrometheusUnavailable as error:
                 _unavailable(str(error))
-                raise  # unreachable: skip and fail raise
 
         yield start
 
