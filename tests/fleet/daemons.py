@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwatch.backends.scenario import MODELS
@@ -37,7 +37,7 @@ class SimNode:
     model: str = "H100-80GB"
     # Distinct per node by default: a GPU's uuid derives from the seed, and two nodes
     # with the same uuids would make a join on `uuid` lie.
-    seed: int = field(default=-1)
+    seed: int | None = None
 
     def free_bytes(self) -> tuple[int, ...]:
         """Each GPU's free memory, as the simulator reports it (capacity less what is used)."""
@@ -46,7 +46,7 @@ class SimNode:
         return tuple(capacity - min(used, capacity) for used in self.used_bytes)
 
     def scenario(self) -> str:
-        seed = self.seed if self.seed >= 0 else _seed_of(self.name)
+        seed = _seed_of(self.name) if self.seed is None else self.seed
         lines = [f'hostname = "{self.name}"', f"seed = {seed}"]
         for _ in self.used_bytes:
             lines += ["[[gpu]]", f'model = "{self.model}"', 'load = "constant"']

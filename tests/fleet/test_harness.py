@@ -63,13 +63,24 @@ def test_a_daemon_killed_mid_run_is_down_while_the_others_stay_up(
     prometheus.wait_until_up([daemons[0].address, daemons[2].address])
 
 
-def test_nodes_that_hang_or_refuse_are_down(
-    start_prometheus: StartPrometheus, hanging_endpoint: Endpoint, refusing_endpoint: Endpoint
+def test_nodes_that_hang_refuse_or_serve_elsewhere_are_down(
+    start_prometheus: StartPrometheus,
+    hanging_endpoint: Endpoint,
+    refusing_endpoint: Endpoint,
+    dcgm_endpoint: Endpoint,
 ) -> None:
-    # GIVEN Prometheus scraping a node that hangs and one that refuses
-    stuck = [hanging_endpoint.address, refusing_endpoint.address]
-    prometheus = start_prometheus([Target(address) for address in stuck])
-    # THEN both are down, each after its scrape ended (the hang at the scrape timeout)
+    # GIVEN Prometheus, told after its start (a reload) to scrape a node that hangs, one
+    # that refuses, and an exporter at a path where it serves nothing
+    prometheus = start_prometheus()
+    stuck = [hanging_endpoint.address, refusing_endpoint.address, dcgm_endpoint.address]
+    prometheus.set_targets(
+        [
+            Target(hanging_endpoint.address),
+            Target(refusing_endpoint.address),
+            Target(dcgm_endpoint.address, metrics_path="/elsewhere"),
+        ]
+    )
+    # THEN all three are down, each after its scrape ended (the hang at the scrape timeout)
     prometheus.wait_until_up(stuck, up=False)
 
 
@@ -93,6 +104,7 @@ def test_a_sim_fleet_serves_distinct_nodes_whose_readings_move(
 ) -> None:
     # GIVEN one process serving 5 nodes of 4 GPUs, one hanging and one refusing address
     fleet = start_sim_fleet(5, gpus=4, hang=1, refuse=1)
+    assert sorted(fleet.nodes) == [f"node-000{number}" for number in range(1, 6)]
     # WHEN each node's /metrics is read
     texts = {
         name: fetch(f"http://{address}/metrics", timeout_s=10)
@@ -104,10 +116,18 @@ def test_a_sim_fleet_serves_distinct_nodes_whose_readings_move(
         assert hosts == {name.encode()}
         assert text.count(b"gpuwatch_gpu_up{") == 4
     # AND its sample timestamp moves with the clock
-    first = next(iter(fleet.nodes.values()))
-    stamp = re.compile(rb"gpuwatch_sample_timestamp_seconds\{[^}]*\} (\S+)")
-    before = float(stamp.search(texts["node-0001"]).group(1))  # type: ignore[union-attr]
+    first = fleet.nodes["node-0001"]
+    before = sample_timestamp(texts["node-0001"])
     deadline = time.monotonic() + 30
-    while float(stamp.search(fetch(f"http://{first}/metrics", 10)).group(1)) == before:  # type: ignore[union-attr]
+    while sample_timestamp(fetch(f"http://{first}/metrics", timeout_s=10)) == before:
         assert time.monotonic() < deadline, "the timestamp never moved"
         time.sleep(0.1)
+    # AND its stand-ins for broken nodes fail as named
+    for address in (*fleet.hanging, *fleet.refusing):
+        assert fetch(f"http://{address}/metrics", timeout_s=0.5) == b""
+
+
+def sample_timestamp(text: bytes) -> float:
+    found = re.search(rb"gpuwatch_sample_timestamp_seconds\{[^}]*\} (\S+)", text)
+    assert found, text[:500]
+    return float(found.group(1))
