@@ -154,13 +154,13 @@ def fleet_families() -> tuple[str, ...]:
     return tuple(series.FAMILIES)
 
 
-def fleet_source(module: str, class_name: str, *args: Any) -> tuple[Any, str]:
-    """`gpuwatch.fleet.MODULE.CLASS(*args)`, or None and why not."""
+def fleet_source(module: str, class_name: str, *args: Any, **options: Any) -> tuple[Any, str]:
+    """`gpuwatch.fleet.MODULE.CLASS(*args, **options)`, or None and why not."""
     try:
         cls = getattr(importlib.import_module(f"gpuwatch.fleet.{module}"), class_name)
     except (ImportError, AttributeError):
         return None, f"this gpuwatch has no gpuwatch.fleet.{module}.{class_name}"
     try:
-        return cls(*args), ""
+        return cls(*args, **options), ""
     except TypeError as error:
-        return None, f"gpuwatch.fleet.{module}.{class_name}{args!r}: {error}"
+        return None, f"gpuwatch.fleet.{module}.{class_name}: {error}"

@@ -11,9 +11,9 @@ and 5 that refuse; a real Prometheus (Debian's `prometheus`) scrapes them. Then:
 (c) one refresh of the fleet (`PrometheusSource.read()`, or until it exists the queries it
     will send) at 100, 500 and 1,000 nodes: requests, bytes read and time, counted by a
     proxy in front of Prometheus;
-(d) direct scraping of 100 nodes of which 5 hang and 5 refuse (`gpuwatch where
-    --nodes-file`): wall time beside the per-node timeout, and beside the floor of 100
-    concurrent standard-library GETs with that timeout.
+(d) direct scraping of 100 nodes of which 5 hang and 5 refuse (`ScrapeSource.read()`
+    and `gpuwatch where --nodes-file`): wall time beside the per-node timeout, and beside
+    the floor of 100 concurrent standard-library GETs with that timeout.
 
 A figure the installed gpuwatch cannot give yet is skipped with a line that says why.
 Prometheus runs on this machine too, so every figure carries its load.
@@ -67,6 +67,18 @@ def scrape_directly(fleet: SimFleet, timeout_s: float, runs: int) -> None:
     print(f"    per-node timeout {timeout_s:g} s; the issue's bound: {timeout_s + 0.5:g} s")
     floor = statistics.median(_all_at_once(addresses, timeout_s) for _ in range(3))
     print(f"    100 GETs at once, standard library:  {floor:6.2f} s wall")
+    source, why = fleet_source("scrape", "ScrapeSource", addresses, timeout_s=timeout_s)
+    if source is None:
+        print(f"    ScrapeSource.read(): skipped ({why})")
+    else:
+        walls, up = [], 0
+        for _ in range(3):
+            start = time.perf_counter()
+            up = sum(node.up for node in source.read().nodes)
+            walls.append(time.perf_counter() - start)
+        source.close()
+        wall = statistics.median(walls)
+        print(f"    ScrapeSource.read(), in process:     {wall:6.2f} s wall, {up} nodes up")
     help_text = has_command("where")
     if "--nodes-file" not in help_text:
         print("    gpuwatch where --nodes-file: skipped (this gpuwatch has no such option)")
