@@ -3,7 +3,8 @@
 Each node is a `SimNode`: its name and the memory in use on each of its GPUs, so that a
 test knows every GPU's free memory without asking gpuwatch (`SimNode.free_bytes`). Each
 daemon has its own socket, lease directory and TCP port for `/metrics`; its series carry
-`hostname="<name>"`. Where the daemon takes `--node-name`, the harness passes it too.
+`hostname="<name>"`: from `--node-name` where the daemon takes it (the simulated host
+then has another name, as a container would), else from the scenario's host name.
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ class SimNode:
         capacity = model.memory_total_bytes - model.memory_reserved_bytes
         return tuple(capacity - min(used, capacity) for used in self.used_bytes)
 
-    def scenario(self) -> str:
+    def scenario(self, hostname: str | None = None) -> str:
+        """The scenario file; its host is named `hostname`, by default the node's name."""
         seed = _seed_of(self.name) if self.seed is None else self.seed
-        lines = [f'hostname = "{self.name}"', f"seed = {seed}"]
+        lines = [f'hostname = "{hostname or self.name}"', f"seed = {seed}"]
         for _ in self.used_bytes:
             lines += ["[[gpu]]", f'model = "{self.model}"', 'load = "constant"']
             lines.append("utilization_pct = 30")
@@ -134,13 +136,17 @@ def running_daemons(
 
 def _start(home: Path, node: SimNode, interval: str) -> RunningDaemon:
     home.mkdir(parents=True, exist_ok=True)
-    (home / "node.toml").write_text(node.scenario())
     port = free_port()
     argv = [sys.executable, "-m", "gpuwatch", "daemon", "--sim", str(home / "node.toml")]
     argv += ["--socket", str(home / "gw.sock"), "--listen", f"127.0.0.1:{port}"]
     argv += ["--interval", interval]
     if daemon_accepts_node_name():
+        # The simulated host gets another name, as a container's would: the series must
+        # carry the node's name all the same.
         argv += ["--node-name", node.name]
+        (home / "node.toml").write_text(node.scenario(hostname=f"container-{node.name}"))
+    else:
+        (home / "node.toml").write_text(node.scenario())
     env = {**os.environ, "GPUWATCH_LEASE_DIR": str(home / "leases")}
     for name in ("GPUWATCH_SIM", "GPUWATCH_BACKEND", "GPUWATCH_NODE_NAME"):
         env.pop(name, None)
