@@ -28,6 +28,7 @@ import argparse
 import gzip
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -127,8 +128,12 @@ def load(prometheus: Prometheus, fleet: SimFleet, nodes: int) -> None:
 def compare_where(url: str, runs: int) -> None:
     print(f"(a)+(b) whole-process wall time, median of {runs} interleaved runs")
     commands = {"bare client": [sys.executable, "-c", BARE_CLIENT, url]}
+    where = [gpuwatch_command(), *WHERE, "--prometheus", url]
     if "--prometheus" in has_command("where"):
-        commands["gpuwatch where"] = [gpuwatch_command(), *WHERE, "--prometheus", url]
+        answer = subprocess.run(where, capture_output=True, text=True, check=False)
+        print(f"    gpuwatch where answers (exit {answer.returncode}): {_first_line(answer)}")
+        if answer.returncode in (0, 4):
+            commands["gpuwatch where"] = where
     medians = median_wall_s(commands, runs)
     for name, wall_s in medians.items():
         print(f"    {name:16} {wall_s * 1000:7.0f} ms")
@@ -136,7 +141,12 @@ def compare_where(url: str, runs: int) -> None:
         ratio = medians["gpuwatch where"] / medians["bare client"]
         print(f"    ratio {ratio:.2f} (the issue's bound: 2)")
     else:
-        print("    gpuwatch where --prometheus: skipped (this gpuwatch has no such command)")
+        print("    gpuwatch where --prometheus: skipped (no such command here, or it failed)")
+
+
+def _first_line(done: subprocess.CompletedProcess[str]) -> str:
+    lines = (done.stdout or done.stderr).splitlines()
+    return lines[0][:100] if lines else "(nothing)"
 
 
 def refresh_cost(proxy: CountingProxy, nodes: int, refreshes: int) -> tuple[str, ...]:
