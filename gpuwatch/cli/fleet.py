@@ -1,7 +1,9 @@
-"""`gpuwatch fleet`: opens a fleet source and hands it to the fleet screen, or prints one
-read of it (`--once`, `--json`).
+"""`gpuwatch fleet`: opens the fleet source its options name and hands it to the fleet
+screen, or prints one read of it (`--once`, `--json`).
 
-`open_source()` is the one place a source is chosen from the options.
+The source options are `gpuwatch where`'s (`gpuwatch.cli.fleet_source`): the same
+names, checks and resolution (`--sim N`, `--prometheus`, `--node`, `--nodes-file`,
+else `GPUWATCH_PROMETHEUS` or fleet.toml).
 """
 
 from __future__ import annotations
@@ -11,26 +13,17 @@ import sys
 
 import click
 
-from gpuwatch.cli.options import Command, Duration, WholeNumber
-from gpuwatch.errors import InvalidValueError
+from gpuwatch.cli.fleet_source import click_options, open_fleet_source
+from gpuwatch.cli.options import Command, Duration
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from gpuwatch.fleet.nodes import FleetSource
+    from typing import Any
 
-MAX_SIM_NODES = 10_000  # gpuwatch.fleet.simulated.MAX_SIM_NODES, without importing it for --help
-_NO_SOURCE = "no fleet source: give --sim N to see a simulated fleet"
+    from gpuwatch.fleet.nodes import FleetSource
 
 
 @click.command(cls=Command)
-@click.option(
-    "--sim",
-    "sim_nodes",
-    type=WholeNumber(1, MAX_SIM_NODES),
-    metavar="N",
-    help=f"Show a simulated fleet of N nodes (1 to {MAX_SIM_NODES:,}): some down or stale, "
-    "one running dcgm-exporter.",
-)
 @click.option("--once", is_flag=True, help="Print the table once and exit.")
 @click.option(
     "--json",
@@ -54,12 +47,13 @@ _NO_SOURCE = "no fleet source: give --sim N to see a simulated fleet"
     help="Count a held GPU (leased, or a process holds memory) as an idle holder once the "
     "screen has seen it idle this long (up to 7d; --once: idle now).  [default: 10m]",
 )
+@click_options
 def fleet(
-    sim_nodes: int | None,
     once: bool,
     as_json: bool,
     interval_s: float | None,
     idle_after_s: float | None,
+    **source_options: Any,
 ) -> int:
     """Every node's GPUs on one screen: free GPUs, memory, load, leases, per node.
 
@@ -71,35 +65,20 @@ def fleet(
     Examples:
       gpuwatch fleet --sim 20             # a simulated fleet of 20 nodes
       gpuwatch fleet --sim 20 --once      # the table, printed once
-      gpuwatch fleet --sim 20 --json | jq '.nodes[] | select(.up) | .node'
+      gpuwatch fleet --prometheus http://prom:9090
+      gpuwatch fleet --node gpu-01 --node gpu-02:9400 --interval 5
+      gpuwatch fleet --json | jq '.nodes[] | select(.up) | .node'
     """
     if interval_s is not None and (once or as_json):
         raise click.UsageError(
             "--interval sets the live screen's refresh: not with --once or --json"
         )
-    source = open_source(sim_nodes)
-    try:
+    with open_fleet_source(source_options) as source:
         if as_json:
             return print_json(source)
         if once:
             return print_table(source)
         return run_screen(source, interval_s, idle_after_s)
-    finally:
-        source.close()
-
-
-def open_source(sim_nodes: int | None) -> FleetSource:
-    """The fleet source the options name; `InvalidValueError` (exit 2) when they name none.
-
-    The real sources' options (`--prometheus`, `--node`, `--nodes-file`, and where none is
-    given, `GPUWATCH_PROMETHEUS` or fleet.toml) are resolved here, after `--sim`, and
-    passed in beside it; the screen, `--once` and `--json` take whatever this returns.
-    """
-    if sim_nodes is not None:
-        from gpuwatch.fleet.simulated import SimFleet
-
-        return SimFleet(sim_nodes)
-    raise InvalidValueError(_NO_SOURCE)
 
 
 def print_json(source: FleetSource) -> int:
@@ -126,8 +105,10 @@ def print_table(source: FleetSource) -> int:
 def run_screen(source: FleetSource, interval_s: float | None, idle_after_s: float | None) -> int:
     from gpuwatch.tui.fleet_app import DEFAULT_IDLE_AFTER_S, DEFAULT_INTERVAL_S, FleetApp
 
+    first = source.read()  # a source that cannot be read at all: one line, before the screen
     app = FleetApp(
         source,
+        first=first,
         interval_s=DEFAULT_INTERVAL_S if interval_s is None else interval_s,
         idle_after_s=DEFAULT_IDLE_AFTER_S if idle_after_s is None else idle_after_s,
     )

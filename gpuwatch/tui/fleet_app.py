@@ -68,9 +68,11 @@ class FleetApp(App[int]):
         idle_after_s: float = DEFAULT_IDLE_AFTER_S,
         monotonic: Callable[[], float] = time.monotonic,
         sample: bool = True,
+        first: FleetState | None = None,
     ) -> None:
         """`monotonic` measures idle times and graphs; `sample=False` starts no reader, so
-        fleets come only from `feed()`."""
+        fleets come only from `feed()`; `first` is a read already made (the command makes
+        one, to fail before the screen opens when the source cannot be read at all)."""
         super().__init__()
         self.source = source
         self.interval_s = interval_s
@@ -84,6 +86,7 @@ class FleetApp(App[int]):
         """Every node's row as of the latest read: keys re-sort and filter these, and only a
         read builds them again."""
         self._sample = sample
+        self._first = first
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
         self._drawn = False
@@ -116,6 +119,8 @@ class FleetApp(App[int]):
             f"gpuwatch fleet  ·  {self.source.description}  ·  ? help  q quit"
         )
         self.query_one(FleetTable).focus()
+        if self._first is not None:
+            self.feed(self._first)
         self.redraw()
 
     def on_unmount(self) -> None:
@@ -125,6 +130,8 @@ class FleetApp(App[int]):
 
     def _read_loop(self) -> None:
         next_read = time.monotonic()
+        if self._first is not None and self._stop.wait(self.interval_s):
+            return
         while not self._stop.is_set():
             # Reads start every interval, however long each takes (a slow Prometheus).
             next_read = max(next_read + self.interval_s, time.monotonic())
@@ -262,6 +269,8 @@ class FleetApp(App[int]):
         field.display = False
         self.view = self.view.clear()
         self.query_one(FleetTable).focus()
+        if self._first is not None:
+            self.feed(self._first)
         self.redraw()
 
     def selected_node(self) -> str | None:

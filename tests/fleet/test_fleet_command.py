@@ -58,7 +58,9 @@ def test_json_is_one_document_with_null_for_what_a_source_does_not_know() -> Non
         (["--sim", "2", "--interval", "10ms"], "too short"),
         (["--sim", "2", "--once", "--interval", "2"], "not with --once or --json"),
         (["--sim", "2", "--idle-after", "-1"], "not a duration"),
-        ([], "no fleet source"),
+        ([], "no fleet to read"),
+        (["--prometheus", "prom:9090"], "give http(s)://HOST:PORT"),
+        (["--node", "gpu-01", "--timeout", "soon"], "'soon' is not a duration"),
         (["--sim", "2", "--colour"], "No such option"),
     ],
     ids=[
@@ -70,15 +72,51 @@ def test_json_is_one_document_with_null_for_what_a_source_does_not_know() -> Non
         "interval-with-once",
         "idle-after",
         "no-source",
+        "prometheus-not-a-url",
+        "timeout-word",
         "unknown",
     ],
 )
-def test_bad_values_are_one_line_usage_errors(args: list[str], complaint: str) -> None:
+def test_bad_values_are_one_line_usage_errors(
+    args: list[str], complaint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN no fleet set in the environment or a config file
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("GPUWATCH_PROMETHEUS", raising=False)
     result = run_cli("fleet", *args)
     assert result.exit_code == ExitCode.USAGE, result.stderr
     assert result.stderr.startswith("gpuwatch: error:") and complaint in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("mode", [[], ["--once"], ["--json"]], ids=["screen", "once", "json"])
+def test_a_source_that_cannot_be_read_is_one_line_and_exit_6_before_any_screen(
+    mode: list[str],
+) -> None:
+    result = run_cli("fleet", "--prometheus", f"http://127.0.0.1:{closed_port()}", *mode)
+    assert result.exit_code == ExitCode.REMOTE, result.stderr
+    assert result.stderr.startswith("gpuwatch: error: Prometheus at http://127.0.0.1:")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "\x1b[" not in result.stdout, "no screen was drawn"
+
+
+def test_a_node_that_refuses_is_down_in_the_json_not_an_error() -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    result = run_cli("fleet", "--node", address, "--json")
+    assert result.exit_code == 0, result.stderr
+    (node,) = json.loads(result.stdout)["nodes"]
+    assert node["node"] == address and node["up"] is False and node["gpus"] == []
+    assert node["error"] and node["age_s"] is None
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def test_help_teaches_with_examples() -> None:
