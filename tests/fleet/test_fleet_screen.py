@@ -18,11 +18,15 @@ from textual.pilot import Pilot
 
 from gpuwatch.errors import SourceError
 from gpuwatch.fleet.nodes import FleetState
+from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.simulated import SimFleet
 from gpuwatch.tui.fleet_app import FleetApp
 from gpuwatch.tui.fleet_screens import NodeScreen, UsersScreen
 from gpuwatch.tui.fleet_widgets import FleetTable
 from tests.conftest import FROZEN_TIME
+from tests.fleet.conftest import StartDaemons, StartPrometheus
+from tests.fleet.daemons import SimNode
+from tests.fleet.prometheus_harness import Target
 
 SnapCompare = Callable[..., bool]
 
@@ -51,8 +55,8 @@ async def first_read(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
-async def until(pilot: Pilot[int], done: Callable[[], bool]) -> None:
-    for _ in range(200):
+async def until(pilot: Pilot[int], done: Callable[[], bool], tries: int = 200) -> None:
+    for _ in range(tries):
         if done():
             return
         await pilot.pause(0.02)
@@ -243,3 +247,33 @@ async def test_question_mark_lists_the_keys_and_q_closes_the_list() -> None:
         assert app.screen.id == "help"
         await pilot.press("q")
         assert app.screen.id != "help" and app.is_running
+
+
+# --- a real Prometheus ----------------------------------------------------------------------
+
+
+def test_through_prometheus_the_nodes_show_and_a_nodes_cards_have_its_past(
+    start_daemons: StartDaemons, start_prometheus: StartPrometheus
+) -> None:
+    # GIVEN two real daemons scraped every second by a real Prometheus, for a few seconds
+    daemons = start_daemons([SimNode("node-a", (0, 30 << 30)), SimNode("node-b", (0,))])
+    prometheus = start_prometheus([Target(daemon.address) for daemon in daemons])
+    prometheus.wait_until_up([daemon.address for daemon in daemons])
+    time.sleep(3)
+    app = FleetApp(PrometheusSource(prometheus.url), interval_s=1.0)
+
+    async def look() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            # WHEN the screen has read the fleet THEN each daemon is a node, up
+            await until(pilot, lambda: len(app.rows()) == 2, tries=500)
+            assert sorted(row.node for row in app.rows() if row.up) == ["node-a", "node-b"]
+            # WHEN Enter opens the first node THEN its graphs start with Prometheus's past
+            await pilot.press("enter")
+            screen = app.screen
+            assert isinstance(screen, NodeScreen)
+            await until(pilot, lambda: screen.section.frame is not None, tries=500)
+            assert screen.section.history_note == f"from prometheus {prometheus.url}"
+            trend = next(iter(screen.section.trends.values()))
+            assert len(trend.utilization) > 1, "the past came from query_range"
+
+    asyncio.run(look())
