@@ -72,7 +72,7 @@ def _json_job(entry: Any, node: str, minors: Sequence[int | None]) -> Job | None
         raise TypeError("gres_detail is not a list")
     position = nodes.index(node)
     detail = details[position] if position < len(details) else ""
-    indices = gpu_indices(_string(detail)) or []
+    indices = _held(_string(detail))
     limit_min = _number(entry.get("time_limit"))
     return Job(
         job_id=_json_job_id(entry),
@@ -83,6 +83,15 @@ def _json_job(entry: Any, node: str, minors: Sequence[int | None]) -> Job | None
         time_limit_s=None if limit_min is None else limit_min * 60.0,
         state="RUNNING",
     )
+
+
+def _held(gres: str) -> list[int]:
+    """The GPU indices of a node's GRES detail; `ValueError` (the job is skipped) when they
+    are garbled: a job whose GPUs are unknown is not shown holding none."""
+    indices = gpu_indices(gres)
+    if indices is None:
+        raise ValueError(f"garbled GRES indices: {gres[:80]!r}")
+    return indices
 
 
 def _json_nodes(entry: Any) -> list[str]:
@@ -207,7 +216,7 @@ def _scontrol_indices(fields: list[tuple[str, str]], node: str) -> list[int] | N
         if name == "Nodes":
             current = expand_hostlist(value)
         elif name == "GRES" and node in current:
-            return gpu_indices(value) or []
+            return _held(value)
     return [] if node in expand_hostlist(_first(fields, "NodeList")) else None
 
 

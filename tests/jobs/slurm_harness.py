@@ -11,13 +11,14 @@ munge is used or touched; `SLURM_CONF` points the client commands at this cluste
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,7 +140,10 @@ class SlurmCluster:
             child.wait(timeout=15)
 
     def close(self) -> None:
-        """Stops everything that was started, slurmd first (it kills its jobs' steps)."""
+        """Cancels the jobs, then stops everything that was started, slurmd first."""
+        if "slurmctld" in self.children and "slurmd" in self.children:
+            with contextlib.suppress(subprocess.SubprocessError, TimeoutError):
+                self.cancel_all()
         for name in ("slurmd", "slurmctld", "munged"):
             self.stop(name)
         _kill_stray_steps(self.root)
@@ -246,7 +250,7 @@ def _start_munged(cluster: SlurmCluster) -> None:
             f"--log-file={cluster.root / 'log' / 'munged.log'}",
         ],
     )
-    _wait_for(lambda: socket_path.exists(), cluster, "munged", "its socket")
+    _wait_for(socket_path.exists, cluster, "munged", "its socket")
 
 
 def _start_daemon(cluster: SlurmCluster, name: str) -> None:
@@ -283,9 +287,7 @@ def _wait_idle(cluster: SlurmCluster) -> None:
     _wait_for(idle, cluster, "slurmd", "the node to be idle in sinfo")
 
 
-def _wait_for(ready: object, cluster: SlurmCluster, name: str, what: str) -> None:
-    assert callable(ready)
-    deadline = time.monotonic() + START_TIMEOUT_S
+def _wait_for(ready: Callable[[], bool], cluster: SlurmCluster, name: str, what: str) -> None:    deadline = time.monotonic() + START_TIMEOUT_S
     while not ready():
         for child_name, child in cluster.children.items():
             if child.poll() is not None:
@@ -318,7 +320,5 @@ def _kill_stray_steps(root: Path) -> None:
         except OSError:
             continue
         if f"SLURM_CONF={conf}".encode() in environ.split(b"\0"):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(int(entry.name), signal.SIGKILL)
-            except OSError:
-                pass
