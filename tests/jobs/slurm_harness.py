@@ -287,7 +287,8 @@ def _wait_idle(cluster: SlurmCluster) -> None:
     _wait_for(idle, cluster, "slurmd", "the node to be idle in sinfo")
 
 
-def _wait_for(ready: Callable[[], bool], cluster: SlurmCluster, name: str, what: str) -> None:    deadline = time.monotonic() + START_TIMEOUT_S
+def _wait_for(ready: Callable[[], bool], cluster: SlurmCluster, name: str, what: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
     while not ready():
         for child_name, child in cluster.children.items():
             if child.poll() is not None:
