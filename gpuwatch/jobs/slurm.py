@@ -92,6 +92,8 @@ class SlurmJobs:
             pending, first = self._pending, self._answered_at is None
         if first and pending is not None:
             pending.join(self.timeout_s)
+            if pending.is_alive():
+                self.last_error = "timeout"
         with self._lock:
             return self._answer if self._fresh(self.max_age_s + 2 * self.timeout_s) else None
 

@@ -139,6 +139,15 @@ class SlurmCluster:
             child.kill()
             child.wait(timeout=15)
 
+    def restart(self, name: str) -> None:
+        """Starts a daemon stopped by `stop` again and waits for the node to answer."""
+        _start_daemon(self, name)
+        _wait_idle(self, states=("idle", "mix", "alloc"))
+
+    def minors_of(self, gres_indices: str) -> tuple[int, ...]:
+        """The minor numbers of GRES indices as a job's SLURM_JOB_GPUS gives them (`0,2`)."""
+        return tuple(sorted(self.gpu_minors[int(i)] for i in gres_indices.split(",") if i))
+
     def close(self) -> None:
         """Cancels the jobs, then stops everything that was started, slurmd first."""
         if "slurmctld" in self.children and "slurmd" in self.children:
@@ -179,7 +188,7 @@ def start_cluster(
 
 def _write_files(cluster: SlurmCluster) -> None:
     root = cluster.root
-    for sub in ("state", "spool", "log", "dev", "munge"):
+    for sub in ("state", "spool", f"spool/{cluster.node}", "log", "dev", "munge"):
         (root / sub).mkdir(mode=0o700, exist_ok=True)
     for path, minor in zip(cluster.device_files, cluster.gpu_minors, strict=True):
         os.mknod(path, 0o600 | 0o020000, os.makedev(NVIDIA_MAJOR, minor))
@@ -276,15 +285,15 @@ def _spawn(cluster: SlurmCluster, name: str, argv: list[str]) -> subprocess.Pope
         )
 
 
-def _wait_idle(cluster: SlurmCluster) -> None:
-    def idle() -> bool:
+def _wait_idle(cluster: SlurmCluster, states: Sequence[str] = ("idle",)) -> None:
+    def ready() -> bool:
         try:
             out = cluster.run("sinfo", "-h", "-N", "-o", "%t", timeout_s=5).stdout
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
             return False
-        return out.strip() == "idle"
+        return out.strip() in states  # "idle*" and the like: not responding yet
 
-    _wait_for(idle, cluster, "slurmd", "the node to be idle in sinfo")
+    _wait_for(ready, cluster, "slurmd", f"the node to be {' or '.join(states)} in sinfo")
 
 
 def _wait_for(ready: Callable[[], bool], cluster: SlurmCluster, name: str, what: str) -> None:
