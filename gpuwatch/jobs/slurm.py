@@ -83,19 +83,27 @@ class SlurmJobs:
         while a refresh is under way (the answer before it, unless that is older than
         `max_age_s` plus two timeouts). Only the first call waits, at most `timeout_s`.
         """
+        pending = self.start()
         with self._lock:
             if self._fresh(self.max_age_s):
                 return self._answer
-            if self._pending is None and not self._closed:
-                self._pending = threading.Thread(target=self._refresh, daemon=True, name="slurm")
-                self._pending.start()
-            pending, first = self._pending, self._answered_at is None
+            first = self._answered_at is None
         if first and pending is not None:
             pending.join(self.timeout_s)
             if pending.is_alive():
                 self.last_error = "timeout"
         with self._lock:
             return self._answer if self._fresh(self.max_age_s + 2 * self.timeout_s) else None
+
+    def start(self) -> threading.Thread | None:
+        """Begins a refresh unless the answer is fresh or one is under way, and returns at
+        once: a caller about to read the GPUs calls it first, so that Slurm answers meanwhile.
+        The refresh under way, if any."""
+        with self._lock:
+            if not self._fresh(self.max_age_s) and self._pending is None and not self._closed:
+                self._pending = threading.Thread(target=self._refresh, daemon=True, name="slurm")
+                self._pending.start()
+            return self._pending
 
     @property
     def refreshing(self) -> bool:

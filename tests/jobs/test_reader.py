@@ -219,3 +219,17 @@ def test_a_process_is_placed_in_its_job(
 
 def test_a_process_that_is_gone_has_no_job(tmp_path: Path) -> None:
     assert job_id_of_process(123, proc=str(tmp_path)) is None
+
+
+def test_start_asks_slurm_ahead_so_table_needs_not_wait(tmp_path: Path, gres_conf: Path) -> None:
+    # GIVEN a reader that is told to start before the caller reads its GPUs
+    squeue = stand_in(tmp_path, "squeue", f"cat {DATA / 'squeue-22.05.json'}")
+    jobs = reader(tmp_path, gres_conf, squeue)
+    pending = jobs.start()
+    # WHEN the refresh ends while the caller does other work, and then the table is read
+    assert pending is not None
+    pending.join(30)
+    table = jobs.table()
+    # THEN the answer started ahead is the one given, and squeue ran once
+    assert table is not None and table.job("1") is not None
+    assert calls(tmp_path, "squeue") == 1
