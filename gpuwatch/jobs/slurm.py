@@ -159,7 +159,11 @@ class SlurmJobs:
         except OSError as error:
             self.last_error = f"cannot read {self.gres_conf}: {error.strerror}"
             return None
-        return [minor_number_of(path) for path in gres_gpu_files(text, self.node)]
+        files = gres_gpu_files(text, self.node)
+        if not files:  # AutoDetect=nvml alone: slurmd's own order, which cannot be read here
+            self.last_error = f"{self.gres_conf} names no GPU File= for node {self.node}"
+            return None
+        return [minor_number_of(path) for path in files]
 
     def _run(self, argv: Sequence[str], deadline: float) -> str | None:
         """The command's output; `None` (and `last_error`: "absent", "failed" or "timeout")

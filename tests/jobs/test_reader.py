@@ -194,6 +194,17 @@ def test_without_gres_conf_jobs_are_unknown(tmp_path: Path) -> None:
     assert calls(tmp_path, "squeue") == 0
 
 
+def test_a_gres_conf_naming_no_gpu_file_makes_jobs_unknown(tmp_path: Path) -> None:
+    # GIVEN a gres.conf that leaves the GPUs to slurmd's autodetection
+    conf = tmp_path / "gres.conf"
+    conf.write_text("AutoDetect=nvml\n")
+    squeue = stand_in(tmp_path, "squeue", f"cat {DATA / 'squeue-22.05.json'}")
+    # WHEN the table is read THEN jobs are unknown: their GPUs would otherwise look free
+    jobs = reader(tmp_path, conf, squeue)
+    assert jobs.table() is None
+    assert "names no GPU" in (jobs.last_error or "")
+
+
 @pytest.mark.parametrize(
     ("cgroup", "environ", "job"),
     [
