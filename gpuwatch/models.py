@@ -57,6 +57,9 @@ class GpuSample:
     mig_enabled: bool | None = None
     """True when the GPU is split into MIG devices (see `Snapshot.mig_devices`), and is
     then never given out whole; False when it is not; `None` when unknown."""
+    minor_number: int | None = None
+    """N of the GPU's device file `/dev/nvidiaN`: what Slurm's gres.conf names a GPU by
+    (`File=`), never assumed to follow `index`; `None` when the driver does not tell."""
 
     @property
     def ok(self) -> bool:

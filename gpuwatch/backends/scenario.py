@@ -102,6 +102,8 @@ class SimGpu:
     fault: str | None = None
     mig: tuple[str, ...] = ()
     """The profiles of its MIG devices, when MIG-enabled (see `sim_mig`)."""
+    minor: int | None = None
+    """N of its device file `/dev/nvidiaN`; `None` for its index, as fakenvml does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +176,9 @@ def scenario_from_dict(data: dict[str, Any]) -> Scenario:
         raise ScenarioError(f"a scenario has 1 to {MAX_GPUS} GPUs ([[gpu]] tables), not 0")
     if len(uuids := {gpu.uuid for gpu in gpus}) < len(gpus):
         raise ScenarioError(f"two GPUs have the same uuid; uuids seen: {', '.join(sorted(uuids))}")
+    minors = [index if gpu.minor is None else gpu.minor for index, gpu in enumerate(gpus)]
+    if len(set(minors)) < len(minors):
+        raise ScenarioError(f"two GPUs have the same minor number; minors: {minors}")
     entries = top.tables("process")
     if len(entries) > MAX_PROCESSES:
         raise ScenarioError(f"a scenario has at most {MAX_PROCESSES} [[process]] tables")
@@ -237,7 +242,9 @@ _GPU_KEYS = {
     "unsupported",
     "fault",
     "mig",
+    "minor",
 }
+_MAX_MINOR = 255  # the driver's minor numbers for GPUs; 255 is /dev/nvidiactl
 _PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind", "mig", "sm"}
 
 
@@ -273,10 +280,11 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
     count = entry.integer("count", 1, low=1, high=max(1, MAX_GPUS - first_index))
     if first_index + count > MAX_GPUS:
         raise ScenarioError(f"{entry.where}: a scenario has at most {MAX_GPUS} GPUs in all")
-    if count > 1 and ("uuid" in entry.data or "pci_bus_id" in entry.data):
+    if count > 1 and {"uuid", "pci_bus_id", "minor"} & entry.data.keys():
         raise ScenarioError(
-            f"{entry.where}: a repeated GPU (count > 1) cannot set uuid or pci_bus_id"
+            f"{entry.where}: a repeated GPU (count > 1) cannot set uuid, pci_bus_id or minor"
         )
+    minor = entry.integer("minor", 0, high=_MAX_MINOR) if "minor" in entry.data else None
     gpus = []
     for index in range(first_index, first_index + count):
         made = _default_gpu(index, load, seed)
@@ -289,6 +297,7 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
                 unsupported=unsupported,
                 fault="GPU is lost" if fault == "lost" else fault,
                 mig=sim_mig.check_profiles(entry.where, entry.strings("mig")),
+                minor=minor,
             )
         )
     return gpus
