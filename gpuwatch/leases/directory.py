@@ -46,7 +46,13 @@ from contextlib import contextmanager
 
 from gpuwatch.errors import LeaseBusyError, LeaseDirError, LeaseError
 from gpuwatch.leases.locking import file_key, flock_holders, flock_within, process_uids
-from gpuwatch.leases.records import MAX_COMMAND_CHARS, lease_from, record_from, waiter_from
+from gpuwatch.leases.records import (
+    MAX_COMMAND_CHARS,
+    lease_from,
+    record_from,
+    request_record,
+    waiter_from,
+)
 from gpuwatch.models import Device, GpuSample, Lease
 from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
 from gpuwatch.record_fields import Malformed
@@ -264,7 +270,7 @@ class LeaseDir:
         record = {
             "pid": os.getpid(),
             "command": command[:MAX_COMMAND_CHARS],
-            "request": request.to_dict(),
+            "request": request_record(request),
         }
         return HeldFile(*self._publish("wait", record))
 
