@@ -97,7 +97,7 @@ def fail(message: str, code: int, *, details: Sequence[str] = ()) -> int:
 def _run_click(args: list[str]) -> int:
     import click
 
-    from gpuwatch.cli.app import cli
+    from gpuwatch.cli.group import cli
     from gpuwatch.cli.terminal import help_width
 
     try:

@@ -12,9 +12,9 @@ from gpuwatch.cli.options import HelpContext
 # name -> "module:function"; the order is the order of `gpuwatch --help`.
 _COMMANDS = {
     "status": "gpuwatch.cli.status_command:status",
-    "pick": "gpuwatch.cli.app:pick",
-    "tui": "gpuwatch.cli.tui:tui",
-    "daemon": "gpuwatch.cli.daemon:daemon",
+    "pick": "gpuwatch.cli.group:pick",
+    "tui": "gpuwatch.cli.tui_command:tui",
+    "daemon": "gpuwatch.cli.daemon_command:daemon",
     "torch-report": "gpuwatch.cli.torch_report:torch_report",
 }
 
