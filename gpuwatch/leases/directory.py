@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from gpuwatch._frozen import FrozenValue
 from gpuwatch.errors import LeaseBusyError, LeaseDirError, LeaseError
 from gpuwatch.leases.locking import file_key, flock_holders, flock_within, process_uids
 from gpuwatch.leases.records import (
@@ -78,8 +79,8 @@ LOCK_WAIT_S = 10.0
 """The longest a picker waits for the directory lock, which is held for milliseconds."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class LeaseFiles:
+@dataclasses.dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class LeaseFiles(FrozenValue):
     """What a look at the lease directory found."""
 
     leases: list[Lease]

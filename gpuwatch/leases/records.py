@@ -16,8 +16,6 @@ import time
 
 from gpuwatch.leases.locking import FileKey, file_key, process_uids
 from gpuwatch.models import Lease
-from gpuwatch.placement.choices import Strategy
-from gpuwatch.placement.request import Request, Waiter
 from gpuwatch.record_fields import (
     MAX_BYTES,
     MAX_PID,
@@ -33,6 +31,9 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at ru
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TypeVar
+
+    from gpuwatch.placement.choices import Strategy
+    from gpuwatch.placement.request import Request, Waiter
 
     _T = TypeVar("_T")
 
@@ -82,6 +83,8 @@ def waiter_from(
     now_ns: int,
 ) -> Waiter:
     """A waiting job from its ticket, or `Malformed` for a ticket that cannot be believed."""
+    from gpuwatch.placement.request import Waiter  # only pickers read the line: status need not
+
     match = re.fullmatch(_TICKET_NAME, name)
     queued_ns = int(match.group(1)) if match else now_ns + 1
     pid = int_field(data, "pid", 1, MAX_PID)
@@ -153,6 +156,8 @@ def request_from_record(data: object) -> Request:
     can write to. Fields older versions did not write take their defaults."""
     if not isinstance(data, dict) or "count" not in data:
         raise BadRecord(f"not a request: {data!r:.40}")
+    from gpuwatch.placement.request import Request  # as for waiter_from
+
     allowed = data.get("allowed")
     allow_busy = data.get("allow_busy", False)
     if not isinstance(allow_busy, bool):
@@ -162,7 +167,7 @@ def request_from_record(data: object) -> Request:
         min_free_bytes=_optional_number(data.get("min_free_bytes"), int, MAX_BYTES),
         max_util_pct=_optional_number(data.get("max_util_pct"), float, 100),
         mem_bytes=_optional_number(data.get("mem_bytes"), int, MAX_BYTES),
-        strategy=_strategy(data.get("strategy", Strategy.MOST_FREE.value)),
+        strategy=_strategy(data),
         allowed=None if allowed is None else _indices(allowed),
         excluded=_indices(data.get("excluded", [])),
         max_used_bytes=_optional_number(data.get("max_used_bytes"), int, MAX_BYTES),
@@ -193,7 +198,10 @@ def _mig_from_record(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _strategy(value: object) -> Strategy:
+def _strategy(data: dict[str, Any]) -> Strategy:
+    from gpuwatch.placement.choices import Strategy
+
+    value = data.get("strategy", Strategy.MOST_FREE.value)
     if isinstance(value, str) and value in {strategy.value for strategy in Strategy}:
         return Strategy(value)
     raise BadRecord(f"not a strategy: {value!r:.40}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwatch._frozen import FrozenValue
 from gpuwatch.placement.choices import Strategy
 
 IDLE_MAX_UTIL_PCT = 5.0
@@ -18,8 +19,8 @@ IDLE_MAX_USED_BYTES = 1 << 30
 unless `--max-used` says otherwise."""
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Request(FrozenValue):
     """What a job asks for. GPU sets hold NVML indices."""
 
     count: int = 1
@@ -61,8 +62,8 @@ class Request:
         return IDLE_MAX_USED_BYTES if self.wants_idle else None
 
 
-@dataclass(frozen=True, slots=True)
-class Waiter:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Waiter(FrozenValue):
     """A job that asked earlier and is still waiting: GPUs it can use are kept for it."""
 
     pid: int
