@@ -227,17 +227,3 @@ def _known(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
     """The items of `data` that are fields of the dataclass `cls`."""
     names = cls.__dataclass_fields__
     return {key: value for key, value in data.items() if key in names}
-
-
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class GpuSeries(FrozenValue):
-    """One GPU's history, oldest first; `None` where the GPU did not report a value."""
-
-    index: int
-    uuid: str | None
-    taken_at: list[float]
-    """Unix times, for display: select and order by the monotonic clock, never by these."""
-    memory_used_bytes: list[int | None]
-    utilization_pct: list[int | None]
-    temperature_c: list[int | None]
-    power_w: list[float | None]

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import DaemonUnavailableError
-from gpuwatch.models import GpuSeries, Snapshot
+from gpuwatch.models import Snapshot
 from gpuwatch.sampling.history import History
+from gpuwatch.series import GpuSeries
 
 
 def ticks(
