@@ -20,6 +20,7 @@ from gpuwatch.leases.records import request_from_record, request_record
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
 from gpuwatch.placement.choices import Strategy
 from gpuwatch.placement.request import Request, Waiter
+from gpuwatch.placement.rules import Choice
 from gpuwatch.series import GpuSeries
 
 LEASE = Lease("GPU-1", 0, 42, "alice", "python train.py", 1.5e9, mem_bytes=None, lease_id="x")
@@ -35,7 +36,8 @@ VALUES = [
     pytest.param(REQUEST, id="request"),
     pytest.param(Waiter(7, "bob", REQUEST, waited_s=2.0), id="waiter"),
     pytest.param(LeaseFiles([LEASE], skipped=1), id="lease-files"),
-    pytest.param(Load(LoadShape.RANDOM, (10.0, 90.0)), id="scenario-load"),
+    pytest.param(Load(LoadShape.SINE, 10.0, 90.0, period_s=30.0), id="scenario-load"),
+    pytest.param(Choice((GPU,), ("GPU 1: in use",), qualifying=1, free_bytes=(1,)), id="choice"),
 ]
 
 
