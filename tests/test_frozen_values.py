@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from gpuwatch.backends.scenario import Load, LoadShape
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.leases.directory import LeaseFiles
 from gpuwatch.leases.records import request_from_record, request_record
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
 from gpuwatch.placement.choices import Strategy
 from gpuwatch.placement.request import Request, Waiter
 from gpuwatch.placement.rules import Choice
-from gpuwatch.series import GpuSeries
 
 LEASE = Lease("GPU-1", 0, 42, "alice", "python train.py", 1.5e9, mem_bytes=None, lease_id="x")
 GPU = GpuSample(0, "GPU-1", "H100", "0000:18:00.0", memory_total_bytes=80 << 30, power_w=1.5)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import DaemonUnavailableError
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.history import History
-from gpuwatch.series import GpuSeries
 
 
 def ticks(

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from gpuwatch import procfs
 from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.placement.request import Waiter
 from gpuwatch.reports.training import TrainingReports
 from gpuwatch.sampling.poller import ticks
-from gpuwatch.series import GpuSeries
 
 HISTORY_WINDOW_S = 3600.0
 """How far back the daemon's history is asked for: the graphs and the idle detection."""
