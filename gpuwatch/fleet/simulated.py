@@ -29,7 +29,8 @@ from gpuwatch.backends.scenario import (
 )
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
-from gpuwatch.models import GpuSeries, Lease, Snapshot
+from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.models import Lease, Snapshot
 
 MAX_SIM_NODES = 10_000
 TROUBLE_FROM_NODES = 5

@@ -1,6 +1,8 @@
-"""`gpuwatch tui`: the live terminal view of one or several machines' GPUs.
+"""`gpuwatch tui`: the live terminal view of one or several machines' GPUs; and
+`gpuwatch fleet`, the view of many machines, one row each.
 
-Only `app`, `screens` and `widgets` import Textual (and `gpuwatch.tcss` holds
+Only `app`, `screens` and `widgets` (and the fleet's `fleet_app`, `fleet_screens`,
+`fleet_widgets`) import Textual (and `gpuwatch.tcss`, with `fleet.tcss`, holds
 every colour and size). The rest is plain logic,
 importable and testable without it:
 
@@ -19,4 +21,7 @@ importable and testable without it:
 - `tree`: the tree view's order (processes under their parents).
 - `training`: the training panel's lines, from `gpuwatch.torch.watch()` reports.
 - `keys`: every key binding, shared by the app, its help screen and the docs.
+- `fleet_rows`: a fleet's rows (one per node, free GPUs by pick's own rule), its
+  totals and its users; `fleet_cells`: the fleet table's columns and cells, and
+  the same table as plain text; `fleet_model`: its sort, filter and selection.
 """

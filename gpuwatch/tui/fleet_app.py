@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fleet.nodes import FleetSource, FleetState
-from gpuwatch.models import GpuSeries
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.tui.fleet_cells import columns_for, node_width, totals_line
 from gpuwatch.tui.fleet_model import FleetView
 from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, build_rows, totals

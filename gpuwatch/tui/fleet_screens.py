@@ -11,7 +11,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
 from gpuwatch.fleet.nodes import FleetState, NodeState
-from gpuwatch.models import GpuSeries
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.tui import render
 from gpuwatch.tui.fleet_cells import user_line
 from gpuwatch.tui.fleet_rows import user_rows
