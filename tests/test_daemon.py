@@ -603,3 +603,20 @@ def test_the_path_check_takes_nothing_or_its_kind_and_refuses_the_rest(tmp_path:
     assert found is not None and found.st_ino == tmp_path.stat().st_ino
     with pytest.raises(InvalidValueError, match=r"^--lease-dir .*/file: a regular file is there"):
         existing(str(tmp_path / "file"), stat.S_IFDIR, "--lease-dir")
+
+
+def test_a_daemon_stopped_and_continued_serves_on_without_reloading(tmp_path: Path) -> None:
+    # GIVEN a daemon serving WHEN it is stopped and continued again and again (a debugger,
+    # kill -STOP; sigtimedwait may then hand back a siginfo it never filled in)
+    with running_daemon(tmp_path) as (process, socket_path, _):
+        for _ in range(20):
+            process.send_signal(signal.SIGSTOP)
+            time.sleep(0.02)
+            process.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
+        # THEN it still serves, and it neither stopped nor reloaded on its own
+        assert get_json(socket_path, "/v1/health")[0] == 200
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=10)
+    assert "reloaded" not in stderr

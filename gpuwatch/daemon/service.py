@@ -96,18 +96,17 @@ class Daemon:
         """Waits for the first attempt to sample, so that READY means a snapshot (or a
         failure, reported as down) is there to serve; False when told to stop first."""
         while not self.poller.state.attempted:
-            received = signal.sigtimedwait(_STOP_SIGNALS, _FIRST_SAMPLE_POLL_S)
-            if received is not None:
+            if _signal_number(_STOP_SIGNALS, _FIRST_SAMPLE_POLL_S) is not None:
                 return False
         return True
 
     def _main_loop(self) -> None:
         beat_s = self.notifier.watchdog_interval_s or 1.0
         while True:
-            received = signal.sigtimedwait(_SIGNALS, beat_s)
-            if received is not None and received.si_signo in (signal.SIGTERM, signal.SIGINT):
+            received = _signal_number(_SIGNALS, beat_s)
+            if received in _STOP_SIGNALS:
                 return
-            if received is not None:  # SIGHUP
+            if received == signal.SIGHUP:
                 self._reload_settings()
             if time.monotonic() - self.poller.state.attempted_at < max(
                 STUCK_AFTER_S, 10 * self.poller.interval_s
@@ -177,6 +176,19 @@ class Daemon:
         note = f", {faulty} with faults" if faulty else ""
         gpus = counted(len(state.snapshot.gpus), "GPU")
         return f"{gpus}{note}, {counted(state.samples, 'sample')}"
+
+
+def _signal_number(signals: set[signal.Signals], timeout_s: float) -> int | None:
+    """The signal of `signals` that came within `timeout_s`, or `None`.
+
+    A daemon stopped and continued (SIGSTOP, SIGCONT: a debugger, `kill -STOP`) can see
+    `sigtimedwait` return a siginfo it never filled in: any number but those asked for
+    is no signal, never a reason to reload or to stop.
+    """
+    received = signal.sigtimedwait(signals, timeout_s)
+    if received is None or received.si_signo not in signals:
+        return None
+    return received.si_signo
 
 
 def run_daemon(settings: Settings) -> int:
