@@ -460,7 +460,7 @@ def test_a_client_refuses_a_snapshot_older_than_the_daemon_allows(tmp_path: Path
 
 
 FAKENVML = Path(
-    os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[2] / "shared" / "fakenvml")
+    os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[3] / "shared" / "fakenvml")
 )
 
 

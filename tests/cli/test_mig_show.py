@@ -10,11 +10,11 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.table import render
 from gpuwatch.models import Lease, Snapshot
 from tests.conftest import FROZEN_TIME, run_cli
+from tests.daemon.test_metrics import scrape
 from tests.daemon_helpers import get_json, running_daemon
-from tests.test_metrics import scrape
-from tests.test_mig_select import NODE
+from tests.unit.test_mig_select import NODE
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mig-node.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mig-node.toml"
 
 
 def node_snapshot(tmp_path: Path) -> tuple[Path, Snapshot]:
@@ -111,7 +111,7 @@ def test_the_daemon_serves_mig_devices_to_its_clients(tmp_path: Path) -> None:
 
 
 def test_the_readme_shows_what_status_prints_for_the_example_mig_node() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "mig.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "mig.md").read_text()
     shown = readme.split("$ gpuwatch status --sim examples/mig-node.toml\n", 1)[1].split("```")[0]
     result = run_cli("status", "--sim", str(EXAMPLE), env={"COLUMNS": "80"})
 

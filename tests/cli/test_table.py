@@ -80,7 +80,7 @@ def test_control_and_format_characters_from_other_users_are_shown_as_question_ma
 @pytest.mark.parametrize("width", [40, 60, 120], ids=lambda width: f"{width}-columns")
 def test_mig_devices_fit_the_terminal_too(width: int) -> None:
     # GIVEN a node with a MIG-enabled GPU WHEN drawn narrow or wide
-    mig_node = Path(__file__).resolve().parents[1] / "examples" / "mig-node.toml"
+    mig_node = Path(__file__).resolve().parents[2] / "examples" / "mig-node.toml"
     shot = SimBackend(mig_node, clock=lambda: FROZEN_TIME).sample()
     lines = render(shot, width=width).splitlines()
     # THEN every line fits, and every MIG device keeps its label and memory

@@ -14,7 +14,7 @@ import pytest
 from gpuwatch.cli.app import _COMMANDS
 from gpuwatch.cli.exit_codes import ExitCode
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 DOCS = ROOT / "docs"
 CLI_PAGE = DOCS / "reference" / "cli.md"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 FAKENVML = Path(
-    os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[2] / "shared" / "fakenvml")
+    os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[3] / "shared" / "fakenvml")
 )
 SCENARIOS = FAKENVML / "scenarios"
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_fakenvml import (
+from tests.contract.test_fakenvml import (
     FAKENVML,
     SCENARIOS,
     gpuwatch,

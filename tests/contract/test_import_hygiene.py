@@ -14,7 +14,7 @@ from gpuwatch.backends.daemon_client import DaemonBackend
 from gpuwatch.leases.directory import LeaseDir
 from tests.daemon_helpers import running_daemon
 
-PACKAGE = Path(__file__).resolve().parents[1] / "gpuwatch"
+PACKAGE = Path(__file__).resolve().parents[2] / "gpuwatch"
 HEAVY = ("torch", "textual", "click", "pynvml")
 
 
@@ -32,7 +32,7 @@ def test_import_gpuwatch_loads_no_heavy_module() -> None:
 def test_layers_and_import_contracts_hold() -> None:
     # GIVEN the contracts in pyproject.toml: each floor imports only the floors below it,
     # only the NVML backend imports pynvml, headless floors import no textual or click
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     lint = Path(sys.executable).with_name("lint-imports")
     # WHEN import-linter checks the package, THEN every contract is kept
     done = subprocess.run([str(lint)], check=False, cwd=root, capture_output=True, text=True)

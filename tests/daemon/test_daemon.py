@@ -493,7 +493,7 @@ def test_a_stale_socket_is_replaced(tmp_path: Path) -> None:
 def fakenvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The simulated driver library, built from ../shared/fakenvml."""
     sources = Path(
-        os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[2] / "shared" / "fakenvml")
+        os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[3] / "shared" / "fakenvml")
     )
     if not (sources / "Makefile").is_file() or shutil.which("cc") is None:
         pytest.skip("needs ../shared/fakenvml and a C compiler")

@@ -15,7 +15,7 @@ from gpuwatch.models import Lease, Snapshot
 from gpuwatch.sampling.poller import PollState
 from tests.conftest import FROZEN_TIME
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def scrape(

@@ -13,7 +13,7 @@ import pytest
 from gpuwatch.paths import SYSTEM_DIR
 from gpuwatch.paths import SYSTEM_LEASE_DIR as LEASES
 
-UNIT = Path(__file__).resolve().parents[1] / "systemd" / "gpuwatch.service"
+UNIT = Path(__file__).resolve().parents[2] / "systemd" / "gpuwatch.service"
 TMPFILES = UNIT.with_name("gpuwatch.tmpfiles.conf")
 
 

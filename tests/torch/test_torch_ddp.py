@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 RANK_SCRIPT = """
 import torch, torch.distributed as dist

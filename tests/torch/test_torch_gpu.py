@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def python(code: str, tmp_path: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:

@@ -356,7 +356,7 @@ def test_several_hosts_get_a_section_each_and_a_host_column(
     import stat
 
     from gpuwatch.tui.frames import RemoteSource
-    from tests.test_remote import STAND_IN_SSH
+    from tests.cli.test_remote import STAND_IN_SSH
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -419,7 +419,7 @@ def test_an_added_panel_is_shown_and_handed_every_frame() -> None:
 
 def test_mig_devices_sit_under_their_gpu_and_name_where_processes_run() -> None:
     # GIVEN the example MIG node: GPU 0 split into two MIG devices, GPU 1 whole
-    scenario = Path(__file__).resolve().parents[1] / "examples" / "mig-node.toml"
+    scenario = Path(__file__).resolve().parents[2] / "examples" / "mig-node.toml"
     app = GpuwatchApp([sim_source(scenario)], interval_s=0.1, clock=lambda: FROZEN_TIME)
 
     async def body(pilot: Pilot[int]) -> None:

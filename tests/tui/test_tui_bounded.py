@@ -13,7 +13,7 @@ import pytest
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.widgets import ProcessTable
 from tests.conftest import FROZEN_TIME
-from tests.test_tui_app import fed_app
+from tests.tui.test_tui_app import fed_app
 from tests.tui_helpers import frame, gpu, lease, process, waiter
 
 pytestmark = pytest.mark.timeout(300)

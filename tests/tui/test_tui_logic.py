@@ -17,7 +17,7 @@ from gpuwatch.tui.rows import BY_KEY, RowFilter, build_rows, cell_text, columns_
 from gpuwatch.tui.state import ScreenState
 from gpuwatch.tui.trends import IdleClock, Series
 from tests.conftest import FROZEN_TIME
-from tests.test_import_hygiene import HEAVY, loaded_after
+from tests.contract.test_import_hygiene import HEAVY, loaded_after
 from tests.tui_helpers import GIB, frame, gpu, lease, process, waiter
 
 

@@ -8,7 +8,7 @@ from gpuwatch.tui.frames import Ancestor
 from gpuwatch.tui.model import DEFAULT_SORT, TableView
 from gpuwatch.tui.rows import Row, build_rows
 from tests.conftest import FROZEN_TIME
-from tests.test_import_hygiene import HEAVY, loaded_after
+from tests.contract.test_import_hygiene import HEAVY, loaded_after
 from tests.tui_helpers import frame, gpu, process
 
 

@@ -2,7 +2,7 @@
 
 The clock is frozen, the node simulated and the host figures fixed, so a
 difference is a change in what users see. After a deliberate change, review
-and accept the new pictures with `pytest tests/test_tui_snapshots.py --snapshot-update`.
+and accept the new pictures with `pytest tests/tui/test_tui_snapshots.py --snapshot-update`.
 """
 
 from __future__ import annotations

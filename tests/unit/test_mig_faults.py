@@ -10,7 +10,7 @@ from gpuwatch.backends.mig_changes import MigChanges
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import MigDevice
 from tests.conftest import run_cli
-from tests.test_mig_select import NODE, PICK, _wait_for
+from tests.unit.test_mig_select import NODE, PICK, _wait_for
 
 SMALL = MigDevice(0, 2, "MIG-small", profile="1g.10gb")
 BIG = MigDevice(0, 0, "MIG-big", profile="3g.40gb")
