@@ -36,9 +36,9 @@ from tests.daemon_helpers import (
     flood,
     get_json,
     running_daemon,
-    wait_until,
 )
 from tests.other_user import as_user, other_user_ids
+from tests.wait import wait_until
 
 
 @pytest.fixture

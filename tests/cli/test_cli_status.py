@@ -201,7 +201,7 @@ def test_a_watch_says_once_that_it_lost_the_daemon_and_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.daemon_helpers import running_daemon
-    from tests.wait import wait_for
+    from tests.wait import wait_until
 
     # GIVEN `status --watch` reading a daemon (no driver here to stand in for it)
     monkeypatch.setenv("GPUWATCH_SOCKET", str(tmp_path / "gpuwatch.sock"))
@@ -214,16 +214,31 @@ def test_a_watch_says_once_that_it_lost_the_daemon_and_goes_on(
                 stderr=stderr,
             )
             try:
-                wait_for(lambda: out.read_text().count("\n") >= 1, "a first sample")
+                wait_until(
+                    lambda: out.read_text().count("\n") >= 1,
+                    "a first sample",
+                    timeout_s=60,
+                    interval_s=0.02,
+                )
                 # WHEN the daemon stops for a while, and starts again
             except BaseException:
                 watching.kill()
                 raise
         try:
-            wait_for(lambda: "lost the daemon" in err.read_text(), "the watch to notice")
+            wait_until(
+                lambda: "lost the daemon" in err.read_text(),
+                "the watch to notice",
+                timeout_s=60,
+                interval_s=0.02,
+            )
             seen = out.read_text().count("\n")
             with running_daemon(tmp_path):
-                wait_for(lambda: out.read_text().count("\n") > seen, "a sample from the new daemon")
+                wait_until(
+                    lambda: out.read_text().count("\n") > seen,
+                    "a sample from the new daemon",
+                    timeout_s=60,
+                    interval_s=0.02,
+                )
             running = watching.poll() is None
         finally:
             watching.kill()

@@ -19,17 +19,11 @@ from gpuwatch.backends.daemon_client import peak_utilization
 from gpuwatch.backends.sim import SimBackend
 from tests.conftest import FROZEN_TIME, run_cli
 from tests.daemon_helpers import get_json, running_daemon
+from tests.wait import wait_until
 
 SIM4 = SimBackend(4, clock=lambda: FROZEN_TIME).sample()
 UUID = {gpu.index: gpu.uuid for gpu in SIM4.gpus}
 UUID8 = {gpu.index: gpu.uuid for gpu in SimBackend(8, clock=lambda: FROZEN_TIME).sample().gpus}
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 class Picks:
@@ -217,9 +211,11 @@ class TestGpusInUse:
         group, go = picks("8"), tmp_path / "go"
         notes = [tmp_path / f"job{n}" for n in range(5)]
         jobs = [group.start(*held_until(go, note)) for note in notes]
-        wait_for(
+        wait_until(
             lambda: sum(n.exists() for n in notes) + sum(j.poll() is not None for j in jobs) >= 5,
             "every job to hold or fail",
+            timeout_s=60,
+            interval_s=0.02,
         )
         go.touch()
         results = [group.finish(job) for job in jobs]
@@ -266,18 +262,22 @@ class TestRecentUtilization:
         busy = '[[gpu]]\nload = "constant"\nutilization_pct = 60\n[[gpu]]\n'
         with running_daemon(tmp_path, scenario=busy) as (_, socket_path, scenario):
             env = {"GPUWATCH_SOCKET": str(socket_path)}
-            wait_for(
+            wait_until(
                 lambda: (
                     get_json(socket_path, "/v1/snapshot")[1]["gpus"][0]["utilization_pct"] == 60
                 ),
                 "the daemon to see GPU 0 busy",
+                timeout_s=60,
+                interval_s=0.02,
             )
             quiet = scenario.with_suffix(".new")
             quiet.write_text("[[gpu]]\n[[gpu]]\n")
             quiet.replace(scenario)
-            wait_for(
+            wait_until(
                 lambda: get_json(socket_path, "/v1/snapshot")[1]["gpus"][0]["utilization_pct"] == 0,
                 "the daemon to see GPU 0 idle",
+                timeout_s=60,
+                interval_s=0.02,
             )
             # WHEN two GPUs are picked through the daemon
             result = run_cli("pick", "--backend", "daemon", "-n", "2", env=env)
@@ -370,12 +370,14 @@ class TestRunningCommands:
         notes = [tmp_path / f"job{n}" for n in range(12)]
         jobs = [group.start(*held_until(go, note)) for note in notes]
         failed = []
-        wait_for(
+        wait_until(
             lambda: (
                 sum(note.exists() for note in notes) + sum(job.poll() is not None for job in jobs)
                 >= 12
             ),
             "every job to hold or fail",
+            timeout_s=60,
+            interval_s=0.02,
         )
         failed = [job for job in jobs if job.poll() is not None]
         go.touch()
@@ -419,13 +421,18 @@ class TestRunningCommands:
             return len(list(lease_dir.glob("*.wait")))
 
         first = group.start(*job("A"))
-        wait_for(log.exists, "A to start")
+        wait_until(log.exists, "A to start", timeout_s=60, interval_s=0.02)
         second = group.start("--wait", *job("B"))
-        wait_for(lambda: tickets() == 1, "B to queue")
+        wait_until(lambda: tickets() == 1, "B to queue", timeout_s=60, interval_s=0.02)
         third = group.start("--wait", *job("C"))
-        wait_for(lambda: tickets() == 2, "C to queue")
+        wait_until(lambda: tickets() == 2, "C to queue", timeout_s=60, interval_s=0.02)
         for name, process in (("A", first), ("B", second), ("C", third)):
-            wait_for(lambda name=name: f"start {name}" in log.read_text(), f"{name} to start")
+            wait_until(
+                lambda name=name: f"start {name}" in log.read_text(),
+                f"{name} to start",
+                timeout_s=60,
+                interval_s=0.02,
+            )
             time.sleep(0.3)  # room for a wrongly admitted job to show up in the log
             go[name].touch()
             assert group.finish(process)[0] == 0

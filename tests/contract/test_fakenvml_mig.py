@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from tests.contract.test_fakenvml import (
     size,
     total_calls,
 )
+from tests.wait import wait_until
 
 MIG_A100 = SCENARIOS / "mig-a100.txt"
 PICK = (sys.executable, "-m", "gpuwatch", "pick", "--mig", "any", "--", "sh", "-c")
@@ -125,10 +125,12 @@ def test_eight_concurrent_picks_share_seven_free_mig_devices(
         for note in notes
     ]
     try:
-        deadline = time.monotonic() + 120
-        while sum(n.exists() for n in notes) + sum(j.poll() is not None for j in jobs) < 8:
-            assert time.monotonic() < deadline, "timed out"
-            time.sleep(0.05)
+        wait_until(
+            lambda: sum(n.exists() for n in notes) + sum(j.poll() is not None for j in jobs) >= 8,
+            "every job to hold a device or be refused",
+            timeout_s=120,
+            interval_s=0.05,
+        )
         refused = [job for job in jobs if job.poll() is not None]
     finally:
         go.touch()

@@ -20,8 +20,9 @@ from gpuwatch.backends.daemon_client import http_get
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import GpuSample
 from tests.conftest import run_cli
-from tests.daemon_helpers import SCENARIO, answering_once, get_json, running_daemon, wait_until
+from tests.daemon_helpers import SCENARIO, answering_once, get_json, running_daemon
 from tests.fake_nvml import FakeNvml
+from tests.wait import wait_until
 
 
 def test_api_answers_snapshot_history_leases_and_health(tmp_path: Path, lease_dir: Path) -> None:
@@ -537,11 +538,16 @@ def test_ready_comes_after_the_first_sample_and_sampling_is_down_until_then(
             try:
                 # WHEN /metrics is scraped until systemd hears READY
                 before_ready: list[tuple[float, bool]] = []
-                while not _ready(listener):
+
+                def ready() -> bool:
+                    if _ready(listener):
+                        return True
                     assert process.poll() is None
                     if (seen := _sampling_up(sock)) is not None:
                         before_ready.append(seen)
-                    time.sleep(0.05)
+                    return False
+
+                wait_until(ready, "systemd to hear READY", timeout_s=100, interval_s=0.05)
                 # THEN READY found a snapshot to serve; before the snapshot, sampling was down
                 # with no GPU series, and never up without them
                 assert get_json(sock, "/v1/snapshot")[0] == 200

@@ -7,7 +7,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
 from tests.conftest import run_cli
+from tests.wait import wait_until
 
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 
@@ -101,12 +101,12 @@ class Tmux:
         return out.stdout
 
     def wait_for(self, needle: str, timeout_s: float = 60) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if needle in (screen := self.text()):
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"{needle!r} never appeared; the screen:\n{self.text()}")
+        """The screen, once it shows `needle` (the last screen seen is named if it never does)."""
+
+        def showing() -> str | None:
+            return screen if needle in (screen := self.text()) else None
+
+        return wait_until(showing, f"{needle!r} to appear", timeout_s=timeout_s, interval_s=0.2)
 
     def press(self, *keys: str) -> None:
         subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
@@ -131,9 +131,12 @@ def test_the_installed_command_in_a_real_terminal(lease_dir: Path) -> None:
         terminal.press("?")
         terminal.wait_for("Show this help")
         terminal.press("q")
-        deadline = time.monotonic() + 30
-        while "Show this help" in terminal.text() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(
+            lambda: "Show this help" not in terminal.text(),
+            "the help to close",
+            timeout_s=30,
+            interval_s=0.2,
+        )
         terminal.press("q")
         screen = terminal.wait_for("EXIT=")
         assert "EXIT=0" in screen

@@ -18,17 +18,14 @@ from gpuwatch.tui.screens import ConfirmScreen, DetailScreen, HelpScreen
 from gpuwatch.tui.widgets import ProcessTable, SectionView
 from tests.conftest import FROZEN_TIME
 from tests.tui_helpers import HungSource, QuietSource, frame, gpu, process, sim_source
+from tests.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.timeout(120)
 
 
 async def until(pilot: Pilot[int], condition: Callable[[], bool], what: str) -> None:
     """Waits, without a fixed sleep, for `condition` (generous: CI machines are slow)."""
-    for _ in range(600):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    await wait_until_async(condition, what, pause=pilot.pause, timeout_s=60, interval_s=0.05)
 
 
 def text_of(app: GpuwatchApp, selector: str) -> str:
@@ -439,7 +436,7 @@ def test_with_the_daemon_the_graphs_are_full_from_the_first_frame(tmp_path: Path
     # GIVEN a daemon that has sampled for a while (3 GPUs at a constant 40%)
     from gpuwatch.backends.daemon_client import DaemonBackend
     from gpuwatch.tui.frames import LocalSource
-    from tests.daemon_helpers import get_json, running_daemon, wait_until
+    from tests.daemon_helpers import get_json, running_daemon
 
     with running_daemon(tmp_path) as (_, socket_path, _):
         wait_until(

@@ -24,6 +24,7 @@ from gpuwatch.tui.training_panel import training_lines
 from gpuwatch.tui.widgets import TrainingPanel
 from tests.conftest import FROZEN_TIME
 from tests.tui_helpers import QuietSource
+from tests.wait import wait_until_async
 
 pytestmark = pytest.mark.timeout(120)
 GIB = 1 << 30
@@ -87,12 +88,12 @@ def test_the_app_shows_a_watched_training_and_hides_the_panel_without_one(
 
             async def frames_until(condition: Callable[[], bool], what: str) -> None:
                 """Feeds a frame every 50 ms (each with the latest reports) until `condition`."""
-                for _ in range(600):
+
+                def fed() -> bool:
                     app.feed(0, source.read())
-                    if condition():
-                        return
-                    await pilot.pause(0.05)
-                raise AssertionError(f"timed out waiting for {what}")
+                    return condition()
+
+                await wait_until_async(fed, what, pause=pilot.pause, timeout_s=60, interval_s=0.05)
 
             # GIVEN no training on the machine: after a read, the panel stays hidden
             await frames_until(lambda: app.state.sections[0].frame is not None, "a read")

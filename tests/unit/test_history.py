@@ -12,6 +12,7 @@ from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.models import GpuSample, Snapshot
 from gpuwatch.sampling.history import History, history_bytes
 from gpuwatch.sampling.poller import Poller
+from tests.wait import wait_until
 
 
 def snapshot(
@@ -95,9 +96,9 @@ def test_poller_survives_a_failing_backend_and_reopens_it() -> None:
     poller = Poller(FlakyBackend, interval_s=0.05, history_s=60)
     poller.start()
     try:
-        deadline = time.monotonic() + 20
-        while poller.state.samples < 4 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(
+            lambda: poller.state.samples >= 4, "four samples", timeout_s=20, interval_s=0.005
+        )
     finally:
         poller.stop()
     assert poller.state.samples >= 4 and poller.state.error is None

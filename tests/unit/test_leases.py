@@ -30,7 +30,7 @@ from gpuwatch.placement.acquire import Wanted, acquire
 from gpuwatch.placement.request import Request
 from tests.conftest import run_cli
 from tests.daemon_helpers import running_daemon
-from tests.wait import wait_for
+from tests.wait import wait_until
 
 GPU = GpuSample(index=3, uuid="GPU-3", name="H100", pci_bus_id=None)
 
@@ -562,7 +562,12 @@ class TestWaitersOutliveTheDaemon:
         with running_daemon(tmp_path, scenario=TWO_GPUS):
             jobs.holder()
             waiters = [jobs.waiter(), jobs.waiter("--backend", "daemon")]
-            wait_for(lambda: len(list(lease_dir.glob("*.wait"))) == 2, "both jobs to queue")
+            wait_until(
+                lambda: len(list(lease_dir.glob("*.wait"))) == 2,
+                "both jobs to queue",
+                timeout_s=60,
+                interval_s=0.02,
+            )
         # WHEN the daemon stops (the waiters find no daemon, nor a driver, for a while)
         # and starts again, and then the GPUs are given back
         time.sleep(1.5)
@@ -581,7 +586,12 @@ class TestWaitersOutliveTheDaemon:
         with running_daemon(tmp_path, scenario=TWO_GPUS) as (daemon, _, _):
             jobs.holder()
             waiters = [jobs.waiter(), jobs.waiter("--backend", "daemon")]
-            wait_for(lambda: len(list(lease_dir.glob("*.wait"))) == 2, "both jobs to queue")
+            wait_until(
+                lambda: len(list(lease_dir.glob("*.wait"))) == 2,
+                "both jobs to queue",
+                timeout_s=60,
+                interval_s=0.02,
+            )
             # WHEN the daemon hangs past the time a client waits for an answer (2s)
             daemon.send_signal(signal.SIGSTOP)
             try:
@@ -610,7 +620,7 @@ class Jobs:
     def holder(self) -> None:
         note = self.tmp_path / "holder.gpus"
         self._start("-n", "2", "--", "sh", "-c", self._script(note, hold=True))
-        wait_for(note.exists, "the holder to start")
+        wait_until(note.exists, "the holder to start", timeout_s=60, interval_s=0.02)
 
     def waiter(self, *options: str) -> subprocess.Popen[str]:
         note = self.tmp_path / f"waiter-{len(self._notes)}.gpus"
@@ -624,12 +634,14 @@ class Jobs:
 
     def finish(self, waiters: list[subprocess.Popen[str]]) -> list[int | None]:
         """Exit codes of the waiters, once each holds its GPU (all at once) and ends."""
-        wait_for(
+        wait_until(
             lambda: (
                 all(note.exists() for note in self._notes)
                 or any(waiter.poll() for waiter in waiters)
             ),
             "the waiters to run",
+            timeout_s=60,
+            interval_s=0.02,
         )
         self.done.touch()
         return [waiter.wait(timeout=60) for waiter in waiters]

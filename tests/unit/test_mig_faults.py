@@ -10,7 +10,8 @@ from gpuwatch.backends.mig_changes import MigChanges
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import MigDevice
 from tests.conftest import run_cli
-from tests.unit.test_mig_select import NODE, PICK, _wait_for
+from tests.unit.test_mig_select import NODE, PICK
+from tests.wait import wait_until
 
 SMALL = MigDevice(0, 2, "MIG-small", profile="1g.10gb")
 BIG = MigDevice(0, 0, "MIG-big", profile="3g.40gb")
@@ -85,7 +86,12 @@ def test_a_job_waiting_for_a_mig_device_gets_it_when_freed(tmp_path: Path) -> No
         text=True,
     )
     try:
-        _wait_for(lambda: any(p.name.endswith(".wait") for p in (tmp_path / "leases").iterdir()))
+        wait_until(
+            lambda: any(p.name.endswith(".wait") for p in (tmp_path / "leases").iterdir()),
+            "the second job to queue",
+            timeout_s=120,
+            interval_s=0.02,
+        )
         go.touch()
         holder.communicate(timeout=60)
         _, err = waiter.communicate(timeout=120)

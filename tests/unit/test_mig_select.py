@@ -6,8 +6,7 @@ import dataclasses
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from gpuwatch.placement.gpus import choose
 from gpuwatch.placement.mig import choose_mig, stale_mig_leases
 from gpuwatch.placement.request import Request, Waiter
 from tests.conftest import FROZEN_TIME, run_cli
+from tests.wait import wait_until
 
 GIB = 1 << 30
 PICK = (sys.executable, "-m", "gpuwatch", "pick")
@@ -329,8 +329,11 @@ def test_concurrent_picks_get_distinct_mig_devices(tmp_path: Path) -> None:
         for note in notes
     ]
     try:
-        _wait_for(
-            lambda: sum(n.exists() for n in notes) + sum(j.poll() is not None for j in jobs) >= 8
+        wait_until(
+            lambda: sum(n.exists() for n in notes) + sum(j.poll() is not None for j in jobs) >= 8,
+            "every job to hold a device or be refused",
+            timeout_s=120,
+            interval_s=0.02,
         )
         refused = [job for job in jobs if job.poll() is not None]
     finally:
@@ -364,13 +367,6 @@ def test_a_lease_on_a_device_that_vanished_is_released(node: Path, tmp_path: Pat
     finally:
         go.touch()
         holder.communicate(timeout=60)
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 class TestImpossibleMigRequests:
