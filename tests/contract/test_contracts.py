@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.backends import open_backend
+from gpuwatch.backends.auto import AutoBackend
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.backends.daemon_client import DaemonBackend
 from gpuwatch.backends.nvml import NvmlBackend
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import GpuSample, MigDevice, ProcessUsage, Snapshot
 from tests.conftest import FROZEN_TIME
+from tests.daemon_helpers import running_daemon
 from tests.fake_nvml import FakeGpu, FakeNvml, mig_gpu
 
 SCENARIO = """
@@ -45,9 +49,21 @@ memory = "1GiB"
 """
 
 
-@pytest.fixture(params=["sim-count", "sim-file", "nvml"])
+@pytest.fixture(scope="module")
+def daemon_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One real daemon serving the scenario above, for the daemon and auto backends."""
+    home = tmp_path_factory.mktemp("contract-daemon")
+    env = {"GPUWATCH_LEASE_DIR": str(home / "leases")}
+    with running_daemon(home, env=env, scenario=SCENARIO) as (_, socket_path, _):
+        yield socket_path
+
+
+@pytest.fixture(params=["sim-count", "sim-file", "nvml", "daemon", "auto"])
 def backend(
-    request: pytest.FixtureRequest, tmp_path: Path, fake_nvml: Callable[..., FakeNvml]
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    fake_nvml: Callable[..., FakeNvml],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Backend]:
     if request.param == "sim-count":
         opened: Backend = SimBackend(4, clock=lambda: FROZEN_TIME)
@@ -55,6 +71,13 @@ def backend(
         path = tmp_path / "node.toml"
         path.write_text(SCENARIO)
         opened = SimBackend(path, clock=lambda: FROZEN_TIME)
+    elif request.param == "daemon":
+        opened = DaemonBackend(str(request.getfixturevalue("daemon_socket")))
+    elif request.param == "auto":
+        # As users open it: the daemon when one answers at the configured socket.
+        monkeypatch.setenv("GPUWATCH_SOCKET", str(request.getfixturevalue("daemon_socket")))
+        opened = open_backend("auto")
+        assert isinstance(opened, AutoBackend) and opened.name == "daemon"
     else:
         fake_nvml(
             FakeGpu(compute=[(11, 1 << 30)], graphics=[(11, 1 << 30), (12, 2 << 30)]),
@@ -132,7 +155,14 @@ def test_selection_scope_reads_identity_memory_utilization_and_processes(
     assert {(p.pid, p.gpu_index) for p in snapshot.processes} == {
         (p.pid, p.gpu_index) for p in full.processes
     }
-    assert all(p.user is None and p.command is None for p in snapshot.processes)
+    if backend.name == "daemon":
+        # The documented difference: the daemon has already read everything, and a client
+        # gets its snapshot in full whatever the scope (it costs the driver nothing more).
+        assert [(p.pid, p.user, p.command) for p in snapshot.processes] == [
+            (p.pid, p.user, p.command) for p in full.processes
+        ]
+    else:
+        assert all(p.user is None and p.command is None for p in snapshot.processes)
     for gpu in snapshot.gpus:
         _assert_fields_match_annotations(gpu)
         if gpu.ok:
@@ -150,3 +180,14 @@ def test_snapshot_survives_a_round_trip_through_json_types(backend: Backend) -> 
 def test_close_twice_is_harmless(backend: Backend) -> None:
     backend.close()
     backend.close()
+
+
+def test_recent_utilization_is_by_uuid_and_a_percentage(backend: Backend) -> None:
+    # GIVEN an open backend that has been sampled
+    uuids = {gpu.uuid for gpu in backend.sample().gpus}
+    # WHEN asked for the last minute's peak utilization
+    peaks = backend.recent_utilization_pct(60)
+    # THEN it names only GPUs the snapshot has, in percent; only the daemon keeps a history
+    assert set(peaks) <= uuids
+    assert all(0 <= peak <= 100 for peak in peaks.values())
+    assert bool(peaks) is (backend.name == "daemon")
