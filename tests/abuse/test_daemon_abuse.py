@@ -40,6 +40,8 @@ from tests.daemon_helpers import (
 from tests.other_user import as_user, other_user_ids
 from tests.wait import wait_until
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def public_dir() -> Iterator[Path]:

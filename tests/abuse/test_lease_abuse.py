@@ -38,6 +38,8 @@ from tests.other_user import (
     public_lease_dir,
 )
 
+pytestmark = pytest.mark.slow
+
 SIM2 = SimBackend(2, clock=lambda: FROZEN_TIME).sample()
 UUID = {gpu.index: gpu.uuid for gpu in SIM2.gpus}
 

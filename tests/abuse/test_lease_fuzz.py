@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,8 @@ from gpuwatch.backends.daemon_client import http_get
 from gpuwatch.leases.directory import LeaseDir
 from tests.conftest import run_cli
 from tests.daemon_helpers import running_daemon
+
+pytestmark = pytest.mark.slow
 
 EXTREME_NUMBERS = [10**400, -(10**400), 2**63, 2**53 + 1, 1e300, -1e300, 0, -1, 1]
 wild = st.recursive(

@@ -5,9 +5,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.scenario_strategies import abuse, scenario_texts
+
+pytestmark = pytest.mark.slow
 
 
 @given(scenario_texts())

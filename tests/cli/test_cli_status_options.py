@@ -48,6 +48,7 @@ def test_a_well_formed_line_is_read_as_click_reads_it(args: list[str]) -> None:
     assert status_options(args) == clicks_reading(args) is not None
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(WORDS), max_size=6))
 def test_every_line_is_read_as_click_reads_it_or_left_to_click(args: list[str]) -> None:

@@ -204,6 +204,7 @@ SIM8_IN_USE = {0, 1, 2, 4, 5, 6}  # alice, svc-infer and bob compute there; GPUs
 class TestGpusInUse:
     """Without --mem, pick gives only GPUs nobody uses."""
 
+    @pytest.mark.slow
     def test_five_jobs_started_together_get_only_the_two_idle_gpus(
         self, picks: Callable[[str], Picks], tmp_path: Path
     ) -> None:
@@ -362,6 +363,7 @@ class TestRunningCommands:
         returncode, err = group.finish(group.start("--", *command))
         assert returncode == code and message in err
 
+    @pytest.mark.slow
     def test_concurrent_picks_get_disjoint_gpus(
         self, picks: Callable[[str], Picks], idle: Callable[[int], str], tmp_path: Path
     ) -> None:
@@ -400,6 +402,7 @@ class TestRunningCommands:
         holder.communicate()
         assert run_cli("pick", "--sim", idle(1)).exit_code == 0
 
+    @pytest.mark.slow
     def test_waiters_are_served_in_order_and_never_overlap(
         self,
         picks: Callable[[str], Picks],

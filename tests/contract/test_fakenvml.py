@@ -23,12 +23,15 @@ FAKENVML = Path(
 SCENARIOS = FAKENVML / "scenarios"
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
-pytestmark = pytest.mark.skipif(
-    not (FAKENVML / "Makefile").is_file()
-    or shutil.which("make") is None
-    or shutil.which("cc") is None,
-    reason="needs ../shared/fakenvml and a C compiler",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (FAKENVML / "Makefile").is_file()
+        or shutil.which("make") is None
+        or shutil.which("cc") is None,
+        reason="needs ../shared/fakenvml and a C compiler",
+    ),
+]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from tests.contract.test_fakenvml import (
     FAKENVML,
     SCENARIOS,
     gpuwatch,
-    pytestmark,  # noqa: F401 - the same skip where ../shared/fakenvml is absent
+    pytestmark,  # noqa: F401 - the same marks: slow, and skipped where ../shared/fakenvml is absent
     records,
     size,
     total_calls,

@@ -24,6 +24,8 @@ from tests.daemon_helpers import SCENARIO, answering_once, get_json, running_dae
 from tests.fake_nvml import FakeNvml
 from tests.wait import wait_until
 
+pytestmark = pytest.mark.slow
+
 
 def test_api_answers_snapshot_history_leases_and_health(tmp_path: Path, lease_dir: Path) -> None:
     with running_daemon(tmp_path) as (_, sock, _):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("torch")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -12,6 +12,8 @@ from torch import nn  # noqa: E402
 
 from gpuwatch.torch import SimulatedAllocator, watch  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 BATCH = 16
 FLOAT_BYTES = 4
 

@@ -23,6 +23,8 @@ from torch import nn  # noqa: E402
 
 from gpuwatch.torch import SimulatedAllocator, SimulatedOutOfMemory, watch  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 MiB = 1 << 20
 
 

@@ -21,6 +21,8 @@ pytest.importorskip("torch")
 
 from gpuwatch.torch import SimulatedAllocator, watch
 
+pytestmark = pytest.mark.slow
+
 MiB = 1 << 20
 
 

@@ -16,6 +16,8 @@ from gpuwatch.cli.exit_codes import ExitCode
 from tests.conftest import run_cli
 from tests.wait import wait_until
 
+pytestmark = pytest.mark.slow
+
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 
 

@@ -20,7 +20,7 @@ from tests.conftest import FROZEN_TIME
 from tests.tui_helpers import HungSource, QuietSource, frame, gpu, process, sim_source
 from tests.wait import wait_until, wait_until_async
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 async def until(pilot: Pilot[int], condition: Callable[[], bool], what: str) -> None:

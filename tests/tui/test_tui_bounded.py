@@ -16,7 +16,7 @@ from tests.conftest import FROZEN_TIME
 from tests.tui.test_tui_app import fed_app
 from tests.tui_helpers import frame, gpu, lease, process, waiter
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 LIVE = 12
 """Processes alive at any moment."""

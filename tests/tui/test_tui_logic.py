@@ -295,6 +295,7 @@ def test_out_of_range_history_values_become_gaps() -> None:
     assert series.memory_used_bytes == [None, 10] and series.utilization_pct == [None, None]
 
 
+@pytest.mark.slow
 def test_state_stays_bounded_over_an_hour_of_samples() -> None:
     # GIVEN a screen fed one frame a second for an hour, with processes coming and going
     state = ScreenState(["node1"], 1.0)
@@ -391,6 +392,7 @@ _maybe_int = st.one_of(st.none(), st.integers(min_value=-(1 << 40), max_value=1 
 _maybe_float = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     total=_maybe_int,
@@ -438,6 +440,7 @@ def test_a_card_never_fails_or_overflows_whatever_the_gpu_reports(
         assert all(ch.isprintable() for ch in text)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     total=st.integers(min_value=0, max_value=300),

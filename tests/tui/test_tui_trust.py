@@ -14,7 +14,7 @@ from gpuwatch.tui.widgets import REMOVE_ONE_BY_ONE_MAX, ProcessTable
 from tests.conftest import FROZEN_TIME
 from tests.tui_helpers import QuietSource, frame, gpu, process
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def fed_app(**options: object) -> GpuwatchApp:

@@ -542,6 +542,7 @@ def test_pick_on_a_full_disk_fails_with_one_clear_lease_error(full_disk: Path) -
 TWO_GPUS = 'hostname = "daemon-node"\n[[gpu]]\ncount = 2\nload = "constant"\nutilization_pct = 10\n'
 
 
+@pytest.mark.slow
 class TestWaitersOutliveTheDaemon:
     """Jobs in `pick --wait` keep their place while the daemon restarts or hangs."""
 

@@ -311,6 +311,7 @@ class TestSelect:
             gpuwatch.select(sim=str(node), **arguments)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_concurrent_picks_get_distinct_mig_devices(tmp_path: Path) -> None:
     # GIVEN 8 jobs started at once on a GPU with 7 free MIG devices, each holding its own
     scenario, go = tmp_path / "seven.toml", tmp_path / "go"
