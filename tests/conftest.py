@@ -46,6 +46,7 @@ def lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in (
         "GPUWATCH_BACKEND",
         "GPUWATCH_SIM",
+        "GPUWATCH_NODE_NAME",
         "NO_COLOR",
         "CUDA_VISIBLE_DEVICES",
         "CUDA_DEVICE_ORDER",

@@ -5,9 +5,9 @@ that found too few GPUs, followed by one indented line per GPU), and a code
 from `ExitCode`. A traceback is shown only for a bug, and only with
 `GPUWATCH_DEBUG=1`.
 
-`gpuwatch pick` and `gpuwatch status` are parsed without click: pick starts
-jobs and status is a glance, so their start-up time is the user's (see
-gpuwatch/cli/pick.py and gpuwatch/cli/status.py).
+`gpuwatch pick`, `status` and `where` are parsed without click: pick starts
+jobs, status is a glance and where is asked from scripts, so their start-up
+time is the user's (see gpuwatch/cli/pick.py, status.py and where.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Runs the command line and exits with its code."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
-    if args[:1] in (["pick"], ["status"]):
+    if args[:1] in (["pick"], ["status"], ["where"]):
         # Their start-up is paid on every job and every look. Commands that stay up (daemon,
         # tui) or load torch keep the real modules: their libraries may introspect them.
         for name in UNUSED_AT_START:  # imported by dependencies, seldom used: loaded on first use
@@ -39,6 +39,10 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         from gpuwatch.cli.pick import run_pick
 
         sys.exit(run_reporting_errors(lambda: run_pick(args[1:])))
+    if args[:1] == ["where"]:
+        from gpuwatch.cli.where import run_where
+
+        sys.exit(run_reporting_errors(lambda: run_where(args[1:])))
     if args[:1] == ["status"]:
         from gpuwatch.cli.status import show_status, status_options
 

@@ -13,6 +13,7 @@ from gpuwatch.cli.options import HelpContext
 _COMMANDS = {
     "status": "gpuwatch.cli.status_command:status",
     "pick": "gpuwatch.cli.app:pick",
+    "where": "gpuwatch.cli.app:where",
     "tui": "gpuwatch.cli.tui:tui",
     "daemon": "gpuwatch.cli.daemon:daemon",
     "torch-report": "gpuwatch.cli.torch_report:torch_report",
@@ -43,7 +44,7 @@ def cli() -> None:
     Without a GPU, add --sim 4 to any command to try it on a simulated node.
 
     Exit codes: 0 ok, 1 failed, 2 bad usage, 3 no NVIDIA driver or no GPU,
-    4 not enough free GPUs, 5 timed out waiting, 6 remote host unreachable,
+    4 not enough free GPUs, 5 timed out waiting, 6 remote host or fleet unreachable,
     126/127 command not executable / not found, 130 interrupted.
     """
 
@@ -61,3 +62,17 @@ def pick(args: tuple[str, ...]) -> int:
     from gpuwatch.cli.pick import run_pick
 
     return run_pick(list(args))
+
+
+@click.command(
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    short_help="Which nodes of the fleet could run a job now.",
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def where(args: tuple[str, ...]) -> int:
+    """Which nodes of the fleet could run a job now (see gpuwatch where --help)."""
+    # Dispatched before click is imported, as pick is; listed here for `gpuwatch --help`.
+    from gpuwatch.cli.where import run_where
+
+    return run_where(list(args))

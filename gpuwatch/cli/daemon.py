@@ -16,11 +16,19 @@ from gpuwatch.daemon.settings import (
     Settings,
     check_retention,
     parse_listen,
+    parse_node_name,
 )
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.paths import daemon_socket_path
 
-_FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "listen"}
+_FLAG_SETTINGS = {
+    "interval_s": "interval",
+    "history_s": "history",
+    "listen": "listen",
+    "node_name": "node_name",
+    "web_config_path": "web_config",
+}
+_GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
 @click.command(cls=Command)
@@ -51,14 +59,32 @@ _FLAG_SETTINGS = {"interval_s": "interval", "history_s": "history", "listen": "l
 @click.option(
     "--listen",
     metavar="[HOST:]PORT",
-    help="Also serve /metrics over TCP; a PORT alone listens on loopback only.",
+    help="Also serve /metrics, /-/healthy and /-/ready over TCP; a PORT alone listens on "
+    "loopback only.",
+)
+@click.option(
+    "--node-name",
+    metavar="NAME",
+    envvar="GPUWATCH_NODE_NAME",
+    help="The node's name: the hostname label of every series, and the name in the API, "
+    "e.g. where the daemon runs in a container.  [env: GPUWATCH_NODE_NAME; default: the "
+    "host name]",
+)
+@click.option(
+    "--web-config",
+    "web_config_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Prometheus's web config (YAML, as node_exporter reads it) for --listen: "
+    "tls_server_config for HTTPS, basic_auth_users for passwords; re-read on SIGHUP.",
 )
 @click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="A TOML file with interval, history and listen; re-read on SIGHUP. Flags win over it.",
+    help="A TOML file with interval, history, listen, node_name and web_config; re-read on "
+    "SIGHUP. Flags and their environment variables win over it.",
 )
 @click.option(
     "--backend",
@@ -75,6 +101,8 @@ def daemon(
     history_s: float,
     socket_path: str | None,
     listen: str | None,
+    node_name: str | None,
+    web_config_path: str | None,
     config_path: str | None,
     backend: str,
     sim: str | None,
@@ -94,7 +122,11 @@ def daemon(
     """
     from gpuwatch.daemon.service import run_daemon
 
-    for option, value in (("--socket", socket_path), ("--config", config_path)):
+    for option, value in (
+        ("--socket", socket_path),
+        ("--config", config_path),
+        ("--web-config", web_config_path),
+    ):
         if value == "":
             raise click.BadParameter(
                 f"give a path, or leave {option} out", param_hint=f"'{option}'"
@@ -107,13 +139,17 @@ def daemon(
     except InvalidValueError as error:
         raise click.BadParameter(str(error), param_hint="'--listen'") from None
     try:
+        node_name = parse_node_name(node_name) if node_name is not None else None
+    except InvalidValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--node-name'") from None
+    try:
         check_retention(interval_s, history_s)
     except InvalidValueError as error:
         raise click.BadParameter(str(error), param_hint="'--history'") from None
     fixed = frozenset(
         setting
         for name, setting in _FLAG_SETTINGS.items()
-        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+        if ctx.get_parameter_source(name) in _GIVEN
     )
     logging.basicConfig(level=logging.INFO, format="gpuwatch daemon: %(message)s")
     settings = Settings(
@@ -121,6 +157,8 @@ def daemon(
         interval_s=interval_s,
         history_s=history_s,
         listen=listen_at,
+        node_name=node_name,
+        web_config_path=web_config_path,
         backend=backend,
         sim=sim,
         config_path=config_path,

@@ -34,7 +34,7 @@ class ExitCode(enum.IntEnum):
     NO_GPU = 3
     """No NVIDIA driver, or the driver reports no GPU."""
     NOT_ENOUGH_GPUS = 4
-    """`pick`: fewer GPUs qualify than asked for (without --wait)."""
+    """`pick`: fewer GPUs qualify than asked for (without --wait); `where`: no node fits."""
     TIMEOUT = 5
     """`pick --wait --timeout`: still not enough GPUs when the time was up; or `pick`:
     another process kept the lease directory locked for 10s (without --wait) or past

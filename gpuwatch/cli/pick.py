@@ -13,24 +13,22 @@ import sys
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
 from gpuwatch.cli.argv import HELP, Option, parse
+from gpuwatch.cli.wish_options import WISH_OPTIONS
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.hostinfo import shell_join
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Device, MigDevice
-from gpuwatch.placement.acquire import Wanted, acquire, describe_wish, passed_down
+from gpuwatch.placement.acquire import Wanted, acquire, passed_down
 from gpuwatch.placement.choices import (
     WISHES,
     Format,
-    Strategy,
-    check_gpu_count,
-    check_mig,
     check_one_mig_device,
-    check_percent,
     exclude_entries,
 )
 from gpuwatch.placement.launch import exec_command
+from gpuwatch.placement.request import describe_wish
 from gpuwatch.placement.visible import VARIABLE, child_environment
-from gpuwatch.units import parse_duration, parse_number, parse_size, parse_whole_number
+from gpuwatch.units import parse_duration
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -67,24 +65,6 @@ Exit status: COMMAND's own once it runs; 2 bad usage, 3 no NVIDIA driver or
 GPU, 4 not enough GPUs qualify, 5 timed out waiting, 126 COMMAND not
 executable, 127 COMMAND not found."""
 _USAGE = "gpuwatch pick [OPTIONS] [--] [COMMAND [ARGS...]]"
-_MAX_GPU_COUNT = 1024
-
-
-def _size(text: str) -> int:
-    return parse_size(text, unit_required=True)
-
-
-def _declared_size(text: str) -> int:
-    size = _size(text)
-    if size == 0:  # a share of nothing would fit on any GPU, however full
-        raise InvalidValueError(f"{text!r} declares no memory: give what the job will use")
-    return size
-
-
-def _gpu_count(text: str) -> int:
-    if text.strip().startswith("-") and text.strip()[1:].isdigit():
-        raise InvalidValueError(f"{text.strip()!r}: ask for at least 1 GPU")
-    return check_gpu_count(parse_whole_number(text, low=1, high=_MAX_GPU_COUNT))
 
 
 def _exclude(text: str) -> str:
@@ -92,57 +72,8 @@ def _exclude(text: str) -> str:
     return text
 
 
-def _percent(text: str) -> float:
-    return check_percent(parse_number(text.strip().removesuffix("%"), low=0, high=100))
-
-
 OPTIONS = (
-    Option(
-        "-n",
-        "--gpus",
-        metavar="N",
-        convert=_gpu_count,
-        default=1,
-        help=f"How many GPUs (1 to {_MAX_GPU_COUNT}).",
-    ),
-    Option(
-        "--min-free",
-        metavar="SIZE",
-        convert=_size,
-        help="Only GPUs with at least SIZE free memory (8GiB, 500MB, ...; a unit is required).",
-    ),
-    Option(
-        "--max-util",
-        metavar="PCT",
-        convert=_percent,
-        help="Only GPUs at most PCT% busy (0 to 100), now and, with the daemon running, "
-        "over the last minute.  [default: 5 without --mem or --allow-busy]",
-    ),
-    Option(
-        "--max-used",
-        metavar="SIZE",
-        convert=_size,
-        help="Only GPUs with at most SIZE memory in use (beyond the driver's reserve).  "
-        "[default: 1GiB without --mem or --allow-busy]",
-    ),
-    Option(
-        "--allow-busy",
-        help="Take GPUs other jobs use as if free, ranked by free memory alone; "
-        "--max-util and --max-used still apply when given.",
-    ),
-    Option(
-        "--mem",
-        metavar="SIZE",
-        convert=_declared_size,
-        help="Memory the job will use: share a GPU with others while all fit.  "
-        "[default: the GPU is the job's alone]",
-    ),
-    Option(
-        "--strategy",
-        choices=[s.value for s in Strategy],
-        default=Strategy.MOST_FREE.value,
-        help="Ranking: most free memory, least busy, or the tightest fit (pack).",
-    ),
+    *WISH_OPTIONS[:-1],
     Option(
         "--exclude",
         metavar="GPUS",
@@ -150,13 +81,7 @@ OPTIONS = (
         convert=_exclude,
         help="Never these GPUs: nvidia-smi indices or UUIDs, comma-separated.",
     ),
-    Option(
-        "--mig",
-        metavar="PROFILE|any",
-        convert=check_mig,
-        help="A MIG device of a MIG-enabled GPU instead of a whole GPU: of this profile "
-        "(1g.10gb, 3g.40gb, ...) or any.",
-    ),
+    WISH_OPTIONS[-1],
     Option("--wait", help="Wait in line until enough GPUs qualify, instead of failing."),
     Option(
         "--timeout",

@@ -4,6 +4,8 @@
 - `api`: the read-only HTTP API: its routes, and when a snapshot is current;
 - `view`: what one request answers from (snapshot, staleness, leases, training reports);
 - `listeners`: the Unix socket and TCP servers, with their caps per client;
+- `webconfig`, `basic_auth`: Prometheus's web config for the TCP listener (TLS, passwords);
+- `node`: the node's name (`--node-name`) on every snapshot the daemon takes;
 - `wire`: HTTP/1.1 framing under a deadline, every error in JSON;
 - `metrics`: the Prometheus exposition;
 - `settings`: flags and the config file;

@@ -8,9 +8,12 @@
     GET /v1/health                 whether sampling works, and how big the history is
     GET /v1/training               training processes watched by gpuwatch.torch.watch()
     GET /metrics                   Prometheus metrics (also over TCP, with `--listen`)
+    GET /-/healthy                 200 while the daemon runs (also over TCP)
+    GET /-/ready                   200 while a current snapshot is served, else 503 (also
+                                       over TCP): Prometheus's own health endpoints
 
 Anything else is 404, and every method but GET and HEAD is 405: nothing here
-changes state. Every answer but /metrics is JSON. A snapshot is served only
+changes state. Every answer but /metrics and /-/* is JSON. A snapshot is served only
 while it is current: when sampling stalls or fails as a whole, /v1/snapshot
 and /v1/health answer 503, and the metrics mark every GPU down. A route is one
 entry in `Api.routes`: a method that takes the query and returns a `Response`.
@@ -47,6 +50,8 @@ DEFAULT_HISTORY_WINDOW_S = 600.0
 MAX_HISTORY_POINTS = 20_000
 STALE_AFTER_HEADER = "X-Gpuwatch-Stale-After"
 _READ_ONLY = ("Allow", "GET, HEAD")
+_TEXT = "text/plain; charset=utf-8"
+TCP_PATHS = ("/metrics", "/-/healthy", "/-/ready")
 Query = dict[str, str]
 Route = Callable[[Query], Response]
 
@@ -91,6 +96,8 @@ class Api:
             "/v1/health": self.health,
             "/metrics": self.metrics,
             "/v1/training": self.training,
+            "/-/healthy": self.healthy,
+            "/-/ready": self.ready,
         }
 
     def route(self, method: str, target: str) -> Response:
@@ -110,10 +117,11 @@ class Api:
             return error_response(500, "the daemon failed to answer; see its log")
 
     def metrics_only(self, method: str, target: str) -> Response:
-        """The TCP listener's routes: `/metrics` alone; the rest stays on the machine."""
-        if urlsplit(target).path != "/metrics":
-            return error_response(404, "only /metrics is served over TCP")
-        return self.route(method, "/metrics")
+        """The TCP listener's routes: `/metrics` and Prometheus's health endpoints alone; the
+        rest stays on the machine."""
+        if (path := urlsplit(target).path) not in TCP_PATHS:
+            return error_response(404, f"only {', '.join(TCP_PATHS)} are served over TCP")
+        return self.route(method, path)
 
     def view(self, *, leases: bool = False, training: bool = False) -> View:
         """What the daemon knows now, for one request: leases and training reports only when
@@ -129,6 +137,7 @@ class Api:
             tuple(found.leases),
             found.skipped,
             self._training.reports() if training else NO_REPORTS,
+            self.settings.node_name,
         )
 
     def snapshot(self, query: Query) -> Response:
@@ -223,6 +232,17 @@ class Api:
 
     def metrics(self, query: Query) -> Response:
         return Response(200, CONTENT_TYPE_LATEST, exposition(self.view(leases=True, training=True)))
+
+    def healthy(self, query: Query) -> Response:
+        return Response(200, _TEXT, b"gpuwatch daemon is healthy.\n")
+
+    def ready(self, query: Query) -> Response:
+        """Ready while the snapshot may be served as current, as `gpuwatch_sampling_up`."""
+        view = self.view()
+        if view.current:
+            return Response(200, _TEXT, b"gpuwatch daemon is ready.\n")
+        why = view.stale or f"no sample yet ({view.state.error or 'starting'})"
+        return Response(503, _TEXT, f"gpuwatch daemon is not ready: {why}\n".encode())
 
     def _lease_files(self) -> LeaseFiles:
         lease_dir = LeaseDir.read_only()

@@ -1,5 +1,7 @@
 """Prometheus metrics of the latest snapshot, in base units, for `/metrics`.
 
+Every series carries the label `hostname`: the node's name (`--node-name`, else
+the host name), so that a fleet's series name their node, even from a container.
 Every GPU series carries the labels `gpu` (NVML index), `uuid`, `pci_bus_id`,
 `model_name` and `hostname`, so that dashboards can join, group and name GPUs
 across a fleet; one the driver could not tell (a GPU lost before its first
@@ -76,17 +78,19 @@ class ViewCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._snapshot_metrics()
-        snapshot = self._view.snapshot
-        yield from training_metrics(self._view.training, training_indices(snapshot))
+        view = self._view
+        yield from training_metrics(view.training, training_indices(view.snapshot), view.node)
 
     def _snapshot_metrics(self) -> Iterator[Metric]:
-        view, snapshot = self._view, self._view.snapshot
-        yield _gauge("build_info", "gpuwatch's version.", [("version", __version__)], 1)
+        view, snapshot, node = self._view, self._view.snapshot, self._view.node
+        yield _gauge(
+            "build_info", "gpuwatch's version.", [("version", __version__), ("hostname", node)], 1
+        )
         yield _gauge(
             "sampling_up",
             "1 while sampling the GPUs succeeds and the snapshot is current; 0 before the "
             "first snapshot.",
-            [],
+            [("hostname", node)],
             1 if view.current else 0,
         )
         if snapshot is None:
@@ -94,17 +98,33 @@ class ViewCollector(Collector):
         yield _gauge(
             "sample_timestamp_seconds",
             "When the snapshot was taken (Unix time).",
-            [("hostname", snapshot.hostname)],
+            [("hostname", node)],
             snapshot.taken_at,
         )
         if not view.current:
-            yield from _gpus_down(snapshot)
+            yield from _gpus_down(snapshot, node)
             return
         by_uuid = {gpu.uuid: gpu for gpu in snapshot.gpus}
-        yield from _gpu_metrics(snapshot)
-        yield from _process_metrics(snapshot)
-        yield from _lease_metrics(snapshot, view.leases, by_uuid)
-        yield from _mig_metrics(snapshot, view.leases)
+        yield from _gpu_metrics(snapshot, node)
+        yield from _process_metrics(snapshot, node)
+        yield from _lease_metrics(snapshot, node, view.leases, by_uuid)
+        yield from _mig_metrics(snapshot, node, view.leases)
+
+
+class _Labelled(Collector):
+    """Another collector's series, each with the node's `hostname` label added."""
+
+    def __init__(self, collector: Collector, node: str) -> None:
+        self._collector = collector
+        self._node = node
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._collector.collect():
+            family.samples = [
+                sample._replace(labels={**sample.labels, "hostname": self._node})
+                for sample in family.samples
+            ]
+            yield family
 
 
 def registry_for(view: View) -> CollectorRegistry:
@@ -114,7 +134,8 @@ def registry_for(view: View) -> CollectorRegistry:
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ViewCollector(view))
-    ProcessCollector(namespace="gpuwatch_daemon", registry=registry)
+    process = ProcessCollector(namespace="gpuwatch_daemon", registry=None)
+    registry.register(_Labelled(process, view.node))
     return registry
 
 
@@ -123,27 +144,29 @@ def exposition(view: View) -> bytes:
     return generate_latest(registry_for(view))
 
 
-def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
+def _gpu_metrics(snapshot: Snapshot, node: str) -> Iterator[Metric]:
     families = {
         name: GaugeMetricFamily(f"gpuwatch_{name}", text, labels=GPU_LABELS)
         for name, text, _ in _GPU_GAUGES
     }
     for gpu in snapshot.gpus:
-        labels = _gpu_labels(gpu, snapshot.hostname)
+        labels = _gpu_labels(gpu, node)
         for name, _, value_of in _GPU_GAUGES:
             if (value := value_of(gpu)) is not None:
                 families[name].add_metric(labels, value)
     yield from families.values()
-    yield from _identity_metrics(snapshot, up=lambda gpu: gpu.ok)
+    yield from _identity_metrics(snapshot, node, up=lambda gpu: gpu.ok)
 
 
-def _gpus_down(snapshot: Snapshot) -> Iterator[Metric]:
+def _gpus_down(snapshot: Snapshot, node: str) -> Iterator[Metric]:
     """Who the GPUs are, all down: nothing of a snapshot that is not current passes for a
     reading."""
-    yield from _identity_metrics(snapshot, up=lambda gpu: False)
+    yield from _identity_metrics(snapshot, node, up=lambda gpu: False)
 
 
-def _identity_metrics(snapshot: Snapshot, up: Callable[[GpuSample], bool]) -> Iterator[Metric]:
+def _identity_metrics(
+    snapshot: Snapshot, node: str, up: Callable[[GpuSample], bool]
+) -> Iterator[Metric]:
     up_family = GaugeMetricFamily(
         "gpuwatch_gpu_up",
         "1 when the GPU could be read, 0 after a fault or while sampling fails "
@@ -156,7 +179,7 @@ def _identity_metrics(snapshot: Snapshot, up: Callable[[GpuSample], bool]) -> It
         labels=(*GPU_LABELS, "driver_version", "cuda_driver_version"),
     )
     for gpu in snapshot.gpus:
-        labels = _gpu_labels(gpu, snapshot.hostname)
+        labels = _gpu_labels(gpu, node)
         up_family.add_metric(labels, 1 if up(gpu) else 0)
         info.add_metric(
             [*labels, snapshot.driver_version or "", snapshot.cuda_driver_version or ""], 1
@@ -165,7 +188,7 @@ def _identity_metrics(snapshot: Snapshot, up: Callable[[GpuSample], bool]) -> It
     yield info
 
 
-def _process_metrics(snapshot: Snapshot) -> Iterator[Metric]:
+def _process_metrics(snapshot: Snapshot, node: str) -> Iterator[Metric]:
     memory = GaugeMetricFamily(
         "gpuwatch_process_memory_bytes",
         "GPU memory used by a process.",
@@ -180,7 +203,7 @@ def _process_metrics(snapshot: Snapshot) -> Iterator[Metric]:
                 [
                     str(process.gpu_index),
                     process.gpu_uuid or "",
-                    snapshot.hostname,
+                    node,
                     str(process.pid),
                     process.user or "",
                     name,
@@ -189,13 +212,16 @@ def _process_metrics(snapshot: Snapshot) -> Iterator[Metric]:
                 process.memory_used_bytes,
             )
     for index, gpu in gpus.items():
-        count.add_metric(_gpu_labels(gpu, snapshot.hostname), len(snapshot.processes_on(index)))
+        count.add_metric(_gpu_labels(gpu, node), len(snapshot.processes_on(index)))
     yield memory
     yield count
 
 
 def _lease_metrics(
-    snapshot: Snapshot, leases: tuple[Lease, ...], by_uuid: dict[str | None, GpuSample]
+    snapshot: Snapshot,
+    node: str,
+    leases: tuple[Lease, ...],
+    by_uuid: dict[str | None, GpuSample],
 ) -> Iterator[Metric]:
     held = GaugeMetricFamily(
         "gpuwatch_leases",
@@ -209,7 +235,7 @@ def _lease_metrics(
     )
     for gpu in snapshot.gpus:
         on_gpu = [lease for lease in leases if by_uuid.get(lease.gpu_uuid) is gpu]
-        labels = _gpu_labels(gpu, snapshot.hostname)
+        labels = _gpu_labels(gpu, node)
         exclusive = sum(lease.exclusive for lease in on_gpu)
         held.add_metric([*labels, "exclusive"], exclusive)
         held.add_metric([*labels, "shared"], len(on_gpu) - exclusive)
@@ -226,7 +252,7 @@ _MIG_GAUGES: tuple[tuple[str, str, Callable[[MigDevice], int | None]], ...] = (
 )
 
 
-def _mig_metrics(snapshot: Snapshot, leases: tuple[Lease, ...]) -> Iterator[Metric]:
+def _mig_metrics(snapshot: Snapshot, node: str, leases: tuple[Lease, ...]) -> Iterator[Metric]:
     enabled = GaugeMetricFamily(
         "gpuwatch_mig_enabled",
         "1 when the GPU is in MIG mode (handed out as MIG devices only), 0 when not.",
@@ -234,7 +260,7 @@ def _mig_metrics(snapshot: Snapshot, leases: tuple[Lease, ...]) -> Iterator[Metr
     )
     for gpu in snapshot.gpus:
         if gpu.mig_enabled is not None:
-            enabled.add_metric(_gpu_labels(gpu, snapshot.hostname), int(gpu.mig_enabled))
+            enabled.add_metric(_gpu_labels(gpu, node), int(gpu.mig_enabled))
     yield enabled
     families = {
         name: GaugeMetricFamily(f"gpuwatch_mig_{name}", text, labels=MIG_LABELS)
@@ -247,7 +273,7 @@ def _mig_metrics(snapshot: Snapshot, leases: tuple[Lease, ...]) -> Iterator[Metr
         "gpuwatch_mig_leases", "Leases held on the MIG device.", labels=(*MIG_LABELS, "mode")
     )
     for device in snapshot.mig_devices:
-        labels = _mig_labels(device, snapshot.hostname)
+        labels = _mig_labels(device, node)
         for name, _, value_of in _MIG_GAUGES:
             if (value := value_of(device)) is not None:
                 families[name].add_metric(labels, value)

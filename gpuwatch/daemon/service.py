@@ -22,8 +22,10 @@ from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
 from gpuwatch.daemon.api import Api, stale_reason
 from gpuwatch.daemon.listeners import TcpMetricsServer, UnixApiServer
+from gpuwatch.daemon.node import NamedNode
 from gpuwatch.daemon.notify import Notifier
 from gpuwatch.daemon.settings import Settings, with_config_file
+from gpuwatch.daemon.webconfig import WebConfig, load_web_config
 from gpuwatch.paths import socket_candidates
 from gpuwatch.sampling.poller import Poller
 from gpuwatch.units import counted
@@ -42,6 +44,7 @@ class Daemon:
     def __init__(self, settings: Settings) -> None:
         self._flags = settings  # what the command line said; the config file goes on top
         self.settings = with_config_file(settings)
+        self.web = _web_config(self.settings)  # a bad file stops the start before any work
         self.poller = Poller(self._open_source, self.settings.interval_s, self.settings.history_s)
         self.notifier = Notifier.from_environment()
         self.api = Api(self.poller, self.settings)
@@ -62,7 +65,8 @@ class Daemon:
         server = UnixApiServer(self.settings.socket_path, self.api.route)
         serving = False
         try:
-            self._tcp = self._bind_tcp(self.settings)  # every listener bound before any answers
+            # every listener bound before any answers
+            self._tcp = self._bind_tcp(self.settings, self.web)
             self.poller.start()
             _serve_in_thread(server, "gpuwatch-api")
             serving = True
@@ -72,7 +76,7 @@ class Daemon:
                 self.settings.interval_s,
                 self.settings.socket_path,
                 _clients_note(self.settings.socket_path),
-                _listen_note(self.settings),
+                _listen_note(self.settings, self.web),
             )
             # Everything made so far lives as long as the daemon: keep the collector from
             # walking it again and again (a cost that would dwarf each second's sampling).
@@ -115,20 +119,24 @@ class Daemon:
         self.notifier.reloading()
         try:
             fresh = with_config_file(self._flags)
+            web = _web_config(fresh)  # read again: new certificates, new passwords
             if fresh.listen != self.settings.listen:
-                tcp = self._bind_tcp(fresh)  # the old listener stays until the new one binds
+                tcp = self._bind_tcp(fresh, web)  # the old listener stays until the new one binds
                 self._close_tcp(self._tcp)
                 self._tcp = tcp
+            elif self._tcp is not None:
+                self._tcp.web = web
             self.poller.reconfigure(fresh.interval_s, fresh.history_s)
         except Exception as error:  # a reload must never take the daemon down
             log.error("reload failed, keeping the settings in force: %s", error)
         else:
             self.settings = self.api.settings = fresh
+            self.web = web
             log.info(
                 "reloaded: every %gs, %gs of history%s",
                 fresh.interval_s,
                 fresh.history_s,
-                _listen_note(fresh),
+                _listen_note(fresh, web),
             )
         self.poller.reopen()  # picks up a driver that was upgraded, or an edited scenario
         self.notifier.ready(self._status_line())
@@ -136,16 +144,20 @@ class Daemon:
     def _open_source(self) -> Backend:
         # The daemon is where snapshots come from, so it never asks a daemon for them.
         if self.settings.sim is not None:  # `--sim ''` is refused there, never the driver
-            return open_backend("sim", self.settings.sim)
-        return open_backend("nvml" if self.settings.backend == "auto" else self.settings.backend)
+            source = open_backend("sim", self.settings.sim)
+        else:
+            backend = self.settings.backend
+            source = open_backend("nvml" if backend == "auto" else backend)
+        node_name = self.settings.node_name
+        return source if node_name is None else NamedNode(source, node_name)
 
     def _source_name(self) -> str:
         return "a simulated node" if self.settings.sim is not None else "the NVIDIA driver"
 
-    def _bind_tcp(self, settings: Settings) -> TcpMetricsServer | None:
+    def _bind_tcp(self, settings: Settings, web: WebConfig | None) -> TcpMetricsServer | None:
         if settings.listen is None:
             return None
-        tcp = TcpMetricsServer(*settings.listen, self.api.metrics_only)
+        tcp = TcpMetricsServer(*settings.listen, self.api.metrics_only, web)
         _serve_in_thread(tcp, "gpuwatch-metrics")
         return tcp
 
@@ -191,8 +203,17 @@ def _clients_note(socket_path: str) -> str:
     return f" (clients find it with GPUWATCH_SOCKET={socket_path})"
 
 
-def _listen_note(settings: Settings) -> str:
+def _web_config(settings: Settings) -> WebConfig | None:
+    if settings.web_config_path is None:
+        return None
+    return load_web_config(settings.web_config_path)
+
+
+def _listen_note(settings: Settings, web: WebConfig | None) -> str:
     if settings.listen is None:
         return ""
     host, port = settings.listen
-    return f", metrics also on http://{host}:{port}/metrics"
+    scheme = "http" if web is None else web.scheme
+    name = f"[{host}]" if ":" in host else host
+    auth = " (basic auth)" if web is not None and web.auth is not None else ""
+    return f", metrics also on {scheme}://{name}:{port}/metrics{auth}"

@@ -1,7 +1,8 @@
 """The daemon's settings: command-line flags over an optional TOML file.
 
-The file (`--config`) may set `interval`, `history` and `listen`; flags given
-on the command line win over it. SIGHUP reads the file again, on top of the
+The file (`--config`) may set `interval`, `history`, `listen`, `node_name` and
+`web_config`; flags given on the command line (or their environment variables)
+win over it. SIGHUP reads the file again, on top of the
 flags: a setting removed from the file goes back to its flag or default. A
 file that does not exist sets nothing (so a unit can name one that an
 administrator may add later); one that exists but does not parse is an error.
@@ -23,7 +24,15 @@ DEFAULT_INTERVAL_S = 1.0
 DEFAULT_HISTORY_S = 24 * 3600.0
 MAX_HISTORY_SAMPLES = 1_000_000
 """At most this many samples are kept (96 MB for 8 GPUs): over 11 days at 1 s."""
-_EXAMPLES = {"interval": '"1s"', "history": '"24h"', "listen": '"19400"'}
+MAX_NODE_NAME_CHARS = 253
+"""As long as a DNS name may be: room for any host's fully qualified name."""
+_EXAMPLES = {
+    "interval": '"1s"',
+    "history": '"24h"',
+    "listen": '"19400"',
+    "node_name": '"gpu-07"',
+    "web_config": '"/etc/gpuwatch/web-config.yml"',
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +42,11 @@ class Settings:
     history_s: float = DEFAULT_HISTORY_S
     listen: tuple[str, int] | None = None
     """Where /metrics is also served over TCP; `None`: nowhere."""
+    node_name: str | None = None
+    """The node's name in what the daemon serves (the `hostname` label of every series);
+    `None`: the host name its source reports (the machine's; a simulated node's own)."""
+    web_config_path: str | None = None
+    """Prometheus's web configuration file (TLS, basic auth) for the TCP listener."""
     backend: str = "nvml"
     sim: str | None = None
     config_path: str | None = None
@@ -55,6 +69,26 @@ def parse_listen(text: str) -> tuple[str, int] | None:
             f"listen {text!r}: give PORT or HOST:PORT, e.g. 19400 or 0.0.0.0:19400"
         )
     return (host[1:-1] if bracketed else host) or "127.0.0.1", int(port)
+
+
+def parse_node_name(text: str) -> str:
+    """A node's name as Prometheus labels and `gpuwatch where` show it: printable, without
+    spaces (a shell takes it as one word), at most `MAX_NODE_NAME_CHARS` characters."""
+    if not text:
+        raise InvalidValueError("node name: give a name, e.g. gpu-07")
+    if len(text) > MAX_NODE_NAME_CHARS:
+        raise InvalidValueError(
+            f"node name {text[:40]!r}...: {len(text)} characters; at most {MAX_NODE_NAME_CHARS}"
+        )
+    if not text.isprintable() or any(character.isspace() for character in text):
+        raise InvalidValueError(f"node name {text!r}: no spaces or control characters; e.g. gpu-07")
+    return text
+
+
+def _web_config_path(text: str) -> str:
+    if not text:
+        raise InvalidValueError("web_config: give a path, or leave it out")
+    return text
 
 
 def parse_interval(text: str) -> float:
@@ -107,6 +141,8 @@ def with_config_file(settings: Settings) -> Settings:
         "interval": ("interval_s", parse_interval),
         "history": ("history_s", parse_history),
         "listen": ("listen", parse_listen),
+        "node_name": ("node_name", parse_node_name),
+        "web_config": ("web_config_path", _web_config_path),
     }
     changes: dict[str, Any] = {}
     for key, value in data.items():
@@ -119,6 +155,8 @@ def with_config_file(settings: Settings) -> Settings:
             changes[field] = parse(value)
         except InvalidValueError as error:
             raise ConfigFileError(f"{path}: {error}") from None
+    if "web_config_path" in changes:  # as a file names its neighbours: from where it lies
+        changes["web_config_path"] = str(path.parent / changes["web_config_path"])
     fresh = replace(settings, **changes)
     try:
         check_retention(fresh.interval_s, fresh.history_s)

@@ -22,7 +22,7 @@ from gpuwatch.paths import default_lease_dir
 from gpuwatch.reports.training import TrainingReport, TrainingReports, read_reports
 
 READ_EVERY_S = 1.0
-LABELS = ("pid", "rank", "gpu", "user")
+LABELS = ("pid", "rank", "gpu", "user", "hostname")
 _HELP = {
     "allocated_bytes": "Memory allocated to tensors by torch's caching allocator.",
     "allocated_peak_bytes": "Highest allocated memory since start (or the training's reset).",
@@ -66,7 +66,10 @@ def training_body(snapshot: Snapshot | None, found: TrainingReports) -> dict[str
     }
 
 
-def training_metrics(found: TrainingReports, indices: dict[str | None, int]) -> Iterator[Metric]:
+def training_metrics(
+    found: TrainingReports, indices: dict[str | None, int], node: str
+) -> Iterator[Metric]:
+    """The `gpuwatch_torch_*` series of `found`, labelled with the `node`'s name."""
     families = {
         name: GaugeMetricFamily(f"gpuwatch_torch_{name}", text, labels=LABELS)
         for name, text in _HELP.items()
@@ -86,7 +89,7 @@ def training_metrics(found: TrainingReports, indices: dict[str | None, int]) -> 
         "gpuwatch_torch_step_seconds", "Duration of the last step.", labels=LABELS
     )
     for report in found.reports:
-        labels = _labels(report, indices)
+        labels = [*_labels(report, indices), node]
         for name, family in [*families.items(), *counters.items()]:
             if (value := getattr(report, name)) is not None:
                 family.add_metric(labels, value)
@@ -95,8 +98,9 @@ def training_metrics(found: TrainingReports, indices: dict[str | None, int]) -> 
     skipped = GaugeMetricFamily(
         "gpuwatch_torch_reports_skipped",
         "Training report files passed over (malformed, foreign, or of a dead process).",
+        labels=("hostname",),
     )
-    skipped.add_metric([], found.skipped)
+    skipped.add_metric([node], found.skipped)
     yield from families.values()
     yield from counters.values()
     yield step_time

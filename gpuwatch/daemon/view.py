@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwatch.daemon.node import host_name
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.reports.training import TrainingReports
 from gpuwatch.sampling.poller import PollState
@@ -28,6 +29,15 @@ class View:
     """The leases in force; read only for a view that shows them, and while current."""
     leases_skipped: int = 0
     training: TrainingReports = NO_REPORTS
+    node_name: str | None = None
+    """`--node-name`; `None`: the name the source gives the node."""
+
+    @property
+    def node(self) -> str:
+        """The node's name: the `hostname` label of every series."""
+        if self.node_name is not None:
+            return self.node_name
+        return self.snapshot.hostname if self.snapshot is not None else host_name()
 
     @property
     def snapshot(self) -> Snapshot | None:

@@ -48,6 +48,8 @@ class Request:
     method: str
     target: str
     keep_alive: bool
+    authorization: str | None = None
+    """The `Authorization` header, for a listener that asks for credentials."""
 
 
 class BadRequest(Exception):
@@ -154,7 +156,7 @@ def _parse_head(head: bytes) -> tuple[Request, int]:
         raise BadRequest(413, f"request body over {MAX_BODY_BYTES} bytes; nothing here takes one")
     connection = headers.get("connection", "").lower()
     keep_alive = "close" not in connection and (version == "HTTP/1.1" or "keep-alive" in connection)
-    return Request(method, target, keep_alive), int(length)
+    return Request(method, target, keep_alive, headers.get("authorization")), int(length)
 
 
 def _parse_headers(lines: list[str]) -> dict[str, str]:

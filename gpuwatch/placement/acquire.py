@@ -42,9 +42,9 @@ from gpuwatch.leases.directory import (
 )
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.placement.choices import MIG_ANY as ANY
-from gpuwatch.placement.choices import WISHES, Strategy, exclude_entries, named, said
+from gpuwatch.placement.choices import exclude_entries, named, said
 from gpuwatch.placement.gpus import kind_for
-from gpuwatch.placement.request import Request, Waiter
+from gpuwatch.placement.request import Request, Waiter, describe_wish, request_of
 from gpuwatch.placement.rules import Choice, place
 from gpuwatch.placement.visible import (
     ORDER_VARIABLE,
@@ -53,7 +53,7 @@ from gpuwatch.placement.visible import (
     resolve_mig,
     visible_entries,
 )
-from gpuwatch.units import counted, format_size
+from gpuwatch.units import counted
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -90,9 +90,8 @@ class Wanted:
         `exclude` is as `gpuwatch pick --exclude` and `select(exclude=...)` take it:
         comma-separated text, or GPU indices and names (see `choices.exclude_entries`).
         """
-        asked = {name: wishes[name] for name, _, _ in WISHES if name != "exclude"}
         return cls(
-            asked=Request(**{**asked, "strategy": Strategy(asked["strategy"])}),
+            asked=request_of(wishes),
             exclude=exclude_entries(wishes["exclude"]),
             visible=visible_entries(os.environ.get(VARIABLE)),
             device_order=os.environ.get(ORDER_VARIABLE),
@@ -422,23 +421,6 @@ def passed_down(leases: list[HeldLease], environ: dict[str, str]) -> dict[str, s
     """`environ` telling the processes a job starts which leases are the job's own."""
     ids = [*held_by_this_job(), *(held.lease.lease_id for held in leases)]
     return {**environ, HELD_VARIABLE: ",".join(ids)} if ids else dict(environ)
-
-
-def describe_wish(request: Request) -> str:
-    """`2 idle GPUs with 8.0GiB free at most 50% busy` for messages."""
-    noun = "GPU" if request.mig is None else "MIG device"
-    idle = "idle " if request.wants_idle else ""
-    parts = [f"{request.count} {idle}{noun}{'s' if request.count > 1 else ''}"]
-    if request.mig not in (None, ANY):
-        parts.append(f"({request.mig})")
-    needed = max(request.min_free_bytes or 0, request.mem_bytes or 0)
-    if needed:
-        parts.append(f"with {format_size(needed)} free")
-    if request.max_util_pct is not None:
-        parts.append(f"at most {request.max_util_pct:g}% busy")
-    if request.max_used_bytes is not None:
-        parts.append(f"with at most {format_size(request.max_used_bytes)} used")
-    return " ".join(parts)
 
 
 def _shortfall(request: Request, choice: Choice) -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuwatch.placement.choices import Strategy
+from gpuwatch.placement.choices import MIG_ANY, WISHES, Strategy
 from gpuwatch.record_fields import MAX_BYTES
+from gpuwatch.units import format_size
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -169,3 +170,28 @@ class Waiter:
     request: Request
     waited_s: float = 0.0
     """How long it has been in line."""
+
+
+def request_of(wishes: Mapping[str, Any]) -> Request:
+    """The request `wishes` state: a value for each of `choices.WISHES` (checked already),
+    keyed by its field name; `exclude`, which names GPUs of one machine, is resolved by
+    the caller against that machine."""
+    asked = {name: wishes[name] for name, _, _ in WISHES if name != "exclude"}
+    return Request(**{**asked, "strategy": Strategy(asked["strategy"])})
+
+
+def describe_wish(request: Request) -> str:
+    """`2 idle GPUs with 8.0GiB free at most 50% busy` for messages."""
+    noun = "GPU" if request.mig is None else "MIG device"
+    idle = "idle " if request.wants_idle else ""
+    parts = [f"{request.count} {idle}{noun}{'s' if request.count > 1 else ''}"]
+    if request.mig not in (None, MIG_ANY):
+        parts.append(f"({request.mig})")
+    needed = max(request.min_free_bytes or 0, request.mem_bytes or 0)
+    if needed:
+        parts.append(f"with {format_size(needed)} free")
+    if request.max_util_pct is not None:
+        parts.append(f"at most {request.max_util_pct:g}% busy")
+    if request.max_used_bytes is not None:
+        parts.append(f"with at most {format_size(request.max_used_bytes)} used")
+    return " ".join(parts)

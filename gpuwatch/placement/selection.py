@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from gpuwatch.backends import open_backend
 from gpuwatch.errors import (
@@ -21,19 +21,9 @@ from gpuwatch.errors import (
     InvalidValueError,
     NoGpuError,
 )
-from gpuwatch.placement.choices import (
-    WISHES,
-    Format,
-    Strategy,
-    check_gpu_count,
-    check_mig,
-    check_one_mig_device,
-    check_percent,
-    exclude_entries,
-    one_of,
-)
+from gpuwatch.placement.choices import WISHES, Format, check_one_mig_device, checked_wishes, one_of
 from gpuwatch.placement.cudastate import cuda_initialized
-from gpuwatch.units import parse_duration, parse_size
+from gpuwatch.units import parse_duration
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -184,19 +174,21 @@ def select(
     >>> selection.release()
     """
     asked = {
-        "count": _checked("n", check_gpu_count, n),
-        "min_free_bytes": _bytes(min_free, "min_free"),
-        "max_util_pct": None if max_util is None else _checked("max_util", check_percent, max_util),
-        "mem_bytes": _declared_bytes(mem),
-        "max_used_bytes": _bytes(max_used, "max_used"),
-        "allow_busy": _checked("allow_busy", _check_flag, allow_busy),
-        "strategy": str(one_of(Strategy, strategy, "strategy")),
-        "exclude": _checked("exclude", exclude_entries, exclude),
+        **checked_wishes(
+            n=n,
+            min_free=min_free,
+            max_util=max_util,
+            mem=mem,
+            max_used=max_used,
+            allow_busy=allow_busy,
+            strategy=strategy,
+            exclude=exclude,
+            mig=mig,
+        ),
         "fallback": _checked_fallback(fallback),
         "format": str(one_of(Format, format, "format")),
         "backend": backend,
         "sim": None if sim is None else str(sim),
-        "mig": None if mig is None else _checked("mig", check_mig, mig),
     }
     timeout_s = parse_duration(timeout) if isinstance(timeout, str) else timeout
     if (earlier := _this_process.selection) is not None:
@@ -317,38 +309,3 @@ def _checked_fallback(fallback: str) -> str:
     if fallback not in ("error", "cpu"):
         raise InvalidValueError(f"fallback={fallback!r}: choose one of error, cpu")
     return fallback
-
-
-def _checked(name: str, check: Callable[[Any], Any], value: Any) -> Any:
-    try:
-        return check(value)
-    except InvalidValueError as error:
-        raise InvalidValueError(f"{name}: {error}") from None
-
-
-def _declared_bytes(mem: int | str | None) -> int | None:
-    declared = _bytes(mem, "mem")
-    if declared is not None and declared <= 0:  # a share of nothing would fit on any GPU
-        raise InvalidValueError(f"mem={mem!r} declares no memory: give what the job will use")
-    return declared
-
-
-def _check_flag(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidValueError(f"{value!r}: give True or False")
-    return value
-
-
-def _bytes(value: int | str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or (isinstance(value, int) and value < 0):
-        raise InvalidValueError(f"{name}={value!r}: give bytes (an int) or a size such as 8GiB")
-    if isinstance(value, int):
-        return value
-    if not isinstance(value, str):
-        raise InvalidValueError(f"{name}={value!r}: give bytes (an int) or a size such as 8GiB")
-    try:
-        return parse_size(value, unit_required=True)
-    except InvalidValueError as error:
-        raise InvalidValueError(f"{name}: {error}") from None

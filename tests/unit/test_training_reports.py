@@ -228,7 +228,7 @@ def test_the_daemon_labels_each_report_with_the_nvml_index_of_its_gpu(lease_dir:
     # WHEN the daemon answers /v1/training and /metrics
     body = training_body(snapshot, TrainingView().reports())
     indices = {gpu.uuid: gpu.index for gpu in snapshot.gpus}
-    metrics: list[Metric] = list(training_metrics(read_reports(), indices))
+    metrics: list[Metric] = list(training_metrics(read_reports(), indices, "node-1"))
     # THEN the GPU's report carries its index, the CPU's none, and metrics say the same
     assert [report["gpu"] for report in body["reports"]] == [1, None]
     allocated = next(m for m in metrics if m.name == "gpuwatch_torch_allocated_bytes")

@@ -1,0 +1,166 @@
+"""Helpers of bench/fleet_cost.py: a counting proxy in front of Prometheus, whole-process
+timing, and the fleet sources and commands of whatever version of gpuwatch is installed
+(each may be missing: the bench then says so and skips that figure)."""
+
+from __future__ import annotations
+
+import http.client
+import importlib
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+# The gpuwatch series a fleet refresh reads, where this version has no gpuwatch.fleet.series.
+_GPUWATCH_FAMILIES = (
+    "gpuwatch_sampling_up",
+    "gpuwatch_sample_timestamp_seconds",
+    "gpuwatch_gpu_info",
+    "gpuwatch_gpu_up",
+    "gpuwatch_leases",
+    "gpuwatch_lease_declared_memory_bytes",
+    "gpuwatch_process_memory_bytes",
+    "gpuwatch_mig_enabled",
+    "gpuwatch_memory_total_bytes",
+    "gpuwatch_memory_used_bytes",
+    "gpuwatch_memory_free_bytes",
+    "gpuwatch_utilization_ratio",
+    "gpuwatch_temperature_celsius",
+    "gpuwatch_power_watts",
+)
+
+
+@dataclass
+class Counts:
+    requests: int = 0
+    body_bytes: int = 0
+
+
+class CountingProxy:
+    """A reverse proxy on loopback that forwards every request to `upstream` and counts
+    requests and the bytes of the answers' bodies as sent (compressed, when the client
+    asked for it): what a client of `url` costs, whatever its code."""
+
+    def __init__(self, upstream: str) -> None:
+        self.counts = Counts()
+        self._lock = threading.Lock()
+        self._upstream = urllib.parse.urlsplit(upstream)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def reset(self) -> Counts:
+        with self._lock:
+            counts, self.counts = self.counts, Counts()
+        return counts
+
+    @contextmanager
+    def running(self) -> Iterator[CountingProxy]:
+        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Any:
+        connection = http.client.HTTPConnection(self._upstream.netloc, timeout=120)
+        try:
+            connection.request(method, path, body=body or None, headers=headers)
+            answer = connection.getresponse()
+            return answer.status, answer.getheaders(), answer.read()
+        finally:
+            connection.close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+        passed = {"accept-encoding", "content-type", "authorization", "accept"}
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _relay(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k: v for k, v in self.headers.items() if k.lower() in passed}
+                status, answer_headers, answer = proxy._forward(
+                    self.command, self.path, headers, body
+                )
+                with proxy._lock:
+                    proxy.counts.requests += 1
+                    proxy.counts.body_bytes += len(answer)
+                self.send_response(status)
+                for key, value in answer_headers:
+                    if key.lower() in ("content-type", "content-encoding"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            do_GET = do_POST = _relay
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        return Handler
+
+
+def gpuwatch_command() -> str:
+    """The `gpuwatch` of this interpreter's environment (the same Python as the baseline)."""
+    beside = Path(sys.executable).with_name("gpuwatch")
+    return str(beside) if beside.exists() else shutil.which("gpuwatch") or "gpuwatch"
+
+
+def has_command(*argv: str) -> str:
+    """The `--help` text of `gpuwatch ARGV`, or "" where this version has no such command."""
+    done = subprocess.run(
+        [gpuwatch_command(), *argv, "--help"], capture_output=True, text=True, check=False
+    )
+    return done.stdout if done.returncode == 0 else ""
+
+
+def median_wall_s(commands: Mapping[str, Sequence[str]], runs: int) -> dict[str, float]:
+    """Median wall time of each whole process, runs interleaved so that the machine's
+    drift hits all alike. Exit status 0 and 4 (gpuwatch: nothing fits) both count."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(runs):
+        for name, argv in commands.items():
+            start = time.perf_counter()
+            done = subprocess.run(argv, capture_output=True, check=False)
+            times[name].append(time.perf_counter() - start)
+            if done.returncode not in (0, 4):
+                raise SystemExit(
+                    f"{name} failed ({done.returncode}): {done.stderr.decode()[-500:]}"
+                )
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def fleet_families() -> tuple[str, ...]:
+    """The metric names a fleet refresh reads: gpuwatch.fleet.series's where it exists."""
+    try:
+        series = importlib.import_module("gpuwatch.fleet.series")
+    except ImportError:
+        return _GPUWATCH_FAMILIES
+    return tuple(series.FAMILIES)
+
+
+def fleet_source(module: str, class_name: str, *args: Any, **options: Any) -> tuple[Any, str]:
+    """`gpuwatch.fleet.MODULE.CLASS(*args, **options)`, or None and why not."""
+    try:
+        cls = getattr(importlib.import_module(f"gpuwatch.fleet.{module}"), class_name)
+    except (ImportError, AttributeError):
+        return None, f"this gpuwatch has no gpuwatch.fleet.{module}.{class_name}"
+    try:
+        return cls(*args, **options), ""
+    except TypeError as error:
+        return None, f"gpuwatch.fleet.{module}.{class_name}: {error}"

@@ -1,0 +1,294 @@
+"""One process serving the `/metrics` of N simulated gpuwatch nodes, one loopback port each,
+plus nodes that hang (accept, never answer) and nodes that refuse.
+
+Each node's text is what a gpuwatch daemon serves: it is rendered once by the daemon's own
+exposition code (`gpuwatch.daemon.metrics`) from a node of GPUS GPUs with its own
+`hostname`, uuids and mix of work (idle, part used, full; some GPUs leased), and its
+readings then move every second (utilization, memory in use and free, temperature, power,
+the sample's timestamp) without rendering it all again, so that one process keeps up with
+1,000 nodes scraped every second or two.
+
+When every port listens it prints one JSON line on stdout,
+`{"nodes": [{"name", "address"}], "hanging": [address], "refusing": [address]}`,
+and serves until SIGTERM or SIGINT, or with --stop-on-eof until its standard input ends
+(a pipe from the process that started it: it then never outlives that process).
+
+Run: python bench/fleet_nodes.py [--nodes N] [--gpus G] [--hang H] [--refuse R] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import random
+import resource
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuwatch.backends.scenario import MODELS
+from gpuwatch.daemon.metrics import exposition
+from gpuwatch.daemon.view import View
+from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.sampling.poller import PollState
+
+GIB = 1 << 30
+MIB = 1 << 20
+MODEL = MODELS["H100-80GB"]
+CAPACITY_BYTES = MODEL.memory_total_bytes - MODEL.memory_reserved_bytes
+_BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+_HEAD = (
+    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+    "Content-Length: {}\r\n\r\n"
+)
+_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class GpuLoad:
+    """What runs on one GPU: the memory its job holds and its mean utilization."""
+
+    used_bytes: int
+    utilization_pct: int
+    leased: bool
+
+
+def draw_node(rng: random.Random, gpus: int) -> tuple[GpuLoad, ...]:
+    """A node as shared nodes are: about a third of GPUs idle, a third part used, a third
+    full; one GPU in ten held by an exclusive lease."""
+    loads = []
+    for _ in range(gpus):
+        kind = rng.random()
+        if kind < 0.35:
+            used, util = 0, 0
+        elif kind < 0.7:
+            used, util = rng.randrange(4, 60) * GIB, rng.randrange(10, 70)
+        else:
+            used, util = CAPACITY_BYTES - rng.randrange(1, 4) * GIB, rng.randrange(70, 100)
+        loads.append(GpuLoad(used, util, leased=rng.random() < 0.1))
+    return tuple(loads)
+
+
+def snapshot_of(name: str, loads: tuple[GpuLoad, ...], node_number: int, now: float) -> Snapshot:
+    gpus = tuple(
+        GpuSample(
+            index=index,
+            uuid=f"GPU-{node_number:08x}-{index:04x}-4000-8000-{node_number * 8 + index:012x}",
+            name=MODEL.name,
+            pci_bus_id=f"00000000:{_BUS_NUMBERS[index % 8] + index // 8:02X}:00.0",
+            memory_total_bytes=MODEL.memory_total_bytes,
+            memory_used_bytes=load.used_bytes,
+            memory_free_bytes=CAPACITY_BYTES - load.used_bytes,
+            memory_reserved_bytes=MODEL.memory_reserved_bytes,
+            utilization_pct=load.utilization_pct,
+            memory_utilization_pct=load.utilization_pct * 6 // 10,
+            temperature_c=30 + load.utilization_pct * 4 // 10,
+            power_w=MODEL.idle_power_w + (MODEL.power_limit_w - MODEL.idle_power_w) * 0.5,
+            power_limit_w=MODEL.power_limit_w,
+            sm_clock_mhz=MODEL.max_sm_clock_mhz,
+            performance_state=0,
+            mig_enabled=False,
+        )
+        for index, load in enumerate(loads)
+    )
+    processes = tuple(
+        ProcessUsage(
+            pid=20_000 + index,
+            gpu_index=index,
+            gpu_uuid=gpus[index].uuid,
+            memory_used_bytes=load.used_bytes,
+            kind=ProcessKind.COMPUTE,
+            user=f"user{(node_number + index) % 23}",
+            command="python train.py",
+        )
+        for index, load in enumerate(loads)
+        if load.used_bytes
+    )
+    return Snapshot(now, name, "580.95.05", "13.0", gpus, processes)
+
+
+def leases_of(snapshot: Snapshot, loads: tuple[GpuLoad, ...]) -> tuple[Lease, ...]:
+    return tuple(
+        Lease(str(gpu.uuid), gpu.index, 30_000 + gpu.index, "", "", snapshot.taken_at)
+        for gpu, load in zip(snapshot.gpus, loads, strict=True)
+        if load.leased
+    )
+
+
+# The series whose values move each second: (metric, reading of the GPU at second s).
+Reading = Callable[[GpuLoad, int], float]
+
+
+def _wiggle(load: GpuLoad, second: int, span: int) -> int:
+    """A deterministic jitter in [-span, span] for this GPU and second."""
+    return (hash((id(load), second)) % (2 * span + 1)) - span
+
+
+def _used(load: GpuLoad, second: int) -> float:
+    return 0.0 if not load.used_bytes else float(load.used_bytes + _wiggle(load, second, 256) * MIB)
+
+
+def _util(load: GpuLoad, second: int) -> float:
+    return (
+        max(0, min(100, load.utilization_pct + _wiggle(load, second, 5))) if load.used_bytes else 0
+    )
+
+
+_MOVING: dict[str, Reading] = {
+    "gpuwatch_memory_used_bytes": _used,
+    "gpuwatch_memory_free_bytes": lambda load, s: CAPACITY_BYTES - _used(load, s),
+    "gpuwatch_process_memory_bytes": _used,
+    "gpuwatch_utilization_ratio": lambda load, s: _util(load, s) / 100,
+    "gpuwatch_memory_utilization_ratio": lambda load, s: _util(load, s) * 0.006,
+    "gpuwatch_temperature_celsius": lambda load, s: 30 + _util(load, s) * 0.4,
+    "gpuwatch_power_watts": lambda load, s: round(
+        MODEL.idle_power_w + (MODEL.power_limit_w - MODEL.idle_power_w) * _util(load, s) / 100, 1
+    ),
+}
+
+
+class Node:
+    """One node's `/metrics`: the daemon's text, its moving values filled in each second."""
+
+    def __init__(self, name: str, number: int, loads: tuple[GpuLoad, ...]) -> None:
+        self.name = name
+        self._loads = loads
+        snapshot = snapshot_of(name, loads, number, time.time())
+        view = View(
+            PollState(snapshot, None, snapshot.taken_at, 1, snapshot.taken_at),
+            leases=leases_of(snapshot, loads),
+        )
+        self._parts = [self._part(line) for line in exposition(view).decode().splitlines()]
+        self._second = -1
+        self._body = b""
+
+    def body(self, now: float) -> bytes:
+        second = int(now)
+        if second != self._second:
+            self._second, self._body = second, self._render(now, second)
+        return self._body
+
+    def _part(self, line: str) -> tuple[str, Reading | None, GpuLoad | None] | str:
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name == "gpuwatch_sample_timestamp_seconds":
+            return (line.rsplit(" ", 1)[0], None, None)
+        if name in _MOVING:
+            gpu = int(line.split('gpu="', 1)[1].split('"', 1)[0])
+            return (line.rsplit(" ", 1)[0], _MOVING[name], self._loads[gpu])
+        return line
+
+    def _render(self, now: float, second: int) -> bytes:
+        lines = []
+        for part in self._parts:
+            if isinstance(part, str):
+                lines.append(part)
+            else:
+                prefix, reading, load = part
+                value = now if reading is None or load is None else reading(load, second)
+                lines.append(f"{prefix} {float(value)!r}")
+        return ("\n".join(lines) + "\n").encode()
+
+
+async def _serve_node(
+    node: Node, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
+            if path.split(b"?", 1)[0] == b"/metrics":
+                body = node.body(time.time())
+                writer.write(_HEAD.format(len(body)).encode() + body)
+            else:
+                writer.write(_NOT_FOUND)
+            await writer.drain()
+            if b"connection: close" in head.lower():
+                break
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+_HELD: list[asyncio.StreamWriter] = []
+
+
+async def _hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    _HELD.append(writer)  # accepted, never answered nor closed, until the process ends
+
+
+def _address(sock: socket.socket) -> str:
+    return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _loopback_listener() -> socket.socket:
+    listener = socket.create_server(("127.0.0.1", 0), backlog=512)
+    listener.setblocking(False)
+    return listener
+
+
+async def serve(nodes: list[Node], hanging: int, refusing: int, stop_on_eof: bool) -> None:
+    listeners = [_loopback_listener() for _ in nodes]
+    for node, listener in zip(nodes, listeners, strict=True):
+        await asyncio.start_server(functools.partial(_serve_node, node), sock=listener)
+    hung = [_loopback_listener() for _ in range(hanging)]
+    for listener in hung:
+        await asyncio.start_server(_hang, sock=listener)
+    closed = [socket.socket() for _ in range(refusing)]
+    for placeholder in closed:  # bound, never listening: connections are refused
+        placeholder.bind(("127.0.0.1", 0))
+    ready = {
+        "nodes": [
+            {"name": n.name, "address": _address(s)} for n, s in zip(nodes, listeners, strict=True)
+        ],
+        "hanging": [_address(s) for s in hung],
+        "refusing": [_address(s) for s in closed],
+    }
+    print(json.dumps(ready), flush=True)
+    await _until_told_to_stop(stop_on_eof)
+
+
+async def _until_told_to_stop(stop_on_eof: bool) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    if stop_on_eof:
+        loop.add_reader(sys.stdin.fileno(), _stop_at_eof, stop)
+    await stop.wait()
+
+
+def _stop_at_eof(stop: asyncio.Event) -> None:
+    if not os.read(sys.stdin.fileno(), 4096):
+        stop.set()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--hang", type=int, default=0)
+    parser.add_argument("--refuse", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prefix", default="node-", help="node names: PREFIX0001, ...")
+    parser.add_argument("--stop-on-eof", action="store_true", help="stop when stdin ends")
+    args = parser.parse_args()
+    # A listener and a connection or two per node: past the usual soft limit of 1,024.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    rng = random.Random(args.seed)
+    nodes = [
+        Node(f"{args.prefix}{number:04d}", number, draw_node(rng, args.gpus))
+        for number in range(1, args.nodes + 1)
+    ]
+    asyncio.run(serve(nodes, args.hang, args.refuse, args.stop_on_eof))
+
+
+if __name__ == "__main__":
+    main()

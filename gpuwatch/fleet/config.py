@@ -1,0 +1,199 @@
+"""Which fleet to read: the options given, else `GPUWATCH_PROMETHEUS`, else the user's
+`$XDG_CONFIG_HOME/gpuwatch/fleet.toml` (`~/.config/gpuwatch/fleet.toml`):
+
+    prometheus = "https://prometheus.lab:9090"    # or: nodes = ["node1", "node2:9400"]
+    ca_file = "~/.config/gpuwatch/lab-ca.pem"     # or: nodes_file = "~/lab-nodes.txt"
+    token_file = "~/.config/gpuwatch/prom-token"  # or: username + password_file
+    timeout = "5s"
+
+Credentials are read from files or the environment (`GPUWATCH_FLEET_TOKEN`,
+`GPUWATCH_FLEET_PASSWORD`), never from the command line, where every user of the
+machine could read them in `ps`.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from gpuwatch.errors import InvalidValueError
+from gpuwatch.fleet import prometheus, scrape
+from gpuwatch.fleet.fetch import HttpOptions
+from gpuwatch.fleet.nodes import FleetSource
+from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.fleet.scrape import ScrapeSource, parse_target, read_nodes_file
+from gpuwatch.fleet.series import safe_name
+from gpuwatch.tomlfile import read_toml
+from gpuwatch.units import parse_duration
+
+ENV_PROMETHEUS = "GPUWATCH_PROMETHEUS"
+ENV_TOKEN = "GPUWATCH_FLEET_TOKEN"
+ENV_PASSWORD = "GPUWATCH_FLEET_PASSWORD"
+MAX_SECRET_BYTES = 64 << 10
+MAX_TIMEOUT_S = 600.0
+HOW_TO_SET = (
+    "no fleet to read: give --prometheus URL or --node HOST (or --nodes-file FILE), set "
+    f'{ENV_PROMETHEUS}, or write prometheus = "http://HOST:9090" (or nodes = [...]) in '
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """What the command line (or the config file) says of the fleet source. Paths only
+    for secrets: the secrets themselves never pass through here."""
+
+    prometheus: str | None = None
+    nodes: tuple[str, ...] = ()
+    nodes_file: str | None = None
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+    token_file: str | None = None
+    timeout_s: float | None = None
+
+
+def config_path(env: Mapping[str, str]) -> str:
+    """Where the user's fleet config lives."""
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "gpuwatch", "fleet.toml")
+
+
+def resolve(options: SourceOptions, env: Mapping[str, str] | None = None) -> FleetSource:
+    """The source `options` name, else the environment's, else the config file's;
+    `InvalidValueError` (one line) when none is set or one is wrong."""
+    env = os.environ if env is None else env
+    path = config_path(env)
+    file = _from_file(path) if os.path.lexists(path) else None
+    if options.prometheus or options.nodes or options.nodes_file:
+        chosen = _overlay(_without_source(file), options)
+    elif url := env.get(ENV_PROMETHEUS):
+        chosen = _overlay(_without_source(file), replace(options, prometheus=url))
+    elif file is not None and (file.prometheus or file.nodes or file.nodes_file):
+        chosen = _overlay(file, options)
+    else:
+        raise InvalidValueError(HOW_TO_SET + path)
+    if chosen.prometheus and (chosen.nodes or chosen.nodes_file):
+        raise InvalidValueError("give either a Prometheus URL or nodes, not both")
+    http = http_options(chosen, env)
+    if chosen.prometheus:
+        timeout_s = chosen.timeout_s or prometheus.DEFAULT_TIMEOUT_S
+        return PrometheusSource(chosen.prometheus, options=http, timeout_s=timeout_s)
+    https = bool(chosen.ca_file or chosen.client_cert)
+    targets = [parse_target(node, https=https) for node in chosen.nodes]
+    if chosen.nodes_file:
+        targets += read_nodes_file(chosen.nodes_file, https=https)
+    return ScrapeSource(
+        targets, options=http, timeout_s=chosen.timeout_s or scrape.DEFAULT_TIMEOUT_S
+    )
+
+
+def http_options(options: SourceOptions, env: Mapping[str, str]) -> HttpOptions:
+    """TLS files checked readable, and the `Authorization` header from a token or a
+    user and password, read from their files or the environment."""
+    for path in (options.ca_file, options.client_cert, options.client_key):
+        if path is not None and not os.access(path, os.R_OK):
+            raise InvalidValueError(f"{safe_name(path)}: cannot read it (TLS file)")
+    if options.client_key and not options.client_cert:
+        raise InvalidValueError("a client key needs its client certificate (client_cert)")
+    token = _secret(options.token_file, "token") if options.token_file else env.get(ENV_TOKEN)
+    password = (
+        _secret(options.password_file, "password")
+        if options.password_file
+        else env.get(ENV_PASSWORD)
+    )
+    if token and options.username:
+        raise InvalidValueError("give a bearer token or a user and password, not both")
+    authorization = None
+    if token:
+        authorization = f"Bearer {_checked(token, 'token')}"
+    elif options.username:
+        if not password:
+            raise InvalidValueError(
+                f"user {safe_name(options.username)!r} has no password: give a password file "
+                f"or set {ENV_PASSWORD}"
+            )
+        pair = f"{_checked(options.username, 'user')}:{_checked(password, 'password')}"
+        authorization = f"Basic {base64.b64encode(pair.encode()).decode()}"
+    return HttpOptions(options.ca_file, options.client_cert, options.client_key, authorization)
+
+
+def _checked(secret: str, what: str) -> str:
+    if not secret or not secret.isprintable():
+        raise InvalidValueError(f"the {what} is empty or has control characters")
+    return secret
+
+
+def _secret(path: str, what: str) -> str:
+    """A secret from a file: its first line (a trailing newline is not part of it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise InvalidValueError(f"{what} file {safe_name(path)}: {error.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidValueError(f"{what} file {safe_name(path)}: not a regular file")
+        data = os.read(fd, MAX_SECRET_BYTES)
+    finally:
+        os.close(fd)
+    text = data.decode(errors="replace").strip("\r\n")
+    return _checked(text.splitlines()[0] if text else "", what)
+
+
+_KEYS = {f.name for f in fields(SourceOptions)} - {"timeout_s"} | {"timeout"}
+_PATHS = ("nodes_file", "ca_file", "client_cert", "client_key", "password_file", "token_file")
+
+
+def _from_file(path: str) -> SourceOptions:
+    try:
+        table = read_toml(path)
+    except FileNotFoundError:
+        return SourceOptions()
+    except InvalidValueError as error:
+        raise InvalidValueError(f"{safe_name(path)}: {error}") from None
+    unknown = sorted(set(table) - _KEYS)
+    if unknown:
+        raise InvalidValueError(
+            f"{safe_name(path)}: unknown key {safe_name(unknown[0])!r}; "
+            f"known: {', '.join(sorted(_KEYS))}"
+        )
+    return _options(table, path)
+
+
+def _options(table: dict[str, Any], path: str) -> SourceOptions:
+    where = safe_name(path)
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "nodes":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise InvalidValueError(f'{where}: nodes must be a list of texts: ["node1", ...]')
+            values["nodes"] = tuple(value)
+        elif not isinstance(value, str) or not value:
+            raise InvalidValueError(f'{where}: {key} must be a text, e.g. {key} = "..."')
+        elif key == "timeout":
+            try:
+                values["timeout_s"] = parse_duration(value, most_s=MAX_TIMEOUT_S)
+            except InvalidValueError as error:
+                raise InvalidValueError(f"{where}: timeout {error}") from None
+        else:
+            base = os.path.dirname(os.path.abspath(path))
+            values[key] = os.path.join(base, os.path.expanduser(value)) if key in _PATHS else value
+    return SourceOptions(**values)
+
+
+def _without_source(options: SourceOptions | None) -> SourceOptions:
+    """The TLS, credentials and timeout of the config file, for a source named elsewhere."""
+    if options is None:
+        return SourceOptions()
+    return replace(options, prometheus=None, nodes=(), nodes_file=None)
+
+
+def _overlay(base: SourceOptions, given: SourceOptions) -> SourceOptions:
+    """`base` with every option `given` sets."""
+    changes = {f.name: getattr(given, f.name) for f in fields(given) if getattr(given, f.name)}
+    return replace(base, **changes)

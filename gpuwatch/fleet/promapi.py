@@ -1,0 +1,164 @@
+"""Prometheus's HTTP API (`/api/v1/query`, `/api/v1/query_range`) as Prometheus, Thanos,
+VictoriaMetrics and Mimir serve it, with every way a server can fail to be one turned
+into a `SourceError` of one line.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuwatch.errors import InvalidValueError, SourceError
+from gpuwatch.fleet.exposition import parse_value
+from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all
+from gpuwatch.fleet.series import safe_name, shown_address
+
+DEFAULT_MAX_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One series of a vector (one point) or of a matrix (many), as the API returns it."""
+
+    labels: dict[str, str]
+    values: list[tuple[float, float]]
+    """(timestamp, value) pairs, finite values only."""
+
+
+def base_url(text: str) -> str:
+    """`text` as the root of the API, checked: http(s), a host, no credentials."""
+    shown = shown_address(text)
+    parts = urllib.parse.urlsplit(text.strip())
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or "@" in parts.netloc
+        or parts.query
+        or parts.fragment
+        or not text.isprintable()
+    ):
+        raise InvalidValueError(
+            f"Prometheus URL {shown!r}: give http(s)://HOST:PORT, e.g. http://prometheus:9090 "
+            "(credentials go in a file, never in the URL)"
+        )
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise InvalidValueError(f"Prometheus URL {shown!r}: the port is not a number") from None
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+class PromClient:
+    """Runs PromQL against one server, several queries at once, each answer bounded."""
+
+    def __init__(self, url: str, *, options: HttpOptions, timeout_s: float, max_bytes: int) -> None:
+        self.url = base_url(url)
+        self.options, self.timeout_s, self.max_bytes = options, timeout_s, max_bytes
+        self.bytes_read = 0
+        """Bytes of JSON read so far (after decompression), for the benches."""
+
+    def query(self, queries: Sequence[str]) -> list[tuple[float, list[Point]]]:
+        """Each instant query's evaluation time and vector, all sent at once."""
+        urls = [self._url("query", {"query": q}) for q in queries]
+        return [self._vector(answer) for answer in self._get(urls)]
+
+    def query_range(self, query: str, start: float, end: float, step_s: float) -> list[Point]:
+        """A range query's matrix."""
+        params = {
+            "query": query,
+            "start": f"{start:.3f}",
+            "end": f"{end:.3f}",
+            "step": f"{step_s:g}",
+        }
+        data = self._data(self._get([self._url("query_range", params)])[0])
+        if data.get("resultType") != "matrix":
+            raise self._error("answers a range query without a matrix")
+        return [p for item in _list(data.get("result")) if (p := _series(item, "values"))]
+
+    def _url(self, endpoint: str, params: dict[str, str]) -> str:
+        return f"{self.url}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
+
+    def _get(self, urls: list[str]) -> list[Answer]:
+        answers = get_all(
+            urls,
+            options=self.options,
+            timeout_s=self.timeout_s,
+            max_bytes=self.max_bytes,
+            headers={"Accept": "application/json"},
+        )
+        self.bytes_read += sum(len(a.body) for a in answers)
+        return answers
+
+    def _vector(self, answer: Answer) -> tuple[float, list[Point]]:
+        data = self._data(answer)
+        if data.get("resultType") != "vector":
+            raise self._error("answers an instant query without a vector")
+        points = [p for item in _list(data.get("result")) if (p := _series(item, "value"))]
+        evaluated = max((p.values[0][0] for p in points), default=None)
+        return (evaluated if evaluated is not None else 0.0), points
+
+    def _data(self, answer: Answer) -> dict[str, Any]:
+        if answer.error is not None:
+            raise self._error(f"cannot be read: {answer.error}")
+        document = self._document(answer)
+        if document.get("status") != "success":
+            reason = safe_name(str(document.get("error", "no reason given")))[:200]
+            raise self._error(f"refuses the query: {reason}")
+        data = document.get("data")
+        if not isinstance(data, dict):
+            raise self._error("answers without data: is it Prometheus's API?")
+        return data
+
+    def _document(self, answer: Answer) -> dict[str, Any]:
+        if answer.status == 404:
+            raise self._error("has no /api/v1 (HTTP 404): is the URL Prometheus's root?")
+        if answer.status in (401, 403):
+            raise self._error(f"refuses these credentials (HTTP {answer.status})")
+        if "html" in answer.content_type.lower() or answer.body.lstrip()[:1] == b"<":
+            raise self._error(
+                f"answers with a web page (HTTP {answer.status}), not Prometheus's API"
+            )
+        try:
+            document = json.loads(answer.body)
+        except (ValueError, RecursionError):
+            raise self._error(
+                f"answers HTTP {answer.status} without JSON: is it Prometheus?"
+            ) from None
+        if not isinstance(document, dict):
+            raise self._error("answers JSON that is not Prometheus's API")
+        return document
+
+    def _error(self, what: str) -> SourceError:
+        return SourceError(f"Prometheus at {self.url} {what}")
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _series(item: object, key: str) -> Point | None:
+    """One result entry, or `None` when it is not the API's shape."""
+    if type(item) is not dict or type(metric := item.get("metric")) is not dict:
+        return None
+    if key == "value":
+        pair = _pair(item.get(key))
+        values = [pair] if pair is not None else []
+    else:
+        values = [pair for entry in _list(item.get(key)) if (pair := _pair(entry)) is not None]
+    # JSON keys are always texts; a value that is not one is dropped.
+    if not all(type(value) is str for value in metric.values()):
+        metric = {k: v for k, v in metric.items() if type(v) is str}
+    return Point(metric, values) if values else None
+
+
+def _pair(entry: object) -> tuple[float, float] | None:
+    if type(entry) is not list or len(entry) != 2:
+        return None
+    at, text = entry
+    if type(text) is not str or type(at) not in (int, float):
+        return None
+    value = parse_value(text)
+    return None if value is None else (float(at), value)

@@ -1,0 +1,136 @@
+"""dcgm-exporter's series (`DCGM_FI_*`, NVIDIA/dcgm-exporter `etc/default-counters.csv`)
+as one node.
+
+Labels: `gpu` (the NVML index), `UUID` (`uuid` with `--use-old-namespace`),
+`modelName`, `pci_bus_id`, `Hostname` or `hostname`; on a MIG-enabled GPU, memory
+comes per GPU instance with `GPU_I_ID` and `GPU_I_PROFILE`. Framebuffer figures are
+whole MiB. DCGM tells nothing of leases (`leases` stays `None`) and, in the default
+counters, nothing of processes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from gpuwatch.fleet import mapped as m
+from gpuwatch.fleet.exposition import Sample
+from gpuwatch.fleet.mapped import GpuFields, Mapped
+from gpuwatch.models import MigDevice
+
+_FB = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")
+_VALUES = {
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization_pct", m.percent),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("memory_utilization_pct", m.percent),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", m.celsius),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", m.watts),
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", m.megahertz),
+}
+INDEXED = (*_FB[1:], "DCGM_FI_DEV_FB_TOTAL", *_VALUES)
+"""Families a Prometheus source may read with only `gpu` and `GPU_I_ID` as labels."""
+WHOLE = ("DCGM_FI_DEV_FB_FREE",)
+"""Read with all labels: the GPU's identity and host name ride on it."""
+FAMILIES = (*INDEXED, *WHOLE)
+
+
+def mapped(samples: Sequence[Sample], node: str) -> Mapped:
+    """The node these dcgm-exporter series describe."""
+    gpus: dict[int, GpuFields] = {}
+    instances: dict[tuple[int, int], dict[str, int | str | None]] = defaultdict(dict)
+    for sample in samples:
+        index = m.index_of(sample.labels.get("gpu"))
+        if index is None:
+            continue
+        fields = gpus.setdefault(index, GpuFields(index))
+        _identify(fields, sample.labels)
+        instance = m.index_of(sample.labels.get("GPU_I_ID"))
+        if instance is not None:
+            fields.values["mig_enabled"] = True
+            _memory(instances[(index, instance)], sample)
+            if profile := sample.labels.get("GPU_I_PROFILE"):
+                instances[(index, instance)]["profile"] = profile
+        elif sample.name in _VALUES:
+            field, convert = _VALUES[sample.name]
+            fields.values[field] = convert(sample.value)
+        else:
+            _memory(fields.values, sample)  # type: ignore[arg-type]
+    for fields in gpus.values():
+        _total(fields.values)  # type: ignore[arg-type]
+    driver = next((s.labels.get("DCGM_FI_DRIVER_VERSION") for s in samples), None)
+    return Mapped(
+        gpus=tuple(fields.build() for _, fields in sorted(gpus.items())),
+        mig_devices=_mig_devices(instances),
+        driver_version=m.label(driver, 64),
+    )
+
+
+def _identify(fields: GpuFields, labels: dict[str, str]) -> None:
+    """The GPU's identity, from the first series that carries it."""
+    for field, keys in (
+        ("uuid", ("UUID", "uuid")),
+        ("name", ("modelName",)),
+        ("pci_bus_id", ("pci_bus_id",)),
+    ):
+        if fields.values.get(field) is None:
+            fields.values[field] = m.label(next((labels[k] for k in keys if labels.get(k)), None))
+
+
+def _memory(values: dict[str, int | str | None], sample: Sample) -> None:
+    key = {
+        "DCGM_FI_DEV_FB_FREE": "memory_free_bytes",
+        "DCGM_FI_DEV_FB_USED": "memory_used_bytes",
+        "DCGM_FI_DEV_FB_RESERVED": "memory_reserved_bytes",
+        "DCGM_FI_DEV_FB_TOTAL": "memory_total_bytes",
+    }.get(sample.name)
+    if key is not None:
+        values[key] = m.whole_bytes(sample.value, m.MIB)
+
+
+def _total(values: dict[str, int | str | None]) -> None:
+    """Total memory, where DCGM defines it. `DCGM_FI_DEV_FB_TOTAL` is not a default
+    counter. DCGM reads all four from one NVML call (DcgmCacheManager.cpp,
+    ReadAndCacheFBMemoryInfo): from driver 510 on, `nvmlDeviceGetMemoryInfo_v2`, whose
+    total is used + free + reserved, and only then does it report FB_RESERVED; before,
+    the v1 call, where used includes what is reserved. So without FB_RESERVED, used +
+    free is the total on old drivers but not on a new driver whose exporter does not
+    export FB_RESERVED: then the total is not known. Each figure is whole MiB, rounded
+    down, so the sum may be up to 3MiB short."""
+    if values.get("memory_total_bytes") is not None:
+        return
+    parts = [values.get(key) for key in _memory_keys()]
+    if all(isinstance(part, int) for part in parts):
+        values["memory_total_bytes"] = sum(part for part in parts if isinstance(part, int))
+
+
+def _memory_keys() -> tuple[str, ...]:
+    return ("memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes")
+
+
+def _mig_devices(
+    instances: dict[tuple[int, int], dict[str, int | str | None]],
+) -> tuple[MigDevice, ...]:
+    """A device per GPU instance, numbered under its GPU by instance id (DCGM exports
+    neither NVML's MIG index nor the MIG device's UUID)."""
+    devices = []
+    numbers: dict[int, int] = defaultdict(int)
+    for (gpu, instance), values in sorted(instances.items()):
+        _total(values)
+        total = values.get("memory_total_bytes")
+        devices.append(
+            MigDevice(
+                gpu_index=gpu,
+                index=numbers[gpu],
+                uuid=None,
+                profile=m.label(str(values.get("profile") or ""), 32),
+                gpu_instance_id=instance,
+                memory_total_bytes=total if isinstance(total, int) else None,
+                memory_used_bytes=_int(values.get("memory_used_bytes")),
+                memory_free_bytes=_int(values.get("memory_free_bytes")),
+            )
+        )
+        numbers[gpu] += 1
+    return tuple(devices)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None

@@ -1,0 +1,159 @@
+"""Stand-in nodes on loopback: in the test's own process, an exporter that serves a fixed
+text (dcgm-exporter's format from `data/dcgm.prom`), one that accepts and never answers,
+and one that refuses; in one other process, a fleet of many simulated gpuwatch nodes.
+
+Each is an `Endpoint` (`address` is `127.0.0.1:PORT`, what `--node` and a Prometheus
+target take) and a context manager: leaving it closes every socket it opened.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data"
+FLEET_NODES = Path(__file__).resolve().parents[2] / "bench" / "fleet_nodes.py"
+DCGM_FIXTURE = DATA / "dcgm.prom"
+# The node and GPUs `data/dcgm.prom` describes, for tests that check what a source made of it.
+DCGM_HOSTNAME = "dcgm-node-1"
+DCGM_FREE_MIB = (80980, 40020, 1980, 68692)
+EXPOSITION_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        """`HOST:PORT`, as `--node` and a Prometheus target take it."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}/metrics"
+
+
+@contextmanager
+def serving_text(
+    body: Callable[[], bytes], content_type: str = EXPOSITION_TYPE
+) -> Iterator[Endpoint]:
+    """An exporter on a free loopback port answering `GET /metrics` with `body()` (called
+    at each request, so a test may change what it serves) and 404 elsewhere."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] != "/metrics":
+                self.send_error(404)
+                return
+            text = body()
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # a scrape a second would bury pytest's output
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
+    thread.start()
+    try:
+        yield Endpoint("127.0.0.1", server.server_address[1])
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
+
+
+@contextmanager
+def serving_dcgm(fixture: Path = DCGM_FIXTURE) -> Iterator[Endpoint]:
+    """A dcgm-exporter stand-in serving `fixture` (by default the node `DCGM_HOSTNAME`)."""
+    text = fixture.read_bytes()
+    with serving_text(lambda: text) as endpoint:
+        yield endpoint
+
+
+@contextmanager
+def hanging() -> Iterator[Endpoint]:
+    """A node whose exporter is stuck: it accepts every connection, reads nothing and
+    never answers, until the block ends."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return  # the listener was closed: the block ended
+            held.append(connection)
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    try:
+        yield Endpoint("127.0.0.1", listener.getsockname()[1])
+    finally:
+        stop.set()
+        # shutdown() wakes the accept() that close() alone would leave blocked.
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        thread.join()
+        for connection in held:
+            connection.close()
+
+
+@contextmanager
+def refusing() -> Iterator[Endpoint]:
+    """A node where nothing listens: connecting is refused at once. The port stays bound
+    (never listening) until the block ends, so that no other server takes it meanwhile."""
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        yield Endpoint("127.0.0.1", placeholder.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class SimFleet:
+    """Many simulated gpuwatch nodes served by one process (`bench/fleet_nodes.py`):
+    `nodes` maps each node's name (its `hostname` label) to its address."""
+
+    nodes: dict[str, str]
+    hanging: tuple[str, ...]
+    refusing: tuple[str, ...]
+
+
+@contextmanager
+def serving_sim_fleet(
+    nodes: int, *, gpus: int = 8, hang: int = 0, refuse: int = 0, seed: int = 0
+) -> Iterator[SimFleet]:
+    """`nodes` gpuwatch nodes of `gpus` GPUs each (names `node-0001`, ...), plus `hang`
+    addresses that accept and never answer and `refuse` that refuse, all in one process
+    that ends with the block."""
+    argv = [sys.executable, str(FLEET_NODES), "--nodes", str(nodes), "--gpus", str(gpus)]
+    argv += ["--hang", str(hang), "--refuse", str(refuse), "--seed", str(seed), "--stop-on-eof"]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as process:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            line = process.stdout.readline()
+            assert line, f"{FLEET_NODES} ended before serving (exit {process.wait()})"
+            ready = json.loads(line)
+            yield SimFleet(
+                {node["name"]: node["address"] for node in ready["nodes"]},
+                tuple(ready["hanging"]),
+                tuple(ready["refusing"]),
+            )
+        finally:
+            process.stdin.close()
+            process.wait(timeout=30)

@@ -1,0 +1,151 @@
+"""A fleet read from a Prometheus HTTP API: a fixed number of queries whatever the fleet's
+size, staleness judged from the data's own times, and a server that is not Prometheus one
+clear SourceError."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from gpuwatch.errors import InvalidValueError, SourceError
+from gpuwatch.fleet.exposition import parse_exposition
+from gpuwatch.fleet.nodes import Exporter
+from gpuwatch.fleet.prometheus import QUERIES, PrometheusSource
+from gpuwatch.fleet.series import PREFIXES, target_state
+from tests.fleet.fakeprom import NOW, FakePrometheus, FakeTarget
+from tests.fleet.servers import Reply, always, fixture, refusing, serving
+
+DCGM = fixture("dcgm_node.prom").decode()
+SMI = fixture("nvidia_smi_node.prom").decode()
+
+
+def dcgm_node(number: int, **options: object) -> FakeTarget:
+    text = DCGM.replace("dgx-a100-03", f"dgx-{number:03}")
+    return FakeTarget("dcgm", f"10.0.0.{number}:9400", text, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("count", [1, 40], ids=["one-node", "forty-nodes"])
+def test_a_refresh_costs_the_same_queries_for_one_node_or_forty(count: int) -> None:
+    # GIVEN a Prometheus scraping `count` dcgm-exporter nodes
+    prometheus = FakePrometheus([dcgm_node(n) for n in range(count)])
+    with serving(prometheus) as url:
+        # WHEN the fleet is read
+        fleet = PrometheusSource(url).read()
+    # THEN every node is there, up, for the same six queries
+    assert len(prometheus.asked) == len(QUERIES) == 6
+    assert [node.name for node in fleet.nodes] == [f"dgx-{n:03}" for n in range(count)]
+    assert all(node.up and node.exporter is Exporter.DCGM for node in fleet.nodes)
+    assert fleet.taken_at == NOW
+    assert fleet.source == f"prometheus {url}"
+
+
+def test_a_target_prometheus_cannot_scrape_is_down_under_its_last_name() -> None:
+    gone = FakeTarget("gpuwatch", "10.0.0.7:19400", "", up=False, hostname="gpu-node-07")
+    gone.snapshot_at = NOW - 90
+    prometheus = FakePrometheus([dcgm_node(1), gone])
+    with serving(prometheus) as url:
+        fleet = PrometheusSource(url).read()
+    by_name = {node.name: node for node in fleet.nodes}
+    node = by_name["gpu-node-07"]
+    assert node.up is False and node.snapshot is None
+    assert node.age_s == pytest.approx(90)
+    assert node.error is not None and "10.0.0.7:19400" in node.error
+
+
+def test_a_node_whose_last_scrape_is_old_is_stale_not_current() -> None:
+    old = dcgm_node(2, scraped_at=NOW - 600)
+    prometheus = FakePrometheus([dcgm_node(1), old])
+    with serving(prometheus) as url:
+        fleet = PrometheusSource(url, stale_after_s=120).read()
+    stale = {node.name: node for node in fleet.nodes}["dgx-002"]
+    assert stale.up is False
+    assert stale.age_s == pytest.approx(600)
+    assert stale.error is not None and "stale" in stale.error
+
+
+def test_nvidia_gpu_exporter_nodes_are_named_by_instance_host() -> None:
+    target = FakeTarget("smi", "gpu-box-3:9835", SMI.replace("1.751475457e+09", repr(NOW - 3)))
+    with serving(FakePrometheus([target])) as url:
+        (node,) = PrometheusSource(url).read().nodes
+    assert (node.name, node.up, node.exporter) == ("gpu-box-3", True, Exporter.NVIDIA_GPU_EXPORTER)
+
+
+def test_history_asks_one_range_query_for_the_nodes_target() -> None:
+    prometheus = FakePrometheus([dcgm_node(1)])
+    with serving(prometheus) as url:
+        source = PrometheusSource(url, clock=lambda: NOW)
+        source.read()
+        assert source.history("dgx-001", duration_s=600) == ()
+        assert source.history("no-such-node") == ()
+    (asked,) = prometheus.ranges
+    assert 'instance="10.0.0.1:9400"' in asked["query"] and 'job="dcgm"' in asked["query"]
+    assert float(asked["end"]) - float(asked["start"]) == pytest.approx(600)
+
+
+def error_json(message: str) -> Reply:
+    body = json.dumps({"status": "error", "errorType": "bad_data", "error": message})
+    return Reply(body.encode(), status=400, content_type="application/json")
+
+
+@pytest.mark.parametrize(
+    ("reply", "says"),
+    [
+        (Reply(b"<!doctype html><title>Grafana</title>", content_type="text/html"), "web page"),
+        (Reply(b"404 page not found", status=404), "HTTP 404"),
+        (error_json("parse error at char 3\x1b[2J"), "refuses the query: parse error"),
+        (Reply(b"{not json", content_type="application/json"), "without JSON"),
+        (Reply(b'["a list"]', content_type="application/json"), "not Prometheus's API"),
+        (Reply(b'{"status": "success", "data": {"resultType": "matrix", "result": []}}'), "vector"),
+        (Reply(b"", status=401), "credentials"),
+        (Reply(b"", endless_bytes=100 << 20, content_type="application/json"), "too large"),
+        (Reply(b"{" * 10_000, drip_s=0.01, content_type="application/json"), "within 1s"),
+    ],
+    ids=["html", "404", "status-error", "not-json", "json-list", "matrix", "401", "100MB", "drip"],
+)
+def test_a_server_that_is_not_prometheus_is_one_clear_line(reply: Reply, says: str) -> None:
+    with serving(always(reply)) as url:
+        source = PrometheusSource(url, timeout_s=1.0 if reply.drip_s else 10.0)
+        with pytest.raises(SourceError) as raised:
+            source.read()
+    message = str(raised.value)
+    assert says in message and url in message
+    assert message.isprintable()
+
+
+def test_a_refused_connection_is_one_clear_line() -> None:
+    url = f"http://{refusing()}"
+    with pytest.raises(SourceError, match="connection refused"):
+        PrometheusSource(url, timeout_s=1.0).read()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://prom:9090", "prom:9090", "http://alice:secret@prom:9090", "http://", "http://p:x/"],
+    ids=["ftp", "no-scheme", "credentials", "no-host", "port-name"],
+)
+def test_a_url_that_is_not_http_is_refused_before_any_request(url: str) -> None:
+    # a bad value, as any option's (exit 2), not a server that cannot be read (exit 6)
+    with pytest.raises(InvalidValueError) as raised:
+        PrometheusSource(url)
+    assert "secret" not in str(raised.value)
+
+
+def test_a_gpuwatch_node_through_prometheus_is_the_node_scraped_directly() -> None:
+    # GIVEN a daemon's /metrics, read by Prometheus (its values without identity labels,
+    # leases, down GPUs and MIG mode only where set) and read directly
+    text = fixture("gpuwatch_node.prom").decode()
+    taken_at = 1.7954727494912333e09
+    target = FakeTarget("gpuwatch", "10.0.0.7:19400", text, scraped_at=taken_at + 1)
+    with serving(FakePrometheus([target])) as url:
+        (through, *_) = PrometheusSource(url, clock=lambda: NOW).read().nodes
+    samples = list(parse_exposition(text, PREFIXES))
+    direct = target_state(samples, fallback_name="x", seen_at=NOW, now=NOW, stale_after_s=1e9)
+    # THEN both tell the same GPUs, leases, MIG devices and processes
+    assert through.snapshot is not None and direct.snapshot is not None
+    unsplit = [replace(gpu, mig_enabled=gpu.mig_enabled or None) for gpu in direct.snapshot.gpus]
+    assert list(through.snapshot.gpus) == unsplit
+    assert through.leases == direct.leases
+    assert through.snapshot.mig_devices == direct.snapshot.mig_devices
+    assert through.snapshot.processes == direct.snapshot.processes
