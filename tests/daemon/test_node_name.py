@@ -10,8 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.daemon_client import http_get
 from tests.conftest import run_cli
+from tests.daemon.net_helpers import tcp_daemon
 from tests.daemon_helpers import SCENARIO, get_json, running_daemon
-from tests.daemon_net.net_helpers import tcp_daemon
+
+pytestmark = pytest.mark.slow
 
 # A container's host name, which the daemon must never give out for the node's.
 IN_A_CONTAINER = SCENARIO.replace('hostname = "daemon-node"', 'hostname = "3f9c2a7b1e44"')

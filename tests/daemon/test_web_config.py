@@ -12,9 +12,11 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from tests.daemon_helpers import wait_until
-from tests.daemon_net.certs import Certs, make_certs
-from tests.daemon_net.net_helpers import TcpDaemon, client_tls, tcp_daemon
+from tests.daemon.certs import Certs, make_certs
+from tests.daemon.net_helpers import TcpDaemon, client_tls, tcp_daemon
+from tests.wait import wait_until
+
+pytestmark = pytest.mark.slow
 
 PASSWORD = "correct horse"
 

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_net.certs import Certs, make_certs
-from tests.daemon_net.net_helpers import free_port
+from tests.daemon.certs import Certs, make_certs
+from tests.daemon.net_helpers import free_port
+
+pytestmark = pytest.mark.slow
 
 SERVER = "  cert_file: server.crt\n  key_file: server.key\n"
 CASES = {
