@@ -16,8 +16,6 @@ from gpuwatch.cli.exit_codes import ExitCode
 from tests.conftest import run_cli
 from tests.wait import wait_until
 
-pytestmark = pytest.mark.slow
-
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 
 
@@ -117,6 +115,7 @@ class Tmux:
         subprocess.run([*self.tmux, "kill-server"], check=False, capture_output=True)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("tmux") is None and not os.environ.get("GPUWATCH_REQUIRE_TMUX"),
     reason="needs tmux (apt-get install tmux)",
