@@ -43,7 +43,8 @@ mark("import gpuwatch.cli")
 from gpuwatch.cli import pick
 mark("import gpuwatch.cli.pick")
 options, command = pick.parse(pick.OPTIONS, ["-n", "2", "--", "true"], command="gpuwatch pick")
-wanted = pick.Wanted.from_environment(count=2, strategy=pick.Strategy.MOST_FREE)
+wishes = {name: options[flag.lstrip("-").replace("-", "_")] for name, _, flag in pick.WISHES}
+wanted = pick.Wanted.from_wishes(wishes, by_pick=True)
 lease_dir = pick.LeaseDir()
 mark("read options, open lease directory")
 from gpuwatch.backends.daemon_client import DaemonBackend

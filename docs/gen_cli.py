@@ -30,7 +30,7 @@ exit codes: [Exit codes](exit-codes.md).
 
 def commands() -> list[str]:
     """The commands `gpuwatch --help` lists, in its order."""
-    from gpuwatch.cli.app import _COMMANDS
+    from gpuwatch.cli.group import _COMMANDS
 
     return list(_COMMANDS)
 

@@ -13,6 +13,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpuwatch._frozen import FrozenValue
+
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
@@ -28,8 +30,8 @@ class ProcessKind(enum.StrEnum):
     """A client of the CUDA Multi-Process Service: its work runs in the MPS server's context."""
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSample:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class GpuSample(FrozenValue):
     """One GPU at one moment.
 
     `index` is the NVML index (PCI bus order, as nvidia-smi shows it), which is
@@ -57,6 +59,9 @@ class GpuSample:
     mig_enabled: bool | None = None
     """True when the GPU is split into MIG devices (see `Snapshot.mig_devices`), and is
     then never given out whole; False when it is not; `None` when unknown."""
+    minor_number: int | None = None
+    """N of the GPU's device file `/dev/nvidiaN`: what Slurm's gres.conf names a GPU by
+    (`File=`), never assumed to follow `index`; `None` when the driver does not tell."""
 
     @property
     def ok(self) -> bool:
@@ -64,8 +69,8 @@ class GpuSample:
         return self.error is None
 
 
-@dataclass(frozen=True, slots=True)
-class MigDevice:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class MigDevice(FrozenValue):
     """One MIG (Multi-Instance GPU) device: a slice of a MIG-enabled GPU, what a job is given.
 
     `gpu_index` is the parent GPU's NVML index and `index` the device's index
@@ -97,8 +102,8 @@ Device = GpuSample | MigDevice
 """What a job can be given: a whole GPU or a MIG device."""
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessUsage:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class ProcessUsage(FrozenValue):
     """One process's use of one GPU.
 
     The host fields (`user`, `command`, `cpu_pct`, `rss_bytes`, `started_at`)
@@ -127,8 +132,8 @@ class ProcessUsage:
     0 to 100; `None` where the driver does not sample processes (MIG, older GPUs)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Lease(FrozenValue):
     """A GPU held by a process, so that no other job is given it.
 
     `mem_bytes` is the memory the holder declared (`--mem`): the GPU may then
@@ -159,8 +164,8 @@ class Lease:
         return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Snapshot(FrozenValue):
     """All GPUs of one machine and the processes using them, at `taken_at`."""
 
     taken_at: float
@@ -225,17 +230,3 @@ def _known(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
     """The items of `data` that are fields of the dataclass `cls`."""
     names = cls.__dataclass_fields__
     return {key: value for key, value in data.items() if key in names}
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSeries:
-    """One GPU's history, oldest first; `None` where the GPU did not report a value."""
-
-    index: int
-    uuid: str | None
-    taken_at: list[float]
-    """Unix times, for display: select and order by the monotonic clock, never by these."""
-    memory_used_bytes: list[int | None]
-    utilization_pct: list[int | None]
-    temperature_c: list[int | None]
-    power_w: list[float | None]

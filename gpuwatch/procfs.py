@@ -32,6 +32,7 @@ _STAT_BYTES = 1 << 12
 _CMDLINE_BYTES = 1 << 16
 _STATUS_BYTES = 64 << 10
 _ENVIRON_BYTES = 1 << 20
+_CGROUP_BYTES = 16 << 10
 LOCKS_BYTES = 8 << 20  # a user can take many locks; never read without bound
 
 FileKey = tuple[int, int, int]
@@ -111,6 +112,17 @@ def parse_environ(raw: str) -> dict[str, str]:
     return environment
 
 
+def parse_cgroup_paths(cgroup: str) -> list[str]:
+    """The cgroup paths of /proc/PID/cgroup (`ID:CONTROLLERS:PATH` lines, v1 and v2);
+    lines without two colons are passed over."""
+    paths = []
+    for line in cgroup.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) == 3:
+            paths.append(fields[2])
+    return paths
+
+
 def parse_meminfo(meminfo: str) -> dict[str, int]:
     """/proc/meminfo as bytes by name (`MemTotal`, `MemAvailable`, `SwapFree`, ...);
     lines that are not `Name: N kB` (or a bare count) are passed over."""
@@ -174,6 +186,11 @@ def read_cmdline(pid: int, proc: str = PROC) -> list[str]:
 def read_environ(pid: int, proc: str = PROC) -> dict[str, str]:
     """The environment `pid` started with; `PermissionError` unless it is ours (or root)."""
     return parse_environ(read_text(f"{proc}/{pid}/environ", _ENVIRON_BYTES))
+
+
+def read_cgroup_paths(pid: int, proc: str = PROC) -> list[str]:
+    """The cgroups `pid` belongs to (one path per hierarchy; a single one under cgroup v2)."""
+    return parse_cgroup_paths(read_text(f"{proc}/{pid}/cgroup", _CGROUP_BYTES))
 
 
 def owner_uid(pid: int, proc: str = PROC) -> int:

@@ -65,6 +65,8 @@ class FakeGpu:
     mig_mode: int | None = None
     """1 = MIG enabled (utilization then reads NOT_SUPPORTED), 0 = disabled, None = no MIG."""
     migs: list[FakeMig] = field(default_factory=list)
+    minor_number: int | None = None
+    """N of /dev/nvidiaN; `None`: the driver does not report it (NOT_SUPPORTED)."""
     instances: dict[int, tuple[int, int]] = field(default_factory=dict)
     """pid -> (GPU instance id, compute instance id), for processes in MIG devices."""
 
@@ -126,6 +128,7 @@ class FakeNvml:
             "nvmlDeviceGetFanSpeed": _getter("fan", lambda g: g.fan),
             "nvmlDeviceGetClockInfo": _getter("clock", lambda g, _type: g.sm_clock),
             "nvmlDeviceGetPerformanceState": _getter("pstate", lambda g: g.pstate),
+            "nvmlDeviceGetMinorNumber": _getter("minor number", _minor_number),
         }
 
     def _init(self) -> None:
@@ -222,6 +225,12 @@ def _mig_handle(gpu: FakeGpu, index: int) -> FakeMig:
 def _mig_name(mig: FakeMig) -> str:
     assert mig.gpu is not None
     return f"{mig.gpu.name} MIG {mig.profile}"
+
+
+def _minor_number(gpu: FakeGpu) -> int:
+    if gpu.minor_number is None:
+        raise pynvml.NVMLError_NotSupported()
+    return gpu.minor_number
 
 
 def _getter(name: str, read: Callable[..., Any]) -> Callable[..., Any]:

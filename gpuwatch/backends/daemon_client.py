@@ -28,7 +28,7 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING: pick's start-up imports no typ
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpuwatch.models import GpuSeries
+    from gpuwatch.gpu_history import GpuSeries
 
 TIMEOUT_S = 2.0
 STALE_AFTER_HEADER = "x-gpuwatch-stale-after"
@@ -202,7 +202,7 @@ def fetch_history(
 
 def parse_series(item: object) -> GpuSeries | None:
     """A `GpuSeries` from the daemon's JSON, or `None` when anything is off."""
-    from gpuwatch.models import GpuSeries
+    from gpuwatch.gpu_history import GpuSeries
 
     if not isinstance(item, dict):
         return None

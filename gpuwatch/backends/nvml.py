@@ -108,6 +108,7 @@ class _Gpu:
     uuid: str | None = None
     name: str | None = None
     pci_bus_id: str | None = None
+    minor_number: int | None = None
     not_reported: set[str] = field(default_factory=set)
     process_capacity: int = 64
     mig_slots: int | None = None
@@ -235,7 +236,12 @@ class NvmlBackend(Backend):
     @staticmethod
     def _identity(gpu: _Gpu, **values: Any) -> GpuSample:
         return GpuSample(
-            index=gpu.index, uuid=gpu.uuid, name=gpu.name, pci_bus_id=gpu.pci_bus_id, **values
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=gpu.name,
+            pci_bus_id=gpu.pci_bus_id,
+            minor_number=gpu.minor_number,
+            **values,
         )
 
     @staticmethod
@@ -251,6 +257,8 @@ class NvmlBackend(Backend):
             gpu.pci_bus_id = _text(pci.busId) if pci is not None else None
         if full and gpu.name is None:
             gpu.name = _told(pynvml.nvmlDeviceGetName, gpu.handle)
+        if full and gpu.minor_number is None and "minor number" not in gpu.not_reported:
+            gpu.minor_number = _minor_number(gpu)
         return gpu.handle
 
     def _mig_devices(self, fields: _Fields, gpu: _Gpu, handle: Any) -> tuple[list[MigDevice], bool]:
@@ -545,6 +553,17 @@ def _told(read: Any, handle: Any) -> Any:
         return read(handle)
     except pynvml.NVMLError:
         return None
+
+
+def _minor_number(gpu: _Gpu) -> int | None:
+    """N of `/dev/nvidiaN`; a driver that does not report it is not asked again."""
+    try:
+        return int(pynvml.nvmlDeviceGetMinorNumber(gpu.handle))
+    except _NOT_REPORTED:
+        gpu.not_reported.add("minor number")
+    except pynvml.NVMLError:
+        pass
+    return None
 
 
 def _text(value: str | bytes) -> str:

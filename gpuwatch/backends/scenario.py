@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwatch._frozen import FrozenValue
 from gpuwatch.backends import sim_mig
 from gpuwatch.errors import InvalidValueError, ScenarioError
 from gpuwatch.models import ProcessKind
@@ -54,8 +55,8 @@ class LoadShape(enum.StrEnum):
     RANDOM = "random"
 
 
-@dataclass(frozen=True, slots=True)
-class GpuModel:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class GpuModel(FrozenValue):
     """A product the simulator knows: what a fresh GPU of that kind reports."""
 
     name: str
@@ -81,8 +82,8 @@ DEFAULT_MODEL = "H100-80GB"
 _BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
-@dataclass(frozen=True, slots=True)
-class Load:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Load(FrozenValue):
     """A utilization curve: `shape` between `low_pct` and `high_pct`, repeating every `period_s`."""
 
     shape: LoadShape
@@ -92,8 +93,8 @@ class Load:
     phase_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class SimGpu:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class SimGpu(FrozenValue):
     model: GpuModel
     uuid: str
     pci_bus_id: str
@@ -102,10 +103,12 @@ class SimGpu:
     fault: str | None = None
     mig: tuple[str, ...] = ()
     """The profiles of its MIG devices, when MIG-enabled (see `sim_mig`)."""
+    minor: int | None = None
+    """N of its device file `/dev/nvidiaN`; `None` for its index, as fakenvml does."""
 
 
-@dataclass(frozen=True, slots=True)
-class SimProcess:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class SimProcess(FrozenValue):
     gpu: int
     pid: int
     user: str
@@ -119,8 +122,8 @@ class SimProcess:
     """Its SM utilization, fixed; unset, it takes an even share of its GPU's utilization."""
 
 
-@dataclass(frozen=True, slots=True)
-class Scenario:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Scenario(FrozenValue):
     hostname: str
     driver_version: str
     cuda_driver_version: str
@@ -174,6 +177,9 @@ def scenario_from_dict(data: dict[str, Any]) -> Scenario:
         raise ScenarioError(f"a scenario has 1 to {MAX_GPUS} GPUs ([[gpu]] tables), not 0")
     if len(uuids := {gpu.uuid for gpu in gpus}) < len(gpus):
         raise ScenarioError(f"two GPUs have the same uuid; uuids seen: {', '.join(sorted(uuids))}")
+    minors = [index if gpu.minor is None else gpu.minor for index, gpu in enumerate(gpus)]
+    if len(set(minors)) < len(minors):
+        raise ScenarioError(f"two GPUs have the same minor number; minors: {minors}")
     entries = top.tables("process")
     if len(entries) > MAX_PROCESSES:
         raise ScenarioError(f"a scenario has at most {MAX_PROCESSES} [[process]] tables")
@@ -204,8 +210,8 @@ def default_scenario(gpu_count: int) -> Scenario:
     return Scenario("sim-node", "580.95.05", "13.0", 0, tuple(gpus), tuple(processes))
 
 
-@dataclass(frozen=True, slots=True)
-class _Role:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class _Role(FrozenValue):
     load: Load
     processes: tuple[tuple[str, str, float], ...]
 
@@ -237,7 +243,9 @@ _GPU_KEYS = {
     "unsupported",
     "fault",
     "mig",
+    "minor",
 }
+_MAX_MINOR = 255  # the driver's minor numbers for GPUs; 255 is /dev/nvidiactl
 _PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind", "mig", "sm"}
 
 
@@ -273,10 +281,11 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
     count = entry.integer("count", 1, low=1, high=max(1, MAX_GPUS - first_index))
     if first_index + count > MAX_GPUS:
         raise ScenarioError(f"{entry.where}: a scenario has at most {MAX_GPUS} GPUs in all")
-    if count > 1 and ("uuid" in entry.data or "pci_bus_id" in entry.data):
+    if count > 1 and {"uuid", "pci_bus_id", "minor"} & entry.data.keys():
         raise ScenarioError(
-            f"{entry.where}: a repeated GPU (count > 1) cannot set uuid or pci_bus_id"
+            f"{entry.where}: a repeated GPU (count > 1) cannot set uuid, pci_bus_id or minor"
         )
+    minor = entry.integer("minor", 0, high=_MAX_MINOR) if "minor" in entry.data else None
     gpus = []
     for index in range(first_index, first_index + count):
         made = _default_gpu(index, load, seed)
@@ -289,6 +298,7 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
                 unsupported=unsupported,
                 fault="GPU is lost" if fault == "lost" else fault,
                 mig=sim_mig.check_profiles(entry.where, entry.strings("mig")),
+                minor=minor,
             )
         )
     return gpus
@@ -390,8 +400,8 @@ def _pair(entry: _Table, key: str, value: object) -> tuple[Any, Any]:
     return value[0], value[1]
 
 
-@dataclass(frozen=True, slots=True)
-class _Table:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class _Table(FrozenValue):
     """One TOML table, with typed getters whose errors name the entry and key."""
 
     where: str

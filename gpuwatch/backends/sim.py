@@ -212,7 +212,13 @@ def _gpu_sample(
     seed: int,
 ) -> GpuSample:
     model = gpu.model
-    identity = GpuSample(index=index, uuid=gpu.uuid, name=model.name, pci_bus_id=gpu.pci_bus_id)
+    identity = GpuSample(
+        index=index,
+        uuid=gpu.uuid,
+        name=model.name,
+        pci_bus_id=gpu.pci_bus_id,
+        minor_number=index if gpu.minor is None else gpu.minor,
+    )
     if gpu.fault is not None:
         return replace(identity, error=gpu.fault)
     capacity = model.memory_total_bytes - model.memory_reserved_bytes

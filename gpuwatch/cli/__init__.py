@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
         sys.exit(run_reporting_errors(lambda: run_pick(args[1:])))
     if args[:1] == ["where"]:
-        from gpuwatch.cli.where import run_where
+        from gpuwatch.cli.where_command import run_where
 
         sys.exit(run_reporting_errors(lambda: run_where(args[1:])))
     if args[:1] == ["status"]:
@@ -101,7 +101,7 @@ def fail(message: str, code: int, *, details: Sequence[str] = ()) -> int:
 def _run_click(args: list[str]) -> int:
     import click
 
-    from gpuwatch.cli.app import cli
+    from gpuwatch.cli.group import cli
     from gpuwatch.cli.terminal import help_width
 
     try:

@@ -26,13 +26,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuwatch.fleet import history, series_dcgm, series_gpuwatch, series_smi
+from gpuwatch.fleet import node_history, series_dcgm, series_gpuwatch, series_smi
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import FleetState, NodeState
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, Point, PromClient
 from gpuwatch.fleet.series import host_of, merged, node_name, safe_name, target_state
-from gpuwatch.models import GpuSeries
+from gpuwatch.gpu_history import GpuSeries
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_STALE_AFTER_S = 120.0
@@ -213,9 +213,9 @@ class PrometheusSource:
             return ()
         end = self._clock()
         step_s = max(1.0, duration_s / points)
-        query = history.query(*target)
+        query = node_history.query(*target)
         matrix = self.client.query_range(query, end - duration_s, end, step_s)
-        return history.series(matrix, self._uuids.get(node, {}))
+        return node_history.series(matrix, self._uuids.get(node, {}))
 
     def close(self) -> None:
         """Nothing stays open between reads."""

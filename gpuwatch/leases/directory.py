@@ -44,9 +44,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from gpuwatch._frozen import FrozenValue
 from gpuwatch.errors import LeaseBusyError, LeaseDirError, LeaseError
 from gpuwatch.leases.locking import file_key, flock_holders, flock_within, process_uids
-from gpuwatch.leases.records import MAX_COMMAND_CHARS, lease_from, record_from, waiter_from
+from gpuwatch.leases.records import (
+    MAX_COMMAND_CHARS,
+    lease_from,
+    record_from,
+    request_record,
+    waiter_from,
+)
 from gpuwatch.models import Device, GpuSample, Lease
 from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
 from gpuwatch.record_fields import Malformed
@@ -72,8 +79,8 @@ LOCK_WAIT_S = 10.0
 """The longest a picker waits for the directory lock, which is held for milliseconds."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class LeaseFiles:
+@dataclasses.dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class LeaseFiles(FrozenValue):
     """What a look at the lease directory found."""
 
     leases: list[Lease]
@@ -264,7 +271,7 @@ class LeaseDir:
         record = {
             "pid": os.getpid(),
             "command": command[:MAX_COMMAND_CHARS],
-            "request": request.to_dict(),
+            "request": request_record(request),
         }
         return HeldFile(*self._publish("wait", record))
 

@@ -1,4 +1,5 @@
-"""What a lease or ticket file says, checked: every field typed and in range.
+"""What a lease or ticket file says, checked: every field typed and in range; and the
+request's JSON form a ticket carries (`request_record`, `request_from_record`).
 
 Any user can write these files, so each is read like a command-line argument
 from a stranger. A record that fails any check raises `Malformed`, and its
@@ -18,6 +19,7 @@ from gpuwatch.models import Lease
 from gpuwatch.record_fields import (
     MAX_BYTES,
     MAX_PID,
+    BadRecord,
     Malformed,
     float_field,
     int_field,
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TypeVar
 
-    from gpuwatch.placement.request import Waiter
+    from gpuwatch.placement.choices import Strategy
+    from gpuwatch.placement.request import Request, Waiter
 
     _T = TypeVar("_T")
 
@@ -39,6 +42,8 @@ _MAX_GPU_INDEX = 1 << 16
 _MAX_UUID_CHARS = 256
 _LATEST_TIME_S = 253402300799.0  # the end of year 9999: any clock, however wrong
 _TICKET_NAME = r"(\d{20})-\d{1,10}-[0-9a-f]{8}\.wait"  # compiled on first use, by re's cache
+_MAX_NAME_CHARS = 128
+_MAX_REQUEST_COUNT = 1 << 16
 
 
 def record_from(raw: bytes, path: str) -> dict[str, Any]:
@@ -78,7 +83,7 @@ def waiter_from(
     now_ns: int,
 ) -> Waiter:
     """A waiting job from its ticket, or `Malformed` for a ticket that cannot be believed."""
-    from gpuwatch.placement.request import Request, Waiter  # only pickers read the line
+    from gpuwatch.placement.request import Waiter  # only pickers read the line: status need not
 
     match = re.fullmatch(_TICKET_NAME, name)
     queued_ns = int(match.group(1)) if match else now_ns + 1
@@ -90,8 +95,8 @@ def waiter_from(
     if lockers is not None and pid not in lockers:
         raise Malformed(name)  # the process it names does not hold it
     try:
-        request = Request.from_dict(data["request"])
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        request = request_from_record(data.get("request"))
+    except BadRecord as error:
         raise Malformed(name) from error
     return Waiter(pid, user, request, waited_s=(now_ns - queued_ns) / 1e9)
 
@@ -127,3 +132,107 @@ def _started_at(data: dict[str, Any], name: str) -> float:
 
 def _lease_bytes(data: dict[str, Any], name: str) -> int:
     return int_field(data, name, 0, MAX_BYTES)
+
+
+def request_record(request: Request) -> dict[str, Any]:
+    """The JSON form of a request, as a waiting ticket carries it."""
+    return {
+        "count": request.count,
+        "min_free_bytes": request.min_free_bytes,
+        "max_util_pct": request.max_util_pct,
+        "mem_bytes": request.mem_bytes,
+        "strategy": request.strategy.value,
+        "allowed": None if request.allowed is None else sorted(request.allowed),
+        "excluded": sorted(request.excluded),
+        "max_used_bytes": request.max_used_bytes,
+        "allow_busy": request.allow_busy,
+        **_mig_record(request),
+    }
+
+
+def request_from_record(data: object) -> Request:
+    """The inverse of `request_record`, strict: raises `BadRecord` (a `ValueError` and a
+    `Malformed`) for anything malformed, since tickets come from a directory every user
+    can write to. Fields older versions did not write take their defaults."""
+    if not isinstance(data, dict) or "count" not in data:
+        raise BadRecord(f"not a request: {data!r:.40}")
+    from gpuwatch.placement.request import Request  # as for waiter_from
+
+    allowed = data.get("allowed")
+    allow_busy = data.get("allow_busy", False)
+    if not isinstance(allow_busy, bool):
+        raise BadRecord(f"not a boolean: {allow_busy!r:.40}")
+    return Request(
+        count=_number(data["count"], int, 1, _MAX_REQUEST_COUNT),
+        min_free_bytes=_optional_number(data.get("min_free_bytes"), int, MAX_BYTES),
+        max_util_pct=_optional_number(data.get("max_util_pct"), float, 100),
+        mem_bytes=_optional_number(data.get("mem_bytes"), int, MAX_BYTES),
+        strategy=_strategy(data),
+        allowed=None if allowed is None else _indices(allowed),
+        excluded=_indices(data.get("excluded", [])),
+        max_used_bytes=_optional_number(data.get("max_used_bytes"), int, MAX_BYTES),
+        allow_busy=allow_busy,
+        **_mig_from_record(data),
+    )
+
+
+def _mig_record(request: Request) -> dict[str, Any]:
+    if request.mig is None:
+        return {}  # a ticket as older versions write it
+    allowed = request.mig_allowed
+    return {
+        "mig": request.mig,
+        "mig_allowed": None if allowed is None else sorted(allowed),
+        "mig_excluded": sorted(request.mig_excluded),
+    }
+
+
+def _mig_from_record(data: dict[str, Any]) -> dict[str, Any]:
+    mig, allowed = data.get("mig"), data.get("mig_allowed")
+    if mig is not None and not (isinstance(mig, str) and 0 < len(mig) <= _MAX_NAME_CHARS):
+        raise BadRecord(f"not a MIG profile: {mig!r:.40}")
+    return {
+        "mig": mig,
+        "mig_allowed": None if allowed is None else _uuids(allowed),
+        "mig_excluded": _uuids(data.get("mig_excluded", [])),
+    }
+
+
+def _strategy(data: dict[str, Any]) -> Strategy:
+    from gpuwatch.placement.choices import Strategy
+
+    value = data.get("strategy", Strategy.MOST_FREE.value)
+    if isinstance(value, str) and value in {strategy.value for strategy in Strategy}:
+        return Strategy(value)
+    raise BadRecord(f"not a strategy: {value!r:.40}")
+
+
+def _uuids(values: object) -> frozenset[str]:
+    if not isinstance(values, list) or not all(
+        isinstance(value, str) and value.startswith("MIG-") and len(value) <= _MAX_NAME_CHARS
+        for value in values
+    ):
+        raise BadRecord(f"not a list of MIG device UUIDs: {values!r:.40}")
+    return frozenset(values)
+
+
+def _number(value: object, kind: type, minimum: float, maximum: float) -> Any:
+    ok_types = (int, float) if kind is float else (int,)
+    # Range first: NaN fails it, and an int too large for a float never meets float().
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, ok_types)
+        or not minimum <= value <= maximum
+    ):
+        raise BadRecord(f"not a {kind.__name__} in [{minimum}, {maximum}]: {value!r:.40}")
+    return kind(value)
+
+
+def _optional_number(value: object, kind: type, maximum: float) -> Any:
+    return None if value is None else _number(value, kind, 0, maximum)
+
+
+def _indices(values: object) -> frozenset[int]:
+    if not isinstance(values, list) or len(values) > _MAX_REQUEST_COUNT:
+        raise BadRecord("not a list of GPU indices")
+    return frozenset(_number(value, int, 0, _MAX_REQUEST_COUNT) for value in values)

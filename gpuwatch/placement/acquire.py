@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpuwatch import procfs
+from gpuwatch._frozen import FrozenValue
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import (
     DaemonUnavailableError,
@@ -66,8 +67,8 @@ OnWait = Callable[[Request, Choice, float], None]
 """Told, while waiting, what is asked for, why it cannot be had yet, and for how long."""
 
 
-@dataclass(frozen=True, slots=True)
-class Wanted:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Wanted(FrozenValue):
     """A job's wishes as written, before GPU names are resolved against the machine."""
 
     asked: Request = field(default_factory=Request)

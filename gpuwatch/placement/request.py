@@ -1,8 +1,8 @@
 """What a job asks for (`Request`) and a job waiting in line (`Waiter`): the inputs of the
-placement rules, and the request's strict JSON form, which waiting tickets carry.
+placement rules, plain values with no I/O.
 
-A ticket comes from a directory every user can write to, so `Request.from_dict` checks every
-field's type and range and raises `ValueError` for anything else.
+The strict JSON form of a request, which waiting tickets carry, lives with the other
+records read from the lease directory: `gpuwatch.leases.records`.
 """
 
 from __future__ import annotations
@@ -10,16 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpuwatch._frozen import FrozenValue
 from gpuwatch.placement.choices import MIG_ANY, WISHES, Strategy
-from gpuwatch.record_fields import MAX_BYTES
 from gpuwatch.units import format_size
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
-_MAX_NAME_CHARS = 128
-_MAX_COUNT = 1 << 16
 IDLE_MAX_UTIL_PCT = 5.0
 """The utilization above which a GPU counts as in use, unless `--max-util` says otherwise."""
 IDLE_MAX_USED_BYTES = 1 << 30
@@ -27,8 +25,8 @@ IDLE_MAX_USED_BYTES = 1 << 30
 unless `--max-used` says otherwise."""
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Request(FrozenValue):
     """What a job asks for. GPU sets hold NVML indices."""
 
     count: int = 1
@@ -69,100 +67,9 @@ class Request:
             return self.max_used_bytes
         return IDLE_MAX_USED_BYTES if self.wants_idle else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "min_free_bytes": self.min_free_bytes,
-            "max_util_pct": self.max_util_pct,
-            "mem_bytes": self.mem_bytes,
-            "strategy": self.strategy.value,
-            "allowed": None if self.allowed is None else sorted(self.allowed),
-            "excluded": sorted(self.excluded),
-            "max_used_bytes": self.max_used_bytes,
-            "allow_busy": self.allow_busy,
-            **_mig_to_dict(self),
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Request:
-        """The inverse of `to_dict`, strict: raises `ValueError` for anything malformed
-        (waiting tickets come from a directory every user can write to)."""
-        allowed = data.get("allowed")
-        strategy = data.get("strategy", Strategy.MOST_FREE.value)
-        if not isinstance(strategy, str):
-            raise ValueError(f"not a strategy: {strategy!r}")
-        allow_busy = data.get("allow_busy", False)
-        if not isinstance(allow_busy, bool):
-            raise ValueError(f"not a boolean: {allow_busy!r}")
-        return cls(
-            count=_number(data["count"], int, 1, _MAX_COUNT),
-            min_free_bytes=_optional(data.get("min_free_bytes"), int, MAX_BYTES),
-            max_util_pct=_optional(data.get("max_util_pct"), float, 100),
-            mem_bytes=_optional(data.get("mem_bytes"), int, MAX_BYTES),
-            strategy=Strategy(strategy),
-            allowed=None if allowed is None else _indices(allowed),
-            excluded=_indices(data.get("excluded", [])),
-            max_used_bytes=_optional(data.get("max_used_bytes"), int, MAX_BYTES),
-            allow_busy=allow_busy,
-            **_mig_from_dict(data),
-        )
-
-
-def _mig_to_dict(request: Request) -> dict[str, Any]:
-    if request.mig is None:
-        return {}  # a ticket as older versions write it
-    allowed = request.mig_allowed
-    return {
-        "mig": request.mig,
-        "mig_allowed": None if allowed is None else sorted(allowed),
-        "mig_excluded": sorted(request.mig_excluded),
-    }
-
-
-def _mig_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
-    mig, allowed = data.get("mig"), data.get("mig_allowed")
-    if mig is not None and not (isinstance(mig, str) and 0 < len(mig) <= _MAX_NAME_CHARS):
-        raise ValueError(f"not a MIG profile: {mig!r}")
-    return {
-        "mig": mig,
-        "mig_allowed": None if allowed is None else _uuids(allowed),
-        "mig_excluded": _uuids(data.get("mig_excluded", [])),
-    }
-
-
-def _uuids(values: object) -> frozenset[str]:
-    if not isinstance(values, list) or not all(
-        isinstance(value, str) and value.startswith("MIG-") and len(value) <= _MAX_NAME_CHARS
-        for value in values
-    ):
-        raise ValueError(f"not a list of MIG device UUIDs: {values!r}")
-    return frozenset(values)
-
-
-def _number(value: object, kind: type, minimum: float, maximum: float) -> Any:
-    ok_types = (int, float) if kind is float else (int,)
-    # Range first: NaN fails it, and an int too large for a float never meets float().
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, ok_types)
-        or not minimum <= value <= maximum
-    ):
-        raise ValueError(f"not a {kind.__name__} in [{minimum}, {maximum}]: {value!r}")
-    return kind(value)
-
-
-def _optional(value: object, kind: type, maximum: float) -> Any:
-    return None if value is None else _number(value, kind, 0, maximum)
-
-
-def _indices(values: object) -> frozenset[int]:
-    if not isinstance(values, list) or len(values) > _MAX_COUNT:
-        raise ValueError("not a list of GPU indices")
-    return frozenset(_number(value, int, 0, _MAX_COUNT) for value in values)
-
-
-@dataclass(frozen=True, slots=True)
-class Waiter:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Waiter(FrozenValue):
     """A job that asked earlier and is still waiting: GPUs it can use are kept for it."""
 
     pid: int

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuwatch._frozen import FrozenValue
 from gpuwatch.models import Device, Lease, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.placement.choices import Strategy
 from gpuwatch.placement.request import Request, Waiter
@@ -37,8 +38,8 @@ GRAPHICS_ALLOWANCE_BYTES = 256 << 20
 """A graphics process using at most this much (Xorg, a desktop) does not make a GPU in use."""
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
+class Choice(FrozenValue):
     """The outcome: `chosen` best first (empty unless all `count` qualify), and why not the rest."""
 
     chosen: tuple[Device, ...]

@@ -17,12 +17,12 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from gpuwatch.fleet.nodes import FleetState, NodeState
-from gpuwatch.models import Device, GpuSample
+from gpuwatch.models import Device, GpuSample, Snapshot
 from gpuwatch.placement.choices import Strategy
 from gpuwatch.placement.gpus import kind_for
 from gpuwatch.placement.request import Request
-from gpuwatch.placement.rules import could_ever_serve, place
-from gpuwatch.units import format_duration
+from gpuwatch.placement.rules import Kind, could_ever_serve, needed_bytes, place, usable
+from gpuwatch.units import counted, format_duration, format_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +100,18 @@ def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
     if choice.satisfied:
         return NodeFit(node.name, choice.chosen, choice.free_bytes, known)
     if not could_ever_serve(kind, node.snapshot, request):
-        summary = f"never: it has too few {kind.noun}s of the size asked for"
-        return NodeMiss(node.name, summary, choice.reasons, 0, known)
+        return NodeMiss(node.name, _never(kind, node.snapshot, request), choice.reasons, 0, known)
     summary = f"{choice.qualifying} of {request.count} qualify"
     return NodeMiss(node.name, summary, choice.reasons, choice.qualifying, known)
+
+
+def _never(kind: Kind, snapshot: Snapshot, request: Request) -> str:
+    """`never: it has 2 GPUs`, or `never: 1 GPU of 80.0GiB or more`: why waiting won't do."""
+    devices = usable(kind, snapshot, request)
+    if len(devices) < request.count:
+        return f"never: it has {counted(len(devices), kind.noun)}"
+    big = [d for d in devices if (d.memory_total_bytes or 0) >= needed_bytes(request)]
+    return f"never: {counted(len(big), kind.noun)} of {format_size(needed_bytes(request))} or more"
 
 
 def _rank(fit: NodeFit, strategy: Strategy) -> tuple[float, str]:

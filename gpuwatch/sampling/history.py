@@ -19,7 +19,8 @@ import math
 from array import array
 from bisect import bisect_left
 
-from gpuwatch.models import GpuSeries, Snapshot
+from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.models import Snapshot
 
 _MIB = 1 << 20
 # What a missing value is stored as, per column (array typecodes: I uint32, B uint8, h int16).

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import DaemonUnavailableError
-from gpuwatch.models import GpuSeries, Snapshot
+from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.models import Snapshot
 from gpuwatch.sampling.history import History
 
 

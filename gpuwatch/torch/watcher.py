@@ -26,7 +26,12 @@ from gpuwatch.reports.training import (
     this_hostname,
 )
 from gpuwatch.torch.modules import ModuleSampler
-from gpuwatch.torch.oom import check_report_dir, largest_tensors, requested_from_message, write_oom
+from gpuwatch.torch.oom_writer import (
+    check_report_dir,
+    largest_tensors,
+    requested_from_message,
+    write_oom,
+)
 from gpuwatch.torch.publish import Sender, StepQueue, StepRecord
 from gpuwatch.torch.stats import CudaStatsSource, StatsSource
 

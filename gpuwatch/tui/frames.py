@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from gpuwatch import procfs
 from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.leases.directory import LeaseDir
-from gpuwatch.models import GpuSeries, Lease, Snapshot
+from gpuwatch.models import Lease, Snapshot
 from gpuwatch.placement.request import Waiter
 from gpuwatch.reports.training import TrainingReports
 from gpuwatch.sampling.poller import ticks

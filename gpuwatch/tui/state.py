@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gpuwatch.models import GpuSeries, Lease
+from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.models import Lease
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import Backfill, Frame
 from gpuwatch.tui.rows import Row, build_rows, device_labels, process_key

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.cli.app import _COMMANDS
+from gpuwatch.cli.group import _COMMANDS
 from tests.conftest import run_cli
 
 COMMANDS = [[], ["status"], ["pick"], ["daemon"], ["torch-report"]]

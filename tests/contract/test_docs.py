@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from gpuwatch.cli.app import _COMMANDS
 from gpuwatch.cli.exit_codes import ExitCode
+from gpuwatch.cli.group import _COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

@@ -181,14 +181,15 @@ def test_a_reconfigured_gpu_reports_its_vanished_mig_device(
 
 @pytest.mark.parametrize(
     ("scenario", "most"),
-    [(SCENARIOS / "node-8gpu.txt", 133), (MIG_A100, 117)],
+    [(SCENARIOS / "node-8gpu.txt", 140), (MIG_A100, 117)],
     ids=["8-gpu-node-unchanged", "mig-node-below-nvitop"],
 )
 def test_call_counts_of_a_one_shot_status(
     library_dir: Path, tmp_path: Path, scenario: Path, most: int
 ) -> None:
-    # 133: gpuwatch's count on the 8-GPU node before MIG (117), plus one MPS process list and
-    # one read of the processes' SM utilization per GPU; 117: nvitop -1's on the MIG node
+    # 140: gpuwatch's count on the 8-GPU node before MIG (117), plus one MPS process list,
+    # one read of the processes' SM utilization and the minor number per GPU; 117: nvitop -1's
+    # on the MIG node
     stats = tmp_path / "calls.stats"
     result = gpuwatch(library_dir, scenario, "status", "--json", "--backend", "nvml", stats=stats)
     assert result.returncode == 0, result.stderr

@@ -183,7 +183,7 @@ def test_status_with_the_daemon_up_loads_no_click_nor_unused_stdlib(
         *HEAVY,
         *("socket", "ast", "dis", "tokenize", "argparse", "gettext", "locale", "shlex", "typing"),
         *("gpuwatch.backends.nvml", "gpuwatch.backends.sim", "gpuwatch.backends.scenario"),
-        *("gpuwatch.cli.options", "gpuwatch.cli.app", "gpuwatch.cli.status_command"),
+        *("gpuwatch.cli.options", "gpuwatch.cli.group", "gpuwatch.cli.status_command"),
         *("gpuwatch.sampling.poller", "gpuwatch.backends.ssh"),
     }
     assert loaded & unused == set()

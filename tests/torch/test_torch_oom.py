@@ -209,7 +209,7 @@ PLANTED = OomReport(
 
 def test_a_file_planted_under_the_reports_name_is_left_alone(tmp_path: Path) -> None:
     from gpuwatch.reports.training import this_hostname
-    from gpuwatch.torch.oom import write_oom
+    from gpuwatch.torch.oom_writer import write_oom
 
     # GIVEN another user's file at the .json's exact name, and a link at the .txt's to a victim
     stem = tmp_path / f"gpuwatch-oom-{this_hostname()}-4242-rank0-step812-1790000000"
@@ -231,7 +231,7 @@ def test_a_file_planted_under_the_reports_name_is_left_alone(tmp_path: Path) -> 
 
 
 def test_no_file_is_left_behind_under_a_name_that_was_passed_over(tmp_path: Path) -> None:
-    from gpuwatch.torch.oom import write_oom
+    from gpuwatch.torch.oom_writer import write_oom
 
     # GIVEN the .txt's name taken, the .json's free
     first = Path(write_oom(PLANTED, str(tmp_path), snapshot=None))

@@ -15,6 +15,7 @@ import gpuwatch
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases.directory import LeaseDir
+from gpuwatch.leases.records import request_from_record, request_record
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.placement.choices import Strategy
 from gpuwatch.placement.gpus import choose
@@ -178,7 +179,7 @@ class TestChoice:
         request = Request(
             mig="1g.10gb", mig_allowed=frozenset({"MIG-a"}), mig_excluded=frozenset({"MIG-b"})
         )
-        assert Request.from_dict(request.to_dict()) == request
+        assert request_from_record(request_record(request)) == request
 
     @pytest.mark.parametrize(
         "field",
@@ -187,7 +188,7 @@ class TestChoice:
     )
     def test_a_forged_ticket_is_refused(self, field: dict[str, object]) -> None:
         with pytest.raises(ValueError, match="not a"):
-            Request.from_dict({"count": 1, **field})
+            request_from_record({"count": 1, **field})
 
 
 class TestPick:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.leases.records import request_from_record, request_record
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.placement.choices import Strategy
 from gpuwatch.placement.gpus import choose
@@ -278,7 +279,7 @@ def test_request_round_trips_through_a_waiting_ticket() -> None:
         allowed=frozenset({1, 2}),
         excluded=frozenset({0}),
     )
-    assert Request.from_dict(request.to_dict()) == request
+    assert request_from_record(request_record(request)) == request
 
 
 @pytest.mark.parametrize(
@@ -304,7 +305,19 @@ def test_request_round_trips_through_a_waiting_ticket() -> None:
 def test_a_ticket_request_out_of_range_is_refused(changes: dict[str, object]) -> None:
     # GIVEN a ticket's request as another user may write it
     with pytest.raises(ValueError, match="not a"):
-        Request.from_dict({**Request(count=2).to_dict(), **changes})
+        request_from_record({**request_record(Request(count=2)), **changes})
+
+
+@pytest.mark.parametrize(
+    "record",
+    [None, [], "count=1", {}, {"strategy": "pack"}],
+    ids=["null", "list", "text", "empty", "no-count"],
+)
+def test_a_ticket_whose_request_is_no_request_is_refused(record: object) -> None:
+    # GIVEN a ticket whose request is not an object with a count, as a forger may write it
+    # WHEN it is read THEN it is refused as malformed, not a crash of the reader
+    with pytest.raises(ValueError, match="not a request"):
+        request_from_record(record)
 
 
 def test_a_jobs_own_leases_are_its_to_use_but_not_a_waiters() -> None:
@@ -484,10 +497,9 @@ class TestImpossibleMemoryFigures:
 
 def test_a_request_with_the_new_limits_round_trips_and_old_tickets_still_read() -> None:
     request = Request(max_used_bytes=2 * GIB, allow_busy=True)
-    assert Request.from_dict(request.to_dict()) == request
-    old = {
-        k: v for k, v in Request().to_dict().items() if k not in ("allow_busy", "max_used_bytes")
-    }
-    assert Request.from_dict(old) == Request()
+    assert request_from_record(request_record(request)) == request
+    newer = ("allow_busy", "max_used_bytes")
+    old = {k: v for k, v in request_record(Request()).items() if k not in newer}
+    assert request_from_record(old) == Request()
     with pytest.raises(ValueError, match="not a"):
-        Request.from_dict({**Request().to_dict(), "allow_busy": "yes"})
+        request_from_record({**request_record(Request()), "allow_busy": "yes"})

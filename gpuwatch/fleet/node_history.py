@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet.promapi import Point
-from gpuwatch.models import GpuSeries
+from gpuwatch.gpu_history import GpuSeries
 
 _FIELDS: dict[str, tuple[str, Callable[[float], int | float | None]]] = {
     "gpuwatch_memory_used_bytes": ("memory_used_bytes", m.whole_bytes),

@@ -12,10 +12,10 @@ from gpuwatch.cli.options import HelpContext
 # name -> "module:function"; the order is the order of `gpuwatch --help`.
 _COMMANDS = {
     "status": "gpuwatch.cli.status_command:status",
-    "pick": "gpuwatch.cli.app:pick",
-    "where": "gpuwatch.cli.app:where",
-    "tui": "gpuwatch.cli.tui:tui",
-    "daemon": "gpuwatch.cli.daemon:daemon",
+    "pick": "gpuwatch.cli.group:pick",
+    "where": "gpuwatch.cli.group:where",
+    "tui": "gpuwatch.cli.tui_command:tui",
+    "daemon": "gpuwatch.cli.daemon_command:daemon",
     "torch-report": "gpuwatch.cli.torch_report:torch_report",
 }
 
@@ -73,6 +73,6 @@ def pick(args: tuple[str, ...]) -> int:
 def where(args: tuple[str, ...]) -> int:
     """Which nodes of the fleet could run a job now (see gpuwatch where --help)."""
     # Dispatched before click is imported, as pick is; listed here for `gpuwatch --help`.
-    from gpuwatch.cli.where import run_where
+    from gpuwatch.cli.where_command import run_where
 
     return run_where(list(args))

@@ -1,0 +1,12 @@
+"""Who holds each GPU on this node, as the cluster's scheduler says (Slurm today).
+
+A reader answers a `JobTable` (jobs, and the job on each GPU by device-file minor number)
+or `None`, "jobs unknown", when the scheduler is absent, down or slower than its deadline;
+nothing above this package needs to know which engine answered.
+"""
+
+from gpuwatch.jobs.gres import step_gpu_minors
+from gpuwatch.jobs.model import Job, JobTable
+from gpuwatch.jobs.slurm import SlurmJobs, job_id_of_process
+
+__all__ = ["Job", "JobTable", "SlurmJobs", "job_id_of_process", "step_gpu_minors"]

@@ -1,0 +1,246 @@
+"""SlurmJobs against stand-ins for squeue and scontrol: absent, failing, hung, answering."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.jobs import SlurmJobs, job_id_of_process
+
+DATA = Path(__file__).parent / "data"
+HUNG_S = 60  # a stand-in that hangs sleeps this long: far past any timeout used here
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def stand_in(tmp_path: Path, name: str, body: str) -> str:
+    """A script that logs each call to `<name>.calls` and runs `body`."""
+    path = tmp_path / name
+    path.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / name}.calls\n{body}\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def calls(tmp_path: Path, name: str) -> int:
+    log = tmp_path / f"{name}.calls"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+@pytest.fixture
+def gres_conf(tmp_path: Path) -> Path:
+    path = tmp_path / "gres.conf"
+    path.write_text("AutoDetect=off\nName=gpu File=/nonexistent/nvidia[4-7]\n")
+    return path
+
+
+def reader(
+    tmp_path: Path, gres_conf: Path, squeue: str, scontrol: str = "", **kw: object
+) -> SlurmJobs:
+    return SlurmJobs(
+        node="vm",
+        gres_conf=gres_conf,
+        squeue=squeue,
+        scontrol=scontrol or stand_in(tmp_path, "scontrol", "exit 1"),
+        env={"PATH": os.environ["PATH"]},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_jobs_come_from_squeue_json_by_gres_conf_minor_numbers(
+    tmp_path: Path, gres_conf: Path
+) -> None:
+    # GIVEN squeue answering the recorded 22.05 JSON, and gres.conf naming nvidia4-7
+    squeue = stand_in(tmp_path, "squeue", f"cat {DATA / 'squeue-22.05.json'}")
+    # WHEN the table is read
+    table = reader(tmp_path, gres_conf, squeue).table()
+    # THEN each GPU is held by its job, by minor number
+    assert table is not None and table.source == "squeue --json"
+    assert {minor: job.job_id for minor, job in table.by_minor_number.items()} == {
+        4: "1",
+        5: "1",
+        6: "2",
+    }
+    assert table.job_on(7) is None
+
+
+def test_answers_are_cached_for_max_age(tmp_path: Path, gres_conf: Path) -> None:
+    # GIVEN a reader with a 5 s cache
+    squeue = stand_in(tmp_path, "squeue", f"cat {DATA / 'squeue-22.05.json'}")
+    clock = Clock()
+    jobs = reader(tmp_path, gres_conf, squeue, clock=clock, max_age_s=5.0)
+    # WHEN it is asked three times within 5 s
+    first = jobs.table()
+    clock.now += 4
+    assert jobs.table() is first
+    # THEN squeue ran once; once the answer is older, it runs again (in the background)
+    assert calls(tmp_path, "squeue") == 1
+    clock.now += 2
+    jobs.table()
+    deadline = time.monotonic() + 30
+    while jobs.refreshing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls(tmp_path, "squeue") == 2
+
+
+def test_without_squeue_jobs_are_unknown(tmp_path: Path, gres_conf: Path) -> None:
+    # GIVEN no squeue at all WHEN the table is read THEN jobs are unknown, not "none"
+    jobs = reader(tmp_path, gres_conf, str(tmp_path / "no-such-squeue"))
+    assert jobs.table() is None
+    assert jobs.last_error == "absent"
+
+
+def test_slurm_down_makes_jobs_unknown(tmp_path: Path, gres_conf: Path) -> None:
+    # GIVEN squeue exiting 0 with the controller's error, as 22.05 does when slurmctld is down
+    squeue = stand_in(
+        tmp_path,
+        "squeue",
+        """echo '{"jobs": [], "errors": [{"description": "Unable to contact slurmctld"}]}'""",
+    )
+    # WHEN the table is read THEN jobs are unknown and scontrol is not asked
+    jobs = reader(tmp_path, gres_conf, squeue)
+    assert jobs.table() is None
+    assert "errors" in (jobs.last_error or "")
+    assert calls(tmp_path, "scontrol") == 0
+
+
+def test_a_squeue_without_json_falls_back_to_scontrol_for_good(
+    tmp_path: Path, gres_conf: Path
+) -> None:
+    # GIVEN an old squeue that refuses --json and a scontrol that answers
+    squeue = stand_in(
+        tmp_path, "squeue", "echo \"squeue: unrecognized option '--json'\" >&2; exit 1"
+    )
+    scontrol = stand_in(tmp_path, "scontrol", f"cat {DATA / 'scontrol-22.05.txt'}")
+    clock = Clock()
+    jobs = reader(tmp_path, gres_conf, squeue, scontrol, clock=clock)
+    # WHEN the table is read twice, past the cache
+    table = jobs.table()
+    clock.now += 10
+    jobs.table()
+    deadline = time.monotonic() + 30
+    while jobs.refreshing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # THEN scontrol's answer maps the GPUs, and squeue was not asked again
+    assert table is not None and table.source == "scontrol"
+    assert table.job_on(4) is not None and table.job_on(4).job_id == "1"  # type: ignore[union-attr]
+    assert (calls(tmp_path, "squeue"), calls(tmp_path, "scontrol")) == (1, 2)
+
+
+def test_a_hung_squeue_gives_unknown_by_the_deadline_and_is_not_piled_on(
+    tmp_path: Path, gres_conf: Path
+) -> None:
+    # GIVEN a squeue that hangs (and a child of it that holds its output open)
+    squeue = stand_in(tmp_path, "squeue", f"sleep {HUNG_S} & echo $! > {tmp_path}/child; wait")
+    clock_start = time.monotonic()
+    jobs = reader(tmp_path, gres_conf, squeue, timeout_s=0.5, max_age_s=0.1)
+    # WHEN the table is read, and read again at once
+    first = jobs.table()
+    second = jobs.table()
+    took_s = time.monotonic() - clock_start
+    # THEN jobs are unknown, long before squeue would have answered
+    assert first is None and second is None
+    assert took_s < HUNG_S / 2
+    # AND the stand-in and its child are killed, and squeue was started at most twice
+    # (once, plus once after the first call ended on its deadline)
+    deadline = time.monotonic() + 30
+    while jobs.refreshing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child = int((tmp_path / "child").read_text())
+    assert (
+        not Path(f"/proc/{child}").exists()
+        or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    )
+    assert calls(tmp_path, "squeue") <= 2
+
+
+def test_a_hung_refresh_serves_the_previous_answer(tmp_path: Path, gres_conf: Path) -> None:
+    # GIVEN a reader that answered once, then whose squeue hangs
+    script = tmp_path / "answer"
+    script.write_text(f"cat {DATA / 'squeue-22.05.json'}")
+    squeue = stand_in(tmp_path, "squeue", f". {script}")
+    clock = Clock()
+    jobs = reader(tmp_path, gres_conf, squeue, clock=clock, timeout_s=2.0, max_age_s=5.0)
+    before = jobs.table()
+    script.write_text(f"sleep {HUNG_S}")
+    # WHEN the cache is stale and the table is read twice while squeue hangs
+    clock.now += 6
+    during = [jobs.table()]
+    deadline = time.monotonic() + 30
+    while calls(tmp_path, "squeue") < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    during.append(jobs.table())
+    # THEN the previous answer is served at once, and squeue is not started again
+    assert before is not None and during == [before, before]
+    assert jobs.refreshing
+    assert calls(tmp_path, "squeue") == 2
+
+
+def test_without_gres_conf_jobs_are_unknown(tmp_path: Path) -> None:
+    # GIVEN no gres.conf: GRES indices cannot be mapped to GPUs
+    squeue = stand_in(tmp_path, "squeue", f"cat {DATA / 'squeue-22.05.json'}")
+    jobs = reader(tmp_path, tmp_path / "missing.conf", squeue)
+    # WHEN the table is read THEN jobs are unknown, with the reason, and Slurm is not asked
+    assert jobs.table() is None
+    assert "missing.conf" in (jobs.last_error or "")
+    assert calls(tmp_path, "squeue") == 0
+
+
+def test_a_gres_conf_naming_no_gpu_file_makes_jobs_unknown(tmp_path: Path) -> None:
+    # GIVEN a gres.conf that leaves the GPUs to slurmd's autodetection
+    conf = tmp_path / "gres.conf"
+    conf.write_text("AutoDetect=nvml\n")
+    squeue = stand_in(tmp_path, "squeue", f"cat {DATA / 'squeue-22.05.json'}")
+    # WHEN the table is read THEN jobs are unknown: their GPUs would otherwise look free
+    jobs = reader(tmp_path, conf, squeue)
+    assert jobs.table() is None
+    assert "names no GPU" in (jobs.last_error or "")
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "environ", "job"),
+    [
+        pytest.param("4:memory:/slurm/uid_1000/job_42/step_0/task_0\n", "", "42", id="cgroup-v1"),
+        pytest.param(
+            "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n", "", "77", id="v2"
+        ),
+        pytest.param("0::/user.slice\n", "SLURM_JOB_ID=9\0HOME=/root\0", "9", id="environ"),
+        pytest.param("0::/user.slice\n", "SLURM_JOB_ID=9; rm\0", None, id="environ-garbled"),
+        pytest.param("0::/user.slice\n", "", None, id="outside-slurm"),
+    ],
+)
+def test_a_process_is_placed_in_its_job(
+    tmp_path: Path, cgroup: str, environ: str, job: str | None
+) -> None:
+    # GIVEN a /proc with one process's cgroup and environment
+    (tmp_path / "123").mkdir()
+    (tmp_path / "123" / "cgroup").write_text(cgroup)
+    (tmp_path / "123" / "environ").write_text(environ)
+    # WHEN its job is asked THEN the cgroup's word comes first, the environment second
+    assert job_id_of_process(123, proc=str(tmp_path)) == job
+
+
+def test_a_process_that_is_gone_has_no_job(tmp_path: Path) -> None:
+    assert job_id_of_process(123, proc=str(tmp_path)) is None
+
+
+def test_start_asks_slurm_ahead_so_table_needs_not_wait(tmp_path: Path, gres_conf: Path) -> None:
+    # GIVEN a reader that is told to start before the caller reads its GPUs
+    squeue = stand_in(tmp_path, "squeue", f"cat {DATA / 'squeue-22.05.json'}")
+    jobs = reader(tmp_path, gres_conf, squeue)
+    pending = jobs.start()
+    # WHEN the refresh ends while the caller does other work, and then the table is read
+    assert pending is not None
+    pending.join(30)
+    table = jobs.table()
+    # THEN the answer started ahead is the one given, and squeue ran once
+    assert table is not None and table.job("1") is not None
+    assert calls(tmp_path, "squeue") == 1

@@ -1,0 +1,210 @@
+"""Slurm's answers parsed: recorded outputs of 22.05 and the 24.11 JSON shape, and garbage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwatch.jobs import Job
+from gpuwatch.jobs.slurm_text import (
+    SlurmFormatError,
+    jobs_from_scontrol,
+    jobs_from_squeue_json,
+    parse_duration_s,
+)
+
+DATA = Path(__file__).parent / "data"
+MINORS_IN_ORDER: list[int | None] = [0, 1, 2, 3]
+STARTED_22_05 = 1795473311.0  # 2026-11-23T22:35:11 UTC, when the 22.05 recording was made
+
+
+def by_id(jobs: list[Job]) -> dict[str, Job]:
+    return {job.job_id: job for job in jobs}
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        pytest.param(
+            lambda: jobs_from_squeue_json(
+                (DATA / "squeue-22.05.json").read_text(), "vm", MINORS_IN_ORDER
+            ),
+            id="squeue-json",
+        ),
+        pytest.param(
+            lambda: jobs_from_scontrol(
+                (DATA / "scontrol-22.05.txt").read_text(), "vm", MINORS_IN_ORDER
+            ),
+            id="scontrol",
+        ),
+    ],
+)
+def test_slurm_22_05_answers_give_each_running_job_and_its_gpus(read: Any) -> None:
+    # GIVEN Slurm 22.05's answers with three running jobs and one pending
+    # WHEN they are read for node vm
+    jobs = by_id(read())
+    # THEN the running jobs are there with the GPUs their GRES indices name, the pending is not
+    assert jobs == {
+        "1": Job("1", "root", "train", (0, 1), STARTED_22_05, 90 * 60.0),
+        "2": Job("2", "root", "eval", (2,), STARTED_22_05, None),
+        "3": Job("3", "root", "cpu-only", (), STARTED_22_05, 86400.0),
+    }
+
+
+def test_gres_indices_become_the_minor_numbers_gres_conf_gives_them() -> None:
+    # GIVEN gres.conf naming /dev/nvidia7, /dev/nvidia5, /dev/nvidia6, /dev/nvidia4 in order
+    minors: list[int | None] = [7, 5, 6, 4]
+    # WHEN job 1 holds GRES indices 0-1 and job 2 index 2
+    jobs = by_id(jobs_from_squeue_json((DATA / "squeue-22.05.json").read_text(), "vm", minors))
+    # THEN their GPUs are named by minor number, not by index
+    assert jobs["1"].gpu_minor_numbers == (5, 7)
+    assert jobs["2"].gpu_minor_numbers == (6,)
+
+
+def test_slurm_24_11_json_gives_this_nodes_share_of_a_multi_node_job() -> None:
+    # GIVEN the 24.11 shape: a job on gpu[13-14], an array task and a job without GPUs
+    text = (DATA / "squeue-24.11.json").read_text()
+    # WHEN it is read for gpu14, then for gpu13
+    on_14 = by_id(jobs_from_squeue_json(text, "gpu14", MINORS_IN_ORDER))
+    on_13 = by_id(jobs_from_squeue_json(text, "gpu13", MINORS_IN_ORDER))
+    # THEN each node sees the GPUs of its own gres_detail entry
+    assert on_14 == {
+        "290094": Job("290094", "alice", "llm-pretrain", (0, 1, 2, 3), 1795470000.0, 86400.0)
+    }
+    assert on_13["290094"].gpu_minor_numbers == (0, 2)
+    # AND an array task is named as Slurm names it, with an unlimited time limit
+    assert on_13["289497_7"] == Job("289497_7", "bob", "sweep", (1,), 1795473000.0, None)
+    assert on_13["290102"].gpu_minor_numbers == ()
+    assert "290103" not in on_13
+
+
+def test_slurm_23_02_json_with_a_hostlist_string_for_nodes() -> None:
+    # GIVEN 23.02's shape: number objects, job_resources.nodes still a hostlist string
+    job = {
+        "job_id": 77,
+        "job_state": "RUNNING",
+        "user_name": "erin",
+        "name": "x",
+        "nodes": "n[1-3]",
+        "job_resources": {"nodes": "n[1-3]", "allocated_nodes": []},
+        "gres_detail": ["gpu:1(IDX:0)", "gpu:1(IDX:3)", "gpu:1(IDX:1)"],
+        "start_time": {"set": True, "infinite": False, "number": 1000},
+        "time_limit": {"set": True, "infinite": False, "number": 5},
+    }
+    # WHEN it is read for the second node
+    jobs = jobs_from_squeue_json(json.dumps({"jobs": [job]}), "n2", MINORS_IN_ORDER)
+    # THEN n2 holds the GPU of the second gres_detail entry
+    assert jobs == [Job("77", "erin", "x", (3,), 1000.0, 300.0)]
+
+
+GOOD = {
+    "job_id": 5,
+    "job_state": "RUNNING",
+    "user_name": "u",
+    "name": "n",
+    "nodes": "vm",
+    "gres_detail": ["gpu:1(IDX:0)"],
+    "start_time": 1,
+    "time_limit": 1,
+}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param({**GOOD, "job_id": "5; rm -rf"}, id="id-a-string"),
+        pytest.param({**GOOD, "job_id": -1}, id="id-negative"),
+        pytest.param({**GOOD, "job_id": True}, id="id-a-bool"),
+        pytest.param({**GOOD, "user_name": ["root"]}, id="user-a-list"),
+        pytest.param({**GOOD, "gres_detail": "gpu:1(IDX:0)"}, id="gres-not-a-list"),
+        pytest.param({**GOOD, "gres_detail": [{"gpu": 1}]}, id="gres-an-object"),
+        pytest.param({**GOOD, "gres_detail": ["gpu:9(IDX:0-4000000000)"]}, id="gres-huge-range"),
+        pytest.param({**GOOD, "nodes": 7}, id="nodes-a-number"),
+        pytest.param({**GOOD, "start_time": "yesterday"}, id="start-a-string"),
+        pytest.param({**GOOD, "time_limit": {"set": True, "number": "x"}}, id="limit-garbled"),
+        pytest.param(
+            {**GOOD, "job_resources": {"nodes": {"allocation": [7]}}}, id="allocation-junk"
+        ),
+        pytest.param("a job", id="not-an-object"),
+        pytest.param(None, id="null"),
+    ],
+)
+def test_a_malformed_job_is_skipped_and_the_others_stand(bad: Any) -> None:
+    # GIVEN an answer with one job of the wrong shape beside a good one
+    text = json.dumps({"jobs": [bad, GOOD], "errors": []})
+    # WHEN it is read
+    jobs = jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
+    # THEN only the good job is there
+    assert [job.job_id for job in jobs] == ["5"]
+
+
+def test_control_characters_and_long_names_are_defused() -> None:
+    # GIVEN a job whose name carries terminal escapes and is very long
+    job = {**GOOD, "name": "\x1b[2J\x1b]0;pwned\x07" + "x" * 100_000, "user_name": "a\nb"}
+    # WHEN it is read
+    (read,) = jobs_from_squeue_json(json.dumps({"jobs": [job]}), "vm", MINORS_IN_ORDER)
+    # THEN no control character survives and the name is cut
+    assert read.name is not None and read.user == "a?b"
+    assert not any(ord(c) < 32 for c in read.name) and len(read.name) <= 256
+
+
+def test_a_huge_answer_is_read_without_crashing() -> None:
+    # GIVEN 20,000 jobs on other nodes and one here
+    others = [{**GOOD, "job_id": n, "nodes": f"other{n}"} for n in range(1, 20_001)]
+    text = json.dumps({"jobs": [*others, {**GOOD, "job_id": 99_999}]})
+    # WHEN it is read
+    jobs = jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
+    # THEN this node's job is found
+    assert [job.job_id for job in jobs] == ["99999"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("squeue: error: unrecognized option '--json'", id="text"),
+        pytest.param('{"jobs": {}}', id="jobs-not-a-list"),
+        pytest.param("[" * 100_000, id="deeply-nested"),
+        pytest.param(
+            '{"jobs": [], "errors": [{"description": "Unable to contact slurm controller"}]}',
+            id="controller-down",
+        ),
+    ],
+)
+def test_an_answer_that_is_no_job_list_is_an_error_not_an_empty_table(text: str) -> None:
+    # GIVEN squeue's output that is not a list of jobs (slurmctld down gives `errors`)
+    # WHEN it is read THEN it is refused as a whole: "jobs unknown", never "no jobs"
+    with pytest.raises(SlurmFormatError):
+        jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
+
+
+def test_scontrol_lines_that_are_garbage_are_skipped() -> None:
+    # GIVEN scontrol's recorded answer with garbage lines mixed in
+    good = (DATA / "scontrol-22.05.txt").read_text()
+    text = "\x00\x1b[31m\nJobId=abc JobState=RUNNING NodeList=vm\nJobState=RUNNING\n" + good
+    text += "JobId=9 JobState=RUNNING NodeList=vm Nodes=vm GRES=gpu:2(IDX:0-99999999)\n"
+    # WHEN it is read
+    jobs = jobs_from_scontrol(text, "vm", MINORS_IN_ORDER)
+    # THEN the recorded jobs are there and nothing else
+    assert sorted(job.job_id for job in jobs) == ["1", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        pytest.param("90", 5400.0, id="minutes"),
+        pytest.param("30:00", 1800.0, id="minutes-seconds"),
+        pytest.param("01:30:00", 5400.0, id="hours-minutes-seconds"),
+        pytest.param("1-00:00:00", 86400.0, id="days-hms"),
+        pytest.param("2-12", 216000.0, id="days-hours"),
+        pytest.param("1-01:30", 91800.0, id="days-hours-minutes"),
+        pytest.param("UNLIMITED", None, id="unlimited"),
+        pytest.param("NOT_SET", None, id="not-set"),
+        pytest.param("1:2:3:4", None, id="garbage"),
+    ],
+)
+def test_slurm_time_limits_in_seconds(text: str, seconds: float | None) -> None:
+    assert parse_duration_s(text) == seconds
