@@ -4,7 +4,7 @@
     python bench/slow_clients.py tcp PORT COUNT       # from 127.0.0.2, to 127.0.0.1:PORT
 
 Each comes back as soon as it is let go. Prints `flooding` once all are started, then runs
-for an hour or until killed. Used by bench/abuse_api.py and tests/test_daemon_abuse.py.
+for an hour or until killed. Used by bench/abuse_api.py and tests/abuse/test_daemon_abuse.py.
 """
 
 import socket

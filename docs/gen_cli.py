@@ -1,7 +1,7 @@
 """Writes docs/reference/cli.md from the commands' own `--help`, so the reference cannot drift.
 
 Run `python docs/gen_cli.py` after changing a command's options or help;
-`python docs/gen_cli.py --check` (and tests/test_docs.py) fails while the page is stale.
+`python docs/gen_cli.py --check` (and tests/contract/test_docs.py) fails while the page is stale.
 Help is taken at a fixed width (COLUMNS=100), in a subprocess, exactly as a user sees it.
 """
 

@@ -9,13 +9,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from gpuwatch.backends.daemon_client import http_get
+from tests.wait import wait_until
 
 SCENARIO = """
 hostname = "daemon-node"
@@ -53,19 +53,6 @@ def answering_once(path: str, body: bytes, headers: str = "") -> Iterator[None]:
 
         threading.Thread(target=answer, daemon=True).start()
         yield
-
-
-def wait_until(condition: Any, what: str, timeout_s: float = 30) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if result := condition():
-                return result
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.wait import wait_for
+from tests.wait import wait_until
 
 USER = os.environ.get("GPUWATCH_TEST_USER", "nobody")
 
@@ -92,7 +92,12 @@ def holding(argv: Sequence[str], ready: Path | None = None) -> Iterator[subproce
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         if ready is not None:
-            wait_for(lambda: ready.exists() or process.poll() is not None, f"{ready} to appear")
+            wait_until(
+                lambda: ready.exists() or process.poll() is not None,
+                f"{ready} to appear",
+                timeout_s=60,
+                interval_s=0.02,
+            )
             assert process.poll() is None, f"{argv} ended early"
         yield process
     finally:

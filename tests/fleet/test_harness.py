@@ -15,6 +15,8 @@ from tests.fleet.endpoints import DCGM_FREE_MIB, DCGM_HOSTNAME, Endpoint
 from tests.fleet.net import fetch
 from tests.fleet.prometheus_harness import Sample, Target
 
+pytestmark = pytest.mark.slow  # a real Prometheus and real daemons
+
 NODES = (
     SimNode("node-a", (0, 40 * GIB)),
     SimNode("node-b", (70 * GIB, 10 * GIB, 0)),

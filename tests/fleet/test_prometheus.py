@@ -89,6 +89,7 @@ def error_json(message: str) -> Reply:
     return Reply(body.encode(), status=400, content_type="application/json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("reply", "says"),
     [

@@ -120,6 +120,7 @@ def test_a_real_daemon_scraped_is_a_node_up_with_its_gpus(tmp_path: Path) -> Non
     assert node.leases == ()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
@@ -147,6 +148,7 @@ def test_a_refused_node_is_down_with_why() -> None:
     assert (node.name, node.up, node.error) == (target, False, "connection refused")
 
 
+@pytest.mark.slow
 def test_twenty_nodes_some_hung_some_dripping_answer_within_one_timeout() -> None:
     # GIVEN 14 nodes that answer, 3 that accept and never answer, 3 that drip
     timeout_s = 3.0

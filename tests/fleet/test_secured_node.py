@@ -14,9 +14,9 @@ from tests.conftest import run_cli
 pytest.importorskip("cryptography", reason="certificates are made with the cryptography package")
 pytest.importorskip("bcrypt", reason="the web config's passwords are bcrypt hashes")
 
-from tests.daemon_net.certs import Certs, make_certs
-from tests.daemon_net.net_helpers import TcpDaemon, tcp_daemon
-from tests.daemon_net.test_web_config import MUTUAL_TLS, PASSWORD, web_config
+from tests.daemon.certs import Certs, make_certs
+from tests.daemon.net_helpers import TcpDaemon, tcp_daemon
+from tests.daemon.test_web_config import MUTUAL_TLS, PASSWORD, web_config
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ from tests.fleet.conftest import StartDaemons
 from tests.fleet.daemons import SimNode
 from tests.fleet.endpoints import Endpoint
 
+pytestmark = pytest.mark.slow  # real daemons, one per node
+
 GIB = 1 << 30
 # Every simulated GPU is 30 % busy: the requests below take busy GPUs (--allow-busy).
 NODES = (

@@ -19,6 +19,8 @@ from gpuwatch.jobs.gres import gres_gpu_files, minor_number_of
 from tests.jobs.conftest import slurm_reader
 from tests.jobs.slurm_harness import SlurmCluster
 
+pytestmark = pytest.mark.slow  # a real slurmctld and slurmd
+
 DATA = Path(__file__).parent / "data"
 Read = Callable[..., JobTable | None]
 

@@ -1,0 +1,135 @@
+"""A web config that cannot be used: one line naming what is wrong, exit 2, and no start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.daemon.certs import Certs, make_certs
+from tests.daemon.net_helpers import free_port
+
+pytestmark = pytest.mark.slow
+
+SERVER = "  cert_file: server.crt\n  key_file: server.key\n"
+CASES = {
+    "bad-yaml": ("tls_server_config: [cert_file\n", "not YAML at line 2"),
+    "not-a-mapping": ("- cert_file\n", "not a mapping of settings"),
+    "unknown-key": ("tls_config:\n" + SERVER, "unknown key 'tls_config'"),
+    "unknown-tls-key": (
+        "tls_server_config:\n  cert_fle: server.crt\n",
+        "unknown key 'tls_server_config.cert_fle'",
+    ),
+    "missing-cert-file": (
+        "tls_server_config:\n  cert_file: gone.crt\n  key_file: server.key\n",
+        "tls_server_config.cert_file {dir}/gone.crt: cannot read it (No such file or directory)",
+    ),
+    "no-key-file": (
+        "tls_server_config:\n  cert_file: server.crt\n",
+        "tls_server_config.key_file is missing",
+    ),
+    "key-of-another-cert": (
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: client.key\n",
+        "not a PEM certificate and its key",
+    ),
+    "not-a-certificate": (
+        "tls_server_config:\n  cert_file: web.yml\n  key_file: server.key\n",
+        "not a PEM certificate and its key",
+    ),
+    "bad-bcrypt-hash": (
+        "basic_auth_users:\n  prometheus: secret\n",
+        "basic_auth_users.prometheus: not a bcrypt hash",
+    ),
+    "bad-client-auth-type": (
+        "tls_server_config:\n" + SERVER + "  client_auth_type: Sometimes\n",
+        "client_auth_type 'Sometimes': one of NoClientCert",
+    ),
+    "any-client-cert": (
+        "tls_server_config:\n" + SERVER + "  client_auth_type: RequireAnyClientCert\n",
+        "RequireAnyClientCert (a certificate from anyone) is not supported",
+    ),
+    "verify-without-ca": (
+        "tls_server_config:\n" + SERVER + "  client_auth_type: RequireAndVerifyClientCert\n",
+        "needs client_ca_file",
+    ),
+    "ca-without-policy": (
+        "tls_server_config:\n" + SERVER + "  client_ca_file: ca.crt\n",
+        "client_ca_file is given without a client_auth_type",
+    ),
+    "bad-min-version": (
+        "tls_server_config:\n" + SERVER + "  min_version: TLS14\n",
+        "tls_server_config.min_version 'TLS14': one of TLS10",
+    ),
+    "unsupported-key": (
+        "tls_server_config:\n" + SERVER + "  client_allowed_sans: [prometheus]\n",
+        "client_allowed_sans is not supported",
+    ),
+    "bad-header": (
+        "http_server_config:\n  headers:\n    Server: gpuwatch\n",
+        "'Server' cannot be set",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def start_daemon(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    listen = ["--listen", str(free_port()), "--socket", str(tmp_path / "s.sock")]
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "daemon", "--sim", "2", *listen, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(("text", "message"), CASES.values(), ids=CASES.keys())
+def test_a_web_config_that_cannot_be_used_is_one_line_and_exit_2(
+    tmp_path: Path, certs: Certs, text: str, message: str
+) -> None:
+    # GIVEN a web config beside its certificates, wrong in one thing
+    web = certs.ca.parent / "web.yml"
+    web.write_text(text)
+    # WHEN the daemon starts with it
+    result = start_daemon(tmp_path, "--web-config", str(web))
+    # THEN it does not start, and says what is wrong in one line naming the file
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert f"the web config {web}: " in result.stderr
+    assert message.format(dir=web.parent) in result.stderr
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_a_web_config_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    missing = tmp_path / "web.yml"
+    result = start_daemon(tmp_path, "--web-config", str(missing))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert f"the web config {missing}: cannot read it (No such file or directory)" in (
+        result.stderr
+    )
+
+
+def test_a_key_the_daemon_cannot_read_is_refused(tmp_path: Path, certs: Certs) -> None:
+    # GIVEN a key file the daemon's user may not read (root reads every file: skip there)
+    key = tmp_path / "server.key"
+    key.write_bytes(certs.server_key.read_bytes())
+    key.chmod(0)
+    try:
+        key.read_bytes()
+    except PermissionError:
+        pass
+    else:
+        pytest.skip("this user reads files whatever their mode (root)")
+    web = tmp_path / "web.yml"
+    web.write_text(
+        f"tls_server_config:\n  cert_file: {certs.server_cert}\n  key_file: server.key\n"
+    )
+    result = start_daemon(tmp_path, "--web-config", str(web))
+    assert result.returncode == 2 and "key_file" in result.stderr
+    assert "cannot read it (Permission denied)" in result.stderr

@@ -1,0 +1,157 @@
+"""`gpuwatch tui` as users start it: bad options, no driver, and the real program in tmux."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.cli.exit_codes import ExitCode
+from tests.conftest import run_cli
+from tests.wait import wait_until
+
+GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--interval", "soon"], "'soon' is not a duration"),
+        (["--interval", "10ms"], "too short"),
+        (["--backend", "cuda"], "'cuda' is not one of"),
+        (["--sim", "zero"], "zero"),
+        (["--sim", "4", "--backend", "nvml"], "cannot go with --backend nvml"),
+        (["--idle-after", "-1"], "not a duration"),
+        (["--colour"], "No such option"),
+    ],
+    ids=[
+        "interval-word",
+        "interval-too-short",
+        "backend",
+        "sim",
+        "sim-with-nvml",
+        "idle-after",
+        "unknown",
+    ],
+)
+def test_bad_values_are_one_line_usage_errors(args: list[str], complaint: str) -> None:
+    result = run_cli("tui", *args)
+    assert result.exit_code == ExitCode.USAGE, result.stderr
+    assert result.stderr.startswith("gpuwatch: error:") and complaint in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_without_a_driver_it_says_so_before_the_screen_opens() -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+        pytest.skip("this machine has the NVIDIA library")
+    except OSError:
+        pass
+    result = run_cli("tui", "--backend", "nvml")
+    assert result.exit_code == ExitCode.NO_GPU
+    assert result.stderr.startswith("gpuwatch: error: NVIDIA driver not found")
+    assert "\x1b[" not in result.stdout + result.stderr, "no screen was drawn"
+
+
+def test_help_lists_the_options_of_status() -> None:
+    result = run_cli("tui", "--help")
+    for option in ("--interval", "--backend", "--sim", "--host", "--readonly", "--idle-after"):
+        assert option in result.stdout
+
+
+class Tmux:
+    """A detached tmux session running one command, read as plain text."""
+
+    def __init__(self, command: str, size: tuple[int, int]) -> None:
+        self.name = f"gpuwatch-test-{uuid.uuid4().hex[:8]}"
+        self.tmux = ["tmux", "-L", self.name]  # a server of its own: no other session interferes
+        env = {**os.environ, "TERM": "xterm-256color"}
+        subprocess.run(
+            [
+                *self.tmux,
+                "new-session",
+                "-d",
+                "-s",
+                self.name,
+                "-x",
+                str(size[0]),
+                "-y",
+                str(size[1]),
+                f"{command}; echo EXIT=$?; sleep 600",
+            ],
+            check=True,
+            env=env,
+        )
+
+    def text(self) -> str:
+        out = subprocess.run(
+            [*self.tmux, "capture-pane", "-p", "-t", self.name],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        return out.stdout
+
+    def wait_for(self, needle: str, timeout_s: float = 60) -> str:
+        """The screen, once it shows `needle` (the last screen seen is named if it never does)."""
+
+        def showing() -> str | None:
+            return screen if needle in (screen := self.text()) else None
+
+        return wait_until(showing, f"{needle!r} to appear", timeout_s=timeout_s, interval_s=0.2)
+
+    def press(self, *keys: str) -> None:
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
+
+    def close(self) -> None:
+        subprocess.run([*self.tmux, "kill-server"], check=False, capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("tmux") is None and not os.environ.get("GPUWATCH_REQUIRE_TMUX"),
+    reason="needs tmux (apt-get install tmux)",
+)
+def test_the_installed_command_in_a_real_terminal(lease_dir: Path) -> None:
+    # GIVEN the installed `gpuwatch tui --sim 4` in a 100x30 terminal
+    command = shlex.join([GPUWATCH, "tui", "--sim", "4"])
+    terminal = Tmux(f"GPUWATCH_LEASE_DIR={shlex.quote(str(lease_dir))} {command}", (100, 30))
+    try:
+        # WHEN the first frame is drawn THEN it shows the GPUs and their processes
+        screen = terminal.wait_for("python train.py")
+        assert "[0] NVIDIA H100 80GB HBM3" in screen and "sim-node" in screen
+        # AND ? opens the help, which Esc... or q closes; a second q quits cleanly
+        terminal.press("?")
+        terminal.wait_for("Show this help")
+        terminal.press("q")
+        wait_until(
+            lambda: "Show this help" not in terminal.text(),
+            "the help to close",
+            timeout_s=30,
+            interval_s=0.2,
+        )
+        terminal.press("q")
+        screen = terminal.wait_for("EXIT=")
+        assert "EXIT=0" in screen
+        assert "Traceback" not in screen
+    finally:
+        terminal.close()
+
+
+def test_readme_key_table_lists_every_key() -> None:
+    from gpuwatch.tui.keys import KEYS
+
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "status.md").read_text()
+    section = readme.split("## `gpuwatch tui`", 1)[1].split("\n## ", 1)[0]
+    keys_table = section.split("| key | does |", 1)[1].split("\n\n", 1)[0]
+    for key in KEYS:
+        for shown in key.shown.split():
+            assert f"`{shown}`" in keys_table, f"README's key table lacks {shown}"
