@@ -71,7 +71,7 @@ def open_fleet_source(values: Mapping[str, Any]) -> closing[FleetSource]:
     """The source the options (by `dest`) name, else the environment's or the config
     file's, to use in a `with` block; `InvalidValueError` when none is set."""
     if values["sim"] is not None:
-        from gpuwatch.fleet.simulated import SimFleet
+        from gpuwatch.fleet.sim_fleet import SimFleet
 
         return closing(SimFleet(values["sim"]))
     from gpuwatch.fleet.config import SourceOptions, resolve

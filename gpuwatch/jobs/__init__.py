@@ -6,7 +6,7 @@ nothing above this package needs to know which engine answered.
 """
 
 from gpuwatch.jobs.gres import step_gpu_minors
-from gpuwatch.jobs.model import Job, JobTable
+from gpuwatch.jobs.job_table import Job, JobTable
 from gpuwatch.jobs.slurm import SlurmJobs, job_id_of_process
 
 __all__ = ["Job", "JobTable", "SlurmJobs", "job_id_of_process", "step_gpu_minors"]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from gpuwatch import procfs
 from gpuwatch.jobs.gres import gres_gpu_files, minor_number_of
-from gpuwatch.jobs.model import JobTable
+from gpuwatch.jobs.job_table import JobTable
 from gpuwatch.jobs.slurm_text import SlurmFormatError, jobs_from_scontrol, jobs_from_squeue_json
 
 DEFAULT_TIMEOUT_S = 2.0

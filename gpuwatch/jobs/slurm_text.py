@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuwatch.jobs.gres import expand_hostlist, gpu_indices, minors_of_indices
-from gpuwatch.jobs.model import Job
+from gpuwatch.jobs.job_table import Job
 
 MAX_TEXT_CHARS = 256
 """Job names and users longer than this are cut: they are shown, never parsed further."""

@@ -11,7 +11,7 @@ import pytest
 
 from gpuwatch.fleet.document import fleet_document
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
-from gpuwatch.fleet.simulated import STALE_AGE_S, SimFleet
+from gpuwatch.fleet.sim_fleet import STALE_AGE_S, SimFleet
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.tui import fleet_rows
 from gpuwatch.tui.fleet_cells import cell_text, columns_for, plain_table

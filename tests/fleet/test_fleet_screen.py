@@ -19,7 +19,7 @@ from textual.pilot import Pilot
 from gpuwatch.errors import SourceError
 from gpuwatch.fleet.nodes import FleetState
 from gpuwatch.fleet.prometheus import PrometheusSource
-from gpuwatch.fleet.simulated import SimFleet
+from gpuwatch.fleet.sim_fleet import SimFleet
 from gpuwatch.tui.fleet_app import FleetApp
 from gpuwatch.tui.fleet_screens import NodeScreen, UsersScreen
 from gpuwatch.tui.fleet_widgets import FleetTable
