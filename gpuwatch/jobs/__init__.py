@@ -6,7 +6,15 @@ nothing above this package needs to know which engine answered.
 """
 
 from gpuwatch.jobs.gres import step_gpu_minors
-from gpuwatch.jobs.job_table import Job, JobTable
+from gpuwatch.jobs.job_table import Job, JobTable, table_from_record, table_record
 from gpuwatch.jobs.slurm import SlurmJobs, job_id_of_process
 
-__all__ = ["Job", "JobTable", "SlurmJobs", "job_id_of_process", "step_gpu_minors"]
+__all__ = [
+    "Job",
+    "JobTable",
+    "SlurmJobs",
+    "job_id_of_process",
+    "step_gpu_minors",
+    "table_from_record",
+    "table_record",
+]

@@ -10,9 +10,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuwatch.record_fields import (
+    BadRecord,
+    float_field,
+    list_field,
+    optional,
+    text_field,
+)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpuwatch.models import GpuSample
+
+MAX_JOBS = 100_000
+MAX_GPUS_PER_NODE = 1024
+_MAX_MINOR = 1 << 20
+_MAX_TIME = 1e11
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +91,61 @@ class JobTable:
     def job(self, job_id: str) -> Job | None:
         """The job with this id, when it runs here."""
         return next((job for job in self.jobs if job.job_id == job_id), None)
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    """A job as JSON (the daemon's `/v1/jobs`, `status --json`): the model's field names."""
+    return {
+        "job_id": job.job_id,
+        "user": job.user,
+        "name": job.name,
+        "gpu_minor_numbers": list(job.gpu_minor_numbers),
+        "started_at": job.started_at,
+        "time_limit_s": job.time_limit_s,
+        "state": job.state,
+    }
+
+
+def job_from_record(data: object) -> Job:
+    """The job a `job_record` wrote; `BadRecord` for anything malformed."""
+    if not isinstance(data, dict):
+        raise BadRecord("job: not an object")
+    minors = list_field(data, "gpu_minor_numbers", MAX_GPUS_PER_NODE)
+    if not all(type(m) is int and 0 <= m < _MAX_MINOR for m in minors):
+        raise BadRecord("gpu_minor_numbers: not minor numbers")
+    return Job(
+        job_id=text_field(data, "job_id", 64, shortest=1),
+        user=optional(data, "user", text_field),
+        name=optional(data, "name", lambda d, n: text_field(d, n, 256)),
+        gpu_minor_numbers=tuple(minors),
+        started_at=optional(data, "started_at", lambda d, n: float_field(d, n, 0, _MAX_TIME)),
+        time_limit_s=optional(data, "time_limit_s", lambda d, n: float_field(d, n, 0, _MAX_TIME)),
+        state=text_field(data, "state", 32, shortest=1) if "state" in data else "RUNNING",
+    )
+
+
+def table_record(table: JobTable | None, *, error: str | None = None) -> dict[str, Any]:
+    """A node's jobs as JSON: `{"known": false, "error": ...}` when they are unknown."""
+    if table is None:
+        return {"known": False, "error": error, "jobs": None}
+    return {
+        "known": True,
+        "read_at": table.read_at,
+        "source": table.source,
+        "jobs": [job_record(job) for job in table.jobs],
+    }
+
+
+def table_from_record(data: object) -> JobTable | None:
+    """The table a `table_record` wrote; `None` for "jobs unknown"; `BadRecord` for
+    anything malformed."""
+    if not isinstance(data, dict):
+        raise BadRecord("jobs: not an object")
+    if data.get("known") is not True:
+        return None
+    jobs = list_field(data, "jobs", MAX_JOBS)
+    return JobTable(
+        jobs=tuple(job_from_record(job) for job in jobs),
+        read_at=float_field(data, "read_at", 0, _MAX_TIME),
+        source=text_field(data, "source", 64),
+    )
