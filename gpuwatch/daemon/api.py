@@ -41,6 +41,7 @@ from gpuwatch.daemon.wire import Response, error_response, json_response
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases.directory import LeaseDir, LeaseFiles
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
+from gpuwatch.placement.request import Waiter
 from gpuwatch.sampling.poller import Poller, PollState
 from gpuwatch.units import parse_duration
 
@@ -128,14 +129,15 @@ class Api:
         `leases` and `training` ask for them (leases only while the snapshot is current)."""
         state = self.poller.state
         stale = stale_reason(self.poller, state)
-        found = LeaseFiles([])
+        found, waiters = LeaseFiles([]), []
         if leases and state.snapshot is not None and stale is None:
-            found = self._lease_files()
+            found, waiters = self._lease_files(), self._waiters()
         return View(
             state,
             stale,
             tuple(found.leases),
             found.skipped,
+            tuple(waiters),
             self._training.reports() if training else NO_REPORTS,
             self.settings.node_name,
         )
@@ -247,3 +249,7 @@ class Api:
     def _lease_files(self) -> LeaseFiles:
         lease_dir = LeaseDir.read_only()
         return lease_dir.read() if lease_dir is not None else LeaseFiles([])
+
+    def _waiters(self) -> list[Waiter]:
+        lease_dir = LeaseDir.read_only()
+        return lease_dir.waiting_before(None) if lease_dir is not None else []

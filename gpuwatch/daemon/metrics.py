@@ -108,6 +108,18 @@ class ViewCollector(Collector):
         yield from _gpu_metrics(snapshot, node)
         yield from _process_metrics(snapshot, node)
         yield from _lease_metrics(snapshot, node, view.leases, by_uuid)
+        yield _gauge(
+            "lease_waiters",
+            "Jobs waiting in line for GPUs on this node (gpuwatch pick --wait).",
+            [("hostname", node)],
+            len(view.waiters),
+        )
+        yield _gauge(
+            "lease_longest_wait_seconds",
+            "How long the oldest waiting job has been in line; 0 with none waiting.",
+            [("hostname", node)],
+            max((waiter.waited_s for waiter in view.waiters), default=0.0),
+        )
         yield from _mig_metrics(snapshot, node, view.leases)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gpuwatch.daemon.node import host_name
 from gpuwatch.models import Lease, Snapshot
+from gpuwatch.placement.request import Waiter
 from gpuwatch.reports.training import TrainingReports
 from gpuwatch.sampling.poller import PollState
 
@@ -28,6 +29,8 @@ class View:
     leases: tuple[Lease, ...] = ()
     """The leases in force; read only for a view that shows them, and while current."""
     leases_skipped: int = 0
+    waiters: tuple[Waiter, ...] = ()
+    """The jobs in line for GPUs (`pick --wait`), oldest first; read with the leases."""
     training: TrainingReports = NO_REPORTS
     node_name: str | None = None
     """`--node-name`; `None`: the name the source gives the node."""

@@ -628,3 +628,34 @@ def test_a_daemon_stopped_and_continued_serves_on_without_reloading(tmp_path: Pa
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=10)
     assert "reloaded" not in stderr
+
+
+def _waiting(sock: Path) -> tuple[float, float]:
+    """The node's (waiters, longest wait in seconds) as `/metrics` tells them."""
+    text = http_get(str(sock), "/metrics")[1].decode()
+    families = {family.name: family.samples for family in text_string_to_metric_families(text)}
+    (waiters,) = families["gpuwatch_lease_waiters"]
+    (longest,) = families["gpuwatch_lease_longest_wait_seconds"]
+    assert set(waiters.labels) == {"hostname"}, "one series per node, no job labels"
+    return waiters.value, longest.value
+
+
+def test_metrics_count_the_jobs_waiting_in_line_for_gpus(tmp_path: Path, lease_dir: Path) -> None:
+    from gpuwatch.placement.request import Request
+
+    line = LeaseDir(lease_dir)
+    with running_daemon(tmp_path) as (_, sock, _):
+        # GIVEN no job in line, THEN none is counted
+        assert _waiting(sock) == (0, 0)
+        # GIVEN two jobs in line for GPUs (real tickets, held by this process)
+        tickets = [line.enqueue(Request(count=1), "python train.py") for _ in range(2)]
+        time.sleep(0.05)
+        try:
+            waiters, longest_s = _waiting(sock)
+        finally:
+            for ticket in tickets:
+                ticket.release()
+        # THEN both are counted, and the oldest has waited a while
+        assert waiters == 2 and longest_s > 0
+        # AND once they leave the line, it is empty again
+        assert _waiting(sock) == (0, 0)
