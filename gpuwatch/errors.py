@@ -9,6 +9,7 @@
     │   ├── ScenarioError              a simulated node (`--sim`) that cannot be built
     │   ├── DaemonUnavailableError     no gpuwatch daemon answers on the socket
     │   └── RemoteError                a remote host (`--host`) cannot be reached or read
+    │       └── SchedulerUnavailableError  Slurm cannot be asked (no scontrol, down, too slow)
     ├── SelectionError                 GPUs could not be selected
     │   ├── NotEnoughGpusError         fewer GPUs qualify than were asked for
     │   │   └── WaitTimeoutError       ... and waiting for them timed out
@@ -18,6 +19,7 @@
     │   ├── LeaseBusyError             its lock stayed held by another process past the deadline
     │   └── LeaseDirError              GPUWATCH_LEASE_DIR names no directory gpuwatch can use
     │                                  (also an InvalidValueError: a usage error)
+    ├── JobUnknownError                the scheduler knows no such job, or not its GPUs here
     ├── DaemonError                    the daemon cannot start (socket in use, bad settings)
     │   └── ConfigFileError            its --config file is unreadable or has a bad value
     │                                  (also an InvalidValueError: a usage error)
@@ -66,6 +68,16 @@ class RemoteError(BackendError):
 class SourceError(RemoteError):
     """A fleet source (a Prometheus server) cannot be read at all, or is not what it was
     said to be; a single node that cannot be read is not an error but a node that is down."""
+
+
+class SchedulerUnavailableError(RemoteError):
+    """The cluster's scheduler cannot be asked: its command is missing, fails, or outlives
+    its deadline (`gpuwatch job-report`)."""
+
+
+class JobUnknownError(GpuwatchError):
+    """The scheduler knows no such job, it has not started, or it says of this node's GPUs
+    nothing that could be reported (`gpuwatch job-report`)."""
 
 
 class ScenarioError(BackendError):

@@ -10,6 +10,7 @@ from gpuwatch.errors import (
     DriverNotFoundError,
     GpuwatchError,
     InvalidValueError,
+    JobUnknownError,
     LeaseBusyError,
     NoGpuError,
     NotEnoughGpusError,
@@ -41,7 +42,11 @@ class ExitCode(enum.IntEnum):
     --timeout."""
     REMOTE = 6
     """`status --host`: the host cannot be reached, or has no gpuwatch; `fleet`, `where`:
-    the fleet source (a Prometheus server) cannot be read."""
+    the fleet source (a Prometheus server) cannot be read; `job-report`: no daemon answers
+    (its history is the source), or Slurm cannot be asked."""
+    JOB_UNKNOWN = 7
+    """`job-report`: Slurm knows no such job, it has not started, or which GPUs it held on
+    this node is no longer known."""
     CANNOT_EXECUTE = 126
     """`pick -- CMD`: CMD was found but cannot be executed."""
     COMMAND_NOT_FOUND = 127
@@ -57,6 +62,7 @@ _BY_ERROR: tuple[tuple[type[GpuwatchError], ExitCode], ...] = (
     (DriverNotFoundError, ExitCode.NO_GPU),
     (NoGpuError, ExitCode.NO_GPU),
     (RemoteError, ExitCode.REMOTE),
+    (JobUnknownError, ExitCode.JOB_UNKNOWN),
     (WaitTimeoutError, ExitCode.TIMEOUT),
     (LeaseBusyError, ExitCode.TIMEOUT),
     (NotEnoughGpusError, ExitCode.NOT_ENOUGH_GPUS),

@@ -18,6 +18,7 @@ _COMMANDS = {
     "fleet": "gpuwatch.cli.fleet_command:fleet",
     "daemon": "gpuwatch.cli.daemon_command:daemon",
     "torch-report": "gpuwatch.cli.torch_report:torch_report",
+    "job-report": "gpuwatch.cli.job_report:job_report",
 }
 
 
