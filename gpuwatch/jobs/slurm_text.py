@@ -200,6 +200,8 @@ def _fields(line: str) -> list[tuple[str, str]]:
     may hold spaces). A job name holding ` Key=` text is ambiguous here: the JSON answer,
     used wherever Slurm gives one, is not."""
     marks = list(_KEY.finditer(line))
+    if not marks:
+        return []
     ends = [mark.start() for mark in marks[1:]] + [len(line)]
     pairs = zip(marks, ends, strict=True)
     return [(mark.group(1), line[mark.end() : end].strip()) for mark, end in pairs]

@@ -60,6 +60,8 @@ def gpu_job_usage(
     weights = _weights(times, end_s, gap_s)
     lead_s = times[0] - start_s if times else end_s - start_s
     lead_covered_s = lead_s if times and lead_s <= gap_s else 0.0
+    if weights:  # the first sample stands for the moments before it too
+        weights[0] += lead_covered_s
     utilization = [series.utilization_pct[i] for i in inside]
     memory = [m for i in inside if (m := series.memory_used_bytes[i]) is not None]
     known = [(u, w) for u, w in zip(utilization, weights, strict=True) if u is not None]
@@ -67,7 +69,7 @@ def gpu_job_usage(
         index=series.index,
         uuid=series.uuid,
         job_s=end_s - start_s,
-        covered_s=lead_covered_s + sum(weights),
+        covered_s=sum(weights),
         samples=len(inside),
         mean_utilization_pct=_weighted_mean(known),
         peak_utilization_pct=max((u for u, _ in known), default=None),
@@ -80,13 +82,13 @@ def gpu_job_usage(
 
 def _weights(times: Sequence[float], end_s: float, gap_s: float) -> list[float]:
     """The time each sample stands for: until the next (or the job's end), at most `gap_s`."""
-    ends = [*times[1:], end_s]
+    ends = [*times[1:], end_s] if times else []
     return [min(max(after - t, 0.0), gap_s) for t, after in zip(times, ends, strict=True)]
 
 
 def _gaps(times: Sequence[float], end_s: float, gap_s: float) -> int:
     """Silences longer than `gap_s` between samples, and after the last one."""
-    ends = [*times[1:], end_s]
+    ends = [*times[1:], end_s] if times else []
     return sum(after - t > gap_s for t, after in zip(times, ends, strict=True))
 
 

@@ -1,0 +1,205 @@
+"""`gpuwatch job-report JOBID` against a running daemon on a simulated node, with a
+stand-in `scontrol` on PATH that prints recorded 22.05 answers (times moved to now)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon_helpers import get_json, running_daemon
+from tests.wait import wait_until
+
+DATA = Path(__file__).parents[1] / "jobs" / "data"
+# NVML indices 0-3 have minors 4-7; gres.conf lists 7, 5, 6, 4 (GRES index 0 is NVML 3).
+# GPU 3 (GRES 0) is busy at 40 % with 10 GiB in use; GPU 1 (GRES 1) idles.
+NODE = """
+hostname = "vm"
+[[gpu]]
+minor = 4
+[[gpu]]
+minor = 5
+load = "constant"
+utilization_pct = 0
+[[gpu]]
+minor = 6
+[[gpu]]
+minor = 7
+load = "constant"
+utilization_pct = 40
+[[process]]
+gpu = 3
+pid = 4242
+user = "alice"
+memory = "10GiB"
+"""
+SCONTROL = """\
+import os, pathlib, sys
+text = pathlib.Path(os.environ["RECORDED"]).read_text()
+if not text:
+    sys.exit("slurm_load_jobs error: Invalid job id specified")
+for key in ("StartTime", "EndTime"):
+    if key.upper() in os.environ:
+        old = text.split(key + "=")[1].split(" ")[0]
+        text = text.replace(f"{key}={old}", f"{key}={os.environ[key.upper()]}")
+print(text.replace("GRES=gpu:1(IDX:2)", os.environ.get("GRES", "GRES=gpu:1(IDX:2)")), end="")
+"""
+
+
+def stamp(unix_s: float) -> str:
+    return dt.datetime.fromtimestamp(unix_s).isoformat(timespec="seconds")
+
+
+@pytest.fixture
+def slurm_env(tmp_path: Path) -> dict[str, str]:
+    """An environment whose `scontrol` prints `$RECORDED`, and whose gres.conf is the test
+    cluster's; no `sacct` (no accounting)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f"#!{sys.executable}\n{SCONTROL}")
+    scontrol.chmod(0o755)
+    (tmp_path / "slurm.conf").write_text("")
+    (tmp_path / "gres.conf").write_text(f"Name=gpu File={tmp_path}/nvidia[7,5,6,4]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    return {
+        **env,
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SLURM_CONF": str(tmp_path / "slurm.conf"),
+        "SLURMD_NODENAME": "vm",
+    }
+
+
+def job_report(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "job-report", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def samples_since(socket_path: Path, since_s: float) -> int:
+    _, history = get_json(socket_path, "/v1/history?last=1m")
+    return sum(t >= since_s for t in history["gpus"][0]["taken_at"])
+
+
+def test_a_running_job_is_reported_from_the_daemons_history(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    # GIVEN a daemon sampling the node, and a job that started after it, on GRES 0 and 1
+    with running_daemon(tmp_path, scenario=NODE) as (_, socket_path, _):
+        start_s = float(int(time.time()) + 1)
+        wait_until(lambda: samples_since(socket_path, start_s) >= 5, "5 samples of the job")
+        _, snapshot = get_json(socket_path, "/v1/snapshot")
+        env = {
+            **slurm_env,
+            "RECORDED": str(DATA / "scontrol-job-running-22.05.txt"),
+            "STARTTIME": stamp(start_s),
+            "GRES": "GRES=gpu:2(IDX:0-1)",
+        }
+        # WHEN its report is asked
+        done = job_report(env, "2", "--json", "--socket", str(socket_path))
+    # THEN it reports NVML GPUs 1 and 3 (minors 5 and 7), with the figures the node had
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["running"] and report["gpus_source"] == "scontrol"
+    gpus = {gpu["index"]: gpu for gpu in report["gpus"]}
+    assert sorted(gpus) == [1, 3]
+    busy, idle = gpus[3], gpus[1]
+    assert (busy["mean_utilization_pct"], busy["peak_utilization_pct"]) == (40.0, 40)
+    assert busy["peak_memory_used_bytes"] == snapshot["gpus"][3]["memory_used_bytes"]
+    assert busy["idle_s"] == 0
+    assert idle["peak_utilization_pct"] == 0 and idle["idle_s"] == idle["covered_s"] > 0
+    assert not busy["history_short"] and not idle["history_short"]
+    assert report["notes"] == ["job 2 still runs: the figures are up to now"]
+
+
+def test_the_table_says_when_the_history_is_shorter_than_the_job(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    # GIVEN a job that began an hour before the daemon
+    with running_daemon(tmp_path, scenario=NODE) as (_, socket_path, _):
+        env = {
+            **slurm_env,
+            "RECORDED": str(DATA / "scontrol-job-running-22.05.txt"),
+            "STARTTIME": stamp(time.time() - 3600),
+        }
+        # WHEN its report is asked
+        done = job_report(env, "2", "--socket", str(socket_path))
+    # THEN the table shows its GPU, and a line says how little of the job the history covers
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split()[:2] == ["GPU", "NAME"] and lines[2].split()[0] == "2"
+    assert any(
+        "the history covers only the last" in line and "of this 60 min job" in line
+        for line in lines
+    )
+
+
+def test_in_the_jobs_epilog_the_gpus_come_from_slurm_job_gpus(
+    tmp_path: Path, slurm_env: dict[str, str]
+) -> None:
+    # GIVEN a job that ended (scontrol no longer names its GPUs), seen from its epilog
+    with running_daemon(tmp_path, scenario=NODE) as (_, socket_path, _):
+        start_s = float(int(time.time()) + 1)
+        wait_until(lambda: samples_since(socket_path, start_s + 2) >= 1, "2 s of the job")
+        env = {
+            **slurm_env,
+            "RECORDED": str(DATA / "scontrol-job-completing-22.05.txt"),
+            "STARTTIME": stamp(start_s),
+            "ENDTIME": stamp(start_s + 2),
+            "SLURM_JOB_ID": "1",
+            "SLURM_JOB_GPUS": "0",
+        }
+        # WHEN its report is asked THEN it reports the GPU of GRES index 0: NVML GPU 3
+        done = job_report(env, "1", "--json", "--socket", str(socket_path))
+        assert done.returncode == 0, done.stderr
+        report: dict[str, Any] = json.loads(done.stdout)
+        assert [gpu["index"] for gpu in report["gpus"]] == [3]
+        assert report["gpus_source"] == "SLURM_JOB_GPUS" and not report["running"]
+        # AND outside the epilog, its GPUs are said to be unknown
+        del env["SLURM_JOB_ID"]
+        outside = job_report(env, "1", "--socket", str(socket_path))
+    assert outside.returncode == 7
+    assert "no longer says which GPUs job 1 held" in outside.stderr
+
+
+@pytest.mark.parametrize(
+    ("job_id", "recorded", "socket_name", "code", "says"),
+    [
+        pytest.param("12x", "running", "s", 2, "is not a Slurm job id", id="bad-job-id"),
+        pytest.param("999", "", "s", 7, "Slurm knows no job 999", id="unknown-job"),
+        pytest.param("2", "running", "none.sock", 6, "no daemon running", id="no-daemon"),
+    ],
+)
+def test_bad_input_gives_one_line_and_its_exit_code(
+    tmp_path: Path,
+    slurm_env: dict[str, str],
+    job_id: str,
+    recorded: str,
+    socket_name: str,
+    code: int,
+    says: str,
+) -> None:
+    # GIVEN Slurm's answer (none: an unknown job) and no daemon on the socket
+    answer = tmp_path / "answer.txt"
+    text = (DATA / f"scontrol-job-{recorded}-22.05.txt").read_text() if recorded else ""
+    answer.write_text(text)
+    env = {**slurm_env, "RECORDED": str(answer)}
+    # WHEN the report is asked
+    done = job_report(env, job_id, "--socket", str(tmp_path / socket_name))
+    # THEN one line says what is wrong, and the exit code says which
+    assert done.returncode == code
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("gpuwatch: error: ") and says in line
