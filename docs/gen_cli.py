@@ -23,7 +23,8 @@ HEADER = """\
 Every command's `--help`, as `gpuwatch` prints it on a terminal 100 columns wide. The guide
 explains each command with examples: [status and tui](../guide/status.md),
 [pick](../guide/pick.md), [daemon](../operations/daemon.md),
-[torch-report](../guide/training.md#gpuwatch-torch-report);
+[torch-report](../guide/training.md#gpuwatch-torch-report),
+[job-report](../operations/slurm.md#job-reports-gpuwatch-job-report);
 exit codes: [Exit codes](exit-codes.md).
 """
 

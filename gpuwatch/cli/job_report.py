@@ -59,8 +59,9 @@ def job_report(job_id: str, as_json: bool, socket_path: str | None) -> int:
     """Per GPU of Slurm job JOBID on this node, over its run: mean and peak utilisation,
     peak memory and time idle, read from the daemon's history (which must cover the job:
     the daemon keeps --history worth). Lines under the table say what the history does
-    not cover. Run it on the job's node, while the job runs, within MinJobAge after it
-    ends, or from Slurm's epilog (examples/slurm/epilog.sh).
+    not cover. Run it on the job's node while the job runs, or from Slurm's epilog
+    (examples/slurm/epilog.sh): once a job has ended, Slurm no longer says which GPUs it
+    held, unless SLURM_JOB_ID is JOBID and SLURM_JOB_GPUS names them.
 
     \b
     Example:
@@ -158,7 +159,8 @@ def _cells(row: _Row) -> tuple[str, ...]:
     usage = row.usage
     mean = usage.mean_utilization_pct
     peak_memory = usage.peak_memory_used_bytes
-    covered_pct = 100 * usage.covered_s / usage.job_s if usage.job_s > 0 else 100.0
+    covered_pct = 100 * usage.covered_s / usage.job_s if usage.job_s > 0 else 0.0
+    covered_pct = covered_pct if usage.samples else 0.0
     return (
         str(row.gpu.index),
         (row.gpu.name or "?")[:32],

@@ -61,6 +61,8 @@ class SlurmCluster:
     node: str
     gpu_minors: tuple[int, ...]
     oversubscribe: int = 1
+    epilog: Path | None = None
+    min_job_age_s: int = 2
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -164,15 +166,25 @@ class SlurmCluster:
 
 
 def start_cluster(
-    root: Path, gpu_minors: Sequence[int] = (0, 1, 2, 3), oversubscribe: int = 1
+    root: Path,
+    gpu_minors: Sequence[int] = (0, 1, 2, 3),
+    oversubscribe: int = 1,
+    *,
+    epilog: Path | None = None,
+    min_job_age_s: int = 2,
 ) -> SlurmCluster:
     """Writes the configuration under `root` and starts munged, slurmctld and slurmd;
-    returns once `sinfo` shows the node idle. Stops what it started if that fails."""
+    returns once `sinfo` shows the node idle. Stops what it started if that fails.
+
+    `epilog`: slurm.conf's `Epilog=`, run by slurmd as root when each job ends on the node;
+    `min_job_age_s`: how long scontrol still shows a job that ended."""
     cluster = SlurmCluster(
         root=root,
         node=socket.gethostname().split(".")[0],
         gpu_minors=tuple(gpu_minors),
         oversubscribe=oversubscribe,
+        epilog=epilog,
+        min_job_age_s=min_job_age_s,
     )
     try:
         _write_files(cluster)
@@ -204,6 +216,7 @@ def _slurm_conf(cluster: SlurmCluster) -> str:
     root, node = cluster.root, cluster.node
     gpus = len(cluster.gpu_minors)
     cpus = os.cpu_count() or 1
+    epilog = f"Epilog={cluster.epilog}\n" if cluster.epilog is not None else ""
     return f"""\
 ClusterName=gpuwatch-test
 SlurmctldHost={node}(127.0.0.1)
@@ -234,8 +247,8 @@ ReturnToService=2
 MpiDefault=none
 SchedulerType=sched/builtin
 KillWait=2
-MinJobAge=2
-SlurmdTimeout=30
+MinJobAge={cluster.min_job_age_s}
+{epilog}SlurmdTimeout=30
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=512 Gres=gpu:{gpus} State=UNKNOWN
 PartitionName=test Nodes={node} Default=YES MaxTime=INFINITE State=UP \
 OverSubscribe=FORCE:{cluster.oversubscribe}
