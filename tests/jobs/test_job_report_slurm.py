@@ -1,11 +1,13 @@
 """`gpuwatch job-report` against a real Slurm (Debian's slurm-wlm 22.05) and a running daemon
-over the Slurm node's simulated GPUs (minor numbers 4-7, gres.conf order 7, 5, 6, 4): by hand
-while a job runs and after it ended, and from examples/slurm/epilog.sh as slurm.conf's Epilog."""
+reading the Slurm node's GPUs through NVML from fakenvml (minor numbers 4-7, gres.conf order
+7, 5, 6, 4): by hand while a job runs and after it ended, and from examples/slurm/epilog.sh
+as slurm.conf's Epilog."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_helpers import running_daemon
+from tests.daemon_helpers import get_json, running_daemon
 from tests.jobs.conftest import GRES_ORDER
 from tests.jobs.slurm_harness import SlurmCluster, start_cluster, why_not
 from tests.wait import wait_until
@@ -21,14 +23,44 @@ from tests.wait import wait_until
 pytestmark = pytest.mark.slow  # a real slurmctld and slurmd, and a daemon
 
 REPO = Path(__file__).resolve().parents[2]
-NODE = (REPO / "tests" / "jobs" / "data" / "slurm-node.toml").read_text()
+DATA = REPO / "tests" / "jobs" / "data"
+NODE = (DATA / "slurm-node.toml").read_text()
+
+
+# As tests/contract/test_fakenvml.py finds it: $FAKENVML_DIR, else ../shared beside the checkout.
+FAKENVML = Path(os.environ.get("FAKENVML_DIR", REPO.parent / "shared" / "fakenvml"))
 
 
 @pytest.fixture(scope="module")
 def daemon_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A daemon sampling the Slurm node's four GPUs every 0.2 s."""
-    with running_daemon(tmp_path_factory.mktemp("daemon"), scenario=NODE) as (_, socket, _):
-        yield socket
+    """A daemon sampling the Slurm node's four GPUs every 0.2 s: through NVML, from
+    fakenvml, where it can be built; else simulated (the same GPUs and minor numbers)."""
+    directory = tmp_path_factory.mktemp("daemon")
+    if not (FAKENVML / "Makefile").is_file() or not (shutil.which("make") and shutil.which("cc")):
+        with running_daemon(directory, scenario=NODE) as (_, socket, _):
+            yield socket
+        return
+    build = directory / "fakenvml"
+    subprocess.run(["make", "-s", "-C", str(FAKENVML), f"BUILD={build}"], check=True)
+    socket = directory / "gpuwatch.sock"
+    env = {key: value for key, value in os.environ.items() if key != "GPUWATCH_SIM"}
+    env |= {"LD_LIBRARY_PATH": str(build), "FAKENVML_SCENARIO": str(DATA / "slurm-node.txt")}
+    argv = [sys.executable, "-m", "gpuwatch", "daemon", "--backend", "nvml"]
+    argv += ["--socket", str(socket), "--interval", "0.2s"]
+    with subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    ) as daemon:
+        try:
+            wait_until(lambda: daemon.poll() is not None or serving(socket), "the daemon to serve")
+            assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+            yield socket
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=10)
+
+
+def serving(socket: Path) -> bool:
+    return socket.exists() and get_json(socket, "/v1/health")[0] == 200
 
 
 @pytest.fixture(scope="module")
