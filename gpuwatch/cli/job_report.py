@@ -28,6 +28,7 @@ from gpuwatch.units import format_size
 
 _JOB_ID = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,12})?$")
 _HISTORY_TIMEOUT_S = 10.0
+_BUSY_RETRIES_S = (0.2, 0.5, 1.0, 0.0)
 
 
 @dataclass
@@ -115,8 +116,13 @@ def _daemon(socket_path: str | None) -> DaemonBackend:
 
 def _history(socket_path: str, start_s: float, report: _Report) -> tuple[list[GpuSeries], float]:
     """Every GPU's history since a little before `start_s`, and the sampling interval."""
+    path = f"/v1/history?since={start_s - 5:.3f}"
     try:
-        status, body = http_get(socket_path, f"/v1/history?since={start_s - 5:.3f}", 10.0)
+        for wait_s in _BUSY_RETRIES_S:  # 503: two other answers are being built (epilogs)
+            status, body = http_get(socket_path, path, _HISTORY_TIMEOUT_S)
+            if status != 503:
+                break
+            time.sleep(wait_s)
         data = json.loads(body) if status == 200 else None
     except (OSError, ValueError) as error:
         raise RemoteError(f"the daemon's history cannot be read: {error}") from None

@@ -276,6 +276,9 @@ _ENDED = frozenset(
         "BOOT_FAIL",
         "DEADLINE",
         "OUT_OF_MEMORY",
+        "REQUEUED",
+        "REVOKED",
+        "SPECIAL_EXIT",
     ]
 )
 """States in which a job no longer runs: its EndTime is when it ended."""
