@@ -100,7 +100,7 @@ def _report(found: JobGpus, socket_path: str | None) -> _Report:
         series = _series_of(gpu, history)
         usage = gpu_job_usage(series, run.start_s, report.end_s, interval_s)
         report.rows.append(_Row(gpu, usage))
-        report.notes.extend(shortfalls(usage))
+    report.notes.extend(shortfalls([row.usage for row in report.rows]))
     return report
 
 

@@ -117,22 +117,33 @@ def about(seconds: float) -> str:
     return f"{hours // 24}d {hours % 24:02d}h"
 
 
-def shortfalls(usage: GpuJobUsage) -> list[str]:
-    """What the history cannot tell about this GPU, one plain sentence each."""
-    where = f"GPU {usage.index}"
+def shortfalls(usages: Sequence[GpuJobUsage]) -> list[str]:
+    """What the history cannot tell about these GPUs, one plain line per shortfall, naming
+    the GPUs it applies to (`GPUs 1, 3: ...`), in the order first met."""
+    gpus_by_line: dict[str, list[int]] = {}
+    for usage in usages:
+        for line in _shortfalls(usage):
+            gpus_by_line.setdefault(line, []).append(usage.index)
+    return [
+        f"{'GPU' if len(gpus) == 1 else 'GPUs'} {', '.join(map(str, gpus))}: {line}"
+        for line, gpus in gpus_by_line.items()
+    ]
+
+
+def _shortfalls(usage: GpuJobUsage) -> list[str]:
     if usage.samples == 0:
-        return [f"{where}: the daemon's history holds no sample of this job's time"]
+        return ["the daemon's history holds no sample of this job's time"]
     lines = []
     if usage.starts_late_s > 0:
         lines.append(
-            f"{where}: the history covers only the last {about(usage.covered_s)} of this "
+            f"the history covers only the last {about(usage.covered_s)} of this "
             f"{about(usage.job_s)} job: it begins {about(usage.starts_late_s)} after the job "
             "started (the daemon keeps --history worth of samples, or was started later)"
         )
     if usage.gaps:
         gaps = "1 gap" if usage.gaps == 1 else f"{usage.gaps} gaps"
         lines.append(
-            f"{where}: the history has {gaps} (the daemon did not sample): it covers "
+            f"the history has {gaps} (the daemon did not sample): it covers "
             f"{about(usage.covered_s)} of this {about(usage.job_s)} job"
         )
     return lines

@@ -3,6 +3,8 @@ does not cover (it starts after the job, it has gaps, it holds nothing)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpuwatch.gpu_history import GpuSeries
@@ -29,7 +31,7 @@ def test_a_fully_sampled_job_gets_mean_peak_and_idle_time() -> None:
     assert usage.peak_memory_used_bytes == 8 << 30
     assert usage.idle_s == pytest.approx(4.0)
     assert usage.covered_s == pytest.approx(10.0)
-    assert not usage.history_short and shortfalls(usage) == []
+    assert not usage.history_short and shortfalls([usage]) == []
 
 
 def test_samples_outside_the_job_are_left_out() -> None:
@@ -52,7 +54,7 @@ def test_a_history_that_starts_after_the_job_says_so() -> None:
     # THEN it is short, and says how much it covers of how long a job
     assert usage.history_short
     assert usage.covered_s == pytest.approx(58 * 60)
-    (line,) = shortfalls(usage)
+    (line,) = shortfalls([usage])
     assert "covers only the last 58 min of this 3h 00m job" in line
 
 
@@ -64,7 +66,7 @@ def test_a_gap_is_not_filled_in() -> None:
     assert usage.gaps == 1 and usage.history_short
     assert usage.covered_s == pytest.approx(62.0)  # 59 samples of 1 s, the last before the gap 3 s
     assert usage.idle_s == pytest.approx(usage.covered_s)
-    assert "1 gap" in shortfalls(usage)[0]
+    assert "1 gap" in shortfalls([usage])[0]
 
 
 def test_a_history_that_stops_before_the_end_of_the_job_has_a_gap() -> None:
@@ -82,7 +84,7 @@ def test_no_sample_in_the_job_gives_no_figures() -> None:
     assert usage.samples == 0 and usage.covered_s == 0.0
     assert (usage.mean_utilization_pct, usage.peak_memory_used_bytes) == (None, None)
     assert usage.history_short
-    assert shortfalls(usage) == ["GPU 3: the daemon's history holds no sample of this job's time"]
+    assert shortfalls([usage]) == ["GPU 3: the daemon's history holds no sample of this job's time"]
 
 
 def test_unreported_utilisation_is_covered_but_neither_idle_nor_averaged() -> None:
@@ -101,3 +103,15 @@ def test_unreported_utilisation_is_covered_but_neither_idle_nor_averaged() -> No
 )
 def test_spans_are_shown_rounded(seconds: float, shown: str) -> None:
     assert about(seconds) == shown
+
+
+def test_one_shortfall_of_several_gpus_is_said_once() -> None:
+    # GIVEN two GPUs whose history starts equally late, and one whose history is whole
+    end_s = START_S + 3600
+    late = series([end_s - 60 + i for i in range(60)], [5] * 60, [1] * 60)
+    whole = series([START_S + i for i in range(3600)], [5] * 3600, [1] * 3600)
+    usages = [gpu_job_usage(s, START_S, end_s) for s in (late, late, whole)]
+    usages[1] = dataclasses.replace(usages[1], index=5)
+    # WHEN what the history cannot tell is said THEN it is one line naming both GPUs
+    (line,) = shortfalls(usages)
+    assert line.startswith("GPUs 3, 5: the history covers only the last 60s of this 60 min job")
