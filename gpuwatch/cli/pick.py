@@ -159,6 +159,7 @@ def run_pick(args: list[str]) -> int:
             wait=waiting,
             timeout_s=options["timeout"],
             on_wait=_WaitDisplay() if waiting else None,
+            on_note=_say,
         )
     env = passed_down(leases, child_environment(chosen, fmt, os.environ))
     if options["verbose"] or not command:

@@ -247,6 +247,7 @@ def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selec
             command=_own_command(),
             wait=wait,
             timeout_s=timeout_s,
+            on_note=_warn,
         )
     environment = passed_down(held, child_environment(gpus, Format(asked["format"]), {}))
     previous = {name: os.environ.get(name) for name in (VARIABLE, ORDER_VARIABLE, HELD_VARIABLE)}
@@ -295,7 +296,8 @@ def _give_back_unusable(selection: Selection, torch_cuda_version: str | None) ->
 
 
 def _warn(message: str) -> None:
-    """Who could tamper with the lease directory, or that no lease is held: said once."""
+    """Who could tamper with the lease directory, that no lease is held, or that Slurm's
+    CUDA_VISIBLE_DEVICES names other GPUs than the step's: said once."""
     warnings.warn(f"gpuwatch: {message}", RuntimeWarning, stacklevel=4)
 
 
