@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.daemon_helpers import running_daemon
 
 NODE = Path(__file__).parents[1] / "jobs" / "data" / "slurm-node.toml"
 UUID = {minor: f"GPU-5e1a0000-0000-4000-8000-00000000000{minor}" for minor in (4, 5, 6, 7)}
@@ -208,3 +209,16 @@ def test_outside_a_step_with_gpus_visible_devices_alone_decides(
     # THEN it is NVML GPU 0, as outside Slurm
     assert (code, out) == (0, f"{UUID[4]}\n")
     assert not any("would name" in line for line in err)
+
+
+def test_through_the_daemon_the_steps_gpu_is_found_by_minor_number_too(
+    step: Callable[..., Env], tmp_path: Path
+) -> None:
+    # GIVEN a daemon serving the node, and a step given GRES 0 (/dev/nvidia7)
+    with running_daemon(tmp_path, scenario=NODE.read_text()) as (_, socket_path, _):
+        env = step("0", GPUWATCH_SOCKET=str(socket_path))
+        # WHEN pick asks the daemon for the GPUs
+        result = run_cli("pick", "--backend", "daemon", "--allow-busy", env=env)
+    # THEN the snapshot it serves tells the minor numbers, and the step's GPU is chosen
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == f"{UUID[7]}\n"
