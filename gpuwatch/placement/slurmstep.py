@@ -76,12 +76,10 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
 
 
 def _step_files(environ: Mapping[str, str], said: str, indices: Sequence[int]) -> tuple[str, ...]:
-    import socket
-
     from gpuwatch.jobs.gres import default_gres_conf, gres_gpu_files
 
     path = default_gres_conf(environ)
-    node = environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    node = environ.get("SLURMD_NODENAME") or _host_name()
     try:
         with open(path, "rb") as file:
             text = file.read(MAX_GRES_CONF_BYTES).decode(errors="replace")
@@ -98,6 +96,14 @@ def _step_files(environ: Mapping[str, str], said: str, indices: Sequence[int]) -
             f"no GPU; {_OFF}"
         )
     return tuple(files[index] for index in indices)
+
+
+def _host_name() -> str:
+    """The short host name: Slurm's name for the node where slurmd did not say
+    (`SLURMD_NODENAME`, which Slurm sets in every job)."""
+    import socket  # only here: pick's start-up pays for every import
+
+    return socket.gethostname().split(".")[0]
 
 
 def _minors(files: Sequence[str], said: str) -> tuple[int, ...]:
