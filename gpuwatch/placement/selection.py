@@ -135,7 +135,11 @@ def select(
     `os.environ`, and leases the GPUs to this process until it exits, so jobs
     started alongside are given others. An existing CUDA_VISIBLE_DEVICES
     (from Slurm, Kubernetes or you) limits the choice; it is never widened,
-    and one that hides every GPU (`-1`) means no GPU.
+    and one that hides every GPU (`-1`) means no GPU. Inside a Slurm job or
+    step, only the GPUs Slurm gave it (`SLURM_STEP_GPUS`, found through
+    gres.conf) are chosen from, even where Slurm's own CUDA_VISIBLE_DEVICES
+    names others (a `RuntimeWarning` says so); `GPUWATCH_IGNORE_SLURM=1`
+    turns that off.
 
     Only GPUs nobody uses qualify: no other job's compute process, no
     graphics process over 256MiB, at most `max_used` memory in use (default

@@ -178,15 +178,18 @@ def _indices_in_step(
     gpus: Sequence[GpuSample],
     device_order: str | None,
 ) -> tuple[frozenset[int] | None, str | None]:
-    """The GPUs index entries name when all are the step's; else `None` and why not."""
+    """The GPUs index entries name when all are the step's; else `None`, and why not where
+    that can be told (on a node of mixed models CUDA's order cannot: nothing is said)."""
     said = f"{VARIABLE}={','.join(indices)}"
     theirs = (
         f"this step's {_described(ours, gpus)}, which {step.said} names ({', '.join(step.files)})"
     )
+    if any(int(entry) >= len(gpus) for entry in indices):
+        return None, f"{said} names no GPU here, not {theirs}; choosing among the step's GPUs"
     try:
         named = resolve(indices, gpus, device_order=device_order)
     except VisibleDevicesError:
-        return None, f"{said} names no GPU here as {theirs}; choosing among the step's GPUs"
+        return None, None
     if named <= ours:
         return named, None
     return None, (

@@ -222,3 +222,39 @@ def test_through_the_daemon_the_steps_gpu_is_found_by_minor_number_too(
     # THEN the snapshot it serves tells the minor numbers, and the step's GPU is chosen
     assert result.exit_code == 0, result.stderr
     assert result.stdout == f"{UUID[7]}\n"
+
+
+def test_on_a_node_of_mixed_models_slurms_indices_are_passed_over_silently(
+    step: Callable[..., Env], tmp_path: Path
+) -> None:
+    # GIVEN a node of two models, where CUDA's fastest-first order cannot be told from here,
+    # and a step given GRES 0 (/dev/nvidia7, NVML 3) with Slurm's CUDA_VISIBLE_DEVICES=0
+    node = tmp_path / "mixed.toml"
+    models = ("H100-80GB", "H100-80GB", "L4", "L4")
+    node.write_text(
+        "".join(
+            f'[[gpu]]\nmodel = "{model}"\nuuid = "{UUID[minor]}"\nminor = {minor}\n'
+            for model, minor in zip(models, (4, 5, 6, 7), strict=True)
+        )
+    )
+    # WHEN pick prints its choice
+    code, out, err = pick(step("0", CUDA_VISIBLE_DEVICES="0"), node=node)
+    # THEN it is the step's GPU, with no claim about what the index would name
+    assert (code, out) == (0, f"{UUID[7]}\n")
+    assert not any("would name" in line or "names no GPU" in line for line in err)
+
+
+def test_slurms_index_beyond_the_gpus_here_is_passed_over_in_one_line(
+    step: Callable[..., Env],
+) -> None:
+    # GIVEN a step given GRES 0 whose CUDA_VISIBLE_DEVICES names a GPU the node lacks
+    # WHEN pick prints its choice
+    code, out, err = pick(step("0", CUDA_VISIBLE_DEVICES="9"))
+    # THEN it is the step's GPU, and one line says the index names none here
+    assert (code, out) == (0, f"{UUID[7]}\n")
+    (noted,) = [line for line in err if "CUDA_VISIBLE_DEVICES=9" in line]
+    assert noted.startswith(
+        f"gpuwatch: CUDA_VISIBLE_DEVICES=9 names no GPU here, not this step's GPU 3 ({UUID[7]}), "
+        "which SLURM_STEP_GPUS=0 names ("
+    )
+    assert noted.endswith("/dev/nvidia7); choosing among the step's GPUs")
