@@ -60,9 +60,10 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
     if environ.get(IGNORE_VARIABLE, "").strip() not in ("", "0") or not environ.get("SLURM_JOB_ID"):
         return None
     named = next(
-        ((name, environ[name].strip()) for name in GPU_VARIABLES if environ.get(name)), None
+        ((name, environ[name].strip()) for name in GPU_VARIABLES if environ.get(name, "").strip()),
+        None,
     )
-    if named is None or not named[1]:
+    if named is None:
         return None
     # Loaded only inside a job with GPUs: every `gpuwatch pick` would pay for the jobs floor.
     from gpuwatch.jobs.gres import parse_index_list

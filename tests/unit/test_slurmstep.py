@@ -62,6 +62,11 @@ def test_outside_a_step_with_gpus_there_is_no_step(
     assert slurm_step({**environ, **change}) is None
 
 
+def test_a_batch_script_has_the_jobs_gpus(environ: dict[str, str]) -> None:
+    step = slurm_step({**environ, "SLURM_STEP_GPUS": "", "SLURM_JOB_GPUS": "0"})
+    assert step is not None and step.said == "SLURM_JOB_GPUS=0"
+
+
 def test_opting_out_with_zero_keeps_the_step(environ: dict[str, str]) -> None:
     assert slurm_step({**environ, "GPUWATCH_IGNORE_SLURM": "0"}) is not None
 
