@@ -47,7 +47,6 @@ from gpuwatch.placement.choices import exclude_entries, named, said
 from gpuwatch.placement.gpus import kind_for
 from gpuwatch.placement.request import Request, Waiter, describe_wish, request_of
 from gpuwatch.placement.rules import Choice, place
-from gpuwatch.placement.slurmstep import SlurmStep, allowed_in_step, slurm_step, step_indices
 from gpuwatch.placement.visible import (
     ORDER_VARIABLE,
     VARIABLE,
@@ -60,6 +59,9 @@ from gpuwatch.units import counted
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
+
+    # Loaded only inside a Slurm job (see `from_wishes`): every `gpuwatch pick` would pay.
+    from gpuwatch.placement.slurmstep import SlurmStep
 
     # Loaded only for MIG work (see `_choose`): every `gpuwatch pick` would pay to make its classes.
 
@@ -105,7 +107,11 @@ class Wanted(FrozenValue):
             device_order=os.environ.get(ORDER_VARIABLE),
             by_pick=by_pick,
         )
-        return wanted if wanted.wants_mig else replace(wanted, slurm=slurm_step(os.environ))
+        if wanted.wants_mig or not os.environ.get("SLURM_JOB_ID"):
+            return wanted
+        from gpuwatch.placement.slurmstep import slurm_step
+
+        return replace(wanted, slurm=slurm_step(os.environ))
 
     @property
     def wants_mig(self) -> bool:
@@ -131,6 +137,8 @@ class Wanted(FrozenValue):
         gpus = snapshot.gpus
         job_gpus = None
         if self.slurm is not None:
+            from gpuwatch.placement.slurmstep import allowed_in_step, step_indices
+
             allowed, note = allowed_in_step(
                 self.slurm, gpus, self.visible, device_order=self.device_order
             )
