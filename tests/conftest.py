@@ -50,6 +50,11 @@ def lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "NO_COLOR",
         "CUDA_VISIBLE_DEVICES",
         "CUDA_DEVICE_ORDER",
+        # Run inside a Slurm job, pick and select() would choose among its GPUs alone.
+        "SLURM_JOB_ID",
+        "SLURM_STEP_GPUS",
+        "SLURM_JOB_GPUS",
+        "GPUWATCH_IGNORE_SLURM",
     ):
         monkeypatch.delenv(name, raising=False)
     path = tmp_path / "leases"

@@ -31,7 +31,8 @@ class ExitCode(enum.IntEnum):
     """Any other failure; the message says what."""
     USAGE = 2
     """A bad command line or environment: unknown option, bad value, bad `--sim` or
-    scenario file, malformed CUDA_VISIBLE_DEVICES, more GPUs asked for than exist."""
+    scenario file, malformed CUDA_VISIBLE_DEVICES, a Slurm step's GPUs that gres.conf cannot
+    tell, more GPUs asked for than exist."""
     NO_GPU = 3
     """No NVIDIA driver, or the driver reports no GPU."""
     NOT_ENOUGH_GPUS = 4

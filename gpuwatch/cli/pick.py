@@ -58,10 +58,14 @@ CUDA_VISIBLE_DEVICES gets the GPUs' UUIDs, which mean the same GPUs whatever
 CUDA_DEVICE_ORDER says; --format index writes nvidia-smi indices and sets
 CUDA_DEVICE_ORDER=PCI_BUS_ID beside them. An existing CUDA_VISIBLE_DEVICES
 (Slurm, Kubernetes, yours) is the set to choose from; it is never widened.
+Inside a Slurm job or step, only the GPUs Slurm gave it (SLURM_STEP_GPUS, found
+through gres.conf) are chosen from, whatever Slurm's CUDA_VISIBLE_DEVICES names;
+GPUWATCH_IGNORE_SLURM=1 turns that off.
 A GPU in MIG mode is only given out as MIG devices, with --mig, one per COMMAND
 (CUDA shows a process one MIG device); one of MIG- UUIDs only implies --mig any.
 
-Exit status: COMMAND's own once it runs; 2 bad usage, 3 no NVIDIA driver or
+Exit status: COMMAND's own once it runs; 2 bad usage (or a Slurm step's GPUs
+gres.conf cannot tell), 3 no NVIDIA driver or
 GPU, 4 not enough GPUs qualify, 5 timed out waiting, 126 COMMAND not
 executable, 127 COMMAND not found."""
 _USAGE = "gpuwatch pick [OPTIONS] [--] [COMMAND [ARGS...]]"
@@ -159,6 +163,7 @@ def run_pick(args: list[str]) -> int:
             wait=waiting,
             timeout_s=options["timeout"],
             on_wait=_WaitDisplay() if waiting else None,
+            on_note=_say,
         )
     env = passed_down(leases, child_environment(chosen, fmt, os.environ))
     if options["verbose"] or not command:

@@ -13,6 +13,7 @@ import os
 import re
 import stat
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 MAX_INDEX = 1023
 """A GRES index or minor number above this is not believed (nodes hold at most a few
@@ -118,6 +119,12 @@ def gres_gpu_files(gres_conf: str, node: str) -> list[str]:
             continue
         files.extend(expand_hostlist(keys["file"]))
     return files
+
+
+def default_gres_conf(environ: Mapping[str, str]) -> Path:
+    """Where Slurm's gres.conf is: beside `SLURM_CONF`, else /etc/slurm/gres.conf."""
+    conf = environ.get("SLURM_CONF")
+    return (Path(conf).parent if conf else Path("/etc/slurm")) / "gres.conf"
 
 
 def minor_number_of(path: str) -> int | None:

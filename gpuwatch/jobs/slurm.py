@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpuwatch import procfs
-from gpuwatch.jobs.gres import gres_gpu_files, minor_number_of
+from gpuwatch.jobs.gres import default_gres_conf, gres_gpu_files, minor_number_of
 from gpuwatch.jobs.job_table import JobTable
 from gpuwatch.jobs.slurm_text import SlurmFormatError, jobs_from_scontrol, jobs_from_squeue_json
 
@@ -60,7 +60,7 @@ class SlurmJobs:
     ) -> None:
         self.env = dict(os.environ if env is None else env)
         self.node = node or self.env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-        self.gres_conf = Path(gres_conf) if gres_conf is not None else _default_gres_conf(self.env)
+        self.gres_conf = Path(gres_conf) if gres_conf is not None else default_gres_conf(self.env)
         self.timeout_s = timeout_s
         self.max_age_s = max_age_s
         self.squeue, self.scontrol = squeue, scontrol
@@ -202,11 +202,6 @@ def _kill_group(child: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:  # a child stuck in the kernel: leave it, do not wait
         if child.stdout is not None:
             child.stdout.close()
-
-
-def _default_gres_conf(env: Mapping[str, str]) -> Path:
-    conf = env.get("SLURM_CONF")
-    return (Path(conf).parent if conf else Path("/etc/slurm")) / "gres.conf"
 
 
 def job_id_of_process(pid: int, proc: str = procfs.PROC) -> str | None:

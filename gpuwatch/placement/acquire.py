@@ -60,11 +60,16 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at ru
 if TYPE_CHECKING:
     from typing import Any
 
+    # Loaded only inside a Slurm job (see `from_wishes`): every `gpuwatch pick` would pay.
+    from gpuwatch.placement.slurmstep import SlurmStep
+
     # Loaded only for MIG work (see `_choose`): every `gpuwatch pick` would pay to make its classes.
 
 POLL_S = 0.5
 OnWait = Callable[[Request, Choice, float], None]
 """Told, while waiting, what is asked for, why it cannot be had yet, and for how long."""
+OnNote = Callable[[str], None]
+"""Told, in one line, of something the job should know but that does not stop it."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
@@ -77,6 +82,9 @@ class Wanted(FrozenValue):
     visible: tuple[str, ...] | None = None
     """The CUDA_VISIBLE_DEVICES entries in force; `None` when it is unset."""
     device_order: str | None = None
+    slurm: SlurmStep | None = None
+    """The Slurm job or step this process runs in, whose GPUs are the ones to choose from;
+    `None` outside one (see `gpuwatch.placement.slurmstep`)."""
 
     by_pick: bool = True
     """Speak of the wishes as `gpuwatch pick` writes them (`--exclude`), else as
@@ -90,14 +98,20 @@ class Wanted(FrozenValue):
 
         `exclude` is as `gpuwatch pick --exclude` and `select(exclude=...)` take it:
         comma-separated text, or GPU indices and names (see `choices.exclude_entries`).
+        Inside a Slurm job or step its GPUs are read too (not for MIG devices).
         """
-        return cls(
+        wanted = cls(
             asked=request_of(wishes),
             exclude=exclude_entries(wishes["exclude"]),
             visible=visible_entries(os.environ.get(VARIABLE)),
             device_order=os.environ.get(ORDER_VARIABLE),
             by_pick=by_pick,
         )
+        if wanted.wants_mig or not os.environ.get("SLURM_JOB_ID"):
+            return wanted
+        from gpuwatch.placement.slurmstep import slurm_step
+
+        return replace(wanted, slurm=slurm_step(os.environ))
 
     @property
     def wants_mig(self) -> bool:
@@ -110,19 +124,31 @@ class Wanted(FrozenValue):
 
     @property
     def needs_names(self) -> bool:
-        """Index entries in CUDA's default order can be trusted only on a node of one model."""
-        return self.device_order != "PCI_BUS_ID" and any(e.isdigit() for e in self.visible or ())
+        """Whether GPUs must be sampled with their names and minor numbers: index entries
+        in CUDA's default order can be trusted only on a node of one model, and a Slurm
+        step's GPUs are known by minor number."""
+        indices = any(e.isdigit() for e in self.visible or ())
+        return self.slurm is not None or (self.device_order != "PCI_BUS_ID" and indices)
 
-    def resolve(self, snapshot: Snapshot) -> Request:
+    def resolve(self, snapshot: Snapshot, on_note: OnNote | None = None) -> Request:
         """The request in NVML indices; refuses one that no amount of waiting could meet."""
         if self.wants_mig:
             return self._resolve_mig(snapshot)
         gpus = snapshot.gpus
-        allowed = (
-            None
-            if self.visible is None
-            else resolve(self.visible, gpus, device_order=self.device_order)
-        )
+        job_gpus = None
+        if self.slurm is not None:
+            from gpuwatch.placement.slurmstep import allowed_in_step, step_indices
+
+            allowed, note = allowed_in_step(
+                self.slurm, gpus, self.visible, device_order=self.device_order
+            )
+            job_gpus = step_indices(self.slurm, gpus)
+            if note is not None and on_note is not None:
+                on_note(note)
+        elif self.visible is not None:
+            allowed = resolve(self.visible, gpus, device_order=self.device_order)
+        else:
+            allowed = None
         if allowed is not None and not allowed:
             raise NoGpuError(
                 f"{VARIABLE}={','.join(self.visible or ()) or '(empty)'} leaves no "
@@ -133,12 +159,18 @@ class Wanted(FrozenValue):
         )
         usable = (allowed if allowed is not None else {gpu.index for gpu in gpus}) - excluded
         if self.asked.count > len(usable):
-            where = "this machine has" if allowed is None else f"{VARIABLE} allows"
             left = f" after {self._named('exclude')}" if excluded else ""
+            has = self._has(allowed, len(usable))
             raise InvalidValueError(
-                f"{counted(self.asked.count, 'GPU')} asked for, but {where} {len(usable)}{left}"
+                f"{counted(self.asked.count, 'GPU')} asked for, but {has}{left}"
             )
-        return replace(self.asked, allowed=allowed, excluded=excluded)
+        return replace(self.asked, allowed=allowed, excluded=excluded, job_gpus=job_gpus)
+
+    def _has(self, allowed: frozenset[int] | None, usable: int) -> str:
+        """`this machine has 2`: what limits the GPUs to choose from, and to how many."""
+        if self.slurm is not None:
+            return f"this Slurm job has {usable} ({self.slurm.said})"
+        return f"{'this machine has' if allowed is None else f'{VARIABLE} allows'} {usable}"
 
     def _resolve_mig(self, snapshot: Snapshot) -> Request:
         mig = self.asked.mig or ANY
@@ -208,11 +240,13 @@ def acquire(
     wait: bool = False,
     timeout_s: float | None = None,
     on_wait: OnWait | None = None,
+    on_note: OnNote | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[tuple[Device, ...], list[HeldLease]]:
     """Chooses GPUs (or MIG devices) and, with `hold`, leases them to this process; waits in
-    line with `wait`.
+    line with `wait`. `on_note` hears notes that do not stop the job (Slurm's
+    CUDA_VISIBLE_DEVICES naming GPUs other than the step's).
 
     Raises `NotEnoughGpusError` (or `WaitTimeoutError`) with a reason per GPU.
     """
@@ -234,7 +268,7 @@ def acquire(
                 _wait_out(error, wait=wait, timeout_s=timeout_s, waited_s=clock() - started)
                 sleep(POLL_S)
                 continue
-            request = request or wanted.resolve(snapshot)
+            request = request or wanted.resolve(snapshot, on_note)
             # Both read outside the lock: a daemon call and /proc are no file operations.
             recent = _recent_utilization(backend, request)
             own_pids = _own_pids(snapshot, lease_dir, mine) if mine else frozenset()

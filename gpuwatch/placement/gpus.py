@@ -25,6 +25,8 @@ class _Gpus(Kind):
 
     def outside(self, device: Device, request: Request) -> str | None:
         assert isinstance(device, GpuSample)
+        if request.job_gpus is not None and device.index not in request.job_gpus:
+            return "not this job's GPU (Slurm gave it others)"
         if request.allowed is not None and device.index not in request.allowed:
             return "not in CUDA_VISIBLE_DEVICES"
         if device.index in request.excluded:

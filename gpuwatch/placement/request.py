@@ -36,7 +36,10 @@ class Request(FrozenValue):
     """Memory the job declares it will use: the lease is then shared. `None`: exclusive."""
     strategy: Strategy = Strategy.MOST_FREE
     allowed: frozenset[int] | None = None
-    """The GPUs it may have (from CUDA_VISIBLE_DEVICES); `None`: any."""
+    """The GPUs it may have (from CUDA_VISIBLE_DEVICES, a Slurm step); `None`: any."""
+    job_gpus: frozenset[int] | None = None
+    """The GPUs Slurm gave the job or step it runs in, within which `allowed` lies (to say
+    why the others are not given); `None` outside Slurm."""
     excluded: frozenset[int] = frozenset()
     mig: str | None = None
     """A MIG profile (`1g.10gb`) or `any`: MIG devices are wanted, not whole GPUs."""

@@ -135,7 +135,11 @@ def select(
     `os.environ`, and leases the GPUs to this process until it exits, so jobs
     started alongside are given others. An existing CUDA_VISIBLE_DEVICES
     (from Slurm, Kubernetes or you) limits the choice; it is never widened,
-    and one that hides every GPU (`-1`) means no GPU.
+    and one that hides every GPU (`-1`) means no GPU. Inside a Slurm job or
+    step, only the GPUs Slurm gave it (`SLURM_STEP_GPUS`, found through
+    gres.conf) are chosen from, even where Slurm's own CUDA_VISIBLE_DEVICES
+    names others (a `RuntimeWarning` says so); `GPUWATCH_IGNORE_SLURM=1`
+    turns that off.
 
     Only GPUs nobody uses qualify: no other job's compute process, no
     graphics process over 256MiB, at most `max_used` memory in use (default
@@ -247,6 +251,7 @@ def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selec
             command=_own_command(),
             wait=wait,
             timeout_s=timeout_s,
+            on_note=_warn,
         )
     environment = passed_down(held, child_environment(gpus, Format(asked["format"]), {}))
     previous = {name: os.environ.get(name) for name in (VARIABLE, ORDER_VARIABLE, HELD_VARIABLE)}
@@ -295,7 +300,8 @@ def _give_back_unusable(selection: Selection, torch_cuda_version: str | None) ->
 
 
 def _warn(message: str) -> None:
-    """Who could tamper with the lease directory, or that no lease is held: said once."""
+    """Who could tamper with the lease directory, that no lease is held, or that Slurm's
+    CUDA_VISIBLE_DEVICES names other GPUs than the step's: said once."""
     warnings.warn(f"gpuwatch: {message}", RuntimeWarning, stacklevel=4)
 
 
