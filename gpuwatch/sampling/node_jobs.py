@@ -20,6 +20,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from gpuwatch.backends.daemon_client import fetch_jobs_record
 from gpuwatch.errors import DaemonUnavailableError
 from gpuwatch.jobs.job_table import Job, JobTable, table_from_record
 from gpuwatch.record_fields import BadRecord
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from gpuwatch.backends.base import Backend
-    from gpuwatch.backends.daemon_client import DaemonBackend
     from gpuwatch.jobs.slurm import SlurmJobs
     from gpuwatch.models import GpuSample
     from gpuwatch.sampling.jobs_cache import JobsCache
@@ -158,10 +158,14 @@ def finish(slurm: SlurmJobs, grace_s: float = 0.5) -> None:
 
 
 class DaemonReader(JobsReader):
-    """The daemon's `/v1/jobs`; `fallback` (asked as without a daemon) when it has none."""
+    """The `/v1/jobs` of the daemon at `socket_path`; `fallback` (asked as without a daemon)
+    when it has none."""
 
-    def __init__(self, daemon: DaemonBackend, fallback: Callable[[], JobsReader]) -> None:
-        self._daemon = daemon
+    def __init__(
+        self, socket_path: str, fallback: Callable[[], JobsReader], timeout_s: float = 1.0
+    ) -> None:
+        self._socket_path = socket_path
+        self._timeout_s = timeout_s
         self._make_fallback = fallback
         self._fallback: JobsReader | None = None
 
@@ -169,7 +173,7 @@ class DaemonReader(JobsReader):
         if self._fallback is not None:
             return self._fallback.read()
         try:
-            record = self._daemon.jobs_record()
+            record = fetch_jobs_record(self._socket_path, self._timeout_s)
         except (OSError, ValueError, DaemonUnavailableError) as error:
             return NodeJobs(None, _cut(f"the daemon did not say ({error})"), scheduler=True)
         if record is None:  # an older daemon: ask as without one, from now on
@@ -266,10 +270,9 @@ def jobs_reader(source: Backend, *, one_shot: bool, wanted: bool = True) -> Jobs
     or none; `one_shot` for a command that reads once (a shorter deadline and the cache)."""
     if not wanted:
         return JobsReader()
-    from gpuwatch.backends.daemon_client import DaemonBackend
-
-    if isinstance(source, DaemonBackend):
-        return DaemonReader(source, lambda: _local_reader(one_shot))
+    socket_path = getattr(source, "socket_path", None)  # the daemon's, or the auto backend's
+    if isinstance(socket_path, str):
+        return DaemonReader(socket_path, lambda: _local_reader(one_shot))
     return _local_reader(one_shot)
 
 
