@@ -143,14 +143,15 @@ def _local_frames(
     jobs: bool,
 ) -> Iterator[tuple[Snapshot, list[Lease], NodeJobs | None]]:
     say = _say if verbose else None
+    early = _early_jobs(interval_s is None and jobs)
     lease_dir = LeaseDir.read_only(on_refused=say)
     with open_backend(backend, sim, on_fallback=say, on_lost=_say) as source:
         if say is not None:
             say(f"reading GPUs from {_described(source)}")
-        reader = _jobs_reader(source, interval_s is None, jobs)
+        reader = _jobs_reader(source, interval_s is None, jobs, early)
         try:
             if reader is not None:
-                reader.start()  # Slurm answers while the GPUs are read
+                reader.start()  # Slurm answers while the GPUs are read (if not already)
             if interval_s is None:
                 snapshot = source.sample()
                 yield snapshot, _leases(lease_dir, say), _read_jobs(reader)
@@ -166,16 +167,26 @@ def _local_frames(
                 reader.close()
 
 
-def _jobs_reader(source: Backend, one_shot: bool, wanted: bool) -> JobsReader | None:
+def _early_jobs(one_shot: bool) -> JobsReader | None:
+    """This Slurm node's reader, asked before the driver opens (see `early_reader`); `None`
+    elsewhere, without loading the jobs modules where no Slurm is."""
+    if not one_shot:
+        return None
+    from gpuwatch.sampling.node_jobs import early_reader, slurm_conf
+
+    return early_reader() if slurm_conf() is not None else None
+
+
+def _jobs_reader(
+    source: Backend, one_shot: bool, wanted: bool, early: JobsReader | None
+) -> JobsReader | None:
     """Who to ask for the jobs on `source`'s GPUs: `None` where no scheduler could answer
-    (no daemon to ask, no squeue), without loading the jobs modules."""
-    from gpuwatch.sampling.node_jobs import slurm_conf
+    (no daemon to ask, no Slurm)."""
+    from gpuwatch.sampling.node_jobs import jobs_reader, slurm_conf
 
     if not wanted or (getattr(source, "socket_path", None) is None and slurm_conf() is None):
         return None
-    from gpuwatch.sampling.node_jobs import jobs_reader
-
-    return jobs_reader(source, one_shot=one_shot)
+    return jobs_reader(source, one_shot=one_shot, local=early)
 
 
 def _read_jobs(reader: JobsReader | None) -> NodeJobs | None:

@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from gpuwatch.backends.daemon_client import fetch_jobs_record
 from gpuwatch.errors import DaemonUnavailableError
 from gpuwatch.jobs.job_table import Job, JobTable, table_from_record
+from gpuwatch.paths import socket_candidates
 from gpuwatch.record_fields import BadRecord
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from threading import Thread
 
     from gpuwatch.backends.base import Backend
     from gpuwatch.jobs.slurm import SlurmJobs
@@ -101,8 +103,12 @@ class JobsReader:
 
 
 class SlurmReader(JobsReader):
-    """This node's Slurm, asked by this process through `SlurmJobs`, and through `cache`
-    when given (a one-shot command: the answer of the last few seconds, any process's)."""
+    """This node's Slurm, asked by this process through `SlurmJobs`.
+
+    `one_shot` (a command that reads once): the answer of the last few seconds is taken
+    from `cache` (any process's), and otherwise the reader's modules load and Slurm is
+    asked on a thread of its own, so that squeue runs while the driver is opened and read.
+    """
 
     def __init__(
         self,
@@ -110,24 +116,38 @@ class SlurmReader(JobsReader):
         *,
         deadline_s: float,
         cache: JobsCache | None = None,
+        one_shot: bool = False,
     ) -> None:
         self._make_slurm = slurm
         self._slurm: SlurmJobs | None = None
         self._deadline_s = deadline_s
         self._cache = cache
         self._cached: NodeJobs | None = None
+        self._one_shot = one_shot
+        self._opening: Thread | None = None
 
     def start(self) -> None:
         if self._cache is not None and self._cached is None:
             self._cached = self._cache.load()
-            if self._cached is not None:
-                return
-        self._reader().start()
+        if self._cached is not None:
+            return
+        if not self._one_shot:
+            self._reader().start()
+        elif self._opening is None and self._slurm is None:
+            from threading import Thread
+
+            self._opening = Thread(target=self._open, daemon=True, name="slurm-open")
+            self._opening.start()
 
     def read(self) -> NodeJobs:
         if (cached := self._cached) is not None:
             self._cached = None  # once: a later read asks Slurm again
             return cached
+        if self._opening is not None:
+            self._opening.join(self._deadline_s)
+            if self._opening.is_alive():  # not even started in time: a machine overloaded
+                return NodeJobs(None, unknown_reason("timeout", self._deadline_s), scheduler=True)
+            self._opening = None
         slurm = self._reader()
         table = slurm.table()
         why = None if table is not None else unknown_reason(slurm.last_error, self._deadline_s)
@@ -137,10 +157,13 @@ class SlurmReader(JobsReader):
         return jobs
 
     def close(self) -> None:
-        if self._slurm is not None:
+        if self._slurm is not None and self._opening is None:
             self._slurm.close()
-            if self._cache is not None:  # a one-shot command is about to end
+            if self._one_shot:  # the command is about to end
                 finish(self._slurm)
+
+    def _open(self) -> None:
+        self._reader().start()
 
     def _reader(self) -> SlurmJobs:
         if self._slurm is None:
@@ -265,15 +288,33 @@ def on_path(command: str, path: str | None = None) -> bool:
     return False
 
 
-def jobs_reader(source: Backend, *, one_shot: bool, wanted: bool = True) -> JobsReader:
+def jobs_reader(
+    source: Backend, *, one_shot: bool, wanted: bool = True, local: JobsReader | None = None
+) -> JobsReader:
     """The reader for a command showing `source`'s GPUs: the daemon's, this node's Slurm's,
-    or none; `one_shot` for a command that reads once (a shorter deadline and the cache)."""
+    or none; `one_shot` for a command that reads once (a shorter deadline and the cache).
+    `local` is this node's reader if `early_reader` started one."""
     if not wanted:
         return JobsReader()
     socket_path = getattr(source, "socket_path", None)  # the daemon's, or the auto backend's
     if isinstance(socket_path, str):
+        if local is not None:  # a daemon came up since: it answers instead
+            local.close()
         return DaemonReader(socket_path, lambda: _local_reader(one_shot))
-    return _local_reader(one_shot)
+    return local if local is not None else _local_reader(one_shot)
+
+
+def early_reader(*, wanted: bool = True) -> JobsReader | None:
+    """For a one-shot command on a Slurm node without a daemon: this node's reader, started
+    now, before the driver is opened, so that squeue answers while the GPUs are read. `None`
+    where a daemon's socket is there (the daemon will be asked) or no Slurm is."""
+    if not wanted or any(os.path.lexists(path) for path in socket_candidates()):
+        return None
+    reader = _local_reader(one_shot=True)
+    if not isinstance(reader, SlurmReader):
+        return None
+    reader.start()
+    return reader
 
 
 def _local_reader(one_shot: bool) -> JobsReader:
@@ -293,7 +334,7 @@ def _local_reader(one_shot: bool) -> JobsReader:
         from gpuwatch.sampling.jobs_cache import JobsCache
 
         cache = JobsCache.for_this_user()
-    return SlurmReader(slurm, deadline_s=deadline_s, cache=cache)
+    return SlurmReader(slurm, deadline_s=deadline_s, cache=cache, one_shot=one_shot)
 
 
 def time_left_text(job: Job, now: float) -> str:
