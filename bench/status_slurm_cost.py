@@ -17,6 +17,7 @@ Run: python bench/status_slurm_cost.py [RUNS] [--real]   (target: +30 ms at most
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -51,18 +52,26 @@ class Case:
     ) -> None:
         self.name, self.env, self.argv, self.before, self.runs = name, env, argv, before, runs
         self.times_ms: list[float] = []
+        self.cpu_ms: list[float] = []
 
     def run_once(self) -> str:
         if self.before is not None:
             self.before()
-        start = time.perf_counter()
+        cpu, start = _children_cpu_s(), time.perf_counter()
         done = subprocess.run(
             [GPUWATCH, "status", *self.argv], env=self.env, capture_output=True, text=True
         )
         self.times_ms.append((time.perf_counter() - start) * 1000)
+        self.cpu_ms.append((_children_cpu_s() - cpu) * 1000)
         if done.returncode != 0:
             sys.exit(f"{self.name}: gpuwatch status failed: {done.stderr.strip()}")
         return done.stdout
+
+
+def _children_cpu_s() -> float:
+    """CPU time of the processes run so far, with theirs (squeue, the stand-ins)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def forget(run_dir: Path) -> Callable[[], None]:
@@ -151,13 +160,17 @@ def _gist(output: str) -> str:
 
 
 def report(cases: list[Case], runs: int) -> None:
-    baseline = statistics.median(cases[0].times_ms)
-    print(f"\ngpuwatch status, whole process, median wall time ({os.cpu_count()} CPUs):")
+    wall0 = statistics.median(cases[0].times_ms)
+    cpu0 = statistics.median(cases[0].cpu_ms)
+    print(
+        f"\ngpuwatch status, whole process, median of each ({os.cpu_count()} CPUs); "
+        "CPU: the process and its children (squeue):"
+    )
     for case in cases:
-        median = statistics.median(case.times_ms)
+        wall, cpu = statistics.median(case.times_ms), statistics.median(case.cpu_ms)
         print(
-            f"  {case.name:<42} {median:7.1f} ms  ({median - baseline:+6.1f} ms, "
-            f"{len(case.times_ms)} runs)"
+            f"  {case.name:<42} wall {wall:7.1f} ms ({wall - wall0:+6.1f})  "
+            f"CPU {cpu:6.1f} ms ({cpu - cpu0:+5.1f})  {len(case.times_ms)} runs"
         )
 
 

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 
 from gpuwatch.backends.daemon_client import fetch_jobs_record
 from gpuwatch.errors import DaemonUnavailableError
-from gpuwatch.jobs.job_table import Job, JobTable, table_from_record
 from gpuwatch.paths import socket_candidates
 from gpuwatch.record_fields import BadRecord
 
@@ -32,6 +30,7 @@ if TYPE_CHECKING:
     from threading import Thread
 
     from gpuwatch.backends.base import Backend
+    from gpuwatch.jobs.job_table import Job, JobTable
     from gpuwatch.jobs.slurm import SlurmJobs
     from gpuwatch.models import GpuSample
     from gpuwatch.sampling.jobs_cache import JobsCache
@@ -54,21 +53,36 @@ _MAX_GPUS = 1024
 _MAX_IDLE_S = 1e10
 
 
-@dataclass(frozen=True, slots=True)
 class NodeJobs:
     """This node's jobs as a screen shows them.
 
     `scheduler` False: no scheduler here, nothing is shown. Else `table` holds the jobs, or
-    is `None` and `unknown_why` says why they are unknown.
+    is `None` and `unknown_why` says why they are unknown. A value, never changed once
+    made; a plain class with `__slots__` rather than a frozen dataclass, whose making would
+    cost every one-shot `gpuwatch status` a few milliseconds.
     """
 
-    table: JobTable | None = None
-    unknown_why: str | None = None
-    allocated_idle_s: Mapping[str, float] = field(default_factory=dict)
-    """Seconds each allocated GPU has been idle, by UUID, where the daemon tracks it."""
-    idle_window_s: float | None = None
-    """From how long idle an allocated GPU is shown as such; `None`: never (not tracked)."""
-    scheduler: bool = False
+    __slots__ = ("allocated_idle_s", "idle_window_s", "scheduler", "table", "unknown_why")
+
+    def __init__(
+        self,
+        table: JobTable | None = None,
+        unknown_why: str | None = None,
+        allocated_idle_s: Mapping[str, float] | None = None,
+        idle_window_s: float | None = None,
+        scheduler: bool = False,
+    ) -> None:
+        self.table = table
+        self.unknown_why = unknown_why
+        self.allocated_idle_s: Mapping[str, float] = allocated_idle_s or {}
+        """Seconds each allocated GPU has been idle, by UUID, where the daemon tracks it."""
+        self.idle_window_s = idle_window_s
+        """From how long idle an allocated GPU is shown as such; `None`: never (not tracked)."""
+        self.scheduler = scheduler
+
+    def __repr__(self) -> str:
+        known = "unknown" if self.table is None else f"{len(self.table.jobs)} jobs"
+        return f"NodeJobs({known}, why={self.unknown_why!r}, scheduler={self.scheduler})"
 
     def job_of(self, gpu: GpuSample) -> Job | None:
         """The job holding `gpu`; `None` when free or unknown."""
@@ -214,6 +228,8 @@ def jobs_from_daemon(record: dict[str, object], *, scheduler_here: bool) -> Node
     """The `NodeJobs` of a `/v1/jobs` answer, every field checked (another user's daemon
     could send anything). A daemon that cannot read jobs, on a node where this user has no
     scheduler either, has nothing to show."""
+    from gpuwatch.jobs.job_table import table_from_record
+
     try:
         table = table_from_record(record)
     except BadRecord as error:
