@@ -182,9 +182,11 @@ def _jobs_reader(
 ) -> JobsReader | None:
     """Who to ask for the jobs on `source`'s GPUs: `None` where no scheduler could answer
     (no daemon to ask, no Slurm)."""
+    if not wanted:
+        return None
     from gpuwatch.sampling.node_jobs import jobs_reader, slurm_conf
 
-    if not wanted or (getattr(source, "socket_path", None) is None and slurm_conf() is None):
+    if getattr(source, "socket_path", None) is None and slurm_conf() is None:
         return None
     return jobs_reader(source, one_shot=one_shot, local=early)
 
