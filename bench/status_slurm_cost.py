@@ -110,6 +110,7 @@ def real_cases(base: dict[str, str], work: Path) -> tuple[list[Case], Callable[[
     reason = why_not()
     if reason is not None:
         sys.exit(f"--real: cannot start a Slurm here: {reason}")
+    (work / "slurm").mkdir()
     cluster = start_cluster(work / "slurm", gpu_minors=(7, 5, 6, 4), oversubscribe=JOBS)
     ids = [cluster.sbatch("--gres=gpu:1", wrap="sleep 900") for _ in range(4)]
     ids += [cluster.sbatch(wrap="sleep 900") for _ in range(JOBS - 4)]

@@ -20,7 +20,8 @@ from gpuwatch.cli.status import COLORS, MAX_COUNT, MAX_WATCH_S, MIN_WATCH_S, sho
     "--json",
     "as_json",
     is_flag=True,
-    help="Print JSON: the snapshot's fields, with `gpus`, `processes` and `leases`.",
+    help="Print JSON: the snapshot's fields, with `gpus`, `processes` and `leases`, and "
+    "`jobs` (on a Slurm node; each GPU's `job_id`).",
 )
 @click.option(
     "--watch",

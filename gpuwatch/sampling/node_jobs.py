@@ -164,7 +164,9 @@ class SlurmReader(JobsReader):
             self._opening = None
         slurm = self._reader()
         table = slurm.table()
-        why = None if table is not None else unknown_reason(slurm.last_error, self._deadline_s)
+        why = (
+            None if table is not None else _cut(unknown_reason(slurm.last_error, self._deadline_s))
+        )
         jobs = NodeJobs(table, why, scheduler=True)
         if self._cache is not None:
             self._cache.store(jobs)
