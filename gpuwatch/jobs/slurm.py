@@ -18,6 +18,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -58,9 +59,7 @@ class SlurmJobs:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.env = dict(os.environ if env is None else env)
-        # os.uname, not socket.gethostname: the same name, without the socket module's
-        # import, which a one-shot `gpuwatch status` would pay
-        self.node = node or self.env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+        self.node = node or self.env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
         self.gres_conf = Path(gres_conf) if gres_conf is not None else _default_gres_conf(self.env)
         self.timeout_s = timeout_s
         self.max_age_s = max_age_s
