@@ -11,6 +11,7 @@ of the answer stands.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import re
@@ -222,9 +223,7 @@ def _scontrol_indices(fields: list[tuple[str, str]], node: str) -> list[int] | N
 def _timestamp(text: str) -> float | None:
     """scontrol's local time `2026-11-23T22:35:11` as a Unix time."""
     try:
-        import datetime  # only scontrol's answers need it: squeue's are Unix times
-
-        return datetime.datetime.fromisoformat(text).timestamp()
+        return dt.datetime.fromisoformat(text).timestamp()
     except ValueError:
         return None
 

@@ -27,7 +27,6 @@ from gpuwatch.record_fields import BadRecord
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from threading import Thread
 
     from gpuwatch.backends.base import Backend
     from gpuwatch.jobs.job_table import Job, JobTable
@@ -117,11 +116,12 @@ class JobsReader:
 
 
 class SlurmReader(JobsReader):
-    """This node's Slurm, asked by this process through `SlurmJobs`.
+    """This node's Slurm, asked by this process through `SlurmJobs` (which asks on a thread
+    of its own, so that squeue runs while the driver is opened and read).
 
     `one_shot` (a command that reads once): the answer of the last few seconds is taken
-    from `cache` (any process's), and otherwise the reader's modules load and Slurm is
-    asked on a thread of its own, so that squeue runs while the driver is opened and read.
+    from `cache` (any process's), and a refresh under way when the command ends is waited
+    for a moment, so that a squeue past its deadline is killed, not left running.
     """
 
     def __init__(
@@ -138,30 +138,17 @@ class SlurmReader(JobsReader):
         self._cache = cache
         self._cached: NodeJobs | None = None
         self._one_shot = one_shot
-        self._opening: Thread | None = None
 
     def start(self) -> None:
         if self._cache is not None and self._cached is None:
             self._cached = self._cache.load()
-        if self._cached is not None:
-            return
-        if not self._one_shot:
+        if self._cached is None:
             self._reader().start()
-        elif self._opening is None and self._slurm is None:
-            from threading import Thread
-
-            self._opening = Thread(target=self._open, daemon=True, name="slurm-open")
-            self._opening.start()
 
     def read(self) -> NodeJobs:
         if (cached := self._cached) is not None:
             self._cached = None  # once: a later read asks Slurm again
             return cached
-        if self._opening is not None:
-            self._opening.join(self._deadline_s)
-            if self._opening.is_alive():  # not even started in time: a machine overloaded
-                return NodeJobs(None, unknown_reason("timeout", self._deadline_s), scheduler=True)
-            self._opening = None
         slurm = self._reader()
         table = slurm.table()
         why = (
@@ -173,13 +160,10 @@ class SlurmReader(JobsReader):
         return jobs
 
     def close(self) -> None:
-        if self._slurm is not None and self._opening is None:
+        if self._slurm is not None:
             self._slurm.close()
             if self._one_shot:  # the command is about to end
                 finish(self._slurm)
-
-    def _open(self) -> None:
-        self._reader().start()
 
     def _reader(self) -> SlurmJobs:
         if self._slurm is None:
@@ -315,11 +299,32 @@ def jobs_reader(
     if not wanted:
         return JobsReader()
     socket_path = getattr(source, "socket_path", None)  # the daemon's, or the auto backend's
+    if not one_shot:  # loaded here, not on the sampling thread that will read the jobs
+        import gpuwatch.jobs.job_table  # noqa: F401
+
+        if slurm_conf() is not None:
+            load_slurm_reader()
     if isinstance(socket_path, str):
         if local is not None:  # a daemon came up since: it answers instead
             local.close()
         return DaemonReader(socket_path, lambda: _local_reader(one_shot))
     return local if local is not None else _local_reader(one_shot)
+
+
+def load_slurm_reader() -> type[SlurmJobs]:
+    """`SlurmJobs`, with every module its thread uses loaded, on the calling thread.
+
+    Call it from the main thread before any other thread may need it: an import on one
+    thread while another imports too can hand the other a module half made (dataclasses
+    peeks at `typing` in sys.modules, and fails on a partial one). subprocess may be a
+    placeholder until first used (`gpuwatch._lazyimport`): it is used here.
+    """
+    import subprocess
+
+    from gpuwatch.jobs.slurm import SlurmJobs
+
+    subprocess.Popen  # noqa: B018
+    return SlurmJobs
 
 
 def early_reader(*, wanted: bool = True) -> JobsReader | None:
@@ -343,9 +348,7 @@ def _local_reader(one_shot: bool) -> JobsReader:
     gres_conf = os.path.join(os.path.dirname(conf), "gres.conf")
 
     def slurm() -> SlurmJobs:
-        from gpuwatch.jobs.slurm import SlurmJobs
-
-        return SlurmJobs(timeout_s=deadline_s, gres_conf=gres_conf)
+        return load_slurm_reader()(timeout_s=deadline_s, gres_conf=gres_conf)
 
     cache = None
     if one_shot:
