@@ -345,7 +345,7 @@ class RowFilter:
             return False
         if self.idle_only and row.idle is None:
             return False
-        haystack = f"{row.user or ''} {row.pid} {row.command or ''} {row.lease}".lower()
+        haystack = f"{row.user or ''} {row.pid} {row.command or ''} {row.lease} {row.job}".lower()
         return all(word in haystack for word in self.words)
 
 

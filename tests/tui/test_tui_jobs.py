@@ -15,7 +15,7 @@ from gpuwatch.sampling.node_jobs import NodeJobs
 from gpuwatch.tui import render
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.frames import Frame, LocalSource
-from gpuwatch.tui.rows import build_rows, columns_for
+from gpuwatch.tui.rows import RowFilter, build_rows, columns_for
 from gpuwatch.tui.state import Section
 from gpuwatch.tui.widgets import ProcessTable
 from tests.conftest import FROZEN_TIME
@@ -61,6 +61,15 @@ def test_each_process_row_names_the_job_holding_its_gpu() -> None:
     # THEN each row's job is its GPU's holder, empty on the free GPU
     expected = {0: "1234", 1: "1234", 2: "1240", 3: ""}
     assert rows and all(row.job == expected[row.gpu] for row in rows if row.gpu is not None)
+
+
+def test_the_filter_finds_the_processes_of_a_job() -> None:
+    # GIVEN the rows of a Slurm node
+    rows = build_rows(slurm_frame(), {}, FROZEN_TIME, 600.0)
+    # WHEN they are filtered by a job id
+    kept = [row for row in rows if RowFilter.parse("1240").matches(row)]
+    # THEN the rows of that job's GPU are kept
+    assert kept and {row.gpu for row in kept} == {2}
 
 
 def test_a_card_names_its_job_with_time_left_and_marks_it_allocated_idle() -> None:
