@@ -301,7 +301,7 @@ class RowFilter:
 
     `user:NAME` and `gpu:N` match those fields exactly (`gpu:1,3` several GPUs),
     `idle` keeps idle holders, and any other word must appear in the user,
-    pid, command or lease.
+    pid, command, lease or job id.
     """
 
     users: frozenset[str] = frozenset()
