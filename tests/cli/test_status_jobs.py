@@ -308,3 +308,24 @@ def test_a_daemon_answer_that_cannot_be_believed_says_jobs_unknown(
     # THEN the GPUs are shown, and the jobs unknown, saying it was the daemon
     assert result.exit_code == 0
     assert "jobs unknown: the daemon" in result.stdout
+
+
+@pytest.mark.slow
+def test_through_a_real_daemon_the_jobs_are_shown(
+    node: SlurmNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a real daemon on the Slurm node (its /v1/jobs, or none: status asks Slurm)
+    from tests.daemon_helpers import running_daemon
+
+    (tmp_path / "daemon").mkdir()
+    scenario = NODE.read_text()
+    with running_daemon(tmp_path / "daemon", env=node.env, scenario=scenario) as (_, sock, _):
+        socket_path = sock
+        monkeypatch.setenv("GPUWATCH_SOCKET", str(socket_path))
+        # WHEN status reads it
+        result = run_cli("status", "-v")
+    # THEN it read the daemon, and each held GPU names its job
+    assert "reading GPUs from the daemon" in result.stderr
+    lines = result.stdout.splitlines()
+    assert under(lines, 2) == ["  job 2 root  eval  no time limit"]
+    assert under(lines, 0) == []
