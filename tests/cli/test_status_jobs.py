@@ -320,8 +320,7 @@ def test_through_a_real_daemon_the_jobs_are_shown(
     (tmp_path / "daemon").mkdir()
     scenario = NODE.read_text()
     with running_daemon(tmp_path / "daemon", env=node.env, scenario=scenario) as (_, sock, _):
-        socket_path = sock
-        monkeypatch.setenv("GPUWATCH_SOCKET", str(socket_path))
+        monkeypatch.setenv("GPUWATCH_SOCKET", str(sock))
         # WHEN status reads it
         result = run_cli("status", "-v")
     # THEN it read the daemon, and each held GPU names its job
