@@ -118,6 +118,10 @@ class DaemonBackend(Backend):
         _check_owner(self.socket_path)
         return fetch_history(self.socket_path, window_s, self._timeout_s)
 
+    def jobs_record(self) -> dict[str, Any] | None:
+        """The daemon's `/v1/jobs` (see `fetch_jobs_record`)."""
+        return fetch_jobs_record(self.socket_path, self._timeout_s)
+
     def _fetch(self, path: str) -> Snapshot:
         try:
             _check_owner(path)
@@ -138,6 +142,23 @@ class DaemonBackend(Backend):
             ) from None
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise DaemonUnavailableError(f"the daemon at {path} failed: {error}") from None
+
+
+def fetch_jobs_record(socket_path: str, timeout_s: float = TIMEOUT_S) -> dict[str, Any] | None:
+    """The `/v1/jobs` of the daemon at `socket_path`: who holds each GPU, as
+    `gpuwatch.jobs.table_record` writes it, with `allocated_idle_s` and `idle_window_s`;
+    `None` from a daemon without the route (an older one). Fields are left to the caller to
+    check; `OSError`, `ValueError` or `DaemonUnavailableError` when it cannot answer."""
+    _check_owner(socket_path)
+    status, body = http_get(socket_path, "/v1/jobs", timeout_s)
+    if status == 404:
+        return None
+    if status != 200:
+        raise ValueError(f"HTTP {status}: {_error_of(body)}")
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        raise ValueError("the jobs answer is not a JSON object")
+    return data
 
 
 def _current(snapshot: Snapshot, headers: dict[str, str], path: str) -> Snapshot:

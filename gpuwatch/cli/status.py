@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from gpuwatch.backends.base import Backend
     from gpuwatch.models import Lease, Snapshot
+    from gpuwatch.sampling.node_jobs import JobsReader, NodeJobs
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MIN_WATCH_S = 0.05
@@ -65,6 +66,7 @@ OPTIONS = (
     Option("--host", metavar="[USER@]HOST", convert=_host),
     Option("--color", choices=COLORS, default="auto"),
     Option("-v", "--verbose"),
+    Option("--no-jobs"),
 )
 
 
@@ -86,6 +88,7 @@ def status_options(args: Sequence[str]) -> dict[str, Any] | None:
         "host": options["host"],
         "color": options["color"],
         "verbose": options["verbose"],
+        "no_jobs": options["no_jobs"],
     }
 
 
@@ -98,29 +101,33 @@ def show_status(
     host: str | None,
     color: str,
     verbose: bool,
+    no_jobs: bool = False,
 ) -> int:
-    """Prints the GPUs once, or every `interval_s` (`count` times, or until Ctrl-C);
-    returns the exit status."""
+    """Prints the GPUs once, or every `interval_s` (`count` times, or until Ctrl-C), with
+    the job holding each (unless `no_jobs`); returns the exit status."""
     show = _print_json if as_json else _table_printer(color)
     if host is not None:
         from gpuwatch.backends.ssh import remote_snapshots
 
         if verbose:
             _say(f"reading GPUs of {host} over ssh (gpuwatch status there)")
-        frames = remote_snapshots(
+        remote = remote_snapshots(
             host,
             interval_s=interval_s or 1.0,
             count=count if interval_s else 1,
             backend=backend,
             sim=sim,
         )
+        frames: Iterator[tuple[Snapshot, list[Lease], NodeJobs | None]] = (
+            (snapshot, leases, None) for snapshot, leases in remote
+        )
     else:
-        frames = _local_frames(backend, sim, interval_s, count, verbose)
+        frames = _local_frames(backend, sim, interval_s, count, verbose, not no_jobs)
     try:
-        for number, (snapshot, leases) in enumerate(frames):
+        for number, (snapshot, leases, node_jobs) in enumerate(frames):
             if number and not as_json:
                 sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
-            show(snapshot, leases, pretty=interval_s is None)
+            show(snapshot, leases, node_jobs, pretty=interval_s is None)
     except BrokenPipeError:
         # Here, not in gpuwatch.cli.main: click turns a broken pipe into exit status 1.
         return reader_gone()
@@ -133,21 +140,59 @@ def _local_frames(
     interval_s: float | None,
     count: int | None,
     verbose: bool,
-) -> Iterator[tuple[Snapshot, list[Lease]]]:
+    jobs: bool,
+) -> Iterator[tuple[Snapshot, list[Lease], NodeJobs | None]]:
     say = _say if verbose else None
+    early = _early_jobs(interval_s is None and jobs)
     lease_dir = LeaseDir.read_only(on_refused=say)
     with open_backend(backend, sim, on_fallback=say, on_lost=_say) as source:
         if say is not None:
             say(f"reading GPUs from {_described(source)}")
-        if interval_s is None:
-            yield source.sample(), _leases(lease_dir, say)
-            return
-        from gpuwatch.sampling.poller import watch  # a one-shot status does without it
+        reader = _jobs_reader(source, interval_s is None, jobs, early)
+        try:
+            if reader is not None:
+                reader.start()  # Slurm answers while the GPUs are read (if not already)
+            if interval_s is None:
+                snapshot = source.sample()
+                yield snapshot, _leases(lease_dir, say), _read_jobs(reader)
+                return
+            from gpuwatch.sampling.poller import watch  # a one-shot status does without it
 
-        lost = _LostDaemon(interval_s)
-        for snapshot in watch(source, interval_s, count=count, on_unavailable=lost.tell):
-            lost.back()
-            yield snapshot, _leases(lease_dir, say)
+            lost = _LostDaemon(interval_s)
+            for snapshot in watch(source, interval_s, count=count, on_unavailable=lost.tell):
+                lost.back()
+                yield snapshot, _leases(lease_dir, say), _read_jobs(reader)
+        finally:
+            if reader is not None:
+                reader.close()
+
+
+def _early_jobs(one_shot: bool) -> JobsReader | None:
+    """This Slurm node's reader, asked before the driver opens (see `early_reader`); `None`
+    elsewhere, without loading the jobs modules where no Slurm is."""
+    if not one_shot:
+        return None
+    from gpuwatch.sampling.node_jobs import early_reader, slurm_conf
+
+    return early_reader() if slurm_conf() is not None else None
+
+
+def _jobs_reader(
+    source: Backend, one_shot: bool, wanted: bool, early: JobsReader | None
+) -> JobsReader | None:
+    """Who to ask for the jobs on `source`'s GPUs: `None` where no scheduler could answer
+    (no daemon to ask, no Slurm)."""
+    if not wanted:
+        return None
+    from gpuwatch.sampling.node_jobs import jobs_reader, slurm_conf
+
+    if getattr(source, "socket_path", None) is None and slurm_conf() is None:
+        return None
+    return jobs_reader(source, one_shot=one_shot, local=early)
+
+
+def _read_jobs(reader: JobsReader | None) -> NodeJobs | None:
+    return None if reader is None else reader.read()
 
 
 class _LostDaemon:
@@ -190,8 +235,13 @@ def _leases(lease_dir: LeaseDir | None, say: Callable[[str], None] | None) -> li
     return found.leases
 
 
-def _print_json(snapshot: Snapshot, leases: list[Lease], *, pretty: bool) -> None:
+def _print_json(
+    snapshot: Snapshot, leases: list[Lease], jobs: NodeJobs | None, *, pretty: bool
+) -> None:
+    from gpuwatch.cli.status_jobs import with_jobs
+
     data = {**snapshot.to_dict(), "leases": [lease.to_dict() for lease in leases]}
+    data = with_jobs(data, snapshot, jobs)
     text = json.dumps(_strict(data), indent=2 if pretty else None, allow_nan=False)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
@@ -220,9 +270,12 @@ def _table_printer(color: str) -> Callable[..., None]:
     encoding = (sys.stdout.encoding or "").lower().replace("-", "")
     style = Style(color=use_color, unicode=encoding == "utf8")
 
-    def print_table(snapshot: Snapshot, leases: list[Lease], *, pretty: bool) -> None:
+    def print_table(
+        snapshot: Snapshot, leases: list[Lease], jobs: NodeJobs | None, *, pretty: bool
+    ) -> None:
         width = terminal_columns()
-        sys.stdout.write(render(snapshot, leases=leases, style=style, width=width))
+        text = render(snapshot, leases=leases, style=style, width=width, jobs=jobs, now=time.time())
+        sys.stdout.write(text)
         sys.stdout.flush()
 
     return print_table

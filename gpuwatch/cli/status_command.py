@@ -20,7 +20,8 @@ from gpuwatch.cli.status import COLORS, MAX_COUNT, MAX_WATCH_S, MIN_WATCH_S, sho
     "--json",
     "as_json",
     is_flag=True,
-    help="Print JSON: the snapshot's fields, with `gpus`, `processes` and `leases`.",
+    help="Print JSON: the snapshot's fields, with `gpus`, `processes` and `leases`, and "
+    "`jobs` (on a Slurm node; each GPU's `job_id`).",
 )
 @click.option(
     "--watch",
@@ -57,6 +58,12 @@ from gpuwatch.cli.status import COLORS, MAX_COUNT, MAX_WATCH_S, MIN_WATCH_S, sho
     help="Say where the GPUs were read from (the daemon, or the driver and why), and how "
     "many malformed lease files were skipped.",
 )
+@click.option(
+    "--no-jobs",
+    is_flag=True,
+    help="Do not ask the daemon or Slurm which job holds each GPU (shown on a Slurm node, "
+    "under each GPU; in JSON as `jobs` and each GPU's `job_id`).",
+)
 def status(
     backend: str | None,
     sim: str | None,
@@ -66,10 +73,12 @@ def status(
     host: str | None,
     color: str,
     verbose: bool,
+    no_jobs: bool,
 ) -> int:
     """Show every GPU with its memory, load, temperature, power, processes and leases.
 
-    GPUs are read from the gpuwatch daemon when one runs, else from the driver.
+    GPUs are read from the gpuwatch daemon when one runs, else from the driver. On a Slurm
+    node, each GPU a job holds says which (id, user, name, time left).
 
     \b
     Examples:
@@ -82,4 +91,4 @@ def status(
     """
     if count is not None and interval_s is None:
         raise click.UsageError("--count needs --watch")
-    return show_status(backend, sim, as_json, interval_s, count, host, color, verbose)
+    return show_status(backend, sim, as_json, interval_s, count, host, color, verbose, no_jobs)

@@ -18,6 +18,10 @@ from gpuwatch.cli.terminal import printable
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage, Snapshot
 from gpuwatch.units import format_size
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from gpuwatch.sampling.node_jobs import NodeJobs
+
 _GIB = float(1 << 30)
 _BAR_WIDTH = 20
 _MIN_NAME = 6
@@ -49,12 +53,24 @@ def render(
     leases: Sequence[Lease] = (),
     style: Style = _PLAIN,
     width: int = 120,
+    jobs: NodeJobs | None = None,
+    now: float | None = None,
 ) -> str:
-    """The whole table, ending in a newline; no line is wider than `width` (at 40 or more)."""
+    """The whole table, ending in a newline; no line is wider than `width` (at 40 or more).
+
+    With `jobs`, each GPU a job holds has a line saying which (its time left counted at
+    `now`), and jobs that are unknown one line saying why."""
     lines = [_header(snapshot, style, width)]
+    if jobs is not None and jobs.unknown_why is not None:
+        unknown = _cut(f"jobs unknown: {printable(jobs.unknown_why)}", width, style)
+        lines.append(style.paint(unknown, YELLOW))
     layout = _layout(snapshot.gpus, width, style)
     for gpu in snapshot.gpus:
         lines.append(_gpu_line(gpu, layout, style))
+        if jobs is not None:
+            lines.extend(
+                _job_line(gpu, jobs, style, width, snapshot.taken_at if now is None else now)
+            )
         migs = snapshot.mig_devices_of(gpu.index)
         placed = {mig.uuid for mig in migs}
         outside = [p for p in snapshot.processes_on(gpu.index) if p.mig_uuid not in placed]
@@ -269,6 +285,34 @@ def _lease_line(lease: Lease, style: Style, width: int) -> str:
         f"leased by {lease.user} (pid {lease.pid}, {how}, since {since}): {lease.command}"
     )
     return style.paint(_cut(f"    {text}", width, style), YELLOW)
+
+
+def _job_line(gpu: GpuSample, jobs: NodeJobs, style: Style, width: int, now: float) -> list[str]:
+    """`  job 1234 alice  train-llm  2:13:05 left  allocated, idle 12m`: the name is cut
+    first, then left out, when the line is too wide."""
+    from gpuwatch.sampling.node_jobs import idle_text, time_left_text
+
+    job = jobs.job_of(gpu)
+    if job is None:
+        return []
+    head = f"  job {printable(job.job_id)} {printable(job.user or '?')}"
+    left = time_left_text(job, now)
+    idle_s = jobs.idle_s(gpu)
+    idle = idle_text(idle_s) if idle_s is not None else ""
+    tail = "".join(f"  {part}" for part in (left, idle) if part)
+    room = width - len(head) - len(tail) - 2
+    name = printable(job.name or "")
+    line = style.paint(head, BOLD)
+    if name and room >= _MIN_NAME:
+        line += "  " + _cut(name, room, style)
+    if left:
+        line += f"  {left}"
+    if idle:
+        line += "  " + style.paint(idle, YELLOW)
+    if len(head) + len(tail) > width:  # too narrow even without the name: one cut line
+        plain = _cut(head + tail, width, style)
+        return [style.paint(plain, YELLOW if idle else BOLD)]
+    return [line]
 
 
 def _level(value: float, warn: float, alarm: float) -> str:

@@ -38,6 +38,12 @@ from gpuwatch.cli.options import Command, Duration, HostName, backend_options
     help="Mark a process as an idle holder when it holds memory on a GPU idle this long "
     "(up to 7d).",
 )
+@click.option(
+    "--no-jobs",
+    is_flag=True,
+    help="Do not ask the daemon or Slurm which job holds each GPU (on a Slurm node: a JOB "
+    "column, and the job on each GPU card).",
+)
 def tui(
     backend: str | None,
     sim: str | None,
@@ -45,6 +51,7 @@ def tui(
     hosts: tuple[str, ...],
     readonly: bool,
     idle_after_s: float,
+    no_jobs: bool,
 ) -> int:
     """The live screen: every GPU, its processes, leases, waiting jobs and recent history.
 
@@ -63,9 +70,13 @@ def tui(
         from gpuwatch.backends import open_backend
         from gpuwatch.leases.directory import LeaseDir
         from gpuwatch.reports.training import reports_for_this_machine
+        from gpuwatch.sampling.node_jobs import jobs_reader
 
         opened = open_backend(backend, sim)
-        sources = [LocalSource(opened, LeaseDir.read_only(), training=reports_for_this_machine)]
+        jobs = jobs_reader(opened, one_shot=False, wanted=not no_jobs)
+        sources = [
+            LocalSource(opened, LeaseDir.read_only(), training=reports_for_this_machine, jobs=jobs)
+        ]
     from gpuwatch.tui.app import GpuwatchApp
     from gpuwatch.tui.widgets import TrainingPanel
 

@@ -246,7 +246,9 @@ class GpuwatchApp(App[int]):
 
     def _draw_table(self) -> None:
         table = self._home.query_one(ProcessTable)
-        columns = row_logic.columns_for(self.size.width, several_hosts=len(self.sources) > 1)
+        columns = row_logic.columns_for(
+            self.size.width, several_hosts=len(self.sources) > 1, jobs=self._jobs_shown()
+        )
         self.view = self.view.fit_columns(c.key for c in columns)
         rows = self.current_rows()
         self.view = self.view.keep_tags(row.key for row in rows)
@@ -258,6 +260,13 @@ class GpuwatchApp(App[int]):
             (self.view.sort_column, self.view.sort_reverse),
             self.size.width,
             self.view.selected,
+        )
+
+    def _jobs_shown(self) -> bool:
+        """Whether a section's GPUs are a scheduler's to give (the JOB column is shown)."""
+        return any(
+            s.frame is not None and s.frame.jobs is not None and s.frame.jobs.scheduler
+            for s in self.state.sections
         )
 
     def _draw_status(self) -> None:

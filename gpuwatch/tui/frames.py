@@ -22,6 +22,7 @@ from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.placement.request import Waiter
 from gpuwatch.reports.training import TrainingReports
+from gpuwatch.sampling.node_jobs import JobsReader, NodeJobs
 from gpuwatch.sampling.poller import ticks
 
 HISTORY_WINDOW_S = 3600.0
@@ -76,6 +77,8 @@ class Frame:
     training: TrainingReports = NO_TRAINING
     """The training processes `gpuwatch.torch.watch()` watches there, for sources that read
     them: read on the source's thread, so a slow lease directory never holds up the screen."""
+    jobs: NodeJobs | None = None
+    """Who holds each GPU (the daemon's or this node's Slurm's word); `None`: not asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,9 @@ class LocalSource(Source):
     """Read each process's ancestors too (set while the tree view is shown)."""
     training: Callable[[], TrainingReports] | None = None
     """Where the training reports of this machine come from, if the screen shows them."""
+    jobs: JobsReader | None = None
+    """Who to ask which job holds each GPU: asked on this source's thread, after the GPUs,
+    with a deadline (and the cached answer on later frames), so Slurm never holds the screen."""
     _closed: bool = field(default=False, repr=False)
     _training_found: TrainingReports = field(default=NO_TRAINING, repr=False)
     _training_read_at: float | None = field(default=None, repr=False)
@@ -176,6 +182,8 @@ class LocalSource(Source):
 
     def read(self) -> Frame:
         """One frame now; a failure becomes the frame's `error`."""
+        if self.jobs is not None:
+            self.jobs.start()  # Slurm answers while the GPUs are read
         try:
             snapshot = self.backend.sample()
         except Exception as failure:  # a driver that fails as a whole: say so, keep going
@@ -203,12 +211,23 @@ class LocalSource(Source):
             error,
             ancestors=ancestors,
             training=self._training(),
+            jobs=self._jobs(),
         )
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self.backend.close()
+            if self.jobs is not None:
+                self.jobs.close()
+
+    def _jobs(self) -> NodeJobs | None:
+        if self.jobs is None:
+            return None
+        try:
+            return self.jobs.read()
+        except Exception as error:  # the jobs are a nicety: say why they are missing
+            return NodeJobs(None, f"reading jobs failed: {_describe(error)}", scheduler=True)
 
     def _training(self) -> TrainingReports:
         """The latest training reports, read again once `TRAINING_READ_EVERY_S` has passed."""

@@ -175,6 +175,12 @@ class CardInput:
     """Its MIG devices, one line each under the card."""
     error_above: bool = False
     """Its error is the section's, said once in the header: the card only points there."""
+    job: str = ""
+    """The job holding it: `job 1234 alice`; empty for none."""
+    job_left: str = ""
+    """Its time left: `2:13:05 left`, `no time limit`."""
+    allocated_idle: str = ""
+    """`allocated, idle 12m` when a job holds it and has left it idle past the window."""
 
 
 def gpu_card(
@@ -250,18 +256,38 @@ def _title_line(gpu: GpuSample, extra: CardInput, width: int) -> Line:
         ("  ", ""),
         (_power_text(gpu), level(power_fraction, THRESHOLDS.power)),
     ]
-    tail = lease_summary(extra.leases)
-    tail_style = "lease"
-    if extra.idle_note:
-        tail, tail_style = f"{extra.idle_note}  {tail}".strip(), "warn"
-    if gpu.error is not None:
-        tail, tail_style = _error_text(gpu, extra), "alarm"
     facts_width = sum(len(text) for text, _ in facts)
     room = width - facts_width - 2
     head_text = fit(head, min(len(head), max(0, room)))
     left = room - len(head_text)
+    tail, tail_style = _tail(gpu, extra, left - 2)
     tail_text = fit(f"  {tail}", left) if tail and left > 4 else " " * max(0, left)
     return [(head_text, "title"), (tail_text, tail_style), ("  ", ""), *facts]
+
+
+def _tail(gpu: GpuSample, extra: CardInput, room: int) -> tuple[str, str]:
+    """What a card's title says after the name, and its style: an error, else the job
+    holding it (first: on a Slurm node, who holds a GPU is the first question), its idle
+    mark, the leases."""
+    if gpu.error is not None:
+        return _error_text(gpu, extra), "alarm"
+    tail = lease_summary(extra.leases)
+    tail_style = "lease"
+    if extra.idle_note:
+        tail, tail_style = f"{extra.idle_note}  {tail}".strip(), "warn"
+    if not extra.job:
+        return tail, tail_style
+    idle = extra.allocated_idle
+    # Narrower cards drop the time left, then say "idle 20m" for "allocated, idle 20m".
+    for parts in (
+        [extra.job, extra.job_left, idle, tail],
+        [extra.job, idle, tail],
+        [extra.job, idle.removeprefix("allocated, ")],
+    ):
+        said = "  ".join(part for part in parts if part)
+        if len(said) <= room:
+            break
+    return said, "warn" if idle else "job"
 
 
 def _error_text(gpu: GpuSample, extra: CardInput) -> str:
@@ -276,13 +302,22 @@ def _compact_line(gpu: GpuSample, extra: CardInput, width: int) -> Line:
         return [(head, "title"), (fit(f"  {_error_text(gpu, extra)}", width - len(head)), "alarm")]
     temperature = gpu.temperature_c
     hot = f"  {MISSING if temperature is None else temperature:>3}°C"
-    bars = _bars_line(gpu, width - len(head) - len(hot) - 2)
+    job = _compact_job(extra)
+    bars = _bars_line(gpu, width - len(head) - len(hot) - len(job[0]) - 2)
     return [
         (head, "title"),
         ("  ", ""),
         *bars,
         (hot, level(temperature, THRESHOLDS.temperature_c)),
+        job,
     ]
+
+
+def _compact_job(extra: CardInput) -> Span:
+    """`  job 1234` (its id alone) at the end of a one-line card."""
+    if not extra.job:
+        return ("", "")
+    return (f"  {extra.job.split(' ')[1]}", "warn" if extra.allocated_idle else "job")
 
 
 def _power_text(gpu: GpuSample) -> str:

@@ -45,6 +45,8 @@ class Row:
     """In the tree view, the branch drawn before its command (`├─ `)."""
     sm_util_pct: int | None = None
     """Its share of the GPU's SM utilization, as the driver samples it."""
+    job: str = ""
+    """The id of the scheduler's job holding its GPU; empty for none (or not known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,7 @@ def _running_s(row: Row, now: float) -> float:
 COLUMNS: tuple[Column, ...] = (
     Column("host", "HOST", 12, lambda r, _: r.source, 10),
     Column("gpu", "GPU", 5, lambda r, _: (-1 if r.gpu is None else r.gpu, r.device), 0),
+    Column("job", "JOB", 10, lambda r, _: r.job, 2),
     Column("pid", "PID", 8, lambda r, _: r.pid, 0),
     Column("user", "USER", 10, lambda r, _: r.user or "", 0),
     Column("kind", "KIND", 8, lambda r, _: r.kind, 9),
@@ -88,9 +91,10 @@ MIN_COMMAND_WIDTH = 16
 _CELL_PADDING = 2  # DataTable's padding around each cell
 
 
-def columns_for(width: int, *, several_hosts: bool) -> tuple[Column, ...]:
-    """The columns that fit `width` cells, dropping the least needed first."""
-    chosen = [c for c in COLUMNS if several_hosts or c.key != "host"]
+def columns_for(width: int, *, several_hosts: bool, jobs: bool = False) -> tuple[Column, ...]:
+    """The columns that fit `width` cells, dropping the least needed first; JOB only where
+    a scheduler says who holds the GPUs (`jobs`)."""
+    chosen = [c for c in COLUMNS if (several_hosts or c.key != "host") and (jobs or c.key != "job")]
     while True:
         used = sum(c.width + _CELL_PADDING for c in chosen) + MIN_COMMAND_WIDTH + 3
         droppable = [c for c in chosen if c.drop_rank > 0]
@@ -121,23 +125,33 @@ def build_rows(
     for lease in frame.leases:
         by_gpu.setdefault(lease.gpu_index, []).append(lease)
     labels = device_labels(snapshot)
+    holders = job_ids(frame)
     rows = [
         replace(
             _process_row(frame, p, by_gpu.get(p.gpu_index, ()), idle, idle_after_s),
             key=process_key(frame.source, labels(p), p.pid),
             device=labels(p),
+            job=holders.get(p.gpu_index, ""),
         )
         for p in snapshot.processes
     ]
     on_gpu = {(p.gpu_index, p.pid) for p in snapshot.processes}
     rows += [
-        _lease_row(frame, lease, idle, idle_after_s)
+        replace(_lease_row(frame, lease, idle, idle_after_s), job=holders.get(lease.gpu_index, ""))
         for lease in frame.leases
         if (lease.gpu_index, lease.pid) not in on_gpu
     ]
     rows += [_waiter_row(frame, number, waiter) for number, waiter in enumerate(frame.waiters)]
     # A process listed twice for one device (as the driver may) is one row.
     return list({row.key: row for row in reversed(rows)}.values())[::-1]
+
+
+def job_ids(frame: Frame) -> dict[int, str]:
+    """The id of the job holding each GPU of the frame that a job holds, by NVML index."""
+    jobs, snapshot = frame.jobs, frame.snapshot
+    if jobs is None or jobs.table is None or snapshot is None:
+        return {}
+    return {gpu.index: job.job_id for gpu in snapshot.gpus if (job := jobs.job_of(gpu))}
 
 
 def process_key(source: str, device: str, pid: int) -> str:
@@ -287,7 +301,7 @@ class RowFilter:
 
     `user:NAME` and `gpu:N` match those fields exactly (`gpu:1,3` several GPUs),
     `idle` keeps idle holders, and any other word must appear in the user,
-    pid, command or lease.
+    pid, command, lease or job id.
     """
 
     users: frozenset[str] = frozenset()
@@ -331,7 +345,7 @@ class RowFilter:
             return False
         if self.idle_only and row.idle is None:
             return False
-        haystack = f"{row.user or ''} {row.pid} {row.command or ''} {row.lease}".lower()
+        haystack = f"{row.user or ''} {row.pid} {row.command or ''} {row.lease} {row.job}".lower()
         return all(word in haystack for word in self.words)
 
 
@@ -344,11 +358,13 @@ def cell_text(row: Row, column: Column, now: float, tagged: bool) -> tuple[str, 
     return render.printable(text), style
 
 
-def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911 - one per column
+def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911, PLR0912 - one per column
     if key == "host":
         return row.source, ""
     if key == "gpu":
         return (row.device or ("-" if row.gpu is None else str(row.gpu))), ""
+    if key == "job":
+        return (row.job or "-"), ("" if row.job else "dim")
     if key == "user":
         return (row.user or "?"), ("" if row.user else "dim")
     if key == "kind":

@@ -36,7 +36,7 @@ def help_text(readonly: bool, width: int = HELP_WIDTH) -> render.Line:
     mouse = "Mouse: click a row to select it, a column title to sort by it."
     spans.append(("\n" + _hanging(mouse, width, 7) + "\n", ""))
     spans.append(("\nFilter (/): ", "heading"))
-    terms = "user:NAME  gpu:N[,M]  idle  WORD (in user, pid, command or lease)"
+    terms = "user:NAME  gpu:N[,M]  idle  WORD (in user, pid, command, lease or job)"
     spans.append((_hanging(terms, width, 12) + "\n", ""))
     if readonly:
         spans.append(("\nRead-only: signals are off (--readonly).\n", ""))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Lease
+from gpuwatch.sampling.node_jobs import idle_text, time_left_text
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import Backfill, Frame
 from gpuwatch.tui.rows import Row, build_rows, device_labels, process_key
@@ -115,7 +116,37 @@ class Section:
         note = ""
         if idle is not None and idle.seconds >= idle_after_s:
             note = f"held, idle {'≥' if idle.at_least else ''}{render.duration(idle.seconds)}"
-        return render.CardInput(memory, utilization, leases, idle_note=note, migs=migs)
+        job, job_left, allocated_idle = self.job_of(gpu_index)
+        return render.CardInput(
+            memory,
+            utilization,
+            leases,
+            idle_note=note,
+            migs=migs,
+            job=job,
+            job_left=job_left,
+            allocated_idle=allocated_idle,
+        )
+
+    def job_of(self, gpu_index: int) -> tuple[str, str, str]:
+        """`job 1234 alice` for the job holding the GPU, its time left as of the frame
+        (`2:13:05 left`), and `allocated, idle 12m` when it has left the GPU idle past the
+        window; empty where no job holds it."""
+        frame = self.frame
+        jobs = frame.jobs if frame is not None else None
+        snapshot = frame.snapshot if frame is not None else None
+        if jobs is None or snapshot is None:
+            return "", "", ""
+        gpu = next((gpu for gpu in snapshot.gpus if gpu.index == gpu_index), None)
+        job = jobs.job_of(gpu) if gpu is not None else None
+        if gpu is None or job is None:
+            return "", "", ""
+        idle_s = jobs.idle_s(gpu)
+        return (
+            f"job {job.job_id} {job.user or '?'}",
+            time_left_text(job, snapshot.taken_at),
+            idle_text(idle_s) if idle_s is not None else "",
+        )
 
     def rows(self, now: float, monotonic_now: float, idle_after_s: float) -> list[Row]:
         """The rows of the latest frame; `now` is the wall time shown (running times)."""

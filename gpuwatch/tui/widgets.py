@@ -40,6 +40,7 @@ SPAN_STYLES = (
     "graph-util",
     "tagged",
     "heading",
+    "job",
 )
 
 
@@ -162,6 +163,9 @@ def _header(
         parts.append((0, [(f"no sample for {stalled_s:.0f} s", "alarm")]))
     if section.error:
         parts.append((0, [(render.printable(section.error), "alarm")]))
+    if frame is not None and frame.jobs is not None and frame.jobs.unknown_why is not None:
+        why = render.printable(frame.jobs.unknown_why)
+        parts.append((1, [(f"jobs unknown: {why}", "warn")]))
     if frame is not None and graphs:
         minutes = GRAPH_WINDOW_S / 60
         parts.append((5, [(f"graphs: {minutes:.0f} min {section.history_note}", "dim")]))

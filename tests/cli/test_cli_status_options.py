@@ -17,6 +17,7 @@ WORDS = [
     *("--watch", "1", "500ms", "0.01", "25h", "--watch=2", "--count", "3", "٣", "0"),
     *("--host", "", "-oProxyCommand=x", "alice@node7", "--color", "always", "bogus"),
     *("--color=never", "--sim", "2", "--backend", "sim", "--backend=daemon", "--frob"),
+    "--no-jobs",
 ]
 
 
@@ -38,7 +39,7 @@ def clicks_reading(args: list[str]) -> dict[str, object] | None:
         [],
         ["--json"],
         ["--watch", "500ms", "--count", "3", "--json"],
-        ["--watch=2", "-v", "--color=always"],
+        ["--watch=2", "-v", "--color=always", "--no-jobs"],
         ["--host", "alice@node7", "--sim", "2", "--backend", "sim"],
         ["--"],
     ],

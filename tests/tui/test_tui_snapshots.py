@@ -17,6 +17,7 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.frames import LocalSource
 from tests.conftest import FROZEN_TIME
+from tests.tui.test_tui_jobs import slurm_jobs
 from tests.tui_helpers import HOST, QuietSource, lease, waiter
 
 SnapCompare = Callable[..., bool]
@@ -32,8 +33,9 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-def app_with_history(gpus: int) -> GpuwatchApp:
-    """A simulated node seen for the last ten minutes, one frame every 10 s."""
+def app_with_history(gpus: int, *, slurm: bool = False) -> GpuwatchApp:
+    """A simulated node seen for the last ten minutes, one frame every 10 s; on a Slurm
+    node (`slurm`), jobs hold GPUs 0-2 (tests/tui/test_tui_jobs.py's `slurm_jobs`)."""
     now = [FROZEN_TIME - 600]
     app = GpuwatchApp(
         [QuietSource("sim-node")],
@@ -47,6 +49,11 @@ def app_with_history(gpus: int) -> GpuwatchApp:
     async def feed(pilot: Pilot[int]) -> None:
         while now[0] <= FROZEN_TIME:
             frame = source.read()
+            if slurm and frame.snapshot is not None:
+                from dataclasses import replace
+
+                uuids = [gpu.uuid for gpu in frame.snapshot.gpus]
+                frame = replace(frame, jobs=slurm_jobs(uuids))
             if now[0] == FROZEN_TIME:
                 from dataclasses import replace
 
@@ -77,3 +84,10 @@ def test_help_screen(snap_compare: SnapCompare) -> None:
         await pilot.press("question_mark")
 
     assert snap_compare(app, terminal_size=(100, 30), run_before=open_help)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 32)], ids=["80x24", "120x32"])
+def test_slurm_node(snap_compare: SnapCompare, size: tuple[int, int]) -> None:
+    # A JOB column, and each held GPU's card naming its job; GPU 1 allocated and idle
+    app = app_with_history(4, slurm=True)
+    assert snap_compare(app, terminal_size=size, run_before=app.run_before)  # type: ignore[attr-defined]

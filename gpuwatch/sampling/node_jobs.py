@@ -1,0 +1,386 @@
+"""Who holds each GPU of this node, for a screen: `NodeJobs`, and the readers that give it.
+
+A command that shows GPUs (`status`, the TUI) asks one reader, chosen by `jobs_reader`:
+
+- reading the daemon: the daemon's `/v1/jobs` (its table, and how long each allocated GPU
+  has been idle); a daemon without that route is an older one: asked as without a daemon;
+- else, where `squeue` is on the PATH: this node's Slurm, asked by this process
+  (`SlurmJobs`, in a thread, with a deadline), through a small cache file for one-shot
+  commands (`jobs_cache`);
+- else nothing: a machine without a scheduler shows no job, and no "jobs unknown" either.
+
+`start()` begins asking before the GPUs are read, so that Slurm answers meanwhile;
+`read()` gives the answer, never waiting past the deadline. A scheduler that is down or
+slow gives a `NodeJobs` whose `unknown_why` says so: never an error, never a wait.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from gpuwatch.backends.daemon_client import fetch_jobs_record
+from gpuwatch.errors import DaemonUnavailableError
+from gpuwatch.paths import socket_candidates
+from gpuwatch.record_fields import BadRecord
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from gpuwatch.backends.base import Backend
+    from gpuwatch.jobs.job_table import Job, JobTable
+    from gpuwatch.jobs.slurm import SlurmJobs
+    from gpuwatch.models import GpuSample
+    from gpuwatch.sampling.jobs_cache import JobsCache
+
+ONE_SHOT_DEADLINE_S = 1.0
+"""How long a one-shot `gpuwatch status` waits for Slurm at most (counted from before the
+GPUs are read: Slurm answers meanwhile)."""
+WATCH_DEADLINE_S = 2.0
+"""The deadline of each Slurm command for a screen that refreshes (the TUI, `--watch`):
+it waits only the first time; later frames show the cached answer."""
+MAX_WHY_CHARS = 200
+SLURM_CONF_PLACES = (
+    "/etc/slurm/slurm.conf",
+    "/run/slurm/conf/slurm.conf",
+    "/etc/slurm-llnl/slurm.conf",
+)
+"""Where Slurm's commands find their configuration without `SLURM_CONF`: the default, the
+copy slurmd keeps of a configless cluster's, and older Debian's."""
+_MAX_GPUS = 1024
+_MAX_IDLE_S = 1e10
+
+
+class NodeJobs:
+    """This node's jobs as a screen shows them.
+
+    `scheduler` False: no scheduler here, nothing is shown. Else `table` holds the jobs, or
+    is `None` and `unknown_why` says why they are unknown. A value, never changed once
+    made; a plain class with `__slots__` rather than a frozen dataclass, whose making would
+    cost every one-shot `gpuwatch status` a few milliseconds.
+    """
+
+    __slots__ = ("allocated_idle_s", "idle_window_s", "scheduler", "table", "unknown_why")
+
+    def __init__(
+        self,
+        table: JobTable | None = None,
+        unknown_why: str | None = None,
+        allocated_idle_s: Mapping[str, float] | None = None,
+        idle_window_s: float | None = None,
+        scheduler: bool = False,
+    ) -> None:
+        self.table = table
+        self.unknown_why = unknown_why
+        self.allocated_idle_s: Mapping[str, float] = allocated_idle_s or {}
+        """Seconds each allocated GPU has been idle, by UUID, where the daemon tracks it."""
+        self.idle_window_s = idle_window_s
+        """From how long idle an allocated GPU is shown as such; `None`: never (not tracked)."""
+        self.scheduler = scheduler
+
+    def __repr__(self) -> str:
+        known = "unknown" if self.table is None else f"{len(self.table.jobs)} jobs"
+        return f"NodeJobs({known}, why={self.unknown_why!r}, scheduler={self.scheduler})"
+
+    def job_of(self, gpu: GpuSample) -> Job | None:
+        """The job holding `gpu`; `None` when free or unknown."""
+        return None if self.table is None else self.table.job_of_gpu(gpu)
+
+    def idle_s(self, gpu: GpuSample) -> float | None:
+        """How long `gpu` has been allocated and idle, when that is at least the window:
+        the GPUs to show as "allocated, idle"; `None` for the others."""
+        seconds = self.allocated_idle_s.get(gpu.uuid or "")
+        window = self.idle_window_s
+        if seconds is None or window is None or seconds < window:
+            return None
+        return seconds
+
+
+NO_JOBS = NodeJobs()
+"""No scheduler: nothing to show."""
+
+
+class JobsReader:
+    """Gives a `NodeJobs` each time it is read; the base class knows of no scheduler."""
+
+    def start(self) -> None:
+        """Begins asking, so that `read` finds the answer ready (call before reading GPUs)."""
+
+    def read(self) -> NodeJobs:
+        """The jobs now, or why they are unknown; never waits past the reader's deadline."""
+        return NO_JOBS
+
+    def close(self) -> None:
+        """Stops asking; safe to call twice."""
+
+
+class SlurmReader(JobsReader):
+    """This node's Slurm, asked by this process through `SlurmJobs` (which asks on a thread
+    of its own, so that squeue runs while the driver is opened and read).
+
+    `one_shot` (a command that reads once): the answer of the last few seconds is taken
+    from `cache` (any process's), and a refresh under way when the command ends is waited
+    for a moment, so that a squeue past its deadline is killed, not left running.
+    """
+
+    def __init__(
+        self,
+        slurm: Callable[[], SlurmJobs],
+        *,
+        deadline_s: float,
+        cache: JobsCache | None = None,
+        one_shot: bool = False,
+    ) -> None:
+        self._make_slurm = slurm
+        self._slurm: SlurmJobs | None = None
+        self._deadline_s = deadline_s
+        self._cache = cache
+        self._cached: NodeJobs | None = None
+        self._one_shot = one_shot
+
+    def start(self) -> None:
+        if self._cache is not None and self._cached is None:
+            self._cached = self._cache.load()
+        if self._cached is None:
+            self._reader().start()
+
+    def read(self) -> NodeJobs:
+        if (cached := self._cached) is not None:
+            self._cached = None  # once: a later read asks Slurm again
+            return cached
+        slurm = self._reader()
+        table = slurm.table()
+        why = (
+            None if table is not None else _cut(unknown_reason(slurm.last_error, self._deadline_s))
+        )
+        jobs = NodeJobs(table, why, scheduler=True)
+        if self._cache is not None:
+            self._cache.store(jobs)
+        return jobs
+
+    def close(self) -> None:
+        if self._slurm is not None:
+            self._slurm.close()
+            if self._one_shot:  # the command is about to end
+                finish(self._slurm)
+
+    def _reader(self) -> SlurmJobs:
+        if self._slurm is None:
+            self._slurm = self._make_slurm()
+        return self._slurm
+
+
+def finish(slurm: SlurmJobs, grace_s: float = 0.5) -> None:
+    """Waits a moment for a refresh under way (of a closed `slurm`) to end: past its
+    deadline it kills the Slurm command, which a process that exits first would leave
+    running in its own session."""
+    pending = slurm.start()  # closed: starts nothing, returns the refresh under way
+    if pending is not None:
+        pending.join(grace_s)
+
+
+class DaemonReader(JobsReader):
+    """The `/v1/jobs` of the daemon at `socket_path`; `fallback` (asked as without a daemon)
+    when it has none."""
+
+    def __init__(
+        self, socket_path: str, fallback: Callable[[], JobsReader], timeout_s: float = 1.0
+    ) -> None:
+        self._socket_path = socket_path
+        self._timeout_s = timeout_s
+        self._make_fallback = fallback
+        self._fallback: JobsReader | None = None
+
+    def read(self) -> NodeJobs:
+        if self._fallback is not None:
+            return self._fallback.read()
+        try:
+            record = fetch_jobs_record(self._socket_path, self._timeout_s)
+        except (OSError, ValueError, DaemonUnavailableError) as error:
+            return NodeJobs(None, _cut(f"the daemon did not say ({error})"), scheduler=True)
+        if record is None:  # an older daemon: ask as without one, from now on
+            self._fallback = self._make_fallback()
+            self._fallback.start()
+            return self._fallback.read()
+        return jobs_from_daemon(record, scheduler_here=slurm_conf() is not None)
+
+    def close(self) -> None:
+        if self._fallback is not None:
+            self._fallback.close()
+
+
+def jobs_from_daemon(record: dict[str, object], *, scheduler_here: bool) -> NodeJobs:
+    """The `NodeJobs` of a `/v1/jobs` answer, every field checked (another user's daemon
+    could send anything). A daemon that cannot read jobs, on a node where this user has no
+    scheduler either, has nothing to show."""
+    from gpuwatch.jobs.job_table import table_from_record
+
+    try:
+        table = table_from_record(record)
+    except BadRecord as error:
+        return NodeJobs(None, _cut(f"the daemon's answer is malformed ({error})"), scheduler=True)
+    idle = _idle_map(record.get("allocated_idle_s"))
+    window = _seconds(record.get("idle_window_s"))
+    if table is None:
+        said = record.get("error")
+        why = said if isinstance(said, str) and said.isprintable() and said else None
+        if why in (None, "absent") and not scheduler_here:
+            return NO_JOBS
+        return NodeJobs(None, _cut(unknown_reason(why, None)), scheduler=True)
+    return NodeJobs(table, None, idle, window if window else None, True)
+
+
+def _seconds(value: object) -> float | None:
+    """A count of seconds in range; `None` for anything else (NaN, a boolean, text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and 0 <= value < _MAX_IDLE_S else None
+
+
+def _idle_map(value: object) -> dict[str, float]:
+    """`{uuid: seconds}`, keeping only entries of the right type and range."""
+    if not isinstance(value, dict) or len(value) > _MAX_GPUS:
+        return {}
+    return {
+        uuid: checked
+        for uuid, seconds in value.items()
+        if isinstance(uuid, str)
+        and uuid.isprintable()
+        and len(uuid) <= 96
+        and (checked := _seconds(seconds)) is not None
+    }
+
+
+def unknown_reason(error: str | None, deadline_s: float | None) -> str:
+    """What the reader's terse reason means to a user."""
+    if error == "timeout":
+        within = f" within {deadline_s:g}s" if deadline_s is not None else ""
+        return f"Slurm did not answer{within}"
+    if error == "failed":
+        return "squeue and scontrol failed (is slurmctld up?)"
+    if error == "absent":
+        return "squeue not found"
+    return error or "Slurm did not say"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_WHY_CHARS else text[: MAX_WHY_CHARS - 1] + "…"
+
+
+def slurm_conf() -> str | None:
+    """This node's slurm.conf when Slurm's commands are here: `$SLURM_CONF` (even missing:
+    whoever set it means this Slurm), else the first of `SLURM_CONF_PLACES` that exists;
+    `None` without squeue on the PATH, or with squeue but no configuration (a client
+    package installed for nothing: squeue would only fail)."""
+    if not on_path("squeue"):
+        return None
+    if conf := os.environ.get("SLURM_CONF"):
+        return conf
+    return next((place for place in SLURM_CONF_PLACES if os.path.isfile(place)), None)
+
+
+def on_path(command: str, path: str | None = None) -> bool:
+    """Whether `command` is an executable file on the PATH (`shutil.which` without the
+    import: a one-shot status pays for every module)."""
+    for folder in (os.environ.get("PATH", "") if path is None else path).split(os.pathsep):
+        candidate = os.path.join(folder or ".", command)
+        if os.access(candidate, os.X_OK) and os.path.isfile(candidate):
+            return True
+    return False
+
+
+def jobs_reader(
+    source: Backend, *, one_shot: bool, wanted: bool = True, local: JobsReader | None = None
+) -> JobsReader:
+    """The reader for a command showing `source`'s GPUs: the daemon's, this node's Slurm's,
+    or none; `one_shot` for a command that reads once (a shorter deadline and the cache).
+    `local` is this node's reader if `early_reader` started one."""
+    if not wanted:
+        return JobsReader()
+    socket_path = getattr(source, "socket_path", None)  # the daemon's, or the auto backend's
+    if not one_shot:  # loaded here, not on the sampling thread that will read the jobs
+        import gpuwatch.jobs.job_table  # noqa: F401
+
+        if slurm_conf() is not None:
+            load_slurm_reader()
+    if isinstance(socket_path, str):
+        if local is not None:  # a daemon came up since: it answers instead
+            local.close()
+        return DaemonReader(socket_path, lambda: _local_reader(one_shot))
+    return local if local is not None else _local_reader(one_shot)
+
+
+def load_slurm_reader() -> type[SlurmJobs]:
+    """`SlurmJobs`, with every module its thread uses loaded, on the calling thread.
+
+    Call it from the main thread before any other thread may need it: an import on one
+    thread while another imports too can hand the other a module half made (dataclasses
+    peeks at `typing` in sys.modules, and fails on a partial one). subprocess may be a
+    placeholder until first used (`gpuwatch._lazyimport`): it is used here.
+    """
+    import subprocess
+
+    from gpuwatch.jobs.slurm import SlurmJobs
+
+    subprocess.Popen  # noqa: B018
+    return SlurmJobs
+
+
+def early_reader(*, wanted: bool = True) -> JobsReader | None:
+    """For a one-shot command on a Slurm node without a daemon: this node's reader, started
+    now, before the driver is opened, so that squeue answers while the GPUs are read. `None`
+    where a daemon's socket is there (the daemon will be asked) or no Slurm is."""
+    if not wanted or any(os.path.lexists(path) for path in socket_candidates()):
+        return None
+    reader = _local_reader(one_shot=True)
+    if not isinstance(reader, SlurmReader):
+        return None
+    reader.start()
+    return reader
+
+
+def _local_reader(one_shot: bool) -> JobsReader:
+    conf = slurm_conf()
+    if conf is None:
+        return JobsReader()
+    deadline_s = ONE_SHOT_DEADLINE_S if one_shot else WATCH_DEADLINE_S
+    gres_conf = os.path.join(os.path.dirname(conf), "gres.conf")
+
+    def slurm() -> SlurmJobs:
+        return load_slurm_reader()(timeout_s=deadline_s, gres_conf=gres_conf)
+
+    cache = None
+    if one_shot:
+        from gpuwatch.sampling.jobs_cache import JobsCache
+
+        cache = JobsCache.for_this_user()
+    return SlurmReader(slurm, deadline_s=deadline_s, cache=cache, one_shot=one_shot)
+
+
+def time_left_text(job: Job, now: float) -> str:
+    """`2:13:05 left`, `1-04:00:00 left` (Slurm's day notation), `no time limit`; empty
+    when the start or the limit is not known."""
+    if job.time_limit_s is None:
+        return "no time limit" if job.started_at is not None else ""
+    seconds = job.time_left_s(now)
+    if seconds is None:
+        return ""
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    clock = f"{rest // 3600}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock:0>8} left" if days else f"{clock} left"
+
+
+def idle_text(seconds: float) -> str:
+    """`allocated, idle 45s` / `12m` / `3h05m` / `2d04h`."""
+    whole = int(seconds)
+    if whole < 60:
+        span = f"{whole}s"
+    elif whole < 3600:
+        span = f"{whole // 60}m"
+    elif whole < 86400:
+        span = f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    else:
+        span = f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+    return f"allocated, idle {span}"

@@ -1,0 +1,145 @@
+"""`gpuwatch tui` on a Slurm node: the JOB column, the job on each GPU card, allocated GPUs
+left idle, and "jobs unknown" in the section's header. Levels 1 (pure) and 2 (a Pilot)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+from textual.widgets import Static
+
+from gpuwatch.backends.sim import SimBackend
+from gpuwatch.jobs.job_table import Job, JobTable
+from gpuwatch.sampling.node_jobs import NodeJobs
+from gpuwatch.tui import render
+from gpuwatch.tui.app import GpuwatchApp
+from gpuwatch.tui.frames import Frame, LocalSource
+from gpuwatch.tui.rows import RowFilter, build_rows, columns_for
+from gpuwatch.tui.state import Section
+from gpuwatch.tui.widgets import ProcessTable
+from tests.conftest import FROZEN_TIME
+from tests.tui_helpers import HOST, QuietSource
+
+
+def slurm_jobs(uuids: list[str | None]) -> NodeJobs:
+    """Job 1234 of alice on GPUs 0 and 1 (minor numbers 0 and 1), 2 h 13 min 5 s left, GPU 1
+    allocated and idle for 20 min; job 1240 of bob on GPU 2, without a time limit."""
+    alice = Job("1234", "alice", "train-llm", (0, 1), FROZEN_TIME - 3600, 3600 + 7985.0)
+    bob = Job("1240", "bob", "eval", (2,), FROZEN_TIME - 60, None)
+    table = JobTable((alice, bob), FROZEN_TIME)
+    return NodeJobs(table, None, {uuids[1] or "": 1200.0, uuids[0] or "": 30.0}, 600.0, True)
+
+
+def slurm_frame(jobs: NodeJobs | None = None) -> Frame:
+    """The simulated 4-GPU node (minor number = index) with `jobs`, by default `slurm_jobs`."""
+    source = LocalSource(SimBackend(4, clock=lambda: FROZEN_TIME), None, host_stats=lambda: HOST)
+    frame = source.read()
+    assert frame.snapshot is not None
+    if jobs is None:
+        jobs = slurm_jobs([gpu.uuid for gpu in frame.snapshot.gpus])
+    return replace(frame, jobs=jobs)
+
+
+# --- level 1: pure ----------------------------------------------------------------------
+
+
+def test_the_job_column_is_shown_only_where_a_scheduler_answers() -> None:
+    # WHEN the columns for a wide screen are chosen, with and without a scheduler
+    with_jobs = [c.key for c in columns_for(200, several_hosts=False, jobs=True)]
+    without = [c.key for c in columns_for(200, several_hosts=False)]
+    # THEN JOB follows GPU on a Slurm node, and is not there elsewhere
+    assert with_jobs[with_jobs.index("gpu") + 1] == "job"
+    assert "job" not in without
+
+
+def test_each_process_row_names_the_job_holding_its_gpu() -> None:
+    # GIVEN a frame of processes on GPUs 0-3, jobs holding GPUs 0-2
+    frame = slurm_frame()
+    # WHEN its rows are built
+    rows = build_rows(frame, {}, FROZEN_TIME, 600.0)
+    # THEN each row's job is its GPU's holder, empty on the free GPU
+    expected = {0: "1234", 1: "1234", 2: "1240", 3: ""}
+    assert rows and all(row.job == expected[row.gpu] for row in rows if row.gpu is not None)
+
+
+def test_the_filter_finds_the_processes_of_a_job() -> None:
+    # GIVEN the rows of a Slurm node
+    rows = build_rows(slurm_frame(), {}, FROZEN_TIME, 600.0)
+    # WHEN they are filtered by a job id
+    kept = [row for row in rows if RowFilter.parse("1240").matches(row)]
+    # THEN the rows of that job's GPU are kept
+    assert kept and {row.gpu for row in kept} == {2}
+
+
+def test_a_card_names_its_job_with_time_left_and_marks_it_allocated_idle() -> None:
+    # GIVEN a section showing the Slurm node
+    section = Section(0, "sim-node", 1.0)
+    section.apply(slurm_frame(), 0.0)
+    # WHEN each GPU's card is drawn
+    titles = []
+    for index in range(4):
+        extra = section.card_input(index, 0.0, 100, 600.0)
+        gpu = section.frame.snapshot.gpus[index]  # type: ignore[union-attr]
+        titles.append("".join(text for text, _ in render.gpu_card(gpu, extra, 100, 0)[0]))
+    # THEN the held ones name the job, its user and time left; GPU 1 is allocated and idle
+    assert "job 1234 alice  2:13:05 left" in titles[0] and "idle" not in titles[0]
+    assert "job 1234 alice  2:13:05 left  allocated, idle 20m" in titles[1]
+    assert "job 1240 bob  no time limit" in titles[2]
+    assert "job" not in titles[3]
+
+
+# --- level 2: the app ---------------------------------------------------------------------
+
+
+def run_app(frame: Frame, check: object, size: tuple[int, int] = (160, 40)) -> None:
+    app = GpuwatchApp(
+        [QuietSource("sim-node")], clock=lambda: FROZEN_TIME, sample=False, as_root=False
+    )
+
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            app.feed(0, frame)
+            await pilot.pause()
+            check(app)  # type: ignore[operator]
+
+    asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_the_screen_shows_the_job_column_and_the_jobs_on_the_cards() -> None:
+    def check(app: GpuwatchApp) -> None:
+        # THEN the table has a JOB column naming each process's job ("-" on a free GPU)
+        table = app.query_one(ProcessTable)
+        column = table.get_column_index("job")
+        gpu_column = table.get_column_index("gpu")
+        shown = {
+            str(table.get_row_at(i)[gpu_column]).strip(): str(table.get_row_at(i)[column]).strip()
+            for i in range(table.row_count)
+        }
+        expected = {"0": "1234", "1": "1234", "2": "1240", "3": "-"}
+        assert {"0", "2"} <= set(shown) and shown == {gpu: expected[gpu] for gpu in shown}
+        # AND the cards name the jobs, GPU 1 marked allocated and idle
+        cards = str(app.query_one("#section-0", Static).render())
+        assert "job 1234 alice  2:13:05 left" in cards
+        assert "job 1234 alice  idle 20m" in cards and "job 1240 bob" in cards
+
+    # GIVEN a Slurm node's frame, WHEN the screen shows it
+    run_app(slurm_frame(), check)
+
+
+@pytest.mark.slow
+def test_jobs_unknown_is_said_in_the_header_and_the_gpus_are_shown() -> None:
+    unknown = NodeJobs(None, "Slurm did not answer within 2s", scheduler=True)
+
+    def check(app: GpuwatchApp) -> None:
+        # THEN the header says why, the GPUs are there, and the JOB column says "-"
+        cards = str(app.query_one("#section-0", Static).render())
+        assert "jobs unknown: Slurm did not answer within 2s" in cards
+        assert "[3]" in cards and "job 1234" not in cards
+        table = app.query_one(ProcessTable)
+        column = table.get_column_index("job")
+        assert {str(table.get_row_at(i)[column]).strip() for i in range(table.row_count)} == {"-"}
+
+    # GIVEN a frame whose jobs are unknown, WHEN the screen shows it
+    run_app(slurm_frame(unknown), check)
