@@ -22,6 +22,7 @@ from gpuwatch.jobs import JobTable, SlurmJobs
 from gpuwatch.jobs.engines import open_job_reader, slurmd_spool_dir
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.allocated_idle import AllocatedIdle
+from gpuwatch.units import format_duration
 
 log = logging.getLogger("gpuwatch.daemon")
 
@@ -109,6 +110,12 @@ class JobWatch:
         self._spool = slurmd_spool_dir(self._reader) if self._reader is not None else None
         self._table, self._error = None, why or "Slurm has not answered yet"
 
+    def describe(self) -> str:
+        """How jobs are read, for the daemon's log."""
+        if self._reader is None:
+            return f"no jobs: {self._error}"
+        return f"jobs from Slurm every {format_duration(self.settings.refresh_s)}"
+
     def after_sample(self, snapshot: Snapshot, sampled_at: float) -> None:
         """Counts idle time of held GPUs in `snapshot` (on the poller's thread: no waiting
         but for the lock, held only to count)."""
@@ -142,9 +149,16 @@ class JobWatch:
             error = None if table is not None else _reason(reader.last_error)
         with self._lock:
             if reader is self._reader:  # not replaced by a reload meanwhile
-                if error != self._error:
-                    log.info("jobs %s", "known" if error is None else f"unknown: {error}")
+                self._log_change(table is not None, error)
                 self._table, self._error = table, error
+
+    def _log_change(self, known: bool, error: str | None) -> None:
+        """Logs jobs becoming known, and an outage after that: a node without a scheduler
+        says nothing more after its start (/v1/jobs says why jobs are unknown)."""
+        if known and self._table is None:
+            log.info("jobs known")
+        elif not known and self._table is not None:
+            log.warning("jobs unknown: %s", error)
 
     def _wait_for_next(self, reader: SlurmJobs | None) -> None:
         """Until the next refresh is due, a reload or stop, or slurmd's spool folder changes."""

@@ -79,12 +79,13 @@ class Daemon:
             _serve_in_thread(server, "gpuwatch-api")
             serving = True
             log.info(
-                "serving %s every %gs on %s%s%s",
+                "serving %s every %gs on %s%s%s, %s",
                 self._source_name(),
                 self.settings.interval_s,
                 self.settings.socket_path,
                 _clients_note(self.settings.socket_path),
                 _listen_note(self.settings, self.web),
+                self.jobs.describe(),
             )
             # Everything made so far lives as long as the daemon: keep the collector from
             # walking it again and again (a cost that would dwarf each second's sampling).
