@@ -1,6 +1,7 @@
 """The jobs' series of `/metrics`: whether jobs are known, who holds each GPU, idle held GPUs.
 
     gpuwatch_jobs_known{hostname}                                     1, or 0 while unknown
+    gpuwatch_jobs_idle_window_seconds{hostname}                       --idle-window
     gpuwatch_gpu_job_info{gpu,uuid,hostname,job_id,job_user}          1 per GPU a job holds
     gpuwatch_gpu_allocated_idle_seconds{gpu,uuid,hostname}            per GPU a job holds
 
@@ -35,6 +36,14 @@ def job_metrics(view: View) -> Iterator[Metric]:
     )
     known.add_metric([node], 1 if jobs.known else 0)
     yield known
+    window = GaugeMetricFamily(
+        "gpuwatch_jobs_idle_window_seconds",
+        "How long a held GPU may compute nothing before it is waste (--idle-window): the "
+        "threshold of the GpuAllocatedIdle alert.",
+        labels=("hostname",),
+    )
+    window.add_metric([node], jobs.idle_window_s)
+    yield window
     info = GaugeMetricFamily(
         "gpuwatch_gpu_job_info",
         "Always 1, for each GPU a job holds; the labels name the job (scheduler's id, user).",

@@ -51,6 +51,7 @@ def test_each_held_gpu_names_its_job_and_user_in_one_info_series() -> None:
     assert info == {"0": ("4242", "alice"), "2": ("4242", "alice"), "3": ("4243_7", "")}
     assert {s.value for s in metrics["gpuwatch_gpu_job_info"]} == {1}
     assert metrics["gpuwatch_jobs_known"][0].value == 1
+    assert metrics["gpuwatch_jobs_idle_window_seconds"][0].value == 600
     # AND the uuid and hostname join it onto the GPU's other series
     uuids = {gpu.index: gpu.uuid for gpu in snapshot().gpus}
     first = metrics["gpuwatch_gpu_job_info"][0]
