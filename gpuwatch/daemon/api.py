@@ -244,7 +244,9 @@ class Api:
         idle seconds of each held GPU by uuid, and the window after which that is waste."""
         jobs = self.view().jobs
         body = table_record(jobs.table, error=jobs.error)
-        body["allocated_idle_s"] = dict(jobs.allocated_idle_s)
+        body["allocated_idle_s"] = {
+            uuid: round(seconds, 1) for uuid, seconds in jobs.allocated_idle_s.items()
+        }
         body["idle_window_s"] = jobs.idle_window_s
         return json_response(200, body)
 

@@ -96,10 +96,14 @@ class JobWatch:
             self._reader.close()
 
     def reconfigure(self, settings: JobSettings) -> None:
-        """A new reader for new settings (SIGHUP), asked at once."""
+        """A new reader for new settings (SIGHUP), asked at once; the jobs known stay
+        until it answers, so that a reload is no outage."""
         old = self._reader
         with self._lock:
+            table, error = self._table, self._error
             self._apply(settings)
+            if self._reader is not None and old is not None:
+                self._table, self._error = table, error
         if old is not None:
             old.close()
         self._wake.set()
