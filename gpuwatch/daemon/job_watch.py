@@ -1,11 +1,12 @@
 """The daemon's knowledge of jobs: who holds each GPU, and which held GPUs sit idle.
 
 One thread of its own asks the scheduler every `--jobs-refresh`, and sooner when slurmd's
-spool folder changes (a job step started or ended there; one stat a second), and keeps the
-answer. Asking is never done on the poller's thread or a request's: a scheduler that is
-absent, down or hung (its command is killed at its deadline) makes the jobs unknown, with a
-reason, and delays nothing else. After each sample the poller feeds the GPUs, with the
-jobs known then, to an `AllocatedIdle`; a request reads one `JobsNow`.
+spool folder changes (a job step started or ended there; one stat a second, and at most one
+early question every `EARLY_ASK_GAP_S`), and keeps the answer. Asking is never done on the
+poller's thread or a request's: a scheduler that is absent, down or hung (its command is
+killed at its deadline) makes the jobs unknown, with a reason, and delays nothing else.
+After each sample the poller feeds the GPUs, with the jobs known then, to an
+`AllocatedIdle`; a request reads one `JobsNow`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ log = logging.getLogger("gpuwatch.daemon")
 ASK_TIMEOUT_S = 5.0
 """A Slurm command that has not answered by then is killed: the jobs are unknown."""
 SPOOL_CHECK_S = 1.0
-"""How often slurmd's spool folder is looked at (one stat), and the least time between
-two questions to Slurm that it prompts."""
+"""How often slurmd's spool folder is looked at (one stat)."""
+EARLY_ASK_GAP_S = 5.0
+"""The least time between two questions to Slurm when the spool folder prompts the second:
+each is a full job list from slurmctld, and a node running a step a second must not turn
+into a question a second from every node of the cluster."""
 _REASONS = {
     "absent": "squeue is not found",
     "failed": "squeue and scontrol failed (is slurmctld down?)",
@@ -136,10 +140,11 @@ class JobWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            reader = self._reader
+            reader, seen = self._reader, _changed_at(self._spool)
+            asked_at = time.monotonic()
             if reader is not None:
                 self._ask(reader)
-            self._wait_for_next(reader)
+            self._wait_for_next(asked_at, seen)
 
     def _ask(self, reader: SlurmJobs) -> None:
         pending = reader.start()
@@ -164,19 +169,17 @@ class JobWatch:
         elif not known and self._table is not None:
             log.warning("jobs unknown: %s", error)
 
-    def _wait_for_next(self, reader: SlurmJobs | None) -> None:
-        """Until the next refresh is due, a reload or stop, or slurmd's spool folder changes."""
-        due = time.monotonic() + self.settings.refresh_s
-        spool = self._spool if reader is not None else None
-        seen = _changed_at(spool)
-        while not self._wake.is_set():
+    def _wait_for_next(self, asked_at: float, seen: int | None) -> None:
+        """Until the next refresh is due, or a reload or stop; sooner, but no sooner than
+        `EARLY_ASK_GAP_S` after the last question, when slurmd's spool folder changed from
+        `seen` (as it was before that question)."""
+        due = asked_at + self.settings.refresh_s
+        while True:
             left_s = due - time.monotonic()
-            if left_s <= 0:
+            if left_s <= 0 or self._wake.wait(min(left_s, SPOOL_CHECK_S)):
                 return
-            if self._wake.wait(min(left_s, SPOOL_CHECK_S)):
-                return
-            if spool is not None and _changed_at(spool) != seen:
-                return
+            if self._spool is not None and _changed_at(self._spool) != seen:
+                due = min(due, asked_at + EARLY_ASK_GAP_S)
 
 
 def _changed_at(folder: Path | None) -> int | None:
