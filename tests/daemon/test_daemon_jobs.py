@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.daemon_client import http_get
+from gpuwatch.jobs import table_from_record
 from tests.conftest import run_cli
 from tests.daemon_helpers import get_json, running_daemon
 from tests.wait import wait_until
@@ -156,6 +157,9 @@ def test_the_jobs_route_tells_each_jobs_gpus_and_how_long_held_gpus_idle(
     held = {job["job_id"]: job["gpu_minor_numbers"] for job in body["jobs"]}
     assert held == {"1": [4, 5], "2": [6], "3": []}
     assert body["source"] == "squeue --json" and body["idle_window_s"] == 600
+    # AND a client reads it back with the jobs' own codec
+    table = table_from_record(body)
+    assert table is not None and table.job_on(4).job_id == "1"  # type: ignore[union-attr]
     # AND each held GPU's idle time, by uuid: the busy one's 0, the idle ones' counting up
     uuids = uuids_by_minor(daemon)
     idle_of = lambda: {m: jobs_of(daemon)["allocated_idle_s"].get(u) for m, u in uuids.items()}  # noqa: E731
