@@ -24,8 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuwatch.jobs import JobTable
-from gpuwatch.models import GpuSample
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: sampling loads nothing of the jobs floor for this
+    from gpuwatch.jobs import JobTable
+    from gpuwatch.models import GpuSample
 
 IDLE_UTILIZATION_PCT = 1
 """A GPU at or below this utilisation computes nothing worth the name (a monitoring
