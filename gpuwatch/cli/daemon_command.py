@@ -10,9 +10,16 @@ from click.core import ParameterSource
 from gpuwatch.cli.options import Command, Duration
 from gpuwatch.daemon.settings import (
     DEFAULT_HISTORY_S,
+    DEFAULT_IDLE_WINDOW_S,
     DEFAULT_INTERVAL_S,
+    DEFAULT_JOBS_REFRESH_S,
+    JOB_ENGINES,
+    MAX_IDLE_WINDOW_S,
     MAX_INTERVAL_S,
+    MAX_JOBS_REFRESH_S,
+    MIN_IDLE_WINDOW_S,
     MIN_INTERVAL_S,
+    MIN_JOBS_REFRESH_S,
     Settings,
     check_retention,
     parse_listen,
@@ -27,6 +34,10 @@ _FLAG_SETTINGS = {
     "listen": "listen",
     "node_name": "node_name",
     "web_config_path": "web_config",
+    "jobs": "jobs",
+    "jobs_refresh_s": "jobs_refresh",
+    "idle_window_s": "idle_window",
+    "slurm_conf": "slurm_conf",
 }
 _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
@@ -79,12 +90,44 @@ _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     "tls_server_config for HTTPS, basic_auth_users for passwords; re-read on SIGHUP.",
 )
 @click.option(
+    "--jobs",
+    type=click.Choice(JOB_ENGINES),
+    default="auto",
+    help="Who tells which job holds each GPU: auto (Slurm where squeue is on PATH), slurm, "
+    "or off (never ask).  [default: auto]",
+)
+@click.option(
+    "--jobs-refresh",
+    "jobs_refresh_s",
+    type=Duration(minimum_s=MIN_JOBS_REFRESH_S, maximum_s=MAX_JOBS_REFRESH_S),
+    default=DEFAULT_JOBS_REFRESH_S,
+    metavar="DURATION",
+    help="How often Slurm is asked (sooner when slurmd starts or ends a job step).  [default: 30s]",
+)
+@click.option(
+    "--idle-window",
+    "idle_window_s",
+    type=Duration(minimum_s=MIN_IDLE_WINDOW_S, maximum_s=MAX_IDLE_WINDOW_S),
+    default=DEFAULT_IDLE_WINDOW_S,
+    metavar="DURATION",
+    help="How long a GPU a job holds may compute nothing before it counts as idle "
+    "(/v1/jobs, the GpuAllocatedIdle alert).  [default: 10m]",
+)
+@click.option(
+    "--slurm-conf",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="The slurm.conf of this node's Slurm (gres.conf is read beside it).  "
+    "[default: $SLURM_CONF, else /etc/slurm/slurm.conf]",
+)
+@click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="A TOML file with interval, history, listen, node_name and web_config; re-read on "
-    "SIGHUP. Flags and their environment variables win over it.",
+    help="A TOML file with interval, history, listen, node_name, web_config, jobs, "
+    "jobs_refresh, idle_window and slurm_conf; re-read on SIGHUP. Flags and their "
+    "environment variables win over it.",
 )
 @click.option(
     "--backend",
@@ -103,6 +146,10 @@ def daemon(
     listen: str | None,
     node_name: str | None,
     web_config_path: str | None,
+    jobs: str,
+    jobs_refresh_s: float,
+    idle_window_s: float,
+    slurm_conf: str | None,
     config_path: str | None,
     backend: str,
     sim: str | None,
@@ -111,13 +158,16 @@ def daemon(
 
     Clients (status, pick) use the daemon when it runs and read the driver
     themselves when it does not. SIGHUP re-reads --config and reopens the
-    driver; SIGTERM stops. Under systemd: docs/operations/systemd.md.
+    driver; SIGTERM stops. Under systemd: docs/operations/systemd.md. On a
+    Slurm node it also tells which job holds each GPU and which held GPUs sit
+    idle (/v1/jobs, /metrics): docs/operations/slurm.md.
 
     \b
     Examples:
       gpuwatch daemon                 # API on $XDG_RUNTIME_DIR/gpuwatch.sock
       gpuwatch daemon --listen 19400  # + http://127.0.0.1:19400/metrics
       gpuwatch daemon --sim 8 --socket /tmp/gw.sock
+      gpuwatch daemon --jobs slurm --idle-window 30m
       curl --unix-socket /tmp/gw.sock http://gw/v1/health
     """
     from gpuwatch.daemon.service import run_daemon
@@ -126,6 +176,7 @@ def daemon(
         ("--socket", socket_path),
         ("--config", config_path),
         ("--web-config", web_config_path),
+        ("--slurm-conf", slurm_conf),
     ):
         if value == "":
             raise click.BadParameter(
@@ -162,6 +213,10 @@ def daemon(
         backend=backend,
         sim=sim,
         config_path=config_path,
+        jobs=jobs,
+        jobs_refresh_s=jobs_refresh_s,
+        idle_window_s=idle_window_s,
+        slurm_conf=slurm_conf,
         fixed_by_flags=fixed,
     )
     return run_daemon(settings)

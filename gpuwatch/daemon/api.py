@@ -7,6 +7,8 @@
     GET /v1/leases                 who holds which GPU (from the lease directory)
     GET /v1/health                 whether sampling works, and how big the history is
     GET /v1/training               training processes watched by gpuwatch.torch.watch()
+    GET /v1/jobs                   the scheduler's jobs on this node and their GPUs, and how
+                                       long each held GPU has been idle (200 while unknown too)
     GET /metrics                   Prometheus metrics (also over TCP, with `--listen`)
     GET /-/healthy                 200 while the daemon runs (also over TCP)
     GET /-/ready                   200 while a current snapshot is served, else 503 (also
@@ -33,12 +35,14 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpuwatch._version import __version__
+from gpuwatch.daemon.job_watch import JobSettings, JobWatch
 from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.settings import Settings
 from gpuwatch.daemon.training_series import TrainingView, training_body
 from gpuwatch.daemon.view import NO_REPORTS, View
 from gpuwatch.daemon.wire import Response, error_response, json_response
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.jobs import table_record
 from gpuwatch.leases.directory import LeaseDir, LeaseFiles
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
 from gpuwatch.placement.request import Waiter
@@ -82,9 +86,10 @@ class Api:
     """Answers each route from one view of the poller's state, taken for that request; no
     HTTP in here, so it is tested directly."""
 
-    def __init__(self, poller: Poller, settings: Settings) -> None:
+    def __init__(self, poller: Poller, settings: Settings, jobs: JobWatch | None = None) -> None:
         self.poller = poller
         self.settings = settings
+        self.jobs = jobs or JobWatch(JobSettings(engine="off"))
         self._training = TrainingView()
         self._started = time.monotonic()
         self._snapshot_cache: tuple[int, Response] | None = None
@@ -97,6 +102,7 @@ class Api:
             "/v1/health": self.health,
             "/metrics": self.metrics,
             "/v1/training": self.training,
+            "/v1/jobs": self.job_table,
             "/-/healthy": self.healthy,
             "/-/ready": self.ready,
         }
@@ -140,6 +146,7 @@ class Api:
             tuple(waiters),
             self._training.reports() if training else NO_REPORTS,
             self.settings.node_name,
+            self.jobs.now(state.snapshot),
         )
 
     def snapshot(self, query: Query) -> Response:
@@ -231,6 +238,17 @@ class Api:
     def training(self, query: Query) -> Response:
         view = self.view(training=True)
         return json_response(200, training_body(view.snapshot, view.training))
+
+    def job_table(self, query: Query) -> Response:
+        """`table_record` of the jobs (`known: false` and `error` while unknown), with the
+        idle seconds of each held GPU by uuid, and the window after which that is waste."""
+        jobs = self.view().jobs
+        body = table_record(jobs.table, error=jobs.error)
+        body["allocated_idle_s"] = {
+            uuid: round(seconds, 1) for uuid, seconds in jobs.allocated_idle_s.items()
+        }
+        body["idle_window_s"] = jobs.idle_window_s
+        return json_response(200, body)
 
     def metrics(self, query: Query) -> Response:
         return Response(200, CONTENT_TYPE_LATEST, exposition(self.view(leases=True, training=True)))

@@ -10,6 +10,9 @@ report is left out, not sent as 0. While the snapshot is not current (sampling
 fails or stalls), no value of it is sent: every GPU is down, and
 `gpuwatch_sample_timestamp_seconds` says how old the last snapshot is.
 
+Jobs (`gpuwatch_jobs_known`, `gpuwatch_gpu_job_info`, `gpuwatch_gpu_allocated_idle_seconds`)
+come from `job_series`; no other series carries a job.
+
 MIG device series (`gpuwatch_mig_*`) carry the parent's `gpu` index, the MIG
 device's own `uuid`, its `profile`, `gpu_instance_id` and `compute_instance_id`.
 """
@@ -24,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpuwatch._version import __version__
+from gpuwatch.daemon.job_series import job_metrics
 from gpuwatch.daemon.training_series import training_indices, training_metrics
 from gpuwatch.daemon.view import View
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
@@ -80,6 +84,7 @@ class ViewCollector(Collector):
         yield from self._snapshot_metrics()
         view = self._view
         yield from training_metrics(view.training, training_indices(view.snapshot), view.node)
+        yield from job_metrics(view)
 
     def _snapshot_metrics(self) -> Iterator[Metric]:
         view, snapshot, node = self._view, self._view.snapshot, self._view.node

@@ -1,11 +1,11 @@
 """The daemon's life: start, serve, reload on SIGHUP, stop cleanly on SIGTERM.
 
-Threads: the poller samples; the API servers answer, one thread per
-connection. The main thread takes signals synchronously (they are blocked in
-every thread and waited for with `sigtimedwait`, so no handler ever runs in
-the middle of other code), tells systemd READY once the first attempt to
-sample has finished, and keeps systemd's watchdog fed while sampling makes
-progress.
+Threads: the poller samples; one thread asks the scheduler which job holds
+each GPU (`job_watch`); the API servers answer, one thread per connection.
+The main thread takes signals synchronously (they are blocked in every thread
+and waited for with `sigtimedwait`, so no handler ever runs in the middle of
+other code), tells systemd READY once the first attempt to sample has
+finished, and keeps systemd's watchdog fed while sampling makes progress.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
 from gpuwatch.daemon.api import Api, stale_reason
+from gpuwatch.daemon.job_watch import JobSettings, JobWatch
 from gpuwatch.daemon.listeners import TcpMetricsServer, UnixApiServer
 from gpuwatch.daemon.node import NamedNode
 from gpuwatch.daemon.notify import Notifier
@@ -45,9 +46,15 @@ class Daemon:
         self._flags = settings  # what the command line said; the config file goes on top
         self.settings = with_config_file(settings)
         self.web = _web_config(self.settings)  # a bad file stops the start before any work
-        self.poller = Poller(self._open_source, self.settings.interval_s, self.settings.history_s)
+        self.jobs = JobWatch(job_settings(self.settings))
+        self.poller = Poller(
+            self._open_source,
+            self.settings.interval_s,
+            self.settings.history_s,
+            after_sample=self.jobs.after_sample,
+        )
         self.notifier = Notifier.from_environment()
-        self.api = Api(self.poller, self.settings)
+        self.api = Api(self.poller, self.settings, self.jobs)
         self._tcp: TcpMetricsServer | None = None
 
     def run(self) -> int:
@@ -68,15 +75,17 @@ class Daemon:
             # every listener bound before any answers
             self._tcp = self._bind_tcp(self.settings, self.web)
             self.poller.start()
+            self.jobs.start()
             _serve_in_thread(server, "gpuwatch-api")
             serving = True
             log.info(
-                "serving %s every %gs on %s%s%s",
+                "serving %s every %gs on %s%s%s, %s",
                 self._source_name(),
                 self.settings.interval_s,
                 self.settings.socket_path,
                 _clients_note(self.settings.socket_path),
                 _listen_note(self.settings, self.web),
+                self.jobs.describe(),
             )
             # Everything made so far lives as long as the daemon: keep the collector from
             # walking it again and again (a cost that would dwarf each second's sampling).
@@ -90,6 +99,7 @@ class Daemon:
                 server.shutdown()
             server.server_close()
             self._close_tcp(self._tcp)
+            self.jobs.stop()
             self.poller.stop()
 
     def _first_attempt(self) -> bool:
@@ -126,6 +136,7 @@ class Daemon:
             elif self._tcp is not None:
                 self._tcp.web = web
             self.poller.reconfigure(fresh.interval_s, fresh.history_s)
+            self.jobs.reconfigure(job_settings(fresh))
         except Exception as error:  # a reload must never take the daemon down
             log.error("reload failed, keeping the settings in force: %s", error)
         else:
@@ -176,6 +187,12 @@ class Daemon:
         note = f", {faulty} with faults" if faulty else ""
         gpus = counted(len(state.snapshot.gpus), "GPU")
         return f"{gpus}{note}, {counted(state.samples, 'sample')}"
+
+
+def job_settings(settings: Settings) -> JobSettings:
+    return JobSettings(
+        settings.jobs, settings.jobs_refresh_s, settings.idle_window_s, settings.slurm_conf
+    )
 
 
 def _signal_number(signals: set[signal.Signals], timeout_s: float) -> int | None:

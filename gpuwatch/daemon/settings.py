@@ -1,11 +1,12 @@
 """The daemon's settings: command-line flags over an optional TOML file.
 
-The file (`--config`) may set `interval`, `history`, `listen`, `node_name` and
-`web_config`; flags given on the command line (or their environment variables)
-win over it. SIGHUP reads the file again, on top of the
-flags: a setting removed from the file goes back to its flag or default. A
-file that does not exist sets nothing (so a unit can name one that an
-administrator may add later); one that exists but does not parse is an error.
+The file (`--config`) may set `interval`, `history`, `listen`, `node_name`,
+`web_config`, `jobs`, `jobs_refresh`, `idle_window` and `slurm_conf`; flags
+given on the command line (or their environment variables) win over it.
+SIGHUP reads the file again, on top of the flags: a setting removed from the
+file goes back to its flag or default. A file that does not exist sets nothing
+(so a unit can name one that an administrator may add later); one that exists
+but does not parse is an error.
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ DEFAULT_INTERVAL_S = 1.0
 DEFAULT_HISTORY_S = 24 * 3600.0
 MAX_HISTORY_SAMPLES = 1_000_000
 """At most this many samples are kept (96 MB for 8 GPUs): over 11 days at 1 s."""
+JOB_ENGINES = ("auto", "slurm", "off")
+DEFAULT_JOBS_REFRESH_S = 30.0
+"""How often Slurm is asked by default: one squeue every 30 s costs the daemon well under
+0.5 % of a core (bench/daemon_slurm_cost.py); slurmd's spool folder says sooner when a job
+starts or ends."""
+MIN_JOBS_REFRESH_S = 1.0
+MAX_JOBS_REFRESH_S = 3600.0
+DEFAULT_IDLE_WINDOW_S = 600.0
+MIN_IDLE_WINDOW_S = 1.0
+MAX_IDLE_WINDOW_S = 7 * 86400.0
 MAX_NODE_NAME_CHARS = 253
 """As long as a DNS name may be: room for any host's fully qualified name."""
 _EXAMPLES = {
@@ -32,6 +43,10 @@ _EXAMPLES = {
     "listen": '"19400"',
     "node_name": '"gpu-07"',
     "web_config": '"/etc/gpuwatch/web-config.yml"',
+    "jobs": '"auto"',
+    "jobs_refresh": '"30s"',
+    "idle_window": '"10m"',
+    "slurm_conf": '"/etc/slurm/slurm.conf"',
 }
 
 
@@ -50,6 +65,14 @@ class Settings:
     backend: str = "nvml"
     sim: str | None = None
     config_path: str | None = None
+    jobs: str = "auto"
+    """Who tells which job holds each GPU: `auto` (Slurm where squeue is on PATH), `slurm`
+    or `off`."""
+    jobs_refresh_s: float = DEFAULT_JOBS_REFRESH_S
+    idle_window_s: float = DEFAULT_IDLE_WINDOW_S
+    """How long an allocated GPU may sit idle before the `GpuAllocatedIdle` alert."""
+    slurm_conf: str | None = None
+    """The slurm.conf of Slurm's commands; `None`: $SLURM_CONF, else Slurm's default."""
     fixed_by_flags: frozenset[str] = frozenset()
     """Settings given as flags, which the config file cannot change."""
 
@@ -89,6 +112,38 @@ def _web_config_path(text: str) -> str:
     if not text:
         raise InvalidValueError("web_config: give a path, or leave it out")
     return text
+
+
+def parse_jobs(text: str) -> str:
+    if text not in JOB_ENGINES:
+        raise InvalidValueError(f"jobs {text[:40]!r}: give one of {', '.join(JOB_ENGINES)}")
+    return text
+
+
+def parse_jobs_refresh(text: str) -> float:
+    return _duration("jobs_refresh", text, MIN_JOBS_REFRESH_S, MAX_JOBS_REFRESH_S)
+
+
+def parse_idle_window(text: str) -> float:
+    return _duration("idle_window", text, MIN_IDLE_WINDOW_S, MAX_IDLE_WINDOW_S)
+
+
+def _slurm_conf(text: str) -> str:
+    if not text:
+        raise InvalidValueError("slurm_conf: give a path, or leave it out")
+    return text
+
+
+def _duration(name: str, text: str, least_s: float, most_s: float) -> float:
+    try:
+        seconds = parse_duration(text, most_s=most_s)
+    except InvalidValueError as error:
+        raise InvalidValueError(f"{name} {error}") from None
+    if seconds < least_s:
+        raise InvalidValueError(
+            f"{name} {text!r} is too short: the least is {format_duration(least_s)}"
+        )
+    return seconds
 
 
 def parse_interval(text: str) -> float:
@@ -143,6 +198,10 @@ def with_config_file(settings: Settings) -> Settings:
         "listen": ("listen", parse_listen),
         "node_name": ("node_name", parse_node_name),
         "web_config": ("web_config_path", _web_config_path),
+        "jobs": ("jobs", parse_jobs),
+        "jobs_refresh": ("jobs_refresh_s", parse_jobs_refresh),
+        "idle_window": ("idle_window_s", parse_idle_window),
+        "slurm_conf": ("slurm_conf", _slurm_conf),
     }
     changes: dict[str, Any] = {}
     for key, value in data.items():

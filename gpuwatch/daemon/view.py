@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwatch.daemon.job_watch import NO_JOBS, JobsNow
 from gpuwatch.daemon.node import host_name
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.placement.request import Waiter
@@ -34,6 +35,8 @@ class View:
     training: TrainingReports = NO_REPORTS
     node_name: str | None = None
     """`--node-name`; `None`: the name the source gives the node."""
+    jobs: JobsNow = NO_JOBS
+    """Which job holds each GPU, and for how long held GPUs have been idle."""
 
     @property
     def node(self) -> str:

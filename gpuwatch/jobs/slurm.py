@@ -105,6 +105,13 @@ class SlurmJobs:
                 self._pending.start()
             return self._pending
 
+    def latest(self) -> JobTable | None:
+        """The latest answer as it stands, however old: no refresh is started and nothing
+        waits (`None` before the first answer, or when it was "jobs unknown"). For a caller
+        that keeps its own schedule with `start()`."""
+        with self._lock:
+            return self._answer
+
     @property
     def refreshing(self) -> bool:
         """True while a Slurm command is under way."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -13,6 +14,8 @@ from gpuwatch.errors import DaemonUnavailableError
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.history import History
+
+log = logging.getLogger("gpuwatch.sampling")
 
 
 def ticks(
@@ -92,12 +95,23 @@ class Poller:
     backend that fails as a whole (a driver reloaded under it) is reported in
     `state.error`, closed, and opened afresh at the next tick. A slow driver
     call delays the samples, never the readers: they get the latest snapshot.
+
+    `after_sample`, when given, is called on the poller's thread with each snapshot and
+    the `time.monotonic()` it was taken at: something fed by every sample (it must be
+    quick and never wait: the next sample waits for it). A fault of it is logged and
+    leaves the sample, and the backend, alone.
     """
 
     def __init__(
-        self, open_source: Callable[[], Backend], interval_s: float, history_s: float
+        self,
+        open_source: Callable[[], Backend],
+        interval_s: float,
+        history_s: float,
+        *,
+        after_sample: Callable[[Snapshot, float], None] | None = None,
     ) -> None:
         self._open_source = open_source
+        self._after_sample = after_sample
         self._source: Backend | None = open_source()  # a failure here is the caller's to report
         self.interval_s = interval_s
         self.history_s = history_s
@@ -196,3 +210,8 @@ class Poller:
                 self._history = History(self.history_capacity, len(snapshot.gpus))
             self._history.append(snapshot, sampled_at)
         self.state = PollState(snapshot, None, sampled_at, self.state.samples + 1, sampled_at)
+        if self._after_sample is not None:
+            try:
+                self._after_sample(snapshot, sampled_at)
+            except Exception:  # not the driver's fault: no reopening, no failed sample
+                log.exception("after a sample")

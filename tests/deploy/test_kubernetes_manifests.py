@@ -17,8 +17,10 @@ import pytest
 from gpuwatch._version import __version__
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.daemon_command import daemon
+from gpuwatch.daemon.job_watch import JobsNow
 from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.view import View
+from gpuwatch.jobs import Job, JobTable
 from gpuwatch.paths import SYSTEM_DIR, SYSTEM_LEASE_DIR, SYSTEM_SOCKET
 from gpuwatch.sampling.poller import PollState
 from tests.deploy.manifests import daemon_container, kustomization, one, pod_spec
@@ -28,11 +30,16 @@ TARGET_LABELS = {"job", "instance", "namespace", "service", "pod", "container", 
 
 
 def exported_series() -> dict[str, set[str]]:
-    """Each family the daemon exports for a simulated node, with its labels."""
+    """Each family the daemon exports for a simulated node where a job holds GPU 0, with its
+    labels."""
     from prometheus_client.parser import text_string_to_metric_families
 
     snapshot = SimBackend(4, clock=lambda: 1_790_000_000.0).sample()
-    text = exposition(View(PollState(snapshot, None, 0.0, 1))).decode()
+    held = JobTable(
+        (Job("4242", "alice", None, (snapshot.gpus[0].minor_number or 0,), None, None),), 0.0
+    )
+    jobs = JobsNow(held, None, 600.0, {str(snapshot.gpus[0].uuid): 0.0})
+    text = exposition(View(PollState(snapshot, None, 0.0, 1), jobs=jobs)).decode()
     families = text_string_to_metric_families(text)
     return {f.name: {label for s in f.samples for label in s.labels} for f in families}
 

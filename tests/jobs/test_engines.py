@@ -1,0 +1,46 @@
+"""Choosing the job reader (`--jobs`), and where slurmd shows that its jobs changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.jobs import SlurmJobs
+from gpuwatch.jobs.engines import open_job_reader, spool_dir_in
+
+
+@pytest.mark.parametrize(
+    ("conf", "expected"),
+    [
+        ("SlurmdSpoolDir=/var/spool/slurm/%n\n", "/var/spool/slurm/gpu-07"),
+        ("slurmdspooldir = /srv/spool # the node's own\n", "/srv/spool"),
+        ("# SlurmdSpoolDir=/commented/out\nClusterName=c\n", "/var/spool/slurmd"),
+    ],
+    ids=["node-pattern", "spaces-and-comment", "slurms-default"],
+)
+def test_the_spool_folder_is_slurmds_own_for_this_node(conf: str, expected: str) -> None:
+    assert spool_dir_in(conf, "gpu-07") == expected
+
+
+def test_off_never_makes_a_reader_and_says_so() -> None:
+    reader, why = open_job_reader("off", timeout_s=1.0)
+    assert reader is None and why == "job reading is off (--jobs off)"
+
+
+def test_auto_takes_slurm_only_where_squeue_is_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a PATH without squeue
+    monkeypatch.setenv("PATH", str(tmp_path))
+    reader, why = open_job_reader("auto", timeout_s=1.0)
+    assert reader is None and why is not None and "squeue is not on PATH" in why
+    # WHEN squeue appears on it
+    squeue = tmp_path / "squeue"
+    squeue.write_text("#!/bin/sh\n")
+    squeue.chmod(0o755)
+    # THEN auto reads Slurm, with the slurm.conf given
+    reader, why = open_job_reader("auto", slurm_conf="/etc/x/slurm.conf", timeout_s=1.0)
+    assert isinstance(reader, SlurmJobs) and why is None
+    assert reader.env["SLURM_CONF"] == "/etc/x/slurm.conf"
+    assert reader.gres_conf == Path("/etc/x/gres.conf")
