@@ -13,7 +13,7 @@ from textual.widgets import Footer, Static
 from gpuwatch.fleet.nodes import FleetState, NodeState
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.tui import render
-from gpuwatch.tui.fleet_cells import user_line
+from gpuwatch.tui.fleet_cells import job_note, user_line
 from gpuwatch.tui.fleet_rows import user_rows
 from gpuwatch.tui.frames import Backfill, Frame
 from gpuwatch.tui.keys import Key
@@ -46,7 +46,7 @@ def fleet_help(width: int = HELP_WIDTH) -> render.Line:
         spans.append((_hanging(key.label, width, _KEY_CELLS) + "\n", ""))
     spans.append(("\nFilter (/): ", "heading"))
     terms = (
-        "user:NAME (runs a process there)  free (a free GPU)  down (down or stale)  "
+        "user:NAME (runs a process or a job there)  free (a free GPU)  down (down or stale)  "
         "idle (an idle holder)  WORD (in the name, exporter or GPU model)"
     )
     spans.append((_hanging(terms, width, 12) + "\n", ""))
@@ -78,9 +78,17 @@ class NodeScreen(Screen[None]):
         Binding("escape,q,enter", "dismiss", "Back to the fleet"),
     ]
 
-    def __init__(self, node: str, interval_s: float, *, waits_for_history: bool) -> None:
+    def __init__(
+        self,
+        node: str,
+        interval_s: float,
+        *,
+        waits_for_history: bool,
+        idle_after_s: float = 0.0,
+    ) -> None:
         super().__init__(id="node")
         self.node = node
+        self.idle_after_s = idle_after_s
         self.section = Section(0, node, interval_s)
         self.history_done = not waits_for_history
         self._latest: tuple[NodeState, float] | None = None
@@ -102,7 +110,19 @@ class NodeScreen(Screen[None]):
         self._latest = (node, received_at)
         if not self.history_done:
             return  # the history goes in first, or the series would drop the past
-        frame = Frame(node.name, node.snapshot, node.leases or (), error=node.error, local=False)
+        notes = tuple(
+            (gpu.index, note)
+            for gpu in (node.snapshot.gpus if node.snapshot is not None else ())
+            if (note := job_note(node.jobs_on(gpu.index), self.idle_after_s))
+        )
+        frame = Frame(
+            node.name,
+            node.snapshot,
+            node.leases or (),
+            error=node.error,
+            local=False,
+            card_notes=notes,
+        )
         self.section.apply(frame, received_at)
         if node.error and not node.up:
             self.section.error = node.error
@@ -120,8 +140,8 @@ class NodeScreen(Screen[None]):
 
 
 class UsersScreen(Screen[None]):
-    """Who uses the fleet's GPUs: user, nodes, GPUs and GPU memory, from the processes
-    of the nodes that are up."""
+    """Who uses the fleet's GPUs: user, nodes, GPUs, GPU memory and jobs, from the
+    processes and the scheduler's jobs of the nodes that are up."""
 
     BINDINGS = [  # noqa: RUF012
         Binding("escape,q,u", "dismiss", "Back to the fleet"),

@@ -16,7 +16,7 @@ from tests.fleet.servers import fixture, serving
 
 TAKEN_AT = 1.7954727494912333e09
 WORK = fixture("gpuwatch_node.prom").decode() + fixture("gpuwatch_work.prom").decode()
-JOBS = (GpuJob(0, "4242", "alice", 1800.0), GpuJob(1, "4243_7", "bob", 0.0))
+JOBS = (GpuJob(0, "4242", "carol", 1800.0), GpuJob(1, "4243_7", "alice", 0.0))
 
 
 def scraped(text: str) -> NodeState:
@@ -126,7 +126,7 @@ def test_the_json_has_the_line_per_node_and_the_job_per_gpu_null_where_unknown()
     assert (gpuwatch["lease_waiters"], gpuwatch["longest_wait_s"]) == (3, 95.5)
     assert gpuwatch["jobs_known"] is True
     jobs = [(g["job_id"], g["job_user"], g["allocated_idle_s"]) for g in gpuwatch["gpus"]]
-    assert jobs[:3] == [("4242", "alice", 1800), ("4243_7", "bob", 0.0), (None, None, None)]
+    assert jobs[:3] == [("4242", "carol", 1800), ("4243_7", "alice", 0.0), (None, None, None)]
     assert (dcgm["lease_waiters"], dcgm["longest_wait_s"], dcgm["jobs_known"]) == (
         None,
         None,
