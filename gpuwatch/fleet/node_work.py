@@ -27,11 +27,10 @@ LONGEST_WAIT = "gpuwatch_lease_longest_wait_seconds"
 JOBS_KNOWN = "gpuwatch_jobs_known"
 JOB_INFO = "gpuwatch_gpu_job_info"
 ALLOCATED_IDLE = "gpuwatch_gpu_allocated_idle_seconds"
-BY_NODE_OR_GPU = (WAITERS, LONGEST_WAIT, JOBS_KNOWN, ALLOCATED_IDLE)
-"""Families labelled by the node alone, or by a GPU index: what the other labels say is
-known from the GPU's identity series."""
-WITH_LABELS = (JOB_INFO,)
-"""Families whose labels are the point (the job's id and user)."""
+BY_NODE_OR_GPU = (WAITERS, LONGEST_WAIT, JOBS_KNOWN, ALLOCATED_IDLE, JOB_INFO)
+"""Families read with no more labels than the GPU's index and `JOB_LABELS`: what the
+others say (uuid, hostname) is known from the GPU's identity series."""
+JOB_LABELS = ("job_id", "job_user")
 MAX_WAITERS = 1_000_000
 MAX_SECONDS = 1e10  # three centuries: anything longer is not a duration
 

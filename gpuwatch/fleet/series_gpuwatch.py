@@ -43,14 +43,16 @@ INDEXED = (
     "gpuwatch_sampling_up",
     *node_work.BY_NODE_OR_GPU,
 )
-"""Families a Prometheus source may read with only `gpu` (and the target) as labels."""
+"""Families a Prometheus source may read with only `gpu` (and the target) as labels, and
+`INDEXED_LABELS` where they have them."""
+INDEXED_LABELS = node_work.JOB_LABELS
+"""The labels an indexed family carries besides `gpu`: a job's id and user."""
 WHOLE = (
     "gpuwatch_gpu_info",
     "gpuwatch_sample_timestamp_seconds",
     "gpuwatch_process_memory_bytes",
     "gpuwatch_mig_leases",
     *_MIG_VALUES,
-    *node_work.WITH_LABELS,
 )
 """Families read with all their labels: identity, processes, MIG devices."""
 ZERO = ("gpuwatch_gpu_up",)
