@@ -4,6 +4,7 @@ them, the scheduler's job on each, and the GPUs a job holds but leaves idle."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.nodes import FleetState, NodeState
@@ -13,6 +14,7 @@ from gpuwatch.tui.fleet_cells import cell_text, plain_table
 from gpuwatch.tui.fleet_model import FleetView
 from gpuwatch.tui.fleet_rows import IdleTracker, build_rows, totals, user_rows
 from gpuwatch.tui.fleet_screens import NodeScreen
+from tests.conftest import run_cli
 from tests.fleet.servers import fixture
 
 TAKEN_AT = 1.7954727494912333e09
@@ -131,3 +133,18 @@ def test_a_nodes_cards_name_the_job_on_each_gpu_and_how_long_it_left_it_idle() -
             assert notes == ["job 4242 carol, idle 30m", "job 4243_7 alice", "", ""]
 
     asyncio.run(look())
+
+
+def test_the_json_of_a_simulated_fleet_tells_waiting_jobs_and_jobs_null_where_unknown() -> None:
+    result = run_cli("fleet", "--sim", "20", "--json")
+    assert result.exit_code == 0, result.stderr
+    nodes = json.loads(result.stdout)["nodes"]
+    gpuwatch_nodes = [n for n in nodes if n["exporter"] == "gpuwatch" and n["gpus"]]
+    dcgm = [n for n in nodes if n["exporter"] == "dcgm"]
+    # THEN a gpuwatch node tells its line, and the job on each GPU a job holds
+    assert all(isinstance(n["lease_waiters"], int) and n["jobs_known"] for n in gpuwatch_nodes)
+    assert any(n["lease_waiters"] for n in gpuwatch_nodes)
+    held = [g for n in gpuwatch_nodes for g in n["gpus"] if g["job_id"] is not None]
+    assert held and all(g["job_user"] and g["allocated_idle_s"] is not None for g in held)
+    # AND a dcgm-exporter node says neither: null, and its jobs are not known
+    assert dcgm and all(n["lease_waiters"] is None and not n["jobs_known"] for n in dcgm)
