@@ -282,12 +282,7 @@ class FleetApp(App[int]):
         if node is None or len(self.screen_stack) > 1:
             return  # Enter reaches both the table and the app: open one node only
         history = getattr(self.source, "history", None)
-        screen = NodeScreen(
-            node,
-            self.interval_s,
-            waits_for_history=callable(history),
-            idle_after_s=self.idle_after_s,
-        )
+        screen = NodeScreen(node, self.interval_s, waits_for_history=callable(history))
         self.push_screen(screen)
         if self.fleet is not None:
             state = next((n for n in self.fleet.nodes if n.name == node), None)

@@ -76,9 +76,6 @@ class Frame:
     training: TrainingReports = NO_TRAINING
     """The training processes `gpuwatch.torch.watch()` watches there, for sources that read
     them: read on the source's thread, so a slow lease directory never holds up the screen."""
-    card_notes: tuple[tuple[int, str], ...] = ()
-    """(GPU index, text) for the start of that GPU's card title: the job a fleet node's
-    daemon says holds it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,8 +175,6 @@ class CardInput:
     """Its MIG devices, one line each under the card."""
     error_above: bool = False
     """Its error is the section's, said once in the header: the card only points there."""
-    note: str = ""
-    """Said first after the GPU's name: who holds it beyond gpuwatch (a scheduler's job)."""
 
 
 def gpu_card(
@@ -252,7 +250,7 @@ def _title_line(gpu: GpuSample, extra: CardInput, width: int) -> Line:
         ("  ", ""),
         (_power_text(gpu), level(power_fraction, THRESHOLDS.power)),
     ]
-    tail = f"{extra.note}  {lease_summary(extra.leases)}".strip()
+    tail = lease_summary(extra.leases)
     tail_style = "lease"
     if extra.idle_note:
         tail, tail_style = f"{extra.idle_note}  {tail}".strip(), "warn"

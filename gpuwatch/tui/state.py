@@ -115,10 +115,7 @@ class Section:
         note = ""
         if idle is not None and idle.seconds >= idle_after_s:
             note = f"held, idle {'≥' if idle.at_least else ''}{render.duration(idle.seconds)}"
-        notes = dict(self.frame.card_notes) if self.frame is not None else {}
-        return render.CardInput(
-            memory, utilization, leases, idle_note=note, migs=migs, note=notes.get(gpu_index, "")
-        )
+        return render.CardInput(memory, utilization, leases, idle_note=note, migs=migs)
 
     def rows(self, now: float, monotonic_now: float, idle_after_s: float) -> list[Row]:
         """The rows of the latest frame; `now` is the wall time shown (running times)."""

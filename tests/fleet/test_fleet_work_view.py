@@ -129,7 +129,8 @@ def test_a_nodes_cards_name_the_job_on_each_gpu_and_how_long_it_left_it_idle() -
             assert isinstance(screen, NodeScreen)
             section = screen.section
             # THEN each GPU a job holds names it on its card, with the idle time past the limit
-            notes = [section.card_input(i, 1000.0, 100, TEN_MINUTES_S).note for i in range(4)]
+            cards = [section.card_input(i, 1000.0, 100, TEN_MINUTES_S) for i in range(4)]
+            notes = [card.idle_note for card in cards]
             assert notes == ["job 4242 carol, idle 30m", "job 4243_7 alice", "", ""]
 
     asyncio.run(look())
