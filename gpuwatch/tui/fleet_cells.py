@@ -108,19 +108,29 @@ def _cell(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per
 
 def work_cell(row: NodeRow, key: str) -> tuple[str, str]:
     """`LEASES` `2+3w` (two leases, three jobs waiting), `WAIT` the oldest one's wait, `JOBS`
-    the scheduler's jobs, marked when one of them leaves a GPU idle; `?` where not told."""
-    if key == "leases":
-        text = "?" if row.leases is None else str(row.leases)
-        if row.lease_waiters:
-            return f"{text}+{row.lease_waiters}w", "warn"
-        return text, "lease" if row.leases else "dim"
-    if key == "wait":
-        if row.lease_waiters is None:
-            return "?", "dim"
-        return (render.duration(row.longest_wait_s), "warn") if row.lease_waiters else ("-", "dim")
+    the scheduler's jobs, `3!` when one of them leaves a GPU idle; `?` where not told."""
+    return {"leases": _leases_cell, "wait": _wait_cell, "jobs": _jobs_cell}[key](row)
+
+
+def _leases_cell(row: NodeRow) -> tuple[str, str]:
+    text = "?" if row.leases is None else str(row.leases)
+    if row.lease_waiters:
+        return f"{text}+{row.lease_waiters}w", "warn"
+    return text, "lease" if row.leases else "dim"
+
+
+def _wait_cell(row: NodeRow) -> tuple[str, str]:
+    if row.lease_waiters is None:
+        return "?", "dim"
+    return (render.duration(row.longest_wait_s), "warn") if row.lease_waiters else ("-", "dim")
+
+
+def _jobs_cell(row: NodeRow) -> tuple[str, str]:
     if row.jobs is None:
         return "?", "dim"
-    return str(row.jobs), "warn" if row.idle_allocated else "" if row.jobs else "dim"
+    if row.idle_allocated:
+        return f"{row.jobs}!", "warn"
+    return str(row.jobs), "" if row.jobs else "dim"
 
 
 def job_note(jobs: Sequence[GpuJob], idle_after_s: float) -> str:

@@ -46,7 +46,7 @@ def test_a_node_row_says_its_leases_its_line_and_its_jobs() -> None:
     # THEN the row says each, and marks the jobs: one of them wastes a GPU
     assert shown["leases"] == ("4+3w", "warn")
     assert shown["wait"] == ("1m", "warn")
-    assert shown["jobs"] == ("2", "warn")
+    assert shown["jobs"] == ("2!", "warn")
     # AND the idle job's GPU is an idle holder, by the daemon's count
     assert shown["idle"][0] == "1"
 
