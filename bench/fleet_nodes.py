@@ -8,12 +8,16 @@ readings then move every second (utilization, memory in use and free, temperatur
 the sample's timestamp) without rendering it all again, so that one process keeps up with
 1,000 nodes scraped every second or two.
 
+With --jobs each node also tells the work around its GPUs, as a daemon that reads Slurm
+does: jobs waiting in line on every fifth node, and a Slurm job on each GPU in use (and on
+each idle leased GPU: a job that holds its GPU and leaves it idle for half an hour).
+
 When every port listens it prints one JSON line on stdout,
 `{"nodes": [{"name", "address"}], "hanging": [address], "refusing": [address]}`,
 and serves until SIGTERM or SIGINT, or with --stop-on-eof until its standard input ends
 (a pipe from the process that started it: it then never outlives that process).
 
-Run: python bench/fleet_nodes.py [--nodes N] [--gpus G] [--hang H] [--refuse R] [--seed S]
+Run: python bench/fleet_nodes.py [--nodes N] [--gpus G] [--hang H] [--refuse R] [--seed S] [--jobs]
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from gpuwatch.backends.scenario import MODELS
 from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.view import View
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.placement.request import Request, Waiter
 from gpuwatch.sampling.poller import PollState
 
 GIB = 1 << 30
@@ -121,6 +126,30 @@ def leases_of(snapshot: Snapshot, loads: tuple[GpuLoad, ...]) -> tuple[Lease, ..
     )
 
 
+def waiters_of(node_number: int) -> tuple[Waiter, ...]:
+    """Two jobs in line on every fifth node, waiting 30s and 90s."""
+    if node_number % 5:
+        return ()
+    return tuple(Waiter(40_000 + n, "user1", Request(), waited_s=w) for n, w in enumerate((90, 30)))
+
+
+def job_lines(snapshot: Snapshot, loads: tuple[GpuLoad, ...], node_number: int) -> list[str]:
+    """The series of a daemon that reads Slurm: its jobs are known, each GPU in use is held
+    by its process's user's job, computing; an idle leased GPU by a job that left it idle."""
+    host = f'hostname="{snapshot.hostname}"'
+    lines = [f"gpuwatch_jobs_known{{{host}}} 1.0"]
+    for gpu, load in zip(snapshot.gpus, loads, strict=True):
+        if not (load.used_bytes or load.leased):
+            continue
+        user = f"user{(node_number + gpu.index) % 23}"
+        ids = f'gpu="{gpu.index}",{host}'
+        job = f'job_id="{100_000 + node_number * 64 + gpu.index}",job_user="{user}"'
+        idle_s = 0.0 if load.used_bytes else 1800.0
+        lines.append(f'gpuwatch_gpu_job_info{{{ids},{job},uuid="{gpu.uuid}"}} 1.0')
+        lines.append(f'gpuwatch_gpu_allocated_idle_seconds{{{ids},uuid="{gpu.uuid}"}} {idle_s!r}')
+    return lines
+
+
 # The series whose values move each second: (metric, reading of the GPU at second s).
 Reading = Callable[[GpuLoad, int], float]
 
@@ -156,15 +185,20 @@ _MOVING: dict[str, Reading] = {
 class Node:
     """One node's `/metrics`: the daemon's text, its moving values filled in each second."""
 
-    def __init__(self, name: str, number: int, loads: tuple[GpuLoad, ...]) -> None:
+    def __init__(
+        self, name: str, number: int, loads: tuple[GpuLoad, ...], *, jobs: bool = False
+    ) -> None:
         self.name = name
         self._loads = loads
         snapshot = snapshot_of(name, loads, number, time.time())
         view = View(
             PollState(snapshot, None, snapshot.taken_at, 1, snapshot.taken_at),
             leases=leases_of(snapshot, loads),
+            waiters=waiters_of(number) if jobs else (),
         )
-        self._parts = [self._part(line) for line in exposition(view).decode().splitlines()]
+        lines = exposition(view).decode().splitlines()
+        lines += job_lines(snapshot, loads, number) if jobs else []
+        self._parts = [self._part(line) for line in lines]
         self._second = -1
         self._body = b""
 
@@ -278,13 +312,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prefix", default="node-", help="node names: PREFIX0001, ...")
     parser.add_argument("--stop-on-eof", action="store_true", help="stop when stdin ends")
+    parser.add_argument(
+        "--jobs", action="store_true", help="tell jobs in line and the Slurm job on each GPU"
+    )
     args = parser.parse_args()
     # A listener and a connection or two per node: past the usual soft limit of 1,024.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     rng = random.Random(args.seed)
     nodes = [
-        Node(f"{args.prefix}{number:04d}", number, draw_node(rng, args.gpus))
+        Node(f"{args.prefix}{number:04d}", number, draw_node(rng, args.gpus), jobs=args.jobs)
         for number in range(1, args.nodes + 1)
     ]
     asyncio.run(serve(nodes, args.hang, args.refuse, args.stop_on_eof))

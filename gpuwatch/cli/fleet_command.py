@@ -55,7 +55,7 @@ def fleet(
     idle_after_s: float | None,
     **source_options: Any,
 ) -> int:
-    """Every node's GPUs on one screen: free GPUs, memory, load, leases, per node.
+    """Every node's GPUs on one screen: free GPUs, memory, load, leases and jobs.
 
     A GPU is free when a plain `gpuwatch pick` would take it: no lease, no other
     job's process, at most 1 GiB used and 5% busy, on a node whose data is current.

@@ -1,12 +1,16 @@
 """`gpuwatch fleet --json`: a fleet as one JSON document, in the model's field names.
 
     {"taken_at", "source", "nodes": [{"node", "up", "age_s", "error", "exporter",
+     "lease_waiters", "longest_wait_s", "jobs_known",
      "gpus": [{"index", "uuid", "name", "memory_total_bytes", "memory_free_bytes",
                "memory_used_bytes", "utilization_pct", "temperature_c", "power_w",
-               "leases_exclusive", "leases_shared", "mig_enabled"}]}]}
+               "leases_exclusive", "leases_shared", "mig_enabled",
+               "job_id", "job_user", "allocated_idle_s"}]}]}
 
 What a source does not know is `null`: a node never read has no GPUs; `leases_*` are
-`null` on a node whose exporter tells no leases (not 0, which says "none").
+`null` on a node whose exporter tells no leases (not 0, which says "none"), and so are
+`lease_waiters` and `longest_wait_s` where the exporter tells no line. `jobs_known` says
+whether a GPU's `job_id: null` means "no job" (true) or "unknown" (false).
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ def _node(node: NodeState) -> dict[str, Any]:
         "age_s": _finite(node.age_s),
         "error": node.error,
         "exporter": None if node.exporter is None else str(node.exporter),
+        "lease_waiters": node.lease_waiters,
+        "longest_wait_s": _finite(node.longest_wait_s),
+        "jobs_known": node.jobs is not None,
         "gpus": [_gpu(gpu, node) for gpu in gpus],
     }
 
@@ -64,6 +71,10 @@ def _gpu(gpu: GpuSample, node: NodeState) -> dict[str, Any]:
         out["leases_exclusive"] = sum(lease.exclusive for lease in mine)
         out["leases_shared"] = len(mine) - out["leases_exclusive"]
     out["mig_enabled"] = gpu.mig_enabled
+    jobs = node.jobs_on(gpu.index)
+    out["job_id"] = jobs[0].job_id if jobs else None
+    out["job_user"] = jobs[0].user if jobs else None
+    out["allocated_idle_s"] = _finite(jobs[0].allocated_idle_s) if jobs else None
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuwatch.fleet.nodes import GpuJob
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage
 from gpuwatch.units import MAX_SIZE_BYTES
 
@@ -31,6 +32,10 @@ class Mapped:
     `sample_timestamp_seconds`); `None`: as fresh as the read."""
     error: str | None = None
     """Why the node is not up although it answered (its sampling stalled)."""
+    lease_waiters: int | None = None
+    longest_wait_s: float | None = None
+    jobs: tuple[GpuJob, ...] | None = None
+    """As `NodeState`'s: `None` where the exporter does not tell."""
 
 
 @dataclass

@@ -20,6 +20,17 @@ else:
     Protocol = object
 
 
+@dataclass(frozen=True, slots=True)
+class GpuJob:
+    """The scheduler's job on one GPU of a node (Slurm's, as the node's daemon exports it)."""
+
+    gpu_index: int
+    job_id: str
+    user: str | None
+    allocated_idle_s: float | None = None
+    """How long the job has left the GPU idle (0 while it computes); `None`: not told."""
+
+
 class Exporter(enum.StrEnum):
     """Which exporter's series described a node."""
 
@@ -50,6 +61,18 @@ class NodeState:
     """The node's leases, as far as its metrics tell them (a lease's pid, user and
     command are unknown there: pid 0, empty texts); `None` where the node runs another
     exporter and leases cannot be known."""
+    lease_waiters: int | None = None
+    """Jobs waiting in line for its GPUs (`pick --wait`); `None` where the exporter does
+    not tell (another exporter, a gpuwatch daemon before the line was exported)."""
+    longest_wait_s: float | None = None
+    """How long the oldest of them has waited (0 with none); `None` as `lease_waiters`."""
+    jobs: tuple[GpuJob, ...] | None = None
+    """The scheduler's job on each GPU a job holds; `()`: no GPU is held by a job; `None`:
+    jobs unknown (another exporter, no scheduler there, or it did not answer in time)."""
+
+    def jobs_on(self, gpu_index: int) -> tuple[GpuJob, ...]:
+        """The jobs holding this GPU (usually one), as far as they are known."""
+        return tuple(job for job in self.jobs or () if job.gpu_index == gpu_index)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,10 @@ VALUE_QUERIES = {
         (*series_gpuwatch.WHOLE, *series_dcgm.WHOLE, *series_smi.WHOLE),
         filtered=((series_gpuwatch.ZERO, "==", 0), (series_gpuwatch.NONZERO, ">", 0)),
     ),
-    "indexed": ValueQuery((*series_gpuwatch.INDEXED, *series_dcgm.INDEXED), ("gpu", "GPU_I_ID")),
+    "indexed": ValueQuery(
+        (*series_gpuwatch.INDEXED, *series_dcgm.INDEXED),
+        ("gpu", "GPU_I_ID", *series_gpuwatch.INDEXED_LABELS),
+    ),
     "by_uuid": ValueQuery(series_smi.BY_UUID, ("uuid",)),
 }
 QUERIES = {

@@ -103,6 +103,9 @@ def _state(
         error=error,
         exporter=exporter,
         leases=mapped.leases,
+        lease_waiters=mapped.lease_waiters,
+        longest_wait_s=mapped.longest_wait_s,
+        jobs=mapped.jobs,
     )
 
 

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from gpuwatch.fleet import mapped as m
+from gpuwatch.fleet import node_work
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.mapped import GpuFields, Mapped
 from gpuwatch.models import Lease, MigDevice, ProcessKind, ProcessUsage
@@ -40,8 +41,12 @@ INDEXED = (
     "gpuwatch_temperature_celsius",
     "gpuwatch_power_watts",
     "gpuwatch_sampling_up",
+    *node_work.BY_NODE_OR_GPU,
 )
-"""Families a Prometheus source may read with only `gpu` (and the target) as labels."""
+"""Families a Prometheus source may read with only `gpu` (and the target) as labels, and
+`INDEXED_LABELS` where they have them."""
+INDEXED_LABELS = node_work.JOB_LABELS
+"""The labels an indexed family carries besides `gpu`: a job's id and user."""
 WHOLE = (
     "gpuwatch_gpu_info",
     "gpuwatch_sample_timestamp_seconds",
@@ -67,6 +72,7 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
     gpus = _gpus(by_name)
     info = by_name["gpuwatch_gpu_info"][:1]
     stamps = [s.value for s in by_name["gpuwatch_sample_timestamp_seconds"]]
+    waiters, longest_wait_s = node_work.waiting_line(by_name)
     return Mapped(
         gpus=tuple(fields.build() for _, fields in sorted(gpus.items())),
         mig_devices=_mig_devices(by_name),
@@ -76,6 +82,9 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
         cuda_driver_version=m.label(info[0].labels.get("cuda_driver_version")) if info else None,
         data_at=max(stamps) if stamps else None,
         error=_error(by_name, stamps),
+        lease_waiters=waiters,
+        longest_wait_s=longest_wait_s,
+        jobs=node_work.gpu_jobs(by_name, set(gpus)),
     )
 
 

@@ -2,7 +2,8 @@
 
 It is to fleet sources what the `sim` backend is to one machine (and it builds each
 node's snapshot with that backend): nodes `node-01`, `node-02`, ... with a mix of
-GPU models, idle and busy GPUs, jobs of several users and gpuwatch leases. Once the
+GPU models, idle and busy GPUs, Slurm jobs of several users (some holding a GPU they leave
+idle), gpuwatch leases and, on some nodes, jobs waiting in line for GPUs. Once the
 fleet has at least `TROUBLE_FROM_NODES` nodes, some are down (never read), some stale
 (their data minutes old), and the last runs dcgm-exporter, so its leases and processes
 are unknown. Everything is a pure function of the seed and the clock: the same moment
@@ -28,7 +29,7 @@ from gpuwatch.backends.scenario import (
     SimProcess,
 )
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
+from gpuwatch.fleet.nodes import Exporter, FleetState, GpuJob, NodeState
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Lease, Snapshot
 
@@ -43,6 +44,10 @@ _GPU_COUNTS = (8, 8, 8, 4, 2)
 _USERS = ("alice", "bob", "carol", "dave", "erin", "frank")
 _DOWN, _STALE = 13, 17
 """Node k (from 0) is down when k % 13 == 5, stale when k % 17 == 8."""
+_WAITING = 6
+"""Node k has jobs waiting in line for its GPUs when k % 6 == 3."""
+_IDLE_JOB = "python train.py --resume"
+"""The job that holds its GPU and does nothing with it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,9 @@ class _Node:
     leases: tuple[Lease, ...] | None
     delay_s: float
     """How old its data is when read (scrape interval), or `STALE_AGE_S` when stale."""
+    waiting: tuple[int, float] | None = None
+    """Jobs in line and the oldest one's wait; `None` where the exporter does not tell."""
+    jobs: tuple[GpuJob, ...] | None = None
 
 
 class SimFleet:
@@ -125,7 +133,19 @@ class SimFleet:
             snapshot = replace(snapshot, processes=())  # dcgm-exporter names no process
         up = node.health == "up"
         error = None if up else f"no new data for {STALE_AGE_S / 60:.0f} min"
-        return NodeState(node.name, up, snapshot, node.delay_s, error, node.exporter, node.leases)
+        waiters, longest_wait_s = node.waiting or (None, None)
+        return NodeState(
+            node.name,
+            up,
+            snapshot,
+            node.delay_s,
+            error,
+            node.exporter,
+            node.leases,
+            waiters,
+            longest_wait_s,
+            node.jobs,
+        )
 
 
 def _plan(name: str, k: int, count: int, seed: int, clock: Callable[[], float]) -> _Node:
@@ -147,7 +167,24 @@ def _plan(name: str, k: int, count: int, seed: int, clock: Callable[[], float]) 
     scenario = Scenario(name, "580.95.05", "13.0", seed, tuple(gpus), tuple(processes))
     delay_s = STALE_AGE_S if health == "stale" else float(1 + k % 4)
     known = tuple(leases) if exporter is Exporter.GPUWATCH else None
-    return _Node(name, SimBackend(scenario, clock=clock), health, exporter, known, delay_s)
+    backend = SimBackend(scenario, clock=clock)
+    if exporter is not Exporter.GPUWATCH:
+        return _Node(name, backend, health, exporter, known, delay_s)
+    waiting = (1 + k % 3, 40.0 + 97.0 * (k % 5)) if k % _WAITING == 3 else (0, 0.0)
+    return _Node(name, backend, health, exporter, known, delay_s, waiting, _jobs(k, processes))
+
+
+def _jobs(k: int, processes: list[SimProcess]) -> tuple[GpuJob, ...]:
+    """A Slurm job per user of a node, holding the GPUs that user's processes run on; the
+    job that holds a GPU and does nothing with it has left it idle for 40 minutes or more."""
+    jobs: dict[int, GpuJob] = {}
+    for process in processes:
+        if process.user not in _USERS:
+            continue  # a service (the inference server) runs outside Slurm
+        job_id = str(41_000 + 10 * k + _USERS.index(process.user))
+        idle_s = 2400.0 + 60.0 * (k % 30) if process.command == _IDLE_JOB else 0.0
+        jobs[process.gpu] = GpuJob(process.gpu, job_id, process.user, idle_s)
+    return tuple(jobs[index] for index in sorted(jobs))
 
 
 def _gpu(
@@ -179,7 +216,7 @@ def _gpu(
         processes.append(_process(index, user, "python -m ipykernel_launcher", 6 * _GIB))
     else:  # a job that holds its GPU and does nothing with it
         load = Load(LoadShape.IDLE)
-        processes.append(_process(index, user, "python train.py --resume", 20 * _GIB))
+        processes.append(_process(index, user, _IDLE_JOB, 20 * _GIB))
         lease = _lease(node, uuid, index, None)
     bus = f"00000000:{0x18 + 0x10 * index:02X}:00.0"
     gpu = SimGpu(model=model, uuid=uuid, pci_bus_id=bus, load=load)

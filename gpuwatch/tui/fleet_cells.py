@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuwatch.fleet.nodes import GpuJob
 from gpuwatch.tui import render
 from gpuwatch.tui.fleet_rows import NodeRow, Totals, UserRow
 
 _CELL_PADDING = 2  # DataTable's padding around each cell
-MIN_NODE_WIDTH = 12
+MIN_NODE_WIDTH = 16
+"""Room for most host names (`gpu-node-107.lab`) before a column is dropped."""
 MAX_NODE_WIDTH = 40
 
 
@@ -38,7 +40,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("util", "UTIL", 5, lambda r: _num(r.utilization_pct), 0),
     Column("temp", "TEMP", 5, lambda r: _num(r.hottest_c), 5),
     Column("power", "POWER", 7, lambda r: _num(r.power_w), 6),
-    Column("leases", "LEASES", 6, lambda r: _num(r.leases), 3),
+    Column("leases", "LEASES", 6, lambda r: (_num(r.leases), _num(r.lease_waiters)), 3),
+    Column("wait", "WAIT", 5, lambda r: (_num(r.longest_wait_s), _num(r.lease_waiters)), 7),
+    Column("jobs", "JOBS", 4, lambda r: (_num(r.idle_allocated), _num(r.jobs)), 2),
     Column("idle", "IDLE", 4, lambda r: _num(r.idle_held), 4),
     Column("age", "AGE", 9, lambda r: _num(r.age_s), 0),
 )
@@ -94,12 +98,52 @@ def _cell(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per
         return text, render.level(hot, render.THRESHOLDS.temperature_c)
     if key == "power":
         return (render.MISSING if row.power_w is None else f"{row.power_w:.0f}W"), ""
-    if key == "leases":
-        return ("?" if row.leases is None else str(row.leases)), "lease" if row.leases else "dim"
+    if key in ("leases", "wait", "jobs"):
+        return work_cell(row, key)
     if key == "idle":
         idle = row.idle_held
         return ("?" if idle is None else str(idle)), "warn" if idle else "dim"
     return _age(row)
+
+
+def work_cell(row: NodeRow, key: str) -> tuple[str, str]:
+    """`LEASES` `2+3w` (two leases, three jobs waiting), `WAIT` the oldest one's wait, `JOBS`
+    the scheduler's jobs, `3!` when one of them leaves a GPU idle; `?` where not told."""
+    return {"leases": _leases_cell, "wait": _wait_cell, "jobs": _jobs_cell}[key](row)
+
+
+def _leases_cell(row: NodeRow) -> tuple[str, str]:
+    text = "?" if row.leases is None else str(row.leases)
+    if row.lease_waiters:
+        return f"{text}+{row.lease_waiters}w", "warn"
+    return text, "lease" if row.leases else "dim"
+
+
+def _wait_cell(row: NodeRow) -> tuple[str, str]:
+    if row.lease_waiters is None:
+        return "?", "dim"
+    return (render.duration(row.longest_wait_s), "warn") if row.lease_waiters else ("-", "dim")
+
+
+def _jobs_cell(row: NodeRow) -> tuple[str, str]:
+    if row.jobs is None:
+        return "?", "dim"
+    if row.idle_allocated:
+        return f"{row.jobs}!", "warn"
+    return str(row.jobs), "" if row.jobs else "dim"
+
+
+def job_note(jobs: Sequence[GpuJob], idle_after_s: float) -> str:
+    """`job 4242 alice, idle 35m`: the jobs holding one GPU, for its card; the idle time once
+    the node's daemon has seen the job leave it idle for `idle_after_s`."""
+    parts = []
+    for job in jobs:
+        text = f"job {render.printable(job.job_id)} {render.printable(job.user or '?')}"
+        idle = job.allocated_idle_s
+        if idle and idle >= idle_after_s:
+            text += f", idle {render.duration(idle)}"
+        parts.append(text)
+    return " + ".join(parts)
 
 
 def _age(row: NodeRow) -> tuple[str, str]:
@@ -150,15 +194,16 @@ def _line(cells: Sequence[tuple[str, str]], widths: Mapping[str, int], width: in
     return " ".join(parts)[:width].rstrip()
 
 
-USER_TITLES = ("USER", "NODES", "GPUS", "GPU-MEM")
+USER_TITLES = ("USER", "NODES", "GPUS", "GPU-MEM", "JOBS")
 
 
 def user_line(row: UserRow | None, width: int) -> str:
     """One line of the users view (the titles when `row` is None)."""
-    name_width = max(8, min(32, width - 30))
+    name_width = max(8, min(32, width - 37))
     if row is None:
         user, cells = USER_TITLES[0], USER_TITLES[1:]
     else:
         user = render.printable(row.user)
-        cells = (str(row.nodes), str(row.gpus), render.size(row.memory_bytes))
+        memory = render.size(row.memory_bytes)
+        cells = (str(row.nodes), str(row.gpus), memory, str(row.jobs) if row.jobs else "-")
     return render.fit(user, name_width) + "".join(f"{cell:>9}" for cell in cells)

@@ -21,7 +21,7 @@ DEFAULT_SORT = "free"
 class NodeFilter:
     """`user:alice free down WORD`: every term must match.
 
-    `user:NAME` keeps nodes where NAME runs a process, `free` nodes with a free GPU,
+    `user:NAME` keeps nodes where NAME runs a process or a job, `free` nodes with a free GPU,
     `down` nodes that are down or stale, `idle` nodes with an idle holder; any other
     word must appear in the node's name, exporter or GPU models.
     """

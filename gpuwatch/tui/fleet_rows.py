@@ -48,7 +48,14 @@ class NodeRow:
     leases: int | None
     """`None` where the node runs another exporter, which tells no leases."""
     idle_held: int | None
-    """GPUs held (a lease, or a process holding memory) but idle."""
+    """GPUs held (a lease, a process holding memory, or a scheduler's job) but idle."""
+    lease_waiters: int | None
+    """Jobs waiting in line for its GPUs; `None` where its exporter does not tell."""
+    longest_wait_s: float | None
+    jobs: int | None
+    """The scheduler's jobs holding its GPUs; `None` where they are unknown."""
+    idle_allocated: int | None
+    """GPUs a job holds but leaves idle; `None` where jobs are unknown."""
     age_s: float | None
     error: str | None
     exporter: str | None
@@ -104,10 +111,14 @@ def node_row(node: NodeState, idle_for: IdleFor | None, idle_after_s: float) -> 
         power_w=sum(power) if power else None,
         leases=None if node.leases is None else len(node.leases),
         idle_held=_idle_held(node, gpus, idle_for, idle_after_s),
+        lease_waiters=node.lease_waiters,
+        longest_wait_s=node.longest_wait_s,
+        jobs=None if node.jobs is None else len({job.job_id for job in node.jobs}),
+        idle_allocated=_idle_allocated(node, gpus, idle_for, idle_after_s),
         age_s=node.age_s,
         error=node.error,
         exporter=_exporter(node),
-        users=frozenset(p.user for p in snapshot.processes if p.user),
+        users=_users(node),
         models=" ".join(sorted({gpu.name for gpu in gpus if gpu.name})),
     )
 
@@ -126,6 +137,10 @@ def _never_read(node: NodeState) -> NodeRow:
         power_w=None,
         leases=None,
         idle_held=None,
+        lease_waiters=None,
+        longest_wait_s=None,
+        jobs=None,
+        idle_allocated=None,
         age_s=node.age_s,
         error=node.error,
         exporter=_exporter(node),
@@ -138,27 +153,53 @@ def _exporter(node: NodeState) -> str | None:
     return None if node.exporter is None else str(node.exporter)
 
 
+def _users(node: NodeState) -> frozenset[str]:
+    """Who runs a process there, and whose job holds a GPU there."""
+    assert node.snapshot is not None
+    users = {p.user for p in node.snapshot.processes if p.user}
+    return frozenset(users | {job.user for job in node.jobs or () if job.user})
+
+
 def _idle_held(
     node: NodeState, gpus: list[GpuSample], idle_for: IdleFor | None, idle_after_s: float
 ) -> int | None:
-    """Held GPUs (leased, or a process holds memory there) idle now, or for `idle_after_s`
-    by `idle_for`; `None` where neither leases nor processes are told."""
+    """Held GPUs (leased, a process holds memory, or a job holds it) idle for `idle_after_s`;
+    `None` where neither leases, processes nor jobs are told."""
     snapshot = node.snapshot
     assert snapshot is not None
-    if node.leases is None and not snapshot.processes:
+    if node.leases is None and not snapshot.processes and node.jobs is None:
         return None
     leased = {lease.gpu_uuid for lease in node.leases or ()}
     holding = {p.gpu_index for p in snapshot.processes if p.memory_used_bytes}
-    count = 0
-    for gpu in gpus:
-        if gpu.uuid not in leased and gpu.index not in holding:
-            continue
-        if idle_for is not None:
-            seconds = idle_for(node.name, gpu)
-            count += seconds is not None and seconds >= idle_after_s
-        elif gpu.utilization_pct is not None:
-            count += gpu.utilization_pct <= IDLE_UTILIZATION_PCT
-    return count
+    holding |= {job.gpu_index for job in node.jobs or ()}
+    held = [gpu for gpu in gpus if gpu.uuid in leased or gpu.index in holding]
+    return sum(_idle_enough(node, gpu, idle_for, idle_after_s) for gpu in held)
+
+
+def _idle_allocated(
+    node: NodeState, gpus: list[GpuSample], idle_for: IdleFor | None, idle_after_s: float
+) -> int | None:
+    if node.jobs is None:
+        return None
+    allocated = {job.gpu_index for job in node.jobs}
+    return sum(
+        _idle_enough(node, gpu, idle_for, idle_after_s) for gpu in gpus if gpu.index in allocated
+    )
+
+
+def _idle_enough(
+    node: NodeState, gpu: GpuSample, idle_for: IdleFor | None, idle_after_s: float
+) -> bool:
+    """Idle for `idle_after_s` by the screen's own watch (`idle_for`; without it: idle now),
+    or by the node's daemon, which has watched a job's GPU since the job left it idle."""
+    if idle_for is not None:
+        seen = idle_for(node.name, gpu)
+    else:
+        util = gpu.utilization_pct
+        seen = 0.0 if util is not None and util <= IDLE_UTILIZATION_PCT else None
+    told = [job.allocated_idle_s for job in node.jobs_on(gpu.index) if job.allocated_idle_s]
+    longest = max([*told, *([] if seen is None else [seen])], default=None)
+    return longest is not None and longest >= idle_after_s
 
 
 def totals(rows: Iterable[NodeRow]) -> Totals:
@@ -188,14 +229,16 @@ class UserRow:
     nodes: int
     gpus: int
     memory_bytes: int
+    jobs: int = 0
+    """The scheduler's jobs of theirs holding GPUs, where nodes tell them."""
 
 
 def user_rows(fleet: FleetState) -> tuple[list[UserRow], int]:
-    """Users by GPU memory held, most first, from the processes of nodes that are up; and
-    how many nodes that are up tell no processes (another exporter)."""
-    nodes: dict[str, set[str]] = {}
+    """Users by GPU memory held, most first, from the processes and jobs of nodes that are
+    up; and how many nodes that are up tell no processes (another exporter)."""
     gpus: dict[str, set[tuple[str, int]]] = {}
     memory: dict[str, int] = {}
+    jobs: dict[str, set[tuple[str, str]]] = {}
     silent = 0
     for node in fleet.nodes:
         if not node.up or node.snapshot is None:
@@ -204,10 +247,22 @@ def user_rows(fleet: FleetState) -> tuple[list[UserRow], int]:
             silent += 1
         for process in node.snapshot.processes:
             user = process.user or "?"
-            nodes.setdefault(user, set()).add(node.name)
             gpus.setdefault(user, set()).add((node.name, process.gpu_index))
             memory[user] = memory.get(user, 0) + (process.memory_used_bytes or 0)
-    rows = [UserRow(user, len(nodes[user]), len(gpus[user]), memory[user]) for user in nodes]
+        for job in node.jobs or ():
+            user = job.user or "?"
+            gpus.setdefault(user, set()).add((node.name, job.gpu_index))
+            jobs.setdefault(user, set()).add((node.name, job.job_id))
+    rows = [
+        UserRow(
+            user,
+            len({name for name, _ in held}),
+            len(held),
+            memory.get(user, 0),
+            len(jobs.get(user, ())),
+        )
+        for user, held in gpus.items()
+    ]
     rows.sort(key=lambda row: (-row.memory_bytes, row.user))
     return rows, silent
 

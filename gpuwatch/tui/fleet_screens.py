@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -10,10 +11,10 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
-from gpuwatch.fleet.nodes import FleetState, NodeState
+from gpuwatch.fleet.nodes import FleetState, GpuJob, NodeState
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.tui import render
-from gpuwatch.tui.fleet_cells import user_line
+from gpuwatch.tui.fleet_cells import job_note, user_line
 from gpuwatch.tui.fleet_rows import user_rows
 from gpuwatch.tui.frames import Backfill, Frame
 from gpuwatch.tui.keys import Key
@@ -46,7 +47,7 @@ def fleet_help(width: int = HELP_WIDTH) -> render.Line:
         spans.append((_hanging(key.label, width, _KEY_CELLS) + "\n", ""))
     spans.append(("\nFilter (/): ", "heading"))
     terms = (
-        "user:NAME (runs a process there)  free (a free GPU)  down (down or stale)  "
+        "user:NAME (runs a process or a job there)  free (a free GPU)  down (down or stale)  "
         "idle (an idle holder)  WORD (in the name, exporter or GPU model)"
     )
     spans.append((_hanging(terms, width, 12) + "\n", ""))
@@ -70,6 +71,23 @@ class FleetHelpScreen(ModalScreen[None]):
             yield Painted([("Esc, q or ? closes this help", "dim")])
 
 
+class FleetSection(Section):
+    """A fleet node's cards, which also name the scheduler's job on each GPU as the node's
+    daemon exported it (`job 4242 carol, idle 35m`), first in the card's title."""
+
+    def __init__(self, number: int, label: str, interval_s: float) -> None:
+        super().__init__(number, label, interval_s)
+        self.node_jobs: tuple[GpuJob, ...] = ()
+
+    def card_input(
+        self, gpu_index: int, monotonic_now: float, card_width: int, idle_after_s: float
+    ) -> render.CardInput:
+        card = super().card_input(gpu_index, monotonic_now, card_width, idle_after_s)
+        jobs = [job for job in self.node_jobs if job.gpu_index == gpu_index]
+        note = job_note(jobs, idle_after_s)
+        return replace(card, idle_note=f"{note}  {card.idle_note}".strip()) if note else card
+
+
 class NodeScreen(Screen[None]):
     """One node's GPUs as the node screen draws them: cards, leases, and graphs filled
     from the source's history where it keeps one (else from this screen's reads)."""
@@ -81,7 +99,7 @@ class NodeScreen(Screen[None]):
     def __init__(self, node: str, interval_s: float, *, waits_for_history: bool) -> None:
         super().__init__(id="node")
         self.node = node
-        self.section = Section(0, node, interval_s)
+        self.section = FleetSection(0, node, interval_s)
         self.history_done = not waits_for_history
         self._latest: tuple[NodeState, float] | None = None
 
@@ -104,6 +122,7 @@ class NodeScreen(Screen[None]):
             return  # the history goes in first, or the series would drop the past
         frame = Frame(node.name, node.snapshot, node.leases or (), error=node.error, local=False)
         self.section.apply(frame, received_at)
+        self.section.node_jobs = node.jobs or ()
         if node.error and not node.up:
             self.section.error = node.error
 
@@ -120,8 +139,8 @@ class NodeScreen(Screen[None]):
 
 
 class UsersScreen(Screen[None]):
-    """Who uses the fleet's GPUs: user, nodes, GPUs and GPU memory, from the processes
-    of the nodes that are up."""
+    """Who uses the fleet's GPUs: user, nodes, GPUs, GPU memory and jobs, from the
+    processes and the scheduler's jobs of the nodes that are up."""
 
     BINDINGS = [  # noqa: RUF012
         Binding("escape,q,u", "dismiss", "Back to the fleet"),

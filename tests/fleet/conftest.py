@@ -83,11 +83,11 @@ def start_daemons(tmp_path: Path) -> Iterator[StartDaemons]:
 
 @pytest.fixture
 def start_sim_fleet() -> Iterator[StartSimFleet]:
-    """`start_sim_fleet(nodes, gpus=8, hang=0, refuse=0, seed=0) -> SimFleet`: many
-    simulated gpuwatch nodes in one process (cheaper than a daemon each)."""
+    """`start_sim_fleet(nodes, gpus=8, hang=0, refuse=0, seed=0, jobs=False) -> SimFleet`:
+    many simulated gpuwatch nodes in one process (cheaper than a daemon each)."""
     with ExitStack() as stack:
 
-        def start(nodes: int, **options: int) -> SimFleet:
+        def start(nodes: int, **options: int | bool) -> SimFleet:
             return stack.enter_context(serving_sim_fleet(nodes, **options))
 
         yield start

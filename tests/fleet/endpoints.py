@@ -136,13 +136,21 @@ class SimFleet:
 
 @contextmanager
 def serving_sim_fleet(
-    nodes: int, *, gpus: int = 8, hang: int = 0, refuse: int = 0, seed: int = 0
+    nodes: int,
+    *,
+    gpus: int = 8,
+    hang: int = 0,
+    refuse: int = 0,
+    seed: int = 0,
+    jobs: bool = False,
 ) -> Iterator[SimFleet]:
     """`nodes` gpuwatch nodes of `gpus` GPUs each (names `node-0001`, ...), plus `hang`
     addresses that accept and never answer and `refuse` that refuse, all in one process
-    that ends with the block."""
+    that ends with the block; with `jobs`, nodes tell jobs in line and the Slurm job on
+    each GPU, as a daemon that reads Slurm does."""
     argv = [sys.executable, str(FLEET_NODES), "--nodes", str(nodes), "--gpus", str(gpus)]
     argv += ["--hang", str(hang), "--refuse", str(refuse), "--seed", str(seed), "--stop-on-eof"]
+    argv += ["--jobs"] if jobs else []
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as process:
         assert process.stdin is not None and process.stdout is not None
         try:

@@ -292,7 +292,17 @@ def test_a_thousand_nodes_cost_one_placement_and_one_filter_each(
 
 # --- the JSON document ----------------------------------------------------------------------
 
-NODE_KEYS = {"node", "up", "age_s", "error", "exporter", "gpus"}
+NODE_KEYS = {
+    "node",
+    "up",
+    "age_s",
+    "error",
+    "exporter",
+    "lease_waiters",
+    "longest_wait_s",
+    "jobs_known",
+    "gpus",
+}
 GPU_KEYS = {
     "index",
     "uuid",
@@ -306,6 +316,9 @@ GPU_KEYS = {
     "leases_exclusive",
     "leases_shared",
     "mig_enabled",
+    "job_id",
+    "job_user",
+    "allocated_idle_s",
 }
 
 
@@ -330,5 +343,8 @@ def test_the_document_has_the_issues_shape_and_null_for_the_unknown() -> None:
         "age_s": None,
         "error": "connection refused",
         "exporter": "gpuwatch",
+        "lease_waiters": None,
+        "longest_wait_s": None,
+        "jobs_known": False,
         "gpus": [],
     }

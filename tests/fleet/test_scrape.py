@@ -118,6 +118,8 @@ def test_a_real_daemon_scraped_is_a_node_up_with_its_gpus(tmp_path: Path) -> Non
     assert node.snapshot is not None and len(node.snapshot.gpus) == 3
     assert [p.user for p in node.snapshot.processes] == ["alice"]
     assert node.leases == ()
+    # AND its line of waiting jobs, empty; its Slurm jobs unknown (it reads no Slurm)
+    assert (node.lease_waiters, node.longest_wait_s, node.jobs) == (0, 0.0, None)
 
 
 @pytest.mark.slow
