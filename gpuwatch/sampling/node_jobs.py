@@ -3,7 +3,8 @@
 A command that shows GPUs (`status`, the TUI) asks one reader, chosen by `jobs_reader`:
 
 - reading the daemon: the daemon's `/v1/jobs` (its table, and how long each allocated GPU
-  has been idle); a daemon without that route is an older one: asked as without a daemon;
+  has been idle); a daemon without that route (an older one), or one that reads no
+  scheduler (`"reading": false`), is passed by: asked as without a daemon;
 - else, where `squeue` is on the PATH: this node's Slurm, asked by this process
   (`SlurmJobs`, in a thread, with a deadline), through a small cache file for one-shot
   commands (`jobs_cache`);
@@ -199,7 +200,9 @@ class DaemonReader(JobsReader):
             record = fetch_jobs_record(self._socket_path, self._timeout_s)
         except (OSError, ValueError, DaemonUnavailableError) as error:
             return NodeJobs(None, _cut(f"the daemon did not say ({error})"), scheduler=True)
-        if record is None:  # an older daemon: ask as without one, from now on
+        if record is None or record.get("reading") is False:
+            # an older daemon, or one reading no scheduler (none on its PATH, --jobs off):
+            # ask as without a daemon, from now on
             self._fallback = self._make_fallback()
             self._fallback.start()
             return self._fallback.read()
