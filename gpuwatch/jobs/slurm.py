@@ -18,7 +18,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -59,7 +58,9 @@ class SlurmJobs:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.env = dict(os.environ if env is None else env)
-        self.node = node or self.env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        # os.uname() rather than socket.gethostname(): the same name, without loading
+        # `socket` into every one-shot status on a Slurm node
+        self.node = node or self.env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
         self.gres_conf = Path(gres_conf) if gres_conf is not None else default_gres_conf(self.env)
         self.timeout_s = timeout_s
         self.max_age_s = max_age_s
