@@ -27,12 +27,13 @@ from gpuwatch.record_fields import BadRecord
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from gpuwatch.backends.base import Backend
     from gpuwatch.jobs.job_table import Job, JobTable
     from gpuwatch.jobs.slurm import SlurmJobs
     from gpuwatch.models import GpuSample
+    from gpuwatch.sampling.allocated_idle import AllocatedIdle
     from gpuwatch.sampling.jobs_cache import JobsCache
 
 ONE_SHOT_DEADLINE_S = 1.0
@@ -100,6 +101,23 @@ class NodeJobs:
 
 NO_JOBS = NodeJobs()
 """No scheduler: nothing to show."""
+
+
+def with_own_idle(
+    jobs: NodeJobs, gpus: Sequence[GpuSample], count: AllocatedIdle, now: float
+) -> NodeJobs:
+    """`jobs` with the idle time of each held GPU as `count` (fed here with `gpus`, sampled
+    at `now`) tells it, for a screen that samples the GPUs itself; unchanged where the
+    daemon already said (its count began long before this screen)."""
+    if jobs.idle_window_s is not None or not jobs.scheduler:
+        return jobs
+    count.update(gpus, jobs.table, now)
+    if jobs.table is None:
+        return jobs
+    from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S
+
+    idle = count.idle_s(jobs.table, gpus)
+    return NodeJobs(jobs.table, None, idle, IDLE_WINDOW_S, scheduler=True)
 
 
 class JobsReader:
