@@ -11,7 +11,8 @@ Cases, run interleaved so that the machine's load hits all alike:
 - with --real (as root, slurm-wlm and munge installed): the tests' one-node Slurm 22.05
   (tests/jobs/slurm_harness.py) with 50 running `sleep` jobs, cold and warm;
 - through a running daemon (the deployed case: status reads `/v1/snapshot` and `/v1/jobs`,
-  the daemon asks Slurm): one on a node without Slurm, one reading the stand-in's 50 jobs.
+  the daemon asks Slurm): one on a node without Slurm, one reading the stand-in's 50 jobs,
+  one whose squeue hangs (status shows "jobs unknown" at once: the daemon waits, not it).
 
 Run: python bench/status_slurm_cost.py [RUNS] [--real]   (target: +30 ms at most, cold)
 """
@@ -167,7 +168,8 @@ def _jobs_settled(sock: str) -> bool:
         status, body = http_get(sock, "/v1/jobs")
     except OSError:  # not up yet
         return False
-    return status == 200 and (b'"known": true' in body or b'"reading": false' in body)
+    settled = (b'"known": true', b'"reading": false', b'"error": "Slurm did not answer')
+    return status == 200 and any(word in body for word in settled)
 
 
 def daemon_cases(base: dict[str, str], work: Path, stack: ExitStack) -> list[Case]:
@@ -175,11 +177,16 @@ def daemon_cases(base: dict[str, str], work: Path, stack: ExitStack) -> list[Cas
     node = make_slurm_node(work / "daemon-busy", base)
     node.squeue_prints(many_jobs(JOBS))
     busy = {**base, **node.env}
+    hung_node = make_slurm_node(work / "hung-for-daemon", base)
+    hung_node.squeue("exec sleep 600")
+    hung = {**base, **hung_node.env}
     quiet_sock = stack.enter_context(daemon(work / "daemon-quiet", no_slurm))
     busy_sock = stack.enter_context(daemon(work / "daemon-slurm", busy))
+    hung_sock = stack.enter_context(daemon(work / "daemon-hung", hung))
     return [
         Case("daemon, no Slurm", {**no_slurm, "GPUWATCH_SOCKET": quiet_sock}),
         Case(f"daemon reading {JOBS} jobs", {**busy, "GPUWATCH_SOCKET": busy_sock}),
+        Case("daemon, its squeue hung", {**hung, "GPUWATCH_SOCKET": hung_sock}),
     ]
 
 

@@ -337,14 +337,11 @@ def load_slurm_reader() -> type[SlurmJobs]:
 
     Call it from the main thread before any other thread may need it: an import on one
     thread while another imports too can hand the other a module half made (dataclasses
-    peeks at `typing` in sys.modules, and fails on a partial one). subprocess may be a
-    placeholder until first used (`gpuwatch._lazyimport`): it is used here.
+    peeks at `typing` in sys.modules, and fails on a partial one). The commands are run
+    without `subprocess` (`gpuwatch.jobs.command`): nothing is loaded on first use.
     """
-    import subprocess
-
     from gpuwatch.jobs.slurm import SlurmJobs
 
-    subprocess.Popen  # noqa: B018
     return SlurmJobs
 
 
