@@ -167,3 +167,27 @@ def test_a_daemon_reading_no_scheduler_leaves_the_jobs_to_status(
         assert node.calls == 1
     else:
         assert "job" not in result.stdout and node.calls == 0
+
+
+def test_a_daemon_whose_slurm_is_down_makes_status_say_jobs_unknown_and_why(
+    node: SlurmNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a daemon whose squeue and scontrol fail (slurmctld down)
+    node.squeue("exit 1")
+    (tmp_path / "daemon").mkdir()
+    args = ("--jobs-refresh", "1s")
+    with running_daemon(tmp_path / "daemon", *args, env=node.env, scenario=scenario()) as (
+        _,
+        sock,
+        _,
+    ):
+        monkeypatch.setenv("GPUWATCH_SOCKET", str(sock))
+        failed = lambda: "failed" in (get_json(sock, "/v1/jobs")[1]["error"] or "")  # noqa: E731
+        wait_until(failed, "the daemon to find Slurm down")
+        # WHEN status reads the daemon, as a table and as JSON
+        text = run_cli("status").stdout
+        data = json.loads(run_cli("status", "--json").stdout)
+    # THEN the GPUs are shown, with one line giving the daemon's reason
+    assert "jobs unknown: squeue and scontrol failed (is slurmctld down?)" in text
+    assert "[3] " in text and "  job " not in text
+    assert data["jobs"] is None and "failed" in data["jobs_error"]
