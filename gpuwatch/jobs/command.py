@@ -86,12 +86,13 @@ def _spawn(path: str, argv: Sequence[str], env: Mapping[str, str], stdout: int) 
 def _read(fd: int, deadline: float, max_bytes: int) -> tuple[bytes, str | None]:
     chunks: list[bytes] = []
     size = 0
+    poller = select.poll()  # not select.select: a daemon's descriptors may pass 1023
+    poller.register(fd, select.POLLIN)
     while True:
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             return b"", "timeout"
-        ready, _, _ = select.select([fd], [], [], left_s)
-        if not ready:
+        if not poller.poll(max(1, int(left_s * 1000))):
             continue
         chunk = os.read(fd, _CHUNK_BYTES)
         if not chunk:
