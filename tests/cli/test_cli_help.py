@@ -98,7 +98,7 @@ def test_defaults_read_as_every_other_default(command: str) -> None:
         assert "[default: 1s]" in help_text and "[default: 24h]" in help_text
 
 
-@pytest.mark.parametrize("name", ["status", "daemon", "tui", "fleet", "job-report"])
+@pytest.mark.parametrize("name", ["status", "daemon", "tui", "fleet", "job-report", "torch-report"])
 def test_a_command_parsed_without_the_group_still_answers_dash_h(name: str) -> None:
     # GIVEN a command's arguments parsed by the command alone, not through `gpuwatch`
     # (as a test of a deployment's arguments does): click keeps the help option it made then
