@@ -9,7 +9,10 @@ Cases, run interleaved so that the machine's load hits all alike:
 - the same node with --no-jobs;
 - a hung squeue: cold (the deadline, 1 s) and warm ("jobs unknown" cached for 10 s);
 - with --real (as root, slurm-wlm and munge installed): the tests' one-node Slurm 22.05
-  (tests/jobs/slurm_harness.py) with 50 running `sleep` jobs, cold and warm.
+  (tests/jobs/slurm_harness.py) with 50 running `sleep` jobs, cold and warm;
+- through a running daemon (the deployed case: status reads `/v1/snapshot` and `/v1/jobs`,
+  the daemon asks Slurm): one on a node without Slurm, one reading the stand-in's 50 jobs,
+  one whose squeue hangs (status shows "jobs unknown" at once: the daemon waits, not it).
 
 Run: python bench/status_slurm_cost.py [RUNS] [--real]   (target: +30 ms at most, cold)
 """
@@ -19,18 +22,21 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from _common import REPO, build_fakenvml, fakenvml_env
 
 sys.path.insert(0, str(REPO))
 
+from gpuwatch.backends.daemon_client import http_get
 from tests.cli.slurm_stand_in import make_slurm_node, many_jobs
 
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
@@ -82,11 +88,16 @@ def forget(run_dir: Path) -> Callable[[], None]:
     return lambda: (run_dir / CACHE).unlink(missing_ok=True)
 
 
-def stand_in_cases(base: dict[str, str], work: Path) -> list[Case]:
+def without_slurm(base: dict[str, str], work: Path) -> dict[str, str]:
     quiet = work / "no-slurm-bin"
-    quiet.mkdir()
+    quiet.mkdir(exist_ok=True)
     no_slurm = {**base, "PATH": f"{quiet}:{Path(sys.executable).parent}"}
     no_slurm.pop("SLURM_CONF", None)
+    return no_slurm
+
+
+def stand_in_cases(base: dict[str, str], work: Path) -> list[Case]:
+    no_slurm = without_slurm(base, work)
     node = make_slurm_node(work / "busy", base)
     node.squeue_prints(many_jobs(JOBS))
     busy = {**base, **node.env}
@@ -131,6 +142,54 @@ def real_cases(base: dict[str, str], work: Path) -> tuple[list[Case], Callable[[
     return cases, cluster.close
 
 
+@contextmanager
+def daemon(folder: Path, env: dict[str, str]) -> Iterator[str]:
+    """`gpuwatch daemon` on the fakenvml node with `env`, asking Slurm (where it finds
+    squeue) every 5 s; yields its socket once it serves and has read the jobs once."""
+    folder.mkdir()
+    sock = str(folder / "gpuwatch.sock")
+    argv = [GPUWATCH, "daemon", "--socket", sock, "--jobs-refresh", "5s"]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not _jobs_settled(sock):
+            if time.monotonic() > deadline or process.poll() is not None:
+                sys.exit(f"the daemon in {folder} did not start: {process.stderr}")
+            time.sleep(0.2)
+        yield sock
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def _jobs_settled(sock: str) -> bool:
+    """Whether the daemon at `sock` serves, and knows the jobs or reads no scheduler."""
+    try:
+        status, body = http_get(sock, "/v1/jobs")
+    except OSError:  # not up yet
+        return False
+    settled = (b'"known": true', b'"reading": false', b'"error": "Slurm did not answer')
+    return status == 200 and any(word in body for word in settled)
+
+
+def daemon_cases(base: dict[str, str], work: Path, stack: ExitStack) -> list[Case]:
+    no_slurm = without_slurm(base, work)
+    node = make_slurm_node(work / "daemon-busy", base)
+    node.squeue_prints(many_jobs(JOBS))
+    busy = {**base, **node.env}
+    hung_node = make_slurm_node(work / "hung-for-daemon", base)
+    hung_node.squeue("exec sleep 600")
+    hung = {**base, **hung_node.env}
+    quiet_sock = stack.enter_context(daemon(work / "daemon-quiet", no_slurm))
+    busy_sock = stack.enter_context(daemon(work / "daemon-slurm", busy))
+    hung_sock = stack.enter_context(daemon(work / "daemon-hung", hung))
+    return [
+        Case("daemon, no Slurm", {**no_slurm, "GPUWATCH_SOCKET": quiet_sock}),
+        Case(f"daemon reading {JOBS} jobs", {**busy, "GPUWATCH_SOCKET": busy_sock}),
+        Case("daemon, its squeue hung", {**hung, "GPUWATCH_SOCKET": hung_sock}),
+    ]
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     runs = int(args[0]) if args else 15
@@ -147,7 +206,9 @@ def main() -> None:
     if "--real" in sys.argv:
         more, stop = real_cases(base, work)
         cases += more
+    stack = ExitStack()
     try:
+        cases += daemon_cases(base, work, stack)
         for case in cases:  # a warm-up, and a check that each case shows what it should
             print(f"  [{case.name}] {_gist(case.run_once())}")
             case.times_ms.clear()
@@ -156,6 +217,7 @@ def main() -> None:
                 if case.runs is None or number < case.runs:
                     case.run_once()
     finally:
+        stack.close()
         stop()
         shutil.rmtree(work, ignore_errors=True)
     report(cases, runs)
@@ -177,7 +239,7 @@ def report(cases: list[Case], runs: int) -> None:
     for case in cases:
         wall, cpu = statistics.median(case.times_ms), statistics.median(case.cpu_ms)
         print(
-            f"  {case.name:<42} wall {wall:7.1f} ms ({wall - wall0:+6.1f})  "
+            f"  {case.name:<44} wall {wall:7.1f} ms ({wall - wall0:+6.1f})  "
             f"CPU {cpu:6.1f} ms ({cpu - cpu0:+5.1f})  {len(case.times_ms)} runs"
         )
 

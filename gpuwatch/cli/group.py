@@ -7,7 +7,7 @@ import importlib
 import click
 
 from gpuwatch._version import __version__
-from gpuwatch.cli.options import HelpContext
+from gpuwatch.cli.options import HELP_OPTION_NAMES, HelpContext
 
 # name -> "module:function"; the order is the order of `gpuwatch --help`.
 _COMMANDS = {
@@ -38,7 +38,7 @@ class _LazyGroup(click.Group):
         return command
 
 
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": HELP_OPTION_NAMES})
 @click.version_option(__version__, "-V", "--version", prog_name="gpuwatch")
 def cli() -> None:
     """Watch the GPUs of a shared machine, and pick free ones for your jobs.

@@ -102,11 +102,24 @@ class HelpFormatter(click.HelpFormatter):
         self.buffer.extend(fit_line(line, self.width) + "\n" for line in lines)
 
 
+HELP_OPTION_NAMES = ["-h", "--help"]
+
+
 class HelpContext(click.Context):
     formatter_class = HelpFormatter
 
 
 class Command(click.Command):
-    """A gpuwatch command: help drawn as every other command's."""
+    """A gpuwatch command: help drawn as every other command's, asked for by `-h` too."""
 
     context_class = HelpContext
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The command's own setting, not only the group's: click makes a command's help
+        # option once, with the names of the first context it is made in, and keeps it. A
+        # context made without the group (a test parsing a command's arguments) must not
+        # leave `-h` out for every later run of the command.
+        settings = dict(kwargs.get("context_settings") or {})
+        settings.setdefault("help_option_names", HELP_OPTION_NAMES)
+        kwargs["context_settings"] = settings
+        super().__init__(*args, **kwargs)

@@ -241,13 +241,15 @@ class Api:
 
     def job_table(self, query: Query) -> Response:
         """`table_record` of the jobs (`known: false` and `error` while unknown), with the
-        idle seconds of each held GPU by uuid, and the window after which that is waste."""
+        idle seconds of each held GPU by uuid, the window after which that is waste, and
+        whether a scheduler is read at all (a client asks its own where none is)."""
         jobs = self.view().jobs
         body = table_record(jobs.table, error=jobs.error)
         body["allocated_idle_s"] = {
             uuid: round(seconds, 1) for uuid, seconds in jobs.allocated_idle_s.items()
         }
         body["idle_window_s"] = jobs.idle_window_s
+        body["reading"] = jobs.reading
         return json_response(200, body)
 
     def metrics(self, query: Query) -> Response:

@@ -55,19 +55,21 @@ class JobSettings:
 @dataclass(frozen=True, slots=True)
 class JobsNow:
     """What one request shows of jobs: the table (`None`: unknown, and `error` says why),
-    and the seconds each held GPU has been idle, by uuid (0 for one in use)."""
+    and the seconds each held GPU has been idle, by uuid (0 for one in use). `reading`:
+    whether a scheduler is asked at all (False: `--jobs off`, or none found)."""
 
     table: JobTable | None
     error: str | None
     idle_window_s: float
     allocated_idle_s: Mapping[str, float] = field(default_factory=dict)
+    reading: bool = True
 
     @property
     def known(self) -> bool:
         return self.table is not None
 
 
-NO_JOBS = JobsNow(None, "job reading is off (--jobs off)", 600.0)
+NO_JOBS = JobsNow(None, "job reading is off (--jobs off)", 600.0, reading=False)
 
 
 class JobWatch:
@@ -133,9 +135,9 @@ class JobWatch:
     def now(self, snapshot: Snapshot | None) -> JobsNow:
         """The jobs as known now, with the idle time of `snapshot`'s held GPUs."""
         with self._lock:
-            table, error = self._table, self._error
+            table, error, reading = self._table, self._error, self._reader is not None
             idle = self._idle.idle_s(table, snapshot.gpus) if snapshot is not None else {}
-        return JobsNow(table, error, self.settings.idle_window_s, idle)
+        return JobsNow(table, error, self.settings.idle_window_s, idle, reading)
 
     def _run(self) -> None:
         while not self._stop.is_set():

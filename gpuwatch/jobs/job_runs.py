@@ -18,7 +18,12 @@ from pathlib import Path
 
 from gpuwatch.errors import JobUnknownError, SchedulerUnavailableError
 from gpuwatch.jobs.gres import gres_gpu_files, minor_number_of, minors_of_indices, parse_index_list
-from gpuwatch.jobs.slurm_text import SACCT_FIELDS, JobRun, job_run_from_sacct, job_run_from_scontrol
+from gpuwatch.jobs.slurm_runs_text import (
+    SACCT_FIELDS,
+    JobRun,
+    job_run_from_sacct,
+    job_run_from_scontrol,
+)
 
 DEFAULT_TIMEOUT_S = 10.0
 _MAX_GRES_CONF_BYTES = 1 << 20

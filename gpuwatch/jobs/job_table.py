@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuwatch._frozen import FrozenValue  # dataclass's methods, compiled once: see there
 from gpuwatch.record_fields import (
     BadRecord,
     float_field,
@@ -30,8 +31,8 @@ _MAX_MINOR = 1 << 20
 _MAX_TIME = 1e11
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Job(FrozenValue):
     """One job running on this node, as its scheduler reports it."""
 
     job_id: str
@@ -54,8 +55,8 @@ class Job:
         return max(0.0, self.started_at + self.time_limit_s - now)
 
 
-@dataclass(frozen=True, slots=True)
-class JobTable:
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class JobTable(FrozenValue):
     """The jobs of this node at `read_at`, and which holds each GPU.
 
     A reader that cannot tell (the scheduler absent, down or slow) returns `None`

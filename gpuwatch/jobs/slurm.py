@@ -14,18 +14,15 @@ sets) or its `SLURM_JOB_ID` (which the process could set itself: a hint for its 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpuwatch import procfs
+from gpuwatch.jobs.command import run_command
 from gpuwatch.jobs.gres import default_gres_conf, gres_gpu_files, minor_number_of
 from gpuwatch.jobs.job_table import JobTable
 from gpuwatch.jobs.slurm_text import SlurmFormatError, jobs_from_scontrol, jobs_from_squeue_json
@@ -59,7 +56,9 @@ class SlurmJobs:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.env = dict(os.environ if env is None else env)
-        self.node = node or self.env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        # os.uname() rather than socket.gethostname(): the same name, without loading
+        # `socket` into every one-shot status on a Slurm node
+        self.node = node or self.env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
         self.gres_conf = Path(gres_conf) if gres_conf is not None else default_gres_conf(self.env)
         self.timeout_s = timeout_s
         self.max_age_s = max_age_s
@@ -176,39 +175,11 @@ class SlurmJobs:
         """The command's output; `None` (and `last_error`: "absent", "failed" or "timeout")
         when it is missing, fails or outlives the deadline."""
         self.calls += 1
-        try:
-            child = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=self.env,
-                start_new_session=True,  # its own group: a timeout kills its children too
-            )
-        except OSError:
-            self.last_error = "absent"
-            return None
-        try:
-            out, _ = child.communicate(timeout=max(0.0, deadline - self._clock()))
-        except subprocess.TimeoutExpired:
-            _kill_group(child)
-            self.last_error = "timeout"
-            return None
-        if child.returncode != 0 or len(out) > MAX_OUTPUT_BYTES:
-            self.last_error = "failed"
-            return None
-        return out.decode(errors="replace")
-
-
-def _kill_group(child: subprocess.Popen[bytes]) -> None:
-    """Kills the command we started and everything in its session, and reaps it."""
-    with contextlib.suppress(OSError):
-        os.killpg(child.pid, signal.SIGKILL)
-    try:
-        child.communicate(timeout=1.0)
-    except subprocess.TimeoutExpired:  # a child stuck in the kernel: leave it, do not wait
-        if child.stdout is not None:
-            child.stdout.close()
+        timeout_s = deadline - self._clock()
+        out, why = run_command(argv, self.env, timeout_s, MAX_OUTPUT_BYTES)
+        if why is not None:
+            self.last_error = why
+        return out
 
 
 def job_id_of_process(pid: int, proc: str = procfs.PROC) -> str | None:

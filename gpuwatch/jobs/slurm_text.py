@@ -11,16 +11,17 @@ of the answer stands.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from gpuwatch.jobs.gres import expand_hostlist, gpu_indices, minors_of_indices
 from gpuwatch.jobs.job_table import Job
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: `typing` costs a one-shot status ~4 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_TEXT_CHARS = 256
 """Job names and users longer than this are cut: they are shown, never parsed further."""
@@ -225,6 +226,8 @@ def _scontrol_indices(fields: list[tuple[str, str]], node: str) -> list[int] | N
 
 def _timestamp(text: str) -> float | None:
     """scontrol's local time `2026-11-23T22:35:11` as a Unix time."""
+    import datetime as dt  # here: squeue's JSON, the usual answer, needs none of it
+
     try:
         return dt.datetime.fromisoformat(text).timestamp()
     except ValueError:
@@ -246,109 +249,3 @@ def parse_duration_s(text: str) -> float | None:
         hours, minutes, seconds = minutes, seconds, "0"
     parts = (int(days or 0), int(hours or 0), int(minutes), int(seconds))
     return float(sum(part * unit for part, unit in zip(parts, _DURATION_FIELDS_S, strict=True)))
-
-
-@dataclass(frozen=True, slots=True)
-class JobRun:
-    """One job's run as Slurm tells it: when, where, and its GPUs' GRES indices on each
-    node (`None` where Slurm did not say, as sacct never does)."""
-
-    job_id: str
-    state: str
-    start_s: float | None
-    """Unix time; `None` before the job started."""
-    end_s: float | None
-    """Unix time; `None` while it runs (scontrol's EndTime is then the time limit's end)."""
-    nodes: tuple[str, ...]
-    gres_indices: dict[str, list[int]] | None
-    source: str
-
-
-_ENDED = frozenset(
-    [
-        "COMPLETED",
-        "COMPLETING",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-        "REQUEUED",
-        "REVOKED",
-        "SPECIAL_EXIT",
-    ]
-)
-"""States in which a job no longer runs: its EndTime is when it ended."""
-
-
-def job_run_from_scontrol(text: str, job_id: str) -> JobRun | None:
-    """Job `job_id` in `scontrol show job -d --oneliner JOBID`'s answer; `None` when the
-    answer does not hold it. An array's tasks are asked by `ARRAYID_TASKID`."""
-    for line in text.splitlines():
-        fields = _fields(line)
-        array, task = _first(fields, "ArrayJobId"), _first(fields, "ArrayTaskId")
-        ids = {_first(fields, "JobId"), f"{array}_{task}"}
-        if job_id in ids:
-            return _scontrol_run(fields, job_id)
-    return None
-
-
-def _scontrol_run(fields: list[tuple[str, str]], job_id: str) -> JobRun:
-    state = _first(fields, "JobState")
-    nodes = tuple(expand_hostlist(_first(fields, "NodeList")))
-    indices: dict[str, list[int]] = {}
-    current: list[str] = []
-    for name, value in fields:
-        if name == "Nodes":
-            current = expand_hostlist(value)
-        elif name == "GRES":
-            held = gpu_indices(value)
-            indices.update((node, held) for node in current if held is not None)
-    return JobRun(
-        job_id=job_id,
-        state=state,
-        start_s=_timestamp(_first(fields, "StartTime")) if state != "PENDING" else None,
-        end_s=_end_time_s(fields),
-        nodes=nodes,
-        gres_indices=indices,
-        source="scontrol",
-    )
-
-
-def _end_time_s(fields: list[tuple[str, str]]) -> float | None:
-    """When the job ended; `None` while it runs or waits: then EndTime is only when its
-    time limit would end it."""
-    state = _first(fields, "JobState").split()[0] if _first(fields, "JobState") else ""
-    if state not in _ENDED:
-        return None
-    return _timestamp(_first(fields, "EndTime"))
-
-
-SACCT_FIELDS = "JobIDRaw,JobID,State,Start,End,NodeList"
-"""What `sacct -X -P -n -o` is asked for; `job_run_from_sacct` reads these, in this order."""
-
-
-def job_run_from_sacct(text: str, job_id: str) -> JobRun | None:
-    """Job `job_id` in `sacct -j JOBID -X -P -n -o SACCT_FIELDS`'s answer (`|` between
-    fields); `None` when it is not there. sacct names no GRES index: the GPUs stay unknown.
-    A job requeued has a line per run: the last is the latest."""
-    found = None
-    for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) != len(SACCT_FIELDS.split(",")) or job_id not in parts[:2]:
-            continue
-        _, _, state, start, end, nodes = parts
-        state = state.split()[0] if state.strip() else ""  # "CANCELLED by 0"
-        found = JobRun(
-            job_id=job_id,
-            state=state,
-            start_s=_timestamp(start),
-            end_s=_timestamp(end) if state in _ENDED else None,
-            nodes=tuple(expand_hostlist(nodes)),
-            gres_indices=None,
-            source="sacct",
-        )
-    return found

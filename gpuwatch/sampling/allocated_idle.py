@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # annotations only: sampling loads nothing of the jobs floor 
     from gpuwatch.jobs import JobTable
     from gpuwatch.models import GpuSample
 
+IDLE_WINDOW_S = 600.0
+"""From how long idle a held GPU is shown as such where nobody says otherwise (the TUI's
+own count; the daemon's `--idle-window` default)."""
 IDLE_UTILIZATION_PCT = 1
 """A GPU at or below this utilisation computes nothing worth the name (a monitoring
 kernel, a driver's housekeeping)."""

@@ -3,7 +3,8 @@
 A command that shows GPUs (`status`, the TUI) asks one reader, chosen by `jobs_reader`:
 
 - reading the daemon: the daemon's `/v1/jobs` (its table, and how long each allocated GPU
-  has been idle); a daemon without that route is an older one: asked as without a daemon;
+  has been idle); a daemon without that route (an older one), or one that reads no
+  scheduler (`"reading": false`), is passed by: asked as without a daemon;
 - else, where `squeue` is on the PATH: this node's Slurm, asked by this process
   (`SlurmJobs`, in a thread, with a deadline), through a small cache file for one-shot
   commands (`jobs_cache`);
@@ -26,12 +27,13 @@ from gpuwatch.record_fields import BadRecord
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from gpuwatch.backends.base import Backend
     from gpuwatch.jobs.job_table import Job, JobTable
     from gpuwatch.jobs.slurm import SlurmJobs
     from gpuwatch.models import GpuSample
+    from gpuwatch.sampling.allocated_idle import AllocatedIdle
     from gpuwatch.sampling.jobs_cache import JobsCache
 
 ONE_SHOT_DEADLINE_S = 1.0
@@ -99,6 +101,23 @@ class NodeJobs:
 
 NO_JOBS = NodeJobs()
 """No scheduler: nothing to show."""
+
+
+def with_own_idle(
+    jobs: NodeJobs, gpus: Sequence[GpuSample], count: AllocatedIdle, now: float
+) -> NodeJobs:
+    """`jobs` with the idle time of each held GPU as `count` (fed here with `gpus`, sampled
+    at `now`) tells it, for a screen that samples the GPUs itself; unchanged where the
+    daemon already said (its count began long before this screen)."""
+    if jobs.idle_window_s is not None or not jobs.scheduler:
+        return jobs
+    count.update(gpus, jobs.table, now)
+    if jobs.table is None:
+        return jobs
+    from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S
+
+    idle = count.idle_s(jobs.table, gpus)
+    return NodeJobs(jobs.table, None, idle, IDLE_WINDOW_S, scheduler=True)
 
 
 class JobsReader:
@@ -199,7 +218,9 @@ class DaemonReader(JobsReader):
             record = fetch_jobs_record(self._socket_path, self._timeout_s)
         except (OSError, ValueError, DaemonUnavailableError) as error:
             return NodeJobs(None, _cut(f"the daemon did not say ({error})"), scheduler=True)
-        if record is None:  # an older daemon: ask as without one, from now on
+        if record is None or record.get("reading") is False:
+            # an older daemon, or one reading no scheduler (none on its PATH, --jobs off):
+            # ask as without a daemon, from now on
             self._fallback = self._make_fallback()
             self._fallback.start()
             return self._fallback.read()
@@ -316,14 +337,11 @@ def load_slurm_reader() -> type[SlurmJobs]:
 
     Call it from the main thread before any other thread may need it: an import on one
     thread while another imports too can hand the other a module half made (dataclasses
-    peeks at `typing` in sys.modules, and fails on a partial one). subprocess may be a
-    placeholder until first used (`gpuwatch._lazyimport`): it is used here.
+    peeks at `typing` in sys.modules, and fails on a partial one). The commands are run
+    without `subprocess` (`gpuwatch.jobs.command`): nothing is loaded on first use.
     """
-    import subprocess
-
     from gpuwatch.jobs.slurm import SlurmJobs
 
-    subprocess.Popen  # noqa: B018
     return SlurmJobs
 
 

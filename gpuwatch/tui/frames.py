@@ -22,7 +22,8 @@ from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.placement.request import Waiter
 from gpuwatch.reports.training import TrainingReports
-from gpuwatch.sampling.node_jobs import JobsReader, NodeJobs
+from gpuwatch.sampling.allocated_idle import AllocatedIdle
+from gpuwatch.sampling.node_jobs import JobsReader, NodeJobs, with_own_idle
 from gpuwatch.sampling.poller import ticks
 
 HISTORY_WINDOW_S = 3600.0
@@ -159,7 +160,13 @@ class LocalSource(Source):
     jobs: JobsReader | None = None
     """Who to ask which job holds each GPU: asked on this source's thread, after the GPUs,
     with a deadline (and the cached answer on later frames), so Slurm never holds the screen."""
+    monotonic: Callable[[], float] = time.monotonic
+    """The clock of idle times this source counts itself: a wall clock stepped back or
+    forward must not stretch them."""
     _closed: bool = field(default=False, repr=False)
+    _idle: AllocatedIdle = field(default_factory=AllocatedIdle, repr=False)
+    """How long each held GPU has been idle, counted from this screen's own samples where
+    no daemon counts it."""
     _training_found: TrainingReports = field(default=NO_TRAINING, repr=False)
     _training_read_at: float | None = field(default=None, repr=False)
 
@@ -211,7 +218,7 @@ class LocalSource(Source):
             error,
             ancestors=ancestors,
             training=self._training(),
-            jobs=self._jobs(),
+            jobs=self._jobs(snapshot),
         )
 
     def close(self) -> None:
@@ -221,13 +228,14 @@ class LocalSource(Source):
             if self.jobs is not None:
                 self.jobs.close()
 
-    def _jobs(self) -> NodeJobs | None:
+    def _jobs(self, snapshot: Snapshot) -> NodeJobs | None:
         if self.jobs is None:
             return None
         try:
-            return self.jobs.read()
+            jobs = self.jobs.read()
         except Exception as error:  # the jobs are a nicety: say why they are missing
             return NodeJobs(None, f"reading jobs failed: {_describe(error)}", scheduler=True)
+        return with_own_idle(jobs, snapshot.gpus, self._idle, self.monotonic())
 
     def _training(self) -> TrainingReports:
         """The latest training reports, read again once `TRAINING_READ_EVERY_S` has passed."""

@@ -96,3 +96,19 @@ def test_defaults_read_as_every_other_default(command: str) -> None:
     assert "[default: (" not in help_text
     if command == "daemon":
         assert "[default: 1s]" in help_text and "[default: 24h]" in help_text
+
+
+@pytest.mark.parametrize("name", ["status", "daemon", "tui", "fleet", "job-report", "torch-report"])
+def test_a_command_parsed_without_the_group_still_answers_dash_h(name: str) -> None:
+    # GIVEN a command's arguments parsed by the command alone, not through `gpuwatch`
+    # (as a test of a deployment's arguments does): click keeps the help option it made then
+    import importlib
+
+    module, function = _COMMANDS[name].split(":")
+    command = getattr(importlib.import_module(module), function)
+    with command.make_context(name, ["--help"], resilient_parsing=True):
+        pass
+    # WHEN `gpuwatch NAME -h` is run later in the same process
+    result = run_cli(name, "-h")
+    # THEN it prints the help, as it does in a fresh process
+    assert result.exit_code == 0 and result.stdout.startswith(f"Usage: gpuwatch {name}")

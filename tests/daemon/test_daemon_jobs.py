@@ -245,6 +245,7 @@ def test_without_slurm_the_daemon_serves_and_says_why_jobs_are_unknown(
             "jobs": None,
             "allocated_idle_s": {},
             "idle_window_s": 600.0,
+            "reading": args[1] == "slurm",  # insisting, it asks (and finds none)
         }
         assert metrics_of(sock)["gpuwatch_jobs_known"][0].value == 0
     assert slurm.calls() == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs.slurm_text import job_run_from_sacct, job_run_from_scontrol
+from gpuwatch.jobs.slurm_runs_text import job_run_from_sacct, job_run_from_scontrol
 
 DATA = Path(__file__).parent / "data"
 

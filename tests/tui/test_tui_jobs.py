@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from textual.widgets import Static
 
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs.job_table import Job, JobTable
-from gpuwatch.sampling.node_jobs import NodeJobs
+from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S
+from gpuwatch.sampling.node_jobs import JobsReader, NodeJobs
 from gpuwatch.tui import render
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.frames import Frame, LocalSource
@@ -143,3 +145,33 @@ def test_jobs_unknown_is_said_in_the_header_and_the_gpus_are_shown() -> None:
 
     # GIVEN a frame whose jobs are unknown, WHEN the screen shows it
     run_app(slurm_frame(unknown), check)
+
+
+class _Slurm(JobsReader):
+    """This node's Slurm, without a daemon: job 1234 holds GPUs 0 and 1; no idle times."""
+
+    def read(self) -> NodeJobs:
+        table = JobTable((Job("1234", "alice", "train-llm", (0, 1), None, None),), FROZEN_TIME)
+        return NodeJobs(table, None, scheduler=True)
+
+
+def test_without_a_daemon_the_screen_counts_idle_held_gpus_itself(tmp_path: Path) -> None:
+    # GIVEN a node whose GPU 0 computes nothing and GPU 1 is busy, both held by job 1234,
+    # read with no daemon to count idle time
+    scenario = tmp_path / "node.toml"
+    scenario.write_text(
+        "".join(f'[[gpu]]\nload = "constant"\nutilization_pct = {pct}\n' for pct in (0, 70))
+    )
+    now = [FROZEN_TIME]
+    backend = SimBackend(scenario, clock=lambda: now[0])
+    source = LocalSource(backend, None, jobs=_Slurm(), monotonic=lambda: now[0])
+    # WHEN the screen samples for longer than the idle window
+    first = source.read()
+    now[0] += IDLE_WINDOW_S + 5
+    later = source.read()
+    # THEN GPU 0 is marked allocated and idle since the first sample, GPU 1 is not
+    gpus = later.snapshot.gpus  # type: ignore[union-attr]
+    assert later.jobs is not None and later.jobs.idle_s(gpus[0]) == IDLE_WINDOW_S + 5
+    assert later.jobs.idle_s(gpus[1]) is None
+    # AND not before the window has passed
+    assert first.jobs is not None and first.jobs.idle_s(first.snapshot.gpus[0]) is None  # type: ignore[union-attr]

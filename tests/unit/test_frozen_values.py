@@ -16,6 +16,7 @@ import pytest
 
 from gpuwatch.backends.scenario import Load, LoadShape
 from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.jobs.job_table import Job
 from gpuwatch.leases.directory import LeaseFiles
 from gpuwatch.leases.records import request_from_record, request_record
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
@@ -38,6 +39,7 @@ VALUES = [
     pytest.param(LeaseFiles([LEASE], skipped=1), id="lease-files"),
     pytest.param(Load(LoadShape.SINE, 10.0, 90.0, period_s=30.0), id="scenario-load"),
     pytest.param(Choice((GPU,), ("GPU 1: in use",), qualifying=1, free_bytes=(1,)), id="choice"),
+    pytest.param(Job("4242", "alice", None, (4, 5), 1.5e9, 5400.0), id="job"),
 ]
 
 
