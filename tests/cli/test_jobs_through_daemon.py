@@ -18,6 +18,7 @@ from textual.widgets import Static
 from tests.cli.slurm_stand_in import NODE, SlurmNode, make_slurm_node
 from tests.cli.test_status_jobs import under
 from tests.conftest import run_cli
+from tests.daemon.net_helpers import free_port
 from tests.daemon_helpers import get_json, running_daemon
 from tests.wait import wait_until
 
@@ -191,3 +192,32 @@ def test_a_daemon_whose_slurm_is_down_makes_status_say_jobs_unknown_and_why(
     assert "jobs unknown: squeue and scontrol failed (is slurmctld down?)" in text
     assert "[3] " in text and "  job " not in text
     assert data["jobs"] is None and "failed" in data["jobs_error"]
+
+
+def test_the_fleet_reads_each_gpus_job_and_idle_time_from_the_daemons_metrics(
+    node: SlurmNode, tmp_path: Path
+) -> None:
+    # GIVEN the daemon also serving /metrics on loopback, its held idle GPUs past the window
+    (tmp_path / "daemon").mkdir()
+    port = free_port()
+    args = ("--jobs-refresh", "1s", "--idle-window", f"{WINDOW_S:g}s")
+    args += ("--listen", f"127.0.0.1:{port}", "--node-name", "slurm-node")
+    with running_daemon(tmp_path / "daemon", *args, env=node.env, scenario=scenario()) as (
+        _,
+        sock,
+        _,
+    ):
+        wait_until(lambda: _idle_for_the_window(sock), "the held idle GPUs to pass the window")
+        # WHEN the fleet scrapes it
+        result = run_cli("fleet", "--node", f"127.0.0.1:{port}", "--json")
+    # THEN the node knows its jobs, and each GPU names the job that holds it, as status does
+    assert result.exit_code == 0, result.stderr
+    (fleet_node,) = json.loads(result.stdout)["nodes"]
+    assert fleet_node["node"] == "slurm-node" and fleet_node["jobs_known"] is True
+    jobs = [(gpu["job_id"], gpu["job_user"]) for gpu in fleet_node["gpus"]]
+    assert jobs == [(None, None), ("1", "root"), ("2", "root"), ("1", "root")]
+    # AND the held idle GPUs carry their idle time (the metrics' own, not rounded as /v1/jobs
+    # rounds), the busy one 0, the free one none
+    idle = [gpu["allocated_idle_s"] for gpu in fleet_node["gpus"]]
+    assert idle[0] is None and idle[2] == 0
+    assert idle[1] > WINDOW_S / 2 and idle[3] > WINDOW_S / 2
