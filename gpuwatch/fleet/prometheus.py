@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from gpuwatch.fleet import node_history, promql
+from gpuwatch.fleet import node_history, promql, summaries
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
@@ -39,7 +39,7 @@ Target = tuple[str, str]
 Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, float]]
 """A round's samples by target, each target's `up`, and when each was last scraped."""
 _FREE = "gpuwatch_memory_free_bytes"
-_NAMES, _UP, _SEEN = "names", "up", "seen"
+_NAMES, _UP, _SEEN, _PROBE = "names", "up", "seen", "probe"
 MAX_NARROWED_NODES = 1_000
 """The most nodes `read_narrowed` names in a query (a URL of some 20 KiB); beyond, the
 fleet is read whole."""
@@ -62,14 +62,20 @@ class PrometheusSource:
         stale_after_s: float = DEFAULT_STALE_AFTER_S,
         clock: Callable[[], float] = time.time,
         placement: bool = False,
+        recorded: bool = True,
     ) -> None:
         """`placement=True` reads only what placement's rules use (for `gpuwatch where`):
-        no temperatures, power, model names or process names."""
+        no temperatures, power, model names or process names. `recorded=True` reads a
+        fleet of gpuwatch daemons from the recording rules of
+        `examples/gpuwatch-fleet-rules.yml` where the server records them (never for
+        placement, which needs every GPU)."""
         self.client = PromClient(
             url, options=options or HttpOptions(), timeout_s=timeout_s, max_bytes=max_bytes
         )
         self.stale_after_s = stale_after_s
         self.placement = placement
+        self.recorded = recorded and not placement
+        self._rules = False
         self._clock = clock
         self._targets: dict[str, Target] = {}
         self._uuids: dict[str, dict[str, int]] = {}
@@ -89,13 +95,24 @@ class PrometheusSource:
         """The fleet now; raises `SourceError` when the server cannot be read."""
         self._reads += 1
         first = self._exporters is None
-        if first:
-            self._ask([_NAMES])  # which exporters: their families only, from now on
+        if first:  # which exporters: their families only, from now on
+            self._ask([_NAMES, _PROBE] if self.recorded else [_NAMES])
+        if self.summarized:
+            plan: list[FamilyQuery | str] = [_NAMES, _UP, _SEEN, *summaries.plan()]
+            again = self._reads % IDENTITY_EVERY == 0
+            evaluated, (samples, up, seen) = self._ask([*plan, _PROBE] if again else plan)
+            return self._fleet(samples, up, seen, evaluated or self._clock())
         fresh = first or not self._identity or self._reads % IDENTITY_EVERY == 0
         evaluated, (samples, up, seen) = self._ask(self._plan(fresh))
         if self._lacks_identity(samples):
             self._ask(promql.identity(self.placement))
         return self._fleet(samples, up, seen, evaluated or self._clock())
+
+    @property
+    def summarized(self) -> bool:
+        """Whether reads come from the recording rules: they are recorded and the fleet
+        runs gpuwatch daemons only (the rules know no other exporter)."""
+        return self.recorded and self._rules and self._exporters == frozenset({Exporter.GPUWATCH})
 
     def read_narrowed(self, prefilter: Prefilter) -> FleetState | None:
         """The nodes where `prefilter`'s conditions hold on enough GPUs, each read as
@@ -141,6 +158,8 @@ class PrometheusSource:
         for query, family, (_, vector) in zip(plan, families, answers, strict=True):
             if query == _NAMES:
                 self._file_names(vector)
+            elif query == _PROBE:
+                self._rules = bool(vector)
             elif query in (_UP, _SEEN):
                 into = up if query == _UP else seen
                 into.update((_target(s.labels), s.value) for s in vector)
@@ -217,6 +236,11 @@ class PrometheusSource:
             )
             shown = safe_name(name or target[1])
             return NodeState(shown, up=False, snapshot=None, age_s=age_s, error=why)
+        if self.summarized:
+            shown = safe_name(name or host_of(target[1]))
+            return summaries.node_state(
+                samples, shown, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s
+            )
         return target_state(
             samples,
             fallback_name=name or host_of(target[1]),
@@ -263,6 +287,8 @@ def _target(labels: dict[str, str]) -> Target:
 def _text(query: str, matcher: str) -> str:
     if query == _NAMES:
         return promql.names(matcher)
+    if query == _PROBE:
+        return summaries.PROBE
     selector = f"up{{{matcher}}}" if matcher else "up"
     return selector if query == _UP else f"timestamp({selector})"
 
