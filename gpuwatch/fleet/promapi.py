@@ -173,26 +173,28 @@ def _series(item: object, key: str) -> Point | None:
 
 
 def _samples(result: list[Any], name: str) -> tuple[list[Sample], float]:
-    """The vector's entries of the API's shape as samples, and its newest timestamp."""
+    """The vector's entries of the API's shape as samples, and its newest timestamp. The
+    hot loop of a refresh (a series per GPU and family): checks that cost a call each
+    are kept off the common path."""
     samples: list[Sample] = []
+    append = samples.append
     evaluated = 0.0
     for item in result:
-        if type(item) is not dict:
+        try:
+            metric = item["metric"]
+            at, text = item["value"]
+            value = float(text)
+        except (TypeError, KeyError, ValueError):
             continue
-        metric, pair = item.get("metric"), item.get("value")
-        if type(metric) is not dict or type(pair) is not list or len(pair) != 2:
-            continue
-        at, text = pair
-        if type(text) is not str or type(at) not in (int, float):
-            continue
-        value = parse_value(text)
-        if value is None:
-            continue
-        # JSON keys are always texts; a value that is not one is dropped.
-        if set(map(type, metric.values())) - {str}:
-            metric = {k: v for k, v in metric.items() if type(v) is str}
-        samples.append(Sample(name, metric, value))
-        evaluated = max(evaluated, at)
+        if type(metric) is not dict or type(text) is not str or value - value != 0:
+            continue  # not the API's shape, or not a finite number
+        for label in metric.values():
+            if type(label) is not str:  # JSON keys are texts; a value that is not is dropped
+                metric = {k: v for k, v in metric.items() if type(v) is str}
+                break
+        append(Sample(name, metric, value))
+        if type(at) in (int, float) and at > evaluated:
+            evaluated = at
     return samples, float(evaluated)
 
 

@@ -34,6 +34,9 @@ DEFAULT_STALE_AFTER_S = 120.0
 a scrape was missed, whatever interval the server uses up to that."""
 IDENTITY_EVERY = 30
 """Reads between two readings of GPU identity (a minute at the screen's 2 s refresh)."""
+SLOW_EVERY = 5
+"""Reads between two readings, from recording rules, of what changes slowly: node
+names, GPU models, who runs where (10 s at the screen's 2 s refresh)."""
 Target = tuple[str, str]
 """(job, instance): one scraped endpoint."""
 Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, float]]
@@ -83,6 +86,7 @@ class PrometheusSource:
         self._names: dict[Target, str] = {}
         self._exporters: frozenset[Exporter] | None = None
         self._identity: dict[Target, list[Sample]] = {}
+        self._slow: dict[Target, list[Sample]] = {}
         self._reads = 0
         self.queries_sent = 0
         """Instant queries sent so far, for the benches."""
@@ -98,14 +102,35 @@ class PrometheusSource:
         if first:  # which exporters: their families only, from now on
             self._ask([_NAMES, _PROBE] if self.recorded else [_NAMES])
         if self.summarized:
-            plan: list[FamilyQuery | str] = [_NAMES, _UP, _SEEN, *summaries.plan()]
-            again = self._reads % IDENTITY_EVERY == 0
-            evaluated, (samples, up, seen) = self._ask([*plan, _PROBE] if again else plan)
-            return self._fleet(samples, up, seen, evaluated or self._clock())
+            return self._read_summarized()
         fresh = first or not self._identity or self._reads % IDENTITY_EVERY == 0
         evaluated, (samples, up, seen) = self._ask(self._plan(fresh))
         if self._lacks_identity(samples):
             self._ask(promql.identity(self.placement))
+        return self._fleet(samples, up, seen, evaluated or self._clock())
+
+    def _read_summarized(self) -> FleetState:
+        """A refresh from the recording rules. What changes slowly (names, GPU models,
+        who runs where) is read every `SLOW_EVERY` reads and held between."""
+        slow = self._reads % SLOW_EVERY == 1 or not self._slow
+        plan: list[FamilyQuery | str] = [_UP, _SEEN, *summaries.plan()]
+        if slow:
+            plan += [_NAMES, *summaries.slow_plan()]
+        if self._reads % IDENTITY_EVERY == 0:
+            plan.append(_PROBE)
+        evaluated, (samples, up, seen) = self._ask(plan)
+        if slow:
+            self._slow = {
+                t: [s for s in found if s.name in summaries.SLOW] for t, found in samples.items()
+            }
+        else:
+            for target, held in self._slow.items():
+                if target in samples:
+                    samples[target] += held
+        for target, found in samples.items():  # a node that goes down keeps its data's age
+            stamps = [s.value for s in found if s.name == summaries.STAMP]
+            if stamps:
+                self._last[target] = max(stamps)
         return self._fleet(samples, up, seen, evaluated or self._clock())
 
     @property

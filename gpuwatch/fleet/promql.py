@@ -47,6 +47,7 @@ class FamilyQuery:
         return f"{expr} {self.compare}" if self.compare else expr
 
 
+_SAMPLING_UP = "gpuwatch_sampling_up"
 IDENTITY = ("gpuwatch_gpu_info", "gpuwatch_memory_total_bytes")
 """gpuwatch families read now and then, not at every refresh."""
 _NOT_PLACED = frozenset(
@@ -70,11 +71,17 @@ _PLACED_LABELS = {
 
 
 def _gpuwatch(placement: bool) -> list[FamilyQuery]:
-    queries = [FamilyQuery(name, ("gpu",)) for name in series_gpuwatch.INDEXED]
+    queries = [_indexed(name) for name in series_gpuwatch.INDEXED]
     queries += [FamilyQuery(name, _keep(name, placement)) for name in series_gpuwatch.WHOLE]
     queries += [FamilyQuery(name, compare="== 0") for name in series_gpuwatch.ZERO]
     queries += [FamilyQuery(name, compare="> 0") for name in series_gpuwatch.NONZERO]
     return [q for q in queries if q.family not in IDENTITY]
+
+
+def _indexed(name: str) -> FamilyQuery:
+    if name == _SAMPLING_UP:  # one per node, and 1 on all but a failing daemon
+        return FamilyQuery(name, compare="== 0")
+    return FamilyQuery(name, ("gpu",))
 
 
 def _keep(name: str, placement: bool) -> tuple[str, ...] | None:

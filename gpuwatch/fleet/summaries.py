@@ -34,15 +34,23 @@ _POWER = "gpuwatch:node_power_watts:sum"
 _USER_MEMORY = "gpuwatch:node_user_memory_bytes:sum"
 _USER_GPUS = "gpuwatch:node_user_gpus:count"
 _MODELS = "gpuwatch:node_gpu_models:count"
-_PER_NODE = ("gpuwatch_sample_timestamp_seconds", "gpuwatch_sampling_up")
-"""Raw series that are one per node already: read as they are."""
+STAMP = "gpuwatch_sample_timestamp_seconds"
 RECORDED = (*_COUNTS, *_BYTES, _UTILIZATION, _HOTTEST, _POWER)
+SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS)
+"""Recorded families that change slowly: a source may read them less often."""
 
 
 def plan() -> list[FamilyQuery]:
-    """The queries of a refresh from the rules, beside the names, `up` and `timestamp(up)`."""
-    queries = [FamilyQuery(name, ()) for name in (*RECORDED, *_PER_NODE)]
-    queries += [FamilyQuery(name, ("user",)) for name in (_USER_MEMORY, _USER_GPUS)]
+    """The queries of every refresh from the rules, beside `up` and `timestamp(up)`: the
+    recorded figures, and the daemon's snapshot time and failed sampling, one per node."""
+    queries = [FamilyQuery(name, ()) for name in (*RECORDED, STAMP)]
+    queries.append(FamilyQuery("gpuwatch_sampling_up", compare="== 0"))
+    return queries
+
+
+def slow_plan() -> list[FamilyQuery]:
+    """The queries of what changes slowly: who runs where, and the GPU models."""
+    queries = [FamilyQuery(name, ("user",)) for name in (_USER_MEMORY, _USER_GPUS)]
     queries.append(FamilyQuery(_MODELS, ("model_name",)))
     return queries
 
