@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -131,7 +132,7 @@ class Terminal:
     that the pane's pid is the program's: its CPU time is read from /proc."""
 
     def __init__(self, argv: Sequence[str]) -> None:
-        self.tmux = ["tmux", "-L", f"fleet-bench-{os.getpid()}"]
+        self.tmux = ["tmux", "-L", f"fleet-bench-{uuid.uuid4().hex[:8]}"]  # a server of its own
         command = f"exec env TERM=xterm-256color {shlex.join(argv)}"
         subprocess.run(
             [*self.tmux, "new-session", "-d", "-s", "bench", "-x", "120", "-y", "40", command],
