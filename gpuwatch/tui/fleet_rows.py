@@ -225,9 +225,11 @@ def user_rows(fleet: FleetState) -> tuple[list[UserRow], int]:
     for node in fleet.nodes:
         if node.up and node.summary is not None:
             for user, count, size in node.summary.users:
-                nodes.setdefault(user or "?", set()).add(node.name)
-                gpus.setdefault(user or "?", set()).update((node.name, -1 - n) for n in range(count))
-                memory[user or "?"] = memory.get(user or "?", 0) + size
+                name = user or "?"
+                nodes.setdefault(name, set()).add(node.name)
+                # GPUs by count alone: stand-ins that no GPU index can equal
+                gpus.setdefault(name, set()).update((node.name, -1 - n) for n in range(count))
+                memory[name] = memory.get(name, 0) + size
             continue
         if not node.up or node.snapshot is None:
             continue

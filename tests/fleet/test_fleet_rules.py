@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.tui.fleet_rows import NodeRow, build_rows, user_rows
 from tests.fleet.conftest import StartDaemons, StartPrometheus
@@ -83,3 +84,41 @@ def test_the_fleet_table_from_recording_rules_is_the_table_from_every_gpu(
     assert all(node.summary is not None and node.snapshot is None for node in recorded.nodes)
     assert [shown(row) for row in build_rows(recorded)] == [shown(row) for row in build_rows(raw)]
     assert user_rows(recorded) == user_rows(raw)
+
+
+SUMMARY = NodeSummary(
+    gpus=8,
+    gpus_free=3,
+    most_free_bytes=80 * GIB,
+    memory_free_bytes=300 * GIB,
+    utilization_pct=42.5,
+    hottest_c=71,
+    power_w=2400.0,
+    leases=2,
+    idle_held=1,
+    users=(("alice", 2, 60 * GIB), ("", 1, GIB)),
+    models=("NVIDIA H100 80GB HBM3",),
+)
+
+
+@pytest.mark.parametrize("up", [True, False], ids=["up", "stale"])
+def test_a_node_read_from_the_rules_is_a_row_of_its_figures(up: bool) -> None:
+    # GIVEN a node as the recording rules describe it, current or stale
+    node = NodeState("gpu-07", up=up, snapshot=None, age_s=5.0, summary=SUMMARY)
+    fleet = FleetState(taken_at=0.0, source="prometheus x", nodes=(node,))
+    # WHEN the table's row and the users view are built
+    (row,) = build_rows(fleet)
+    users, silent = user_rows(fleet)
+    # THEN the row shows its figures; a stale node has no free GPU and no users counted
+    assert (row.gpus, row.most_free_bytes, row.leases, row.models) == (
+        8,
+        80 * GIB,
+        2,
+        "NVIDIA H100 80GB HBM3",
+    )
+    assert row.gpus_free == (3 if up else None)
+    assert row.users == frozenset({"alice"})
+    assert [(u.user, u.nodes, u.gpus, u.memory_bytes) for u in users] == (
+        [("alice", 1, 2, 60 * GIB), ("?", 1, 1, GIB)] if up else []
+    )
+    assert silent == 0
