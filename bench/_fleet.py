@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.client
 import importlib
+import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -13,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,12 +48,19 @@ class Counts:
     body_bytes: int = 0
 
 
+_NO_RULES = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+_RULES_PROBE = "gpuwatch%3Anode_gpus%3Acount"
+
+
 class CountingProxy:
     """A reverse proxy on loopback that forwards every request to `upstream` and counts
     requests and the bytes of the answers' bodies as sent (compressed, when the client
-    asked for it): what a client of `url` costs, whatever its code."""
+    asked for it): what a client of `url` costs, whatever its code. `hide_rules`: it
+    answers the query for a recording rule's series with nothing, so that a client
+    reads the fleet GPU by GPU although the server records the rules."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, hide_rules: bool = False) -> None:
+        self.hide_rules = hide_rules
         self.counts = Counts()
         self._lock = threading.Lock()
         self._upstream = urllib.parse.urlsplit(upstream)
@@ -74,6 +84,8 @@ class CountingProxy:
             self._server.server_close()
 
     def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Any:
+        if self.hide_rules and _RULES_PROBE in path:
+            return 200, [("Content-Type", "application/json")], _NO_RULES
         connection = http.client.HTTPConnection(self._upstream.netloc, timeout=120)
         try:
             connection.request(method, path, body=body or None, headers=headers)
@@ -113,6 +125,40 @@ class CountingProxy:
                 pass
 
         return Handler
+
+
+class Terminal:
+    """A program in a detached tmux session of its own (120x40), started with `exec` so
+    that the pane's pid is the program's: its CPU time is read from /proc."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.tmux = ["tmux", "-L", f"fleet-bench-{uuid.uuid4().hex[:8]}"]  # a server of its own
+        command = f"exec env TERM=xterm-256color {shlex.join(argv)}"
+        subprocess.run(
+            [*self.tmux, "new-session", "-d", "-s", "bench", "-x", "120", "-y", "40", command],
+            check=True,
+        )
+        pane = [*self.tmux, "display-message", "-p", "-t", "bench", "#{pane_pid}"]
+        self.pid = int(subprocess.run(pane, capture_output=True, text=True, check=True).stdout)
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True, check=False)
+
+
+def steady_cpu_pct(argv: Sequence[str], warm_s: float, seconds: float) -> float:
+    """Percent of one core a program uses, measured for `seconds` after `warm_s`."""
+    terminal = Terminal(argv)
+    try:
+        time.sleep(warm_s)
+        before = terminal.cpu_s()
+        time.sleep(seconds)
+        return 100 * (terminal.cpu_s() - before) / seconds
+    finally:
+        terminal.close()
 
 
 def gpuwatch_command() -> str:

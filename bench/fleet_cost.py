@@ -8,18 +8,22 @@ and 5 that refuse; a real Prometheus (Debian's `prometheus`) scrapes them. Then:
     the standard library, `python -c ...`, the same Python as gpuwatch; wall time of the
     whole process, the median of interleaved runs;
 (b) `gpuwatch where -n 2 --min-free 40GiB --prometheus URL` beside it, at 500 nodes;
-(c) one refresh of the fleet (`PrometheusSource.read()`, or until it exists the queries it
-    will send) at 100, 500 and 1,000 nodes: requests, bytes read and time, counted by a
-    proxy in front of Prometheus;
+(c) one steady refresh of the fleet (`PrometheusSource.read()`, or until it exists the
+    queries it will send) at 100, 500 and 1,000 nodes, GPU by GPU ("raw") and from the
+    recording rules of examples/gpuwatch-fleet-rules.yml ("rules"), which this Prometheus
+    records: requests, bytes (as sent, gzip, and as JSON) and time, counted by a proxy
+    in front of Prometheus;
 (d) direct scraping of 100 nodes of which 5 hang and 5 refuse (`ScrapeSource.read()`
     and `gpuwatch where --nodes-file`): wall time beside the per-node timeout, and beside
-    the floor of 100 concurrent standard-library GETs with that timeout.
+    the floor of 100 concurrent standard-library GETs with that timeout;
+(e) `gpuwatch fleet --interval 2` at 500 nodes, in a tmux pane: the CPU of the whole
+    process in steady state, raw (through a proxy that hides the rules) and from rules.
 
 A figure the installed gpuwatch cannot give yet is skipped with a line that says why.
 Prometheus runs on this machine too, so every figure carries its load.
 
 Run: python bench/fleet_cost.py [--sizes 100,500,1000] [--where-at 500] [--runs 11]
-                                [--scrape-interval 5] [--timeout 2]
+                                [--scrape-interval 5] [--timeout 2] [--cpu-seconds 30]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,6 +50,7 @@ from _fleet import (
     gpuwatch_command,
     has_command,
     median_wall_s,
+    steady_cpu_pct,
 )
 
 sys.path.insert(0, str(REPO))  # the fleet's test harness starts the servers
@@ -52,6 +58,7 @@ from tests.fleet.endpoints import SimFleet, serving_sim_fleet
 from tests.fleet.prometheus_harness import Prometheus, Target, running_prometheus
 
 MIB = 1 << 20
+RULES = REPO / "examples" / "gpuwatch-fleet-rules.yml"
 BARE_CLIENT = (
     "import json, sys, urllib.parse, urllib.request\n"
     "query = urllib.parse.urlencode({'query': 'gpuwatch_memory_free_bytes'})\n"
@@ -122,6 +129,12 @@ def load(prometheus: Prometheus, fleet: SimFleet, nodes: int) -> None:
         f"{nodes} nodes' GPUs",
         timeout_s=900,
     )
+    prometheus.wait_for(
+        "count(gpuwatch:node_gpus_free:count)",
+        lambda samples: bool(samples) and samples[0].value >= nodes,
+        f"the recording rules of {nodes} nodes",
+        timeout_s=900,
+    )
     print(f"\n{nodes} nodes scraped ({time.perf_counter() - start:.0f} s to load)")
 
 
@@ -149,23 +162,61 @@ def _first_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0][:100] if lines else "(nothing)"
 
 
-def refresh_cost(proxy: CountingProxy, nodes: int, refreshes: int) -> tuple[str, ...]:
-    source, _ = fleet_source("prometheus", "PrometheusSource", proxy.url)
-    times, seen = [], ""
+def refresh_cost(
+    proxy: CountingProxy, nodes: int, refreshes: int, recorded: bool
+) -> tuple[str, ...]:
+    """A steady refresh (after a first read, which also learns the exporters and reads
+    GPU identity): requests, bytes as sent (gzip) and as JSON, median time."""
+    mode = "rules" if recorded else "raw"
+    source, _ = fleet_source("prometheus", "PrometheusSource", proxy.url, recorded=recorded)
+    if source is None:
+        source, _ = fleet_source("prometheus", "PrometheusSource", proxy.url)
+        mode = "raw"
+    times: list[float] = []
+    seen, counts = "", []
+    if source is not None:
+        source.read()
     for _ in range(refreshes):
         proxy.reset()
         start = time.perf_counter()
+        json_bytes = 0
         if source is not None:
+            before = source.client.bytes_read
             seen = str(len(source.read().nodes))
+            json_bytes = source.client.bytes_read - before
         else:
             _stand_in_refresh(proxy.url)
         times.append(time.perf_counter() - start)
-        counts = proxy.reset()
+        sent = proxy.reset()
+        counts.append((sent.body_bytes, sent.requests, json_bytes))
+    # The typical refresh: some read slow-changing series too, every fifth or thirtieth.
+    body_bytes, requests, json_bytes = sorted(counts)[len(counts) // 2]
+    used = getattr(source, "summarized", False)
     if source is not None:
         source.close()
     ms = statistics.median(times) * 1000
-    kib = counts.body_bytes / 1024
-    return (str(nodes), str(counts.requests), f"{kib:,.0f}", f"{ms:,.0f}", seen or "-")
+    kib = body_bytes / 1024
+    return (
+        mode if used or mode == "raw" else "rules (absent)",
+        str(nodes),
+        str(requests),
+        f"{kib:,.0f}",
+        f"{json_bytes / 1024:,.0f}" if json_bytes else "-",
+        f"{ms:,.0f}",
+        seen or "-",
+    )
+
+
+def screen_cpu(urls: dict[str, str], interval_s: float, seconds: float) -> None:
+    print(f"\n(e) gpuwatch fleet --interval {interval_s:g}: CPU of the whole process (tmux)")
+    print(f"    measured for {seconds:g} s after 10 s; the issue's bound: 5 % of one core")
+    if not has_command("fleet") or not shutil.which("tmux"):
+        print("    skipped (no gpuwatch fleet, or no tmux)")
+        return
+    for mode, url in urls.items():
+        argv = [gpuwatch_command(), "fleet", "--prometheus", url, "--interval", f"{interval_s:g}"]
+        pct = steady_cpu_pct(argv, warm_s=10, seconds=seconds)
+        print(f"    {mode:6} {pct:5.1f} % of one core")
 
 
 def _stand_in_refresh(url: str) -> None:
@@ -187,7 +238,8 @@ def print_table(rows: list[tuple[str, ...]]) -> None:
     print("\n(c) one refresh of the fleet through Prometheus (the issue's bounds: 0.5 s, 1 MiB)")
     _, why = fleet_source("prometheus", "PrometheusSource", "http://127.0.0.1:9")
     print(f"    by {'PrometheusSource.read()' if not why else f'the stand-in queries: {why}'}")
-    head = ("nodes", "requests", "KiB read", "ms (median)", "nodes read")
+    print("    raw: every GPU's series; rules: examples/gpuwatch-fleet-rules.yml's per-node ones")
+    head = ("mode", "nodes", "queries", "KiB sent", "KiB JSON", "ms (median)", "nodes read")
     widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head))]
     for row in (head, *rows):
         cells = (cell.rjust(width) for cell, width in zip(row, widths, strict=True))
@@ -202,6 +254,7 @@ def main() -> None:
     parser.add_argument("--refreshes", type=int, default=5, help="refreshes timed for (c)")
     parser.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS")
     parser.add_argument("--timeout", type=float, default=2.0, help="per-node, for (d)")
+    parser.add_argument("--cpu-seconds", type=float, default=30.0, help="measured, for (e)")
     args = parser.parse_args()
     sizes = sorted({*map(int, args.sizes.split(",")), args.where_at})
     print(f"nodes of 8 GPUs; Prometheus scrapes every {args.scrape_interval:g} s")
@@ -210,14 +263,20 @@ def main() -> None:
         scrape_directly(fleet, args.timeout, runs=3)
         with (
             tempfile.TemporaryDirectory(prefix="fleet-cost-") as home,
-            running_prometheus(Path(home), (), args.scrape_interval) as prometheus,
+            running_prometheus(
+                Path(home), (), args.scrape_interval, rule_files=[RULES]
+            ) as prometheus,
             CountingProxy(prometheus.url).running() as proxy,
+            CountingProxy(prometheus.url, hide_rules=True).running() as raw_proxy,
         ):
             for nodes in sizes:
                 load(prometheus, fleet, nodes)
                 if nodes == args.where_at:
                     compare_where(prometheus.url, args.runs)
-                rows.append(refresh_cost(proxy, nodes, args.refreshes))
+                    screen = {"raw": raw_proxy.url, "rules": proxy.url}
+                    screen_cpu(screen, 2.0, args.cpu_seconds)
+                rows.append(refresh_cost(proxy, nodes, args.refreshes, recorded=False))
+                rows.append(refresh_cost(proxy, nodes, args.refreshes, recorded=True))
     print_table(rows)
 
 

@@ -67,9 +67,12 @@ SOURCE_OPTIONS = (
 )
 
 
-def open_fleet_source(values: Mapping[str, Any]) -> closing[FleetSource]:
+def open_fleet_source(
+    values: Mapping[str, Any], *, placement: bool = False
+) -> closing[FleetSource]:
     """The source the options (by `dest`) name, else the environment's or the config
-    file's, to use in a `with` block; `InvalidValueError` when none is set."""
+    file's, to use in a `with` block; `InvalidValueError` when none is set. `placement`:
+    read only what placement's rules use (`gpuwatch where`)."""
     if values["sim"] is not None:
         from gpuwatch.fleet.sim_fleet import SimFleet
 
@@ -88,7 +91,7 @@ def open_fleet_source(values: Mapping[str, Any]) -> closing[FleetSource]:
         token_file=values["token_file"],
         timeout_s=values["timeout"],
     )
-    return closing(resolve(options))
+    return closing(resolve(options, placement=placement))
 
 
 def click_options(command: Callable[..., Any]) -> Callable[..., Any]:

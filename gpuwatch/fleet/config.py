@@ -64,9 +64,12 @@ def config_path(env: Mapping[str, str]) -> str:
     return os.path.join(base, "gpuwatch", "fleet.toml")
 
 
-def resolve(options: SourceOptions, env: Mapping[str, str] | None = None) -> FleetSource:
+def resolve(
+    options: SourceOptions, env: Mapping[str, str] | None = None, *, placement: bool = False
+) -> FleetSource:
     """The source `options` name, else the environment's, else the config file's;
-    `InvalidValueError` (one line) when none is set or one is wrong."""
+    `InvalidValueError` (one line) when none is set or one is wrong. `placement`: the
+    reader is `gpuwatch where`, which needs only what placement's rules read."""
     env = os.environ if env is None else env
     path = config_path(env)
     file = _from_file(path) if os.path.lexists(path) else None
@@ -83,7 +86,9 @@ def resolve(options: SourceOptions, env: Mapping[str, str] | None = None) -> Fle
     http = http_options(chosen, env)
     if chosen.prometheus:
         timeout_s = chosen.timeout_s or prometheus.DEFAULT_TIMEOUT_S
-        return PrometheusSource(chosen.prometheus, options=http, timeout_s=timeout_s)
+        return PrometheusSource(
+            chosen.prometheus, options=http, timeout_s=timeout_s, placement=placement
+        )
     https = bool(chosen.ca_file or chosen.client_cert)
     targets = [parse_target(node, https=https) for node in chosen.nodes]
     if chosen.nodes_file:

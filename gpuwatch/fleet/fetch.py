@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.parse
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 MAX_THREADS = 1024
@@ -56,11 +56,24 @@ class Answer:
     error: str | None = None
 
 
+Digest = Callable[[Answer], object]
+"""Work on an answer done in its request's thread as soon as it comes (parsing a node's
+text while slower nodes are still awaited)."""
+
+
 class _Request:
-    def __init__(self, url: str, headers: dict[str, str], context: ssl.SSLContext | None):
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        context: ssl.SSLContext | None,
+        digest: Digest | None = None,
+    ):
         self.url, self.headers, self.context = url, headers, context
         self.connection: http.client.HTTPConnection | None = None
         self.answer: Answer | None = None
+        self.digest = digest
+        self.digested: object = None
         self.lock = threading.Lock()
 
     def cancel(self) -> None:
@@ -82,16 +95,34 @@ def get_all(
 ) -> list[Answer]:
     """The answers to GET each of `urls`, in order; each within `timeout_s` (connecting,
     TLS, headers and the whole body) and `max_bytes` (after decompression)."""
+    found = get_all_digested(
+        urls, options=options, timeout_s=timeout_s, max_bytes=max_bytes, headers=headers
+    )
+    return [answer for answer, _ in found]
+
+
+def get_all_digested(
+    urls: Sequence[str],
+    *,
+    options: HttpOptions,
+    timeout_s: float,
+    max_bytes: int,
+    headers: dict[str, str] | None = None,
+    digest: Digest | None = None,
+) -> list[tuple[Answer, object]]:
+    """As `get_all`, each answer with what `digest` made of it in the request's thread,
+    or `None` where it was not done by the deadline (or no `digest` was given)."""
     needs_tls = any(url.startswith("https:") for url in urls)
     context = options.ssl_context() if needs_tls else None
     sent = {"Accept-Encoding": "gzip", "User-Agent": "gpuwatch-fleet", **(headers or {})}
     if options.authorization:
         sent["Authorization"] = options.authorization
-    answers: list[Answer] = []
+    found: list[tuple[Answer, object]] = []
     for start in range(0, len(urls), MAX_THREADS):
-        wave = [_Request(url, sent, context) for url in urls[start : start + MAX_THREADS]]
-        answers += _run(wave, timeout_s, max_bytes)
-    return answers
+        wave = [_Request(u, sent, context, digest) for u in urls[start : start + MAX_THREADS]]
+        answers = _run(wave, timeout_s, max_bytes)
+        found += [(a, r.digested) for a, r in zip(answers, wave, strict=True)]
+    return found
 
 
 def _run(requests: list[_Request], timeout_s: float, max_bytes: int) -> list[Answer]:
@@ -129,8 +160,12 @@ def _fetch(request: _Request, deadline: float, max_bytes: int) -> None:
     with request.lock:
         if request.answer is None:
             request.answer = answer
+        else:
+            answer = request.answer  # given up on: it is reported as timed out
     if request.connection is not None:
         request.connection.close()
+    if request.digest is not None:
+        request.digested = request.digest(answer)
 
 
 def _get(request: _Request, deadline: float, max_bytes: int) -> Answer:

@@ -40,6 +40,28 @@ class Exporter(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """A node's figures as a Prometheus server's recording rules precompute them
+    (`examples/gpuwatch-fleet-rules.yml`): what the fleet table shows of it, without its
+    GPUs one by one. `None` is unknown."""
+
+    gpus: int | None
+    gpus_free: int | None
+    """GPUs where a plain `gpuwatch pick` would take one."""
+    most_free_bytes: int | None
+    memory_free_bytes: int | None
+    utilization_pct: float | None
+    hottest_c: int | None
+    power_w: float | None
+    leases: int | None
+    idle_held: int | None
+    """GPUs held (a lease, or a process holding memory) but idle for 10 minutes."""
+    users: tuple[tuple[str, int, int], ...] = ()
+    """(user, GPUs, memory bytes) of each user with processes there."""
+    models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class NodeState:
     """One node as a fleet source last saw it.
 
@@ -69,6 +91,9 @@ class NodeState:
     jobs: tuple[GpuJob, ...] | None = None
     """The scheduler's job on each GPU a job holds; `()`: no GPU is held by a job; `None`:
     jobs unknown (another exporter, no scheduler there, or it did not answer in time)."""
+    summary: NodeSummary | None = None
+    """Its figures from recording rules, where the source read those instead of its GPUs
+    (then `snapshot` is `None`)."""
 
     def jobs_on(self, gpu_index: int) -> tuple[GpuJob, ...]:
         """The jobs holding this GPU (usually one), as far as they are known."""

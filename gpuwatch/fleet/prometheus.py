@@ -1,16 +1,10 @@
-"""A fleet read from a Prometheus server: six instant queries a refresh, whatever the
-number of nodes, sent at once.
+"""A fleet read from a Prometheus server: a fixed set of instant queries a refresh,
+whatever the number of nodes, sent at once (`gpuwatch.fleet.promql` says which and why).
 
-    whole    identity series with all their labels (`gpuwatch_gpu_info`,
-             `DCGM_FI_DEV_FB_FREE`, `nvidia_smi_gpu_info`, MIG devices, processes), and
-             gpuwatch's lease counts where not 0
-    indexed  the other gpuwatch and DCGM values, labelled by `gpu` only (`max by`): the
-             identity labels are not sent again with every value
-    by_uuid  nvidia_gpu_exporter's values, labelled by `uuid` only
-    names    per target (job, instance) seen with GPU series in the last hour: its
-             hostname labels, so that a node that went down keeps its name
-    up       `up` of those targets
-    seen     `timestamp(up)` of those targets: when each was last scraped
+The first read asks which exporters the fleet runs (the names query) and reads only
+their families; later reads send everything in one round. The identity of gpuwatch
+nodes' GPUs (`gpuwatch_gpu_info`, total memory) is read on the first read, every
+`IDENTITY_EVERY` reads, and whenever a node shows GPUs the held identity lacks.
 
 Prometheus answers an instant query with its evaluation time, not each sample's own
 time, so the age of a node's data is `timestamp(up)` (and, for a gpuwatch daemon, the
@@ -23,14 +17,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
-from gpuwatch.fleet import node_history, series_dcgm, series_gpuwatch, series_smi
+from gpuwatch.fleet import node_history, promql, summaries
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.fetch import HttpOptions
-from gpuwatch.fleet.nodes import FleetState, NodeState
-from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, Point, PromClient
+from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
+from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, PromClient
+from gpuwatch.fleet.promql import FamilyQuery, Prefilter
 from gpuwatch.fleet.series import host_of, merged, node_name, safe_name, target_state
 from gpuwatch.gpu_history import GpuSeries
 
@@ -38,67 +32,20 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_STALE_AFTER_S = 120.0
 """Two scrapes at Prometheus's default interval (1m), so that a node is stale only when
 a scrape was missed, whatever interval the server uses up to that."""
-KNOWN_WINDOW = "1h"
-_IDENTITY = ("gpuwatch_sample_timestamp_seconds", "DCGM_FI_DEV_FB_FREE", "nvidia_smi_gpu_info")
+IDENTITY_EVERY = 30
+"""Reads between two readings of GPU identity (a minute at the screen's 2 s refresh)."""
+SLOW_EVERY = 5
+"""Reads between two readings, from recording rules, of what changes slowly: node
+names, GPU models, who runs where (10 s at the screen's 2 s refresh)."""
 Target = tuple[str, str]
 """(job, instance): one scraped endpoint."""
-
-
-def _known(by: str) -> str:
-    """Targets with GPU series in the last hour; the value is a gpuwatch daemon's last
-    snapshot time, 0 for other exporters (whose series carry no time of their own)."""
-    return " or ".join(
-        f"max by ({by}) (last_over_time({name}[{KNOWN_WINDOW}]))"
-        + ("" if name.startswith("gpuwatch_") else " * 0")
-        for name in _IDENTITY
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ValueQuery:
-    """Current values of some families: with only the labels in `keep` (and `__name__`,
-    `job`, `instance`) where identity rides on other series, else with all their labels;
-    `filtered` families only where their value passes a comparison (`== 0`, `> 0`): most
-    GPUs are up, hold no lease and are not split, and what is absent is not sent.
-
-    PromQL's `or` keeps one of two series whose labels differ only by name, so each filter
-    is one selector, and the ones after it lose a series only on a GPU an earlier one
-    already kept (a GPU that is down, whose leases and MIG mode no longer matter)."""
-
-    families: tuple[str, ...]
-    keep: tuple[str, ...] | None = None
-    filtered: tuple[tuple[tuple[str, ...], str, float], ...] = ()
-
-    def promql(self) -> str:
-        selector = _selector(self.families)
-        if self.keep is not None:
-            return f"max by (__name__, job, instance, {', '.join(self.keep)}) ({selector})"
-        filters = [f"{_selector(names)} {op} {value:g}" for names, op, value in self.filtered]
-        return " or ".join([selector, *filters])
-
-
-def _selector(names: tuple[str, ...]) -> str:
-    return '{__name__=~"' + "|".join(names) + '"}'
-
-
-VALUE_QUERIES = {
-    "whole": ValueQuery(
-        (*series_gpuwatch.WHOLE, *series_dcgm.WHOLE, *series_smi.WHOLE),
-        filtered=((series_gpuwatch.ZERO, "==", 0), (series_gpuwatch.NONZERO, ">", 0)),
-    ),
-    "indexed": ValueQuery(
-        (*series_gpuwatch.INDEXED, *series_dcgm.INDEXED),
-        ("gpu", "GPU_I_ID", *series_gpuwatch.INDEXED_LABELS),
-    ),
-    "by_uuid": ValueQuery(series_smi.BY_UUID, ("uuid",)),
-}
-QUERIES = {
-    **{kind: query.promql() for kind, query in VALUE_QUERIES.items()},
-    "names": _known("job, instance, hostname, Hostname"),
-    "up": f"up and on (job, instance) ({_known('job, instance')})",
-    "seen": f"timestamp(up) and on (job, instance) ({_known('job, instance')})",
-}
-"""The instant queries of one refresh; their number does not depend on the fleet's size."""
+Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, float]]
+"""A round's samples by target, each target's `up`, and when each was last scraped."""
+_FREE = "gpuwatch_memory_free_bytes"
+_NAMES, _UP, _SEEN, _PROBE = "names", "up", "seen", "probe"
+MAX_NARROWED_NODES = 1_000
+"""The most nodes `read_narrowed` names in a query (a URL of some 20 KiB); beyond, the
+fleet is read whole."""
 
 
 class PrometheusSource:
@@ -117,41 +64,170 @@ class PrometheusSource:
         max_bytes: int = DEFAULT_MAX_BYTES,
         stale_after_s: float = DEFAULT_STALE_AFTER_S,
         clock: Callable[[], float] = time.time,
+        placement: bool = False,
+        recorded: bool = True,
     ) -> None:
+        """`placement=True` reads only what placement's rules use (for `gpuwatch where`):
+        no temperatures, power, model names or process names. `recorded=True` reads a
+        fleet of gpuwatch daemons from the recording rules of
+        `examples/gpuwatch-fleet-rules.yml` where the server records them (never for
+        placement, which needs every GPU)."""
         self.client = PromClient(
             url, options=options or HttpOptions(), timeout_s=timeout_s, max_bytes=max_bytes
         )
         self.stale_after_s = stale_after_s
+        self.placement = placement
+        self.recorded = recorded and not placement
+        self._rules = False
         self._clock = clock
         self._targets: dict[str, Target] = {}
         self._uuids: dict[str, dict[str, int]] = {}
         self._last: dict[Target, float] = {}
+        self._names: dict[Target, str] = {}
+        self._exporters: frozenset[Exporter] | None = None
+        self._identity: dict[Target, list[Sample]] = {}
+        self._slow: dict[Target, list[Sample]] = {}
+        self._reads = 0
+        self.queries_sent = 0
+        """Instant queries sent so far, for the benches."""
 
     @property
     def description(self) -> str:
         return f"prometheus {self.client.url}"
 
-    @property
-    def queries_per_read(self) -> int:
-        """How many queries one `read()` sends: the same for 1 node or 10,000."""
-        return len(QUERIES)
-
     def read(self) -> FleetState:
         """The fleet now; raises `SourceError` when the server cannot be read."""
-        answers = self.client.query(list(QUERIES.values()))
-        results = dict(zip(QUERIES, answers, strict=True))
-        now = max((evaluated for evaluated, _ in answers), default=0.0) or self._clock()
-        samples = _by_target([p for kind in VALUE_QUERIES for p in results[kind][1]])
-        names = _names(results["names"][1])
-        last = {_target(p.labels): p.values[0][1] for p in results["names"][1]}
-        up = {_target(p.labels): p.values[0][1] for p in results["up"][1]}
-        seen = {_target(p.labels): p.values[0][1] for p in results["seen"][1]}
-        self._last = last
+        self._reads += 1
+        first = self._exporters is None
+        if first:  # which exporters: their families only, from now on
+            self._ask([_NAMES, _PROBE] if self.recorded else [_NAMES])
+        if self.summarized:
+            return self._read_summarized()
+        fresh = first or not self._identity or self._reads % IDENTITY_EVERY == 0
+        evaluated, (samples, up, seen) = self._ask(self._plan(fresh))
+        if self._lacks_identity(samples):
+            self._ask(promql.identity(self.placement))
+        return self._fleet(samples, up, seen, evaluated or self._clock())
+
+    def _read_summarized(self) -> FleetState:
+        """A refresh from the recording rules. What changes slowly (names, GPU models,
+        who runs where) is read every `SLOW_EVERY` reads and held between."""
+        slow = self._reads % SLOW_EVERY == 1 or not self._slow
+        plan: list[FamilyQuery | str] = [_UP, _SEEN, *summaries.plan()]
+        if slow:
+            plan += [_NAMES, *summaries.slow_plan()]
+        if self._reads % IDENTITY_EVERY == 0:
+            plan.append(_PROBE)
+        evaluated, (samples, up, seen) = self._ask(plan)
+        if slow:
+            self._slow = {
+                t: [s for s in found if s.name in summaries.SLOW] for t, found in samples.items()
+            }
+        else:
+            for target, held in self._slow.items():
+                if target in samples:
+                    samples[target] += held
+        for target, found in samples.items():  # a node that goes down keeps its data's age
+            stamps = [s.value for s in found if s.name == summaries.STAMP]
+            if stamps:
+                self._last[target] = max(stamps)
+        return self._fleet(samples, up, seen, evaluated or self._clock())
+
+    @property
+    def summarized(self) -> bool:
+        """Whether reads come from the recording rules: they are recorded and the fleet
+        runs gpuwatch daemons only (the rules know no other exporter)."""
+        return self.recorded and self._rules and self._exporters == frozenset({Exporter.GPUWATCH})
+
+    def read_narrowed(self, prefilter: Prefilter) -> FleetState | None:
+        """The nodes where `prefilter`'s conditions hold on enough GPUs, each read as
+        `read()` reads it, and no other node: a fleet of gpuwatch daemons is asked
+        first which nodes could fit, then only about those. `None` where the fleet runs
+        other exporters too, or where more than half its nodes pass: read it whole."""
+        self._reads += 1
+        answers = self.client.samples([promql.names(), prefilter.promql()], ["", ""])
+        self.queries_sent += 2
+        self._file_names(answers[0][1])
+        passing = sorted({s.labels.get("instance", "") for s in answers[1][1]})
+        if self._exporters != frozenset({Exporter.GPUWATCH}) or len(passing) > min(
+            MAX_NARROWED_NODES, len(self._last) // 2
+        ):
+            return None  # naming most of the fleet costs Prometheus more than reading it
+        now = answers[1][0] or answers[0][0] or self._clock()
+        if not passing:
+            return FleetState(taken_at=now, source=self.description, nodes=())
+        matcher = promql.instances(passing)
+        evaluated, (samples, up, seen) = self._ask(self._plan(True)[1:], matcher)
+        return self._fleet(samples, up, seen, evaluated or now)
+
+    def _plan(self, identity: bool) -> list[FamilyQuery | str]:
+        exporters = self._exporters or frozenset()
+        plan: list[FamilyQuery | str] = [_NAMES, _UP, _SEEN]
+        plan += promql.values(exporters, placement=self.placement)
+        if identity and Exporter.GPUWATCH in exporters:
+            plan += promql.identity(self.placement)
+        return plan
+
+    def _ask(self, plan: Sequence[FamilyQuery | str], matcher: str = "") -> tuple[float, Found]:
+        """Sends `plan` at once (each query narrowed by `matcher`) and files its answers:
+        the names query sets the exporters and the names; identity families replace the
+        held identity."""
+        texts = [_text(q, matcher) if isinstance(q, str) else q.promql(matcher) for q in plan]
+        families = ["" if isinstance(q, str) else q.family for q in plan]
+        self.queries_sent += len(texts)
+        answers = self.client.samples(texts, families)
+        samples: dict[Target, list[Sample]] = defaultdict(list)
+        identity: dict[Target, list[Sample]] = defaultdict(list)
+        up: dict[Target, float] = {}
+        seen: dict[Target, float] = {}
+        for query, family, (_, vector) in zip(plan, families, answers, strict=True):
+            if query == _NAMES:
+                self._file_names(vector)
+            elif query == _PROBE:
+                self._rules = bool(vector)
+            elif query in (_UP, _SEEN):
+                into = up if query == _UP else seen
+                into.update((_target(s.labels), s.value) for s in vector)
+            else:
+                by_target = identity if family in promql.IDENTITY else samples
+                for sample in vector:
+                    by_target[_target(sample.labels)].append(sample)
+        if any(family in promql.IDENTITY for family in families):
+            self._identity = dict(identity)
+        evaluated = max((at for at, _ in answers), default=0.0)
+        return evaluated, (samples, up, seen)
+
+    def _file_names(self, vector: list[Sample]) -> None:
+        self._names = _names(vector)
+        self._last = {_target(s.labels): s.value for s in vector}
+        exporters = {s.labels.get("exporter") for s in vector}
+        self._exporters = frozenset(e for e in Exporter if e.value in exporters)
+
+    def _lacks_identity(self, samples: dict[Target, list[Sample]]) -> bool:
+        """Whether a gpuwatch node shows a GPU whose identity is not held: a node new to
+        the fleet, or one whose GPUs changed."""
+        if Exporter.GPUWATCH not in (self._exporters or frozenset()):
+            return False
+        for target, found in samples.items():
+            held = {s.labels.get("gpu") for s in self._identity.get(target, ())}
+            if any(s.name == _FREE and s.labels.get("gpu") not in held for s in found):
+                return True
+        return False
+
+    def _fleet(
+        self,
+        samples: dict[Target, list[Sample]],
+        up: dict[Target, float],
+        seen: dict[Target, float],
+        now: float,
+    ) -> FleetState:
+        known = set(self._last) | set(samples)
+        up = {target: value for target, value in up.items() if target in known}
         states = {
             target: self._state(
                 target,
-                names.get(target) or host_of(target[1]),
-                samples.get(target, []),
+                self._names.get(target) or host_of(target[1]),
+                [*self._identity.get(target, ()), *samples[target]] if target in samples else [],
                 up,
                 seen,
                 now,
@@ -185,6 +261,11 @@ class PrometheusSource:
             )
             shown = safe_name(name or target[1])
             return NodeState(shown, up=False, snapshot=None, age_s=age_s, error=why)
+        if self.summarized:
+            shown = safe_name(name or host_of(target[1]))
+            return summaries.node_state(
+                samples, shown, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s
+            )
         return target_state(
             samples,
             fallback_name=name or host_of(target[1]),
@@ -228,19 +309,19 @@ def _target(labels: dict[str, str]) -> Target:
     return (labels.get("job", ""), labels.get("instance", ""))
 
 
-def _by_target(points: list[Point]) -> dict[Target, list[Sample]]:
-    samples: dict[Target, list[Sample]] = defaultdict(list)
-    for point in points:
-        labels = point.labels
-        name = labels.get("__name__", "")
-        samples[_target(labels)].append(Sample(name, labels, point.values[0][1]))
-    return samples
+def _text(query: str, matcher: str) -> str:
+    if query == _NAMES:
+        return promql.names(matcher)
+    if query == _PROBE:
+        return summaries.PROBE
+    selector = f"up{{{matcher}}}" if matcher else "up"
+    return selector if query == _UP else f"timestamp({selector})"
 
 
-def _names(points: list[Point]) -> dict[Target, str]:
+def _names(vector: list[Sample]) -> dict[Target, str]:
     names: dict[Target, str] = {}
-    for point in points:
-        found = node_name([Sample("", point.labels, 0.0)])
+    for sample in vector:
+        found = node_name([sample])
         if found:
-            names.setdefault(_target(point.labels), found)
+            names.setdefault(_target(sample.labels), found)
     return names

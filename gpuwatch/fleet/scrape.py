@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.fleet.exposition import parse_exposition
-from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all
+from gpuwatch.fleet.exposition import Sample, parse_exposition
+from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all_digested
 from gpuwatch.fleet.nodes import FleetState, NodeState
 from gpuwatch.fleet.series import (
     NO_GPU_METRICS,
@@ -151,25 +151,27 @@ class ScrapeSource:
 
     def read(self) -> FleetState:
         """Every node now; one that cannot be read is down with why."""
-        answers = get_all(
+        # Each node's text is parsed in its own thread as it comes: the nodes that answer
+        # are ready when the last one times out.
+        found = get_all_digested(
             [target.url for target in self.targets],
             options=self.options,
             timeout_s=self.timeout_s,
             max_bytes=self.max_bytes,
             headers={"Accept": "text/plain;version=0.0.4"},
+            digest=_samples,
         )
         now = self._clock()
-        states = [self._state(t, a, now) for t, a in zip(self.targets, answers, strict=True)]
+        states = [self._state(t, a, s, now) for t, (a, s) in zip(self.targets, found, strict=True)]
         return FleetState(taken_at=now, source=self.description, nodes=merged(states))
 
-    def _state(self, target: Target, answer: Answer, now: float) -> NodeState:
+    def _state(self, target: Target, answer: Answer, parsed: object, now: float) -> NodeState:
         down = safe_name(target.label)
         if answer.error is not None:
             return NodeState(down, up=False, snapshot=None, error=answer.error)
         if answer.status != 200:
             return NodeState(down, up=False, snapshot=None, error=_status(answer.status))
-        text = answer.body.decode("utf-8", errors="replace")
-        samples = list(parse_exposition(text, PREFIXES))
+        samples = parsed if isinstance(parsed, list) else _samples(answer)
         if exporter_of(samples) is None:
             return NodeState(down, up=False, snapshot=None, error=NO_GPU_METRICS)
         return target_state(
@@ -182,6 +184,12 @@ class ScrapeSource:
 
     def close(self) -> None:
         """Nothing stays open between reads."""
+
+
+def _samples(answer: Answer) -> list[Sample]:
+    if answer.error is not None or answer.status != 200:
+        return []
+    return list(parse_exposition(answer.body.decode("utf-8", errors="replace"), PREFIXES))
 
 
 def _status(status: int | None) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuwatch.fleet.nodes import FleetState, NodeState
+from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
 from gpuwatch.models import GpuSample
 from gpuwatch.placement.gpus import choose
 from gpuwatch.placement.request import Request
@@ -90,6 +90,8 @@ def build_rows(
 
 def node_row(node: NodeState, idle_for: IdleFor | None, idle_after_s: float) -> NodeRow:
     snapshot = node.snapshot
+    if snapshot is None and node.summary is not None:
+        return _summarized(node, node.summary)
     if snapshot is None:
         return _never_read(node)
     gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
@@ -120,6 +122,34 @@ def node_row(node: NodeState, idle_for: IdleFor | None, idle_after_s: float) -> 
         exporter=_exporter(node),
         users=_users(node),
         models=" ".join(sorted({gpu.name for gpu in gpus if gpu.name})),
+    )
+
+
+def _summarized(node: NodeState, summary: NodeSummary) -> NodeRow:
+    """A node read from recording rules: the same figures, computed by Prometheus."""
+    return NodeRow(
+        node=node.name,
+        up=node.up,
+        has_data=True,
+        gpus=summary.gpus,
+        gpus_free=summary.gpus_free if node.up else None,
+        most_free_bytes=summary.most_free_bytes,
+        memory_free_bytes=summary.memory_free_bytes,
+        utilization_pct=summary.utilization_pct,
+        hottest_c=summary.hottest_c,
+        power_w=summary.power_w,
+        leases=summary.leases,
+        idle_held=summary.idle_held,
+        # the rules record no line of waiting jobs and no scheduler's jobs: unknown here
+        lease_waiters=None,
+        longest_wait_s=None,
+        jobs=None,
+        idle_allocated=None,
+        age_s=node.age_s,
+        error=node.error,
+        exporter=_exporter(node),
+        users=frozenset(user for user, _, _ in summary.users if user),
+        models=" ".join(summary.models),
     )
 
 
@@ -241,6 +271,13 @@ def user_rows(fleet: FleetState) -> tuple[list[UserRow], int]:
     jobs: dict[str, set[tuple[str, str]]] = {}
     silent = 0
     for node in fleet.nodes:
+        if node.up and node.summary is not None:
+            for user, count, size in node.summary.users:
+                name = user or "?"
+                # GPUs by count alone: stand-ins that no GPU index can equal
+                gpus.setdefault(name, set()).update((node.name, -1 - n) for n in range(count))
+                memory[name] = memory.get(name, 0) + size
+            continue
         if not node.up or node.snapshot is None:
             continue
         if node.leases is None and not node.snapshot.processes:

@@ -48,7 +48,7 @@ def _unavailable(reason: str) -> NoReturn:
 
 @pytest.fixture
 def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
-    """`start_prometheus(targets=(), scrape_interval_s=1.0) -> Prometheus`, ready for
+    """`start_prometheus(targets=(), scrape_interval_s=1.0, rule_files=()) -> Prometheus`, ready for
     queries; skips (or fails under GPUWATCH_REQUIRE_PROMETHEUS) where it cannot run."""
     try:
         prometheus_binary()  # before the test starts anything else
@@ -57,10 +57,16 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
     homes = (tmp_path / f"prometheus-{number}" for number in range(1_000))
     with ExitStack() as stack:
 
-        def start(targets: Sequence[Target] = (), scrape_interval_s: float = 1.0) -> Prometheus:
+        def start(
+            targets: Sequence[Target] = (),
+            scrape_interval_s: float = 1.0,
+            rule_files: Sequence[Path] = (),
+        ) -> Prometheus:
             home = next(homes)
             try:
-                return stack.enter_context(running_prometheus(home, targets, scrape_interval_s))
+                return stack.enter_context(
+                    running_prometheus(home, targets, scrape_interval_s, rule_files)
+                )
             except PrometheusUnavailable as error:
                 _unavailable(str(error))
 

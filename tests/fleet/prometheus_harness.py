@@ -68,8 +68,11 @@ def prometheus_binary() -> str:
     )
 
 
-def config_text(targets: Sequence[Target], scrape_interval_s: float) -> str:
-    """Prometheus's configuration scraping `targets` every `scrape_interval_s`."""
+def config_text(
+    targets: Sequence[Target], scrape_interval_s: float, rule_files: Sequence[Path] = ()
+) -> str:
+    """Prometheus's configuration scraping `targets` every `scrape_interval_s`, and
+    evaluating `rule_files` as often."""
     jobs: dict[str, list[dict[str, Any]]] = {}
     for target in targets:
         labels = dict(target.labels)
@@ -81,7 +84,12 @@ def config_text(targets: Sequence[Target], scrape_interval_s: float) -> str:
         {
             # A timeout as long as the interval: the longest Prometheus allows, so that a
             # slow scrape on a loaded machine is not taken for a down node.
-            "global": {"scrape_interval": interval, "scrape_timeout": interval},
+            "global": {
+                "scrape_interval": interval,
+                "scrape_timeout": interval,
+                "evaluation_interval": interval,
+            },
+            "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [
                 {"job_name": job, "static_configs": groups} for job, groups in jobs.items()
             ],
@@ -93,9 +101,12 @@ def config_text(targets: Sequence[Target], scrape_interval_s: float) -> str:
 class Prometheus:
     """A running Prometheus server (see `running_prometheus`)."""
 
-    def __init__(self, home: Path, scrape_interval_s: float) -> None:
+    def __init__(
+        self, home: Path, scrape_interval_s: float, rule_files: Sequence[Path] = ()
+    ) -> None:
         self.home = home
         self.scrape_interval_s = scrape_interval_s
+        self.rule_files = tuple(rule_files)
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -190,7 +201,8 @@ class Prometheus:
             return ""
 
     def _write_config(self, targets: Sequence[Target]) -> None:
-        (self.home / "prometheus.yml").write_text(config_text(targets, self.scrape_interval_s))
+        text = config_text(targets, self.scrape_interval_s, self.rule_files)
+        (self.home / "prometheus.yml").write_text(text)
 
     def _started(self, binary: str) -> bool:
         argv = [
@@ -214,11 +226,15 @@ class Prometheus:
 
 @contextmanager
 def running_prometheus(
-    home: Path, targets: Sequence[Target] = (), scrape_interval_s: float = 1.0
+    home: Path,
+    targets: Sequence[Target] = (),
+    scrape_interval_s: float = 1.0,
+    rule_files: Sequence[Path] = (),
 ) -> Iterator[Prometheus]:
-    """A Prometheus scraping `targets`, ready to answer queries (it has not necessarily
-    scraped yet: `wait_until_up`); stopped when the block ends."""
-    prometheus = Prometheus(home, scrape_interval_s)
+    """A Prometheus scraping `targets` and recording `rule_files`, ready to answer
+    queries (it has not necessarily scraped yet: `wait_until_up`); stopped when the
+    block ends."""
+    prometheus = Prometheus(home, scrape_interval_s, rule_files)
     try:
         prometheus.start(targets)
         yield prometheus

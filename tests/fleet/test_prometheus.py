@@ -5,6 +5,7 @@ clear SourceError."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -12,8 +13,12 @@ import pytest
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.nodes import Exporter
-from gpuwatch.fleet.prometheus import QUERIES, PrometheusSource
+from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.fleet.promql import Prefilter
 from gpuwatch.fleet.series import PREFIXES, target_state
+from gpuwatch.placement.request import Request
+from gpuwatch.placement.rules import needed_bytes
+from gpuwatch.placement.where import where
 from tests.fleet.fakeprom import NOW, FakePrometheus, FakeTarget
 from tests.fleet.servers import Reply, always, fixture, refusing, serving
 
@@ -26,19 +31,37 @@ def dcgm_node(number: int, **options: object) -> FakeTarget:
     return FakeTarget("dcgm", f"10.0.0.{number}:9400", text, **options)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("count", [1, 40], ids=["one-node", "forty-nodes"])
-def test_a_refresh_costs_the_same_queries_for_one_node_or_forty(count: int) -> None:
-    # GIVEN a Prometheus scraping `count` dcgm-exporter nodes
+def refresh_queries(count: int) -> tuple[list[str], list[str]]:
+    """The queries of a first and of a later refresh of `count` dcgm-exporter nodes."""
     prometheus = FakePrometheus([dcgm_node(n) for n in range(count)])
     with serving(prometheus) as url:
-        # WHEN the fleet is read
-        fleet = PrometheusSource(url).read()
-    # THEN every node is there, up, for the same six queries
-    assert len(prometheus.asked) == len(QUERIES) == 6
+        source = PrometheusSource(url)
+        fleet = source.read()
+        first = list(prometheus.asked)
+        source.read()
     assert [node.name for node in fleet.nodes] == [f"dgx-{n:03}" for n in range(count)]
     assert all(node.up and node.exporter is Exporter.DCGM for node in fleet.nodes)
     assert fleet.taken_at == NOW
     assert fleet.source == f"prometheus {url}"
+    return sorted(first), sorted(prometheus.asked[len(first) :])
+
+
+def test_a_refresh_costs_the_same_queries_for_one_node_or_forty() -> None:
+    # GIVEN Prometheus scraping one dcgm-exporter node, or forty
+    # WHEN the fleet is read twice
+    one, forty = refresh_queries(1), refresh_queries(40)
+    # THEN each refresh sends the same few queries, whatever the fleet's size
+    assert one == forty
+    assert len(one[1]) <= 16
+
+
+def test_a_refresh_asks_only_for_the_families_of_exporters_the_fleet_runs() -> None:
+    # GIVEN Prometheus scraping dcgm-exporter nodes only
+    _, later = refresh_queries(3)
+    # THEN later refreshes ask for no gpuwatch or nvidia_gpu_exporter family
+    families = [q for q in later if not q.startswith("label_replace")]  # all but names
+    assert not [q for q in families if "gpuwatch_" in q or "nvidia_smi_" in q]
+    assert "DCGM_FI_DEV_FB_FREE" in families
 
 
 def test_a_target_prometheus_cannot_scrape_is_down_under_its_last_name() -> None:
@@ -150,3 +173,99 @@ def test_a_gpuwatch_node_through_prometheus_is_the_node_scraped_directly() -> No
     assert through.leases == direct.leases
     assert through.snapshot.mig_devices == direct.snapshot.mig_devices
     assert through.snapshot.processes == direct.snapshot.processes
+
+
+GPUWATCH = fixture("gpuwatch_node.prom").decode()
+
+
+def gpuwatch_node(number: int, *, full: bool = False) -> FakeTarget:
+    """The fixture's daemon as node `gpu-node-NN`; `full`: every GPU's memory in use."""
+    text = GPUWATCH.replace("gpu-node-07", f"gpu-node-{number:02}")
+    if full:
+        for family, value in (("used", 8.0e10), ("free", 1.0e9)):
+            line = rf"^(gpuwatch_memory_{family}_bytes\{{.*\}}) .*$"
+            text = re.sub(line, rf"\1 {value!r}", text, flags=re.MULTILINE)
+    return FakeTarget("gpuwatch", f"10.0.1.{number}:9400", text, scraped_at=NOW - 5)
+
+
+def test_gpu_identity_is_read_on_the_first_refresh_and_not_on_the_next() -> None:
+    # GIVEN Prometheus scraping two gpuwatch daemons
+    prometheus = FakePrometheus([gpuwatch_node(1), gpuwatch_node(2)])
+    with serving(prometheus) as url:
+        source = PrometheusSource(url, clock=lambda: NOW)
+        # WHEN the fleet is read twice
+        first = source.read()
+        asked = len(prometheus.asked)
+        second = source.read()
+    # THEN the second read asks no identity, and tells the same GPUs
+    assert any("gpuwatch_gpu_info" in q for q in prometheus.asked[:asked])
+    assert not any("gpuwatch_gpu_info" in q for q in prometheus.asked[asked:])
+    assert first.nodes == second.nodes
+
+
+def test_a_node_new_to_the_fleet_gets_its_identity_read_at_once() -> None:
+    # GIVEN a source that has read a fleet of one gpuwatch daemon
+    prometheus = FakePrometheus([gpuwatch_node(1)])
+    with serving(prometheus) as url:
+        source = PrometheusSource(url, clock=lambda: NOW)
+        source.read()
+        # WHEN a second daemon joins
+        prometheus.targets.append(gpuwatch_node(2))
+        fleet = source.read()
+    # THEN its GPUs are there with their uuids and models
+    node = {node.name: node for node in fleet.nodes}["gpu-node-02"]
+    assert node.snapshot is not None
+    assert all(gpu.uuid and gpu.name for gpu in node.snapshot.gpus)
+
+
+def test_a_read_for_placement_leaves_out_what_the_rules_never_read() -> None:
+    # GIVEN a gpuwatch daemon through Prometheus
+    prometheus = FakePrometheus([gpuwatch_node(1)])
+    with serving(prometheus) as url:
+        # WHEN it is read for placement and for the screen
+        placed = PrometheusSource(url, clock=lambda: NOW, placement=True).read()
+        shown = PrometheusSource(url, clock=lambda: NOW).read()
+    # THEN placement asks no temperature or power, and sees the same memory, leases, MIG
+    assert not [q for q in prometheus.asked[: len(prometheus.asked) // 2] if "temperature" in q]
+    (a,), (b,) = placed.nodes, shown.nodes
+    assert a.snapshot is not None and b.snapshot is not None
+    for gpu, full in zip(a.snapshot.gpus, b.snapshot.gpus, strict=True):
+        assert gpu.temperature_c is None and gpu.power_w is None
+        assert (gpu.uuid, gpu.memory_free_bytes, gpu.memory_used_bytes, gpu.error) == (
+            full.uuid,
+            full.memory_free_bytes,
+            full.memory_used_bytes,
+            full.error,
+        )
+    assert a.leases == b.leases
+    assert a.snapshot.mig_devices == b.snapshot.mig_devices
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request(),
+        Request(count=2, min_free_bytes=40 << 30),
+        Request(mem_bytes=10 << 30),
+        Request(min_free_bytes=20 << 30, max_util_pct=50, allow_busy=True),
+    ],
+    ids=["idle-gpu", "two-with-40GiB", "mem-10GiB", "max-util-50"],
+)
+def test_a_narrowed_read_gives_where_the_same_fits_as_the_whole_fleet(request_: Request) -> None:
+    # GIVEN five gpuwatch daemons, three with every GPU's memory in use
+    nodes = [gpuwatch_node(n, full=n > 2) for n in range(1, 6)]
+    with serving(FakePrometheus(nodes)) as url:
+        source = PrometheusSource(url, clock=lambda: NOW, placement=True)
+        prefilter = Prefilter(
+            request_.count,
+            needed_bytes(request_),
+            request_.used_limit_bytes,
+            request_.util_limit_pct,
+        )
+        # WHEN where runs on the nodes Prometheus says could fit, and on the whole fleet
+        narrowed = source.read_narrowed(prefilter)
+        whole = source.read()
+    # THEN it finds the same nodes and devices, and the full node is not read at all
+    assert narrowed is not None
+    assert not {"gpu-node-03", "gpu-node-04"} & {node.name for node in narrowed.nodes}
+    assert where(narrowed, request_).fits == where(whole, request_).fits

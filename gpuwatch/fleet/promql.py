@@ -1,0 +1,182 @@
+"""The PromQL a Prometheus source sends: one plain query per metric family, all at once.
+
+Why one per family: Prometheus selects a series by its exact name through its index,
+but a `{__name__=~"a|b|c"}` selector, or `a or b or c`, costs it ten to thirty times as
+much at 500 nodes (measured: bench/fleet_cost.py), and `or` keeps only one of two
+series whose labels differ by name alone. Separate queries are evaluated in parallel
+and the answer to each tells its family, so an aggregated answer needs no `__name__`.
+
+    values    the exporter's per-GPU figures, labelled by target and `gpu` only
+              (`max by`): identity labels are not sent again with every value
+    whole     families whose labels are their content (identity, processes, MIG)
+    filtered  flags sent only where they differ from the common case (`== 0`, `> 0`)
+    identity  `gpuwatch_gpu_info` and total memory: they change when a node's GPUs do,
+              so a source reads them on its first read, now and then, and whenever a
+              node's GPUs differ from what it holds
+
+For placement (`gpuwatch where`) the plan leaves out what the rules never read
+(temperature, power, model names, bus ids, process names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwatch.fleet import node_work, series_dcgm, series_gpuwatch, series_smi
+from gpuwatch.fleet.nodes import Exporter
+
+KNOWN_WINDOW = "1h"
+_TARGET = ("job", "instance")
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyQuery:
+    """One family's current values: with only the target's labels and `keep` (an
+    aggregation, which drops `__name__`), else with all labels; `compare` filters
+    (`== 0`, `> 0`) so that what is absent is not sent."""
+
+    family: str
+    keep: tuple[str, ...] | None = None
+    compare: str = ""
+
+    def promql(self, matcher: str = "") -> str:
+        """The query; `matcher` (`instance=~"..."`) narrows it to some targets."""
+        expr = f"{self.family}{{{matcher}}}" if matcher else self.family
+        if self.keep is not None:
+            expr = f"max by ({', '.join((*_TARGET, *self.keep))}) ({expr})"
+        return f"{expr} {self.compare}" if self.compare else expr
+
+
+_SAMPLING_UP = "gpuwatch_sampling_up"
+IDENTITY = ("gpuwatch_gpu_info", "gpuwatch_memory_total_bytes")
+"""gpuwatch families read now and then, not at every refresh."""
+_NOT_PLACED = frozenset(
+    {
+        "gpuwatch_temperature_celsius",
+        "gpuwatch_power_watts",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "nvidia_smi_temperature_gpu",
+        "nvidia_smi_power_draw_watts",
+        *node_work.BY_NODE_OR_GPU,
+    }
+)
+"""Families placement's rules never read (the line of waiting jobs and the scheduler's
+jobs are shown, not placed on)."""
+_PLACED_LABELS = {
+    "gpuwatch_gpu_info": ("gpu", "uuid"),
+    "gpuwatch_process_memory_bytes": ("gpu", "pid", "kind", "user"),
+}
+"""For placement, the labels it reads of families otherwise read whole."""
+
+
+def _gpuwatch(placement: bool) -> list[FamilyQuery]:
+    queries = [_indexed(name) for name in series_gpuwatch.INDEXED]
+    queries += [FamilyQuery(name, _keep(name, placement)) for name in series_gpuwatch.WHOLE]
+    queries += [FamilyQuery(name, compare="== 0") for name in series_gpuwatch.ZERO]
+    queries += [FamilyQuery(name, compare="> 0") for name in series_gpuwatch.NONZERO]
+    return [q for q in queries if q.family not in IDENTITY]
+
+
+def _indexed(name: str) -> FamilyQuery:
+    if name == _SAMPLING_UP:  # one per node, and 1 on all but a failing daemon
+        return FamilyQuery(name, compare="== 0")
+    if name == node_work.JOB_INFO:  # its labels are its content: which job, whose
+        return FamilyQuery(name, ("gpu", *series_gpuwatch.INDEXED_LABELS))
+    return FamilyQuery(name, ("gpu",))
+
+
+def _keep(name: str, placement: bool) -> tuple[str, ...] | None:
+    return _PLACED_LABELS.get(name) if placement else None
+
+
+def identity(placement: bool) -> list[FamilyQuery]:
+    """The gpuwatch families of a node's GPUs that change only with its GPUs."""
+    return [
+        FamilyQuery("gpuwatch_gpu_info", _keep("gpuwatch_gpu_info", placement)),
+        FamilyQuery("gpuwatch_memory_total_bytes", ("gpu",)),
+    ]
+
+
+def values(exporters: frozenset[Exporter], *, placement: bool) -> list[FamilyQuery]:
+    """Every refresh's family queries for the exporters a fleet runs."""
+    queries: list[FamilyQuery] = []
+    if Exporter.GPUWATCH in exporters:
+        queries += _gpuwatch(placement)
+    if Exporter.DCGM in exporters:
+        queries += [FamilyQuery(name, ("gpu", "GPU_I_ID")) for name in series_dcgm.INDEXED]
+        queries += [FamilyQuery(name) for name in series_dcgm.WHOLE]
+    if Exporter.NVIDIA_GPU_EXPORTER in exporters:
+        queries += [FamilyQuery(name, ("uuid",)) for name in series_smi.BY_UUID]
+        queries += [FamilyQuery(name) for name in series_smi.WHOLE]
+    if placement:
+        queries = [q for q in queries if q.family not in _NOT_PLACED]
+    return queries
+
+
+_KNOWN = {
+    Exporter.GPUWATCH: "gpuwatch_sample_timestamp_seconds",
+    Exporter.DCGM: "DCGM_FI_DEV_FB_FREE",
+    Exporter.NVIDIA_GPU_EXPORTER: "nvidia_smi_gpu_info",
+}
+
+
+def names(matcher: str = "") -> str:
+    """Per target with GPU series in the last hour: its hostname labels and, in label
+    `exporter`, which exporter it runs; the value is a gpuwatch daemon's last snapshot
+    time, 0 for other exporters (whose series carry no time of their own). A node that
+    went down keeps its name and the age of its data."""
+    by = "job, instance, hostname, Hostname"
+    return " or ".join(
+        f"label_replace(max by ({by}) (last_over_time({name}{_braced(matcher)}[{KNOWN_WINDOW}]))"
+        + ("" if exporter is Exporter.GPUWATCH else " * 0")
+        + f', "exporter", "{exporter.value}", "", "")'
+        for exporter, name in _KNOWN.items()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Prefilter:
+    """What a GPU must show for a request to be placed there, as Prometheus can test it:
+    conditions placement's rules also demand (never more), so that a node this leaves
+    out is a node where the rules could not place the request either. Each bound is
+    loosened past the rounding the fleet's mapping does (a ratio to a whole percent,
+    bytes to whole bytes), so that a GPU on the edge is left to the rules."""
+
+    gpus: int
+    min_free_bytes: int
+    max_used_bytes: int | None = None
+    max_utilization_pct: float | None = None
+
+    def promql(self) -> str:
+        """Per gpuwatch target, how many of its GPUs pass, where at least `gpus` do."""
+        expr = f"gpuwatch_memory_free_bytes >= {self.min_free_bytes}"
+        if self.max_used_bytes is not None:
+            busy = f"gpuwatch_memory_used_bytes > {self.max_used_bytes + 1}"
+            expr = f"({expr}) unless on (job, instance, gpu) ({busy})"
+        if self.max_utilization_pct is not None:
+            ratio = (self.max_utilization_pct + 1) / 100
+            busy = f"gpuwatch_utilization_ratio > {ratio!r}"
+            expr = f"({expr}) unless on (job, instance, gpu) ({busy})"
+        return f"count by (job, instance) ({expr}) >= {self.gpus}"
+
+
+def instances(addresses: list[str]) -> str:
+    """A matcher for these `instance` labels: `instance=~"a|b"`, each escaped for RE2
+    and then for a PromQL string (both use backslashes)."""
+    regex = "|".join("".join(_escaped(ch) for ch in address) for address in addresses)
+    quoted = regex.replace("\\", "\\\\").replace('"', '\\"')
+    return f'instance=~"{quoted}"'
+
+
+def _escaped(ch: str) -> str:
+    return f"\\{ch}" if ch in _RE2_SPECIAL else ch
+
+
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def _braced(matcher: str) -> str:
+    return f"{{{matcher}}}" if matcher else ""

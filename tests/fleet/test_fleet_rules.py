@@ -1,0 +1,124 @@
+"""The example recording rules (`examples/gpuwatch-fleet-rules.yml`): they compute what
+the fleet table shows, and a fleet read from them shows the same table as one read GPU
+by GPU."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import astuple, replace
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
+from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.tui.fleet_rows import NodeRow, build_rows, user_rows
+from tests.fleet.conftest import StartDaemons, StartPrometheus
+from tests.fleet.daemons import SimNode
+from tests.fleet.prometheus_harness import Target
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "examples" / "gpuwatch-fleet-rules.yml"
+RULES_TEST = Path(__file__).parent / "data" / "gpuwatch-fleet-rules.test.yml"
+GIB = 1 << 30
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    return found
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["check", "rules", str(RULES)], ["test", "rules", str(RULES_TEST)]],
+    ids=["check", "unit-tests"],
+)
+def test_promtool_accepts_the_rules_and_their_unit_tests_pass(argv: list[str]) -> None:
+    # GIVEN the example rules, and a node of a busy, a leased, a lost and an idle GPU
+    # WHEN promtool checks them and runs their tests
+    done = subprocess.run([promtool(), *argv], capture_output=True, text=True, check=False)
+    # THEN every rule is valid and computes what the fleet table shows
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+MOVING = ("utilization_pct", "hottest_c", "power_w")
+"""Figures the simulated GPUs move from second to second: the rules' evaluation and a read
+GPU by GPU may see different seconds."""
+
+
+def shown(row: NodeRow) -> tuple[object, ...]:
+    """A row as the table shows it, less the moving figures, idle holders (the screen times
+    those itself, the rules over 10 minutes) and age."""
+    return astuple(replace(row, **dict.fromkeys((*MOVING, "idle_held", "age_s"))))
+
+
+def moving(row: NodeRow) -> list[float | None]:
+    return [getattr(row, name) for name in MOVING]
+
+
+@pytest.mark.slow
+def test_the_fleet_table_from_recording_rules_is_the_table_from_every_gpu(
+    start_daemons: StartDaemons, start_prometheus: StartPrometheus
+) -> None:
+    # GIVEN three gpuwatch daemons, and a Prometheus recording the example rules
+    nodes = [
+        SimNode("node-a", (0, 0)),
+        SimNode("node-b", (40 * GIB, 0, 70 * GIB)),
+        SimNode("node-c", (79 * GIB,)),
+    ]
+    daemons = start_daemons(nodes)
+    prometheus = start_prometheus([Target(d.address) for d in daemons], rule_files=[RULES])
+    prometheus.wait_until_up([d.address for d in daemons])
+    prometheus.wait_for(
+        "gpuwatch:node_gpus_free:count", lambda found: len(found) == 3, "the rules' figures"
+    )
+    # WHEN the fleet is read from the rules, and GPU by GPU
+    recorded_source = PrometheusSource(prometheus.url)
+    recorded = recorded_source.read()
+    raw = PrometheusSource(prometheus.url, recorded=False).read()
+    # THEN the rules were used, and the table and the users view are the same
+    assert recorded_source.summarized
+    assert all(node.summary is not None and node.snapshot is None for node in recorded.nodes)
+    assert [shown(row) for row in build_rows(recorded)] == [shown(row) for row in build_rows(raw)]
+    assert user_rows(recorded) == user_rows(raw)
+
+
+SUMMARY = NodeSummary(
+    gpus=8,
+    gpus_free=3,
+    most_free_bytes=80 * GIB,
+    memory_free_bytes=300 * GIB,
+    utilization_pct=42.5,
+    hottest_c=71,
+    power_w=2400.0,
+    leases=2,
+    idle_held=1,
+    users=(("alice", 2, 60 * GIB), ("", 1, GIB)),
+    models=("NVIDIA H100 80GB HBM3",),
+)
+
+
+@pytest.mark.parametrize("up", [True, False], ids=["up", "stale"])
+def test_a_node_read_from_the_rules_is_a_row_of_its_figures(up: bool) -> None:
+    # GIVEN a node as the recording rules describe it, current or stale
+    node = NodeState("gpu-07", up=up, snapshot=None, age_s=5.0, summary=SUMMARY)
+    fleet = FleetState(taken_at=0.0, source="prometheus x", nodes=(node,))
+    # WHEN the table's row and the users view are built
+    (row,) = build_rows(fleet)
+    users, silent = user_rows(fleet)
+    # THEN the row shows its figures; a stale node has no free GPU and no users counted
+    assert (row.gpus, row.most_free_bytes, row.leases, row.models) == (
+        8,
+        80 * GIB,
+        2,
+        "NVIDIA H100 80GB HBM3",
+    )
+    assert row.gpus_free == (3 if up else None)
+    assert row.users == frozenset({"alice"})
+    assert [(u.user, u.nodes, u.gpus, u.memory_bytes) for u in users] == (
+        [("alice", 1, 2, 60 * GIB), ("?", 1, 1, GIB)] if up else []
+    )
+    assert silent == 0
