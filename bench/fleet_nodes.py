@@ -150,6 +150,18 @@ def job_lines(snapshot: Snapshot, loads: tuple[GpuLoad, ...], node_number: int) 
     return lines
 
 
+_JOB_FAMILIES = frozenset(
+    {"gpuwatch_jobs_known", "gpuwatch_gpu_job_info", "gpuwatch_gpu_allocated_idle_seconds"}
+)
+
+
+def _family(line: str) -> str:
+    """The metric a line of the text format belongs to, comment lines included."""
+    if line.startswith("# "):
+        return line.split(" ", 3)[2] if line.count(" ") >= 2 else ""
+    return line.split("{", 1)[0].split(" ", 1)[0]
+
+
 # The series whose values move each second: (metric, reading of the GPU at second s).
 Reading = Callable[[GpuLoad, int], float]
 
@@ -197,7 +209,9 @@ class Node:
             waiters=waiters_of(number) if jobs else (),
         )
         lines = exposition(view).decode().splitlines()
-        lines += job_lines(snapshot, loads, number) if jobs else []
+        if jobs:  # the daemon's own job series say "unknown" (it reads no Slurm here)
+            lines = [line for line in lines if _family(line) not in _JOB_FAMILIES]
+            lines += job_lines(snapshot, loads, number)
         self._parts = [self._part(line) for line in lines]
         self._second = -1
         self._body = b""

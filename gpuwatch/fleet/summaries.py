@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuwatch.fleet import mapped as m
+from gpuwatch.fleet import node_work
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.nodes import Exporter, NodeState, NodeSummary
 from gpuwatch.fleet.promql import FamilyQuery
@@ -36,6 +37,9 @@ _USER_GPUS = "gpuwatch:node_user_gpus:count"
 _MODELS = "gpuwatch:node_gpu_models:count"
 STAMP = "gpuwatch_sample_timestamp_seconds"
 RECORDED = (*_COUNTS, *_BYTES, _UTILIZATION, _HOTTEST, _POWER)
+_LINE = (node_work.WAITERS, node_work.LONGEST_WAIT)
+"""The daemon's own series of its line of waiting jobs: one per node already, so read as
+they are, not recorded."""
 SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS)
 """Recorded families that change slowly: a source may read them less often."""
 
@@ -43,7 +47,7 @@ SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS)
 def plan() -> list[FamilyQuery]:
     """The queries of every refresh from the rules, beside `up` and `timestamp(up)`: the
     recorded figures, and the daemon's snapshot time and failed sampling, one per node."""
-    queries = [FamilyQuery(name, ()) for name in (*RECORDED, STAMP)]
+    queries = [FamilyQuery(name, ()) for name in (*RECORDED, STAMP, *_LINE)]
     queries.append(FamilyQuery("gpuwatch_sampling_up", compare="== 0"))
     return queries
 
@@ -67,6 +71,7 @@ def node_state(
     data_at = min(seen_at, max(stamps)) if stamps else seen_at
     age_s = max(0.0, now - data_at)
     error = _error(by_name, stamps, age_s, stale_after_s)
+    waiters, longest_wait_s = node_work.waiting_line(by_name)
     return NodeState(
         name,
         up=error is None,
@@ -74,6 +79,8 @@ def node_state(
         age_s=age_s,
         error=error,
         exporter=Exporter.GPUWATCH,
+        lease_waiters=waiters,
+        longest_wait_s=longest_wait_s,
         summary=_summary(by_name),
     )
 

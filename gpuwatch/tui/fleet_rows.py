@@ -140,10 +140,9 @@ def _summarized(node: NodeState, summary: NodeSummary) -> NodeRow:
         power_w=summary.power_w,
         leases=summary.leases,
         idle_held=summary.idle_held,
-        # the rules record no line of waiting jobs and no scheduler's jobs: unknown here
-        lease_waiters=None,
-        longest_wait_s=None,
-        jobs=None,
+        lease_waiters=node.lease_waiters,
+        longest_wait_s=node.longest_wait_s,
+        jobs=None,  # the rules record no scheduler's jobs: unknown here
         idle_allocated=None,
         age_s=node.age_s,
         error=node.error,
