@@ -66,3 +66,20 @@ def median_wall_ms(
 
 def total_calls(stats: Path) -> int:
     return sum(int(line.split()[1]) for line in stats.read_text().splitlines())
+
+
+def start_daemon(work: Path, sim: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The installed `gpuwatch daemon --sim SIM` on a socket in `work`, once it listens."""
+    socket_path = str(work / "gpuwatch.sock")
+    gpuwatch = str(Path(sys.executable).with_name("gpuwatch"))  # the console script users run
+    daemon = subprocess.Popen(
+        [gpuwatch, "daemon", "--sim", sim, "--socket", socket_path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not os.path.exists(socket_path):
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            sys.exit("the daemon did not start")
+        time.sleep(0.1)
+    return daemon, socket_path

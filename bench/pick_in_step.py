@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import start_daemon
+
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 NODE = Path(__file__).resolve().parents[1] / "tests" / "jobs" / "data" / "slurm-node.toml"
 
@@ -33,21 +35,6 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1e3
     return wall, cpu
-
-
-def start_daemon(work: Path) -> tuple[subprocess.Popen[bytes], str]:
-    socket_path = str(work / "gpuwatch.sock")
-    daemon = subprocess.Popen(
-        [GPUWATCH, "daemon", "--sim", str(NODE), "--socket", socket_path],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while not os.path.exists(socket_path):
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            sys.exit("the daemon did not start")
-        time.sleep(0.1)
-    return daemon, socket_path
 
 
 def summary(values: list[float]) -> str:
@@ -74,7 +61,7 @@ def main() -> None:
             "SLURMD_NODENAME": "node1",
             "CUDA_VISIBLE_DEVICES": "3",  # as under a device cgroup: the step's GPU, no note
         }
-        daemon, socket_path = start_daemon(work)
+        daemon, socket_path = start_daemon(work, str(NODE))
         try:
             backends = {
                 "daemon": {**base, "GPUWATCH_BACKEND": "daemon", "GPUWATCH_SOCKET": socket_path},

@@ -25,6 +25,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from _common import start_daemon
+
 PYTHON = sys.executable
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))  # the console script users run
 PICK_ARGV = ("pick", "-n", "2", "--", "true")
@@ -59,21 +61,6 @@ for lease in leases:
 mark("environment for the command")
 print(json.dumps([(name, (t - marks[i][1]) * 1e3) for i, (name, t) in enumerate(marks[1:])]))
 """
-
-
-def start_daemon(work: Path, gpus: int) -> tuple[subprocess.Popen[bytes], str]:
-    socket_path = str(work / "gpuwatch.sock")
-    daemon = subprocess.Popen(
-        [GPUWATCH, "daemon", "--sim", str(gpus), "--socket", socket_path],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while not os.path.exists(socket_path):
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            sys.exit("the daemon did not start")
-        time.sleep(0.1)
-    return daemon, socket_path
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -168,7 +155,7 @@ def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 21
     gpus = int(sys.argv[2]) if len(sys.argv) > 2 else 8
     work = Path(tempfile.mkdtemp())
-    daemon, socket_path = start_daemon(work, gpus)
+    daemon, socket_path = start_daemon(work, str(gpus))
     env = {**os.environ, "GPUWATCH_SOCKET": socket_path, "GPUWATCH_LEASE_DIR": str(work / "l")}
     for name in ("GPUWATCH_SIM", "GPUWATCH_BACKEND", "CUDA_VISIBLE_DEVICES"):
         env.pop(name, None)
