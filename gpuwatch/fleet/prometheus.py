@@ -25,7 +25,15 @@ from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, PromClient
 from gpuwatch.fleet.promql import FamilyQuery, Prefilter
-from gpuwatch.fleet.series import host_of, merged, node_name, safe_name, target_state
+from gpuwatch.fleet.series import (
+    TargetMapping,
+    host_of,
+    judged,
+    merged,
+    node_name,
+    safe_name,
+    target_mapping,
+)
 from gpuwatch.gpu_history import GpuSeries
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -44,6 +52,8 @@ Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, floa
 _FREE = "gpuwatch_memory_free_bytes"
 _NAMES, _UP, _SEEN, _PROBE = "names", "up", "seen", "probe"
 _EVALUATED = "evaluated"
+_NO_SAMPLES: list[Sample] = []
+"""The identity of a target that has none: one list, so that its mapping is kept."""
 MAX_NARROWED_NODES = 1_000
 """The most nodes `read_narrowed` names in a query (a URL of some 20 KiB); beyond, the
 fleet is read whole."""
@@ -94,6 +104,8 @@ class PrometheusSource:
         self._scraped: dict[Target, float] = {}
         """When each target was scraped, as of the last round."""
         self._evaluated = 0.0
+        self._mappings: dict[Target, tuple[str, list[Sample], list[Sample], TargetMapping]] = {}
+        """Each target's mapped series, and the lists they were mapped from."""
         """When the recording rules were last evaluated, as of the last read."""
         self._reads = 0
         self.queries_sent = 0
@@ -281,13 +293,16 @@ class PrometheusSource:
             target: self._state(
                 target,
                 self._names.get(target) or host_of(target[1]),
-                [*self._identity.get(target, ()), *samples[target]] if target in samples else [],
+                (self._identity.get(target, _NO_SAMPLES), samples[target])
+                if target in samples
+                else None,
                 up,
                 seen,
                 now,
             )
             for target in sorted(set(samples) | set(up))
         }
+        self._mappings = {t: held for t, held in self._mappings.items() if t in states}
         nodes = merged(states.values())
         self._remember(states, nodes)
         return FleetState(taken_at=now, source=self.description, nodes=nodes)
@@ -296,12 +311,14 @@ class PrometheusSource:
         self,
         target: Target,
         name: str | None,
-        samples: list[Sample],
+        parts: tuple[list[Sample], list[Sample]] | None,
         up: dict[Target, float],
         seen: dict[Target, float],
         now: float,
     ) -> NodeState:
+        """`parts`: the target's identity and its other series."""
         seen_at = seen.get(target, now)
+        samples = [*parts[0], *parts[1]] if parts is not None else []
         if up.get(target, 1) != 1 or not samples:
             # Its series are gone with the failed scrape: only a daemon's last snapshot
             # time (kept by the names query) says how old its data is.
@@ -320,13 +337,25 @@ class PrometheusSource:
             return summaries.node_state(
                 samples, shown, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s
             )
-        return target_state(
-            samples,
-            fallback_name=name or host_of(target[1]),
-            seen_at=seen_at,
-            now=now,
-            stale_after_s=self.stale_after_s,
-        )
+        assert parts is not None  # samples were found
+        found = self._mapping(target, name or host_of(target[1]), parts, samples)
+        return judged(found, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s)
+
+    def _mapping(
+        self,
+        target: Target,
+        name: str,
+        parts: tuple[list[Sample], list[Sample]],
+        samples: list[Sample],
+    ) -> TargetMapping:
+        """The target's mapped series: kept while its identity and series are the very
+        lists mapped last time (a target not scraped since costs no mapping)."""
+        held = self._mappings.get(target)
+        if held is not None and held[0] == name and held[1] is parts[0] and held[2] is parts[1]:
+            return held[3]
+        found = target_mapping(samples, fallback_name=name)
+        self._mappings[target] = (name, parts[0], parts[1], found)
+        return found
 
     def _remember(self, states: dict[Target, NodeState], nodes: tuple[NodeState, ...]) -> None:
         """Which target a node name stands for, and its GPUs' indices, for `history`."""
