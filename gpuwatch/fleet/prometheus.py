@@ -146,7 +146,10 @@ class PrometheusSource:
             self._held = dict(samples)
             return
         for target in moved:
-            self._held[target] = samples.get(target, [])
+            if found := samples.get(target):
+                self._held[target] = found
+            else:  # down, or no GPU exporter (node_exporter): as if never read
+                self._held.pop(target, None)
 
     def _read_summarized(self) -> FleetState:
         """A refresh from the recording rules. What changes slowly (names, GPU models,

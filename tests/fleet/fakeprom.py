@@ -148,6 +148,7 @@ class FakePrometheus:
                 "value": [NOW, repr(t.snapshot_at)],
             }
             for t in targets
+            if t.exporter  # as the names query: targets with GPU series in the last hour
         ]
 
     def _up(self, targets: list[FakeTarget]) -> list[dict[str, object]]:

@@ -323,3 +323,17 @@ def test_a_node_whose_scrape_fails_after_a_read_is_down_not_its_old_gpus() -> No
     # THEN it is down, with none of the GPUs read before
     assert nodes["gpu-node-02"].up is False and nodes["gpu-node-02"].snapshot is None
     assert nodes["gpu-node-01"].up is True
+
+
+def test_a_target_without_gpus_scraped_between_two_reads_is_no_node() -> None:
+    # GIVEN Prometheus scraping a gpuwatch daemon and a machine's node_exporter
+    other = FakeTarget("node", "10.0.2.1:9100", "node_load1 0.5\n")
+    prometheus = FakePrometheus([gpuwatch_node(1), other])
+    with serving(prometheus) as url:
+        source = PrometheusSource(url, clock=lambda: NOW)
+        source.read()
+        # WHEN both are scraped again and the fleet is read
+        prometheus.targets = [replace(t, scraped_at=NOW - 1) for t in prometheus.targets]
+        fleet = source.read()
+    # THEN the fleet is the gpuwatch node alone
+    assert [node.name for node in fleet.nodes] == ["gpu-node-01"]
