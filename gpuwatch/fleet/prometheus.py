@@ -25,7 +25,15 @@ from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, PromClient
 from gpuwatch.fleet.promql import FamilyQuery, Prefilter
-from gpuwatch.fleet.series import host_of, merged, node_name, safe_name, target_state
+from gpuwatch.fleet.series import (
+    TargetMapping,
+    host_of,
+    judged,
+    merged,
+    node_name,
+    safe_name,
+    target_mapping,
+)
 from gpuwatch.gpu_history import GpuSeries
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -43,6 +51,9 @@ Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, floa
 """A round's samples by target, each target's `up`, and when each was last scraped."""
 _FREE = "gpuwatch_memory_free_bytes"
 _NAMES, _UP, _SEEN, _PROBE = "names", "up", "seen", "probe"
+_EVALUATED = "evaluated"
+_NO_SAMPLES: list[Sample] = []
+"""The identity of a target that has none: one list, so that its mapping is kept."""
 MAX_NARROWED_NODES = 1_000
 """The most nodes `read_narrowed` names in a query (a URL of some 20 KiB); beyond, the
 fleet is read whole."""
@@ -87,6 +98,15 @@ class PrometheusSource:
         self._exporters: frozenset[Exporter] | None = None
         self._identity: dict[Target, list[Sample]] = {}
         self._slow: dict[Target, list[Sample]] = {}
+        self._summary: dict[Target, list[Sample]] = {}
+        self._held: dict[Target, list[Sample]] = {}
+        """Each target's series as last read: a round reads only targets scraped since."""
+        self._scraped: dict[Target, float] = {}
+        """When each target was scraped, as of the last round."""
+        self._evaluated = 0.0
+        self._mappings: dict[Target, tuple[str, list[Sample], list[Sample], TargetMapping]] = {}
+        """Each target's mapped series, and the lists they were mapped from."""
+        """When the recording rules were last evaluated, as of the last read."""
         self._reads = 0
         self.queries_sent = 0
         """Instant queries sent so far, for the benches."""
@@ -104,21 +124,58 @@ class PrometheusSource:
         if self.summarized:
             return self._read_summarized()
         fresh = first or not self._identity or self._reads % IDENTITY_EVERY == 0
-        evaluated, (samples, up, seen) = self._ask(self._plan(fresh))
-        if self._lacks_identity(samples):
+        evaluated, (_, up, seen) = self._ask([_NAMES, _UP, _SEEN])
+        moved = [target for target, at in seen.items() if self._scraped.get(target) != at]
+        if moved or fresh:
+            since = min(seen[t] for t in moved) if moved and self._held else None
+            families = [q for q in self._plan(fresh) if isinstance(q, FamilyQuery)]
+            found_at, (samples, _, _) = self._ask(families, since=since)
+            evaluated = max(evaluated, found_at)
+            self._hold(samples, moved if since is not None else None)
+        self._scraped = seen
+        self._held = {target: held for target, held in self._held.items() if target in up}
+        if self._lacks_identity(self._held):
             self._ask(promql.identity(self.placement))
-        return self._fleet(samples, up, seen, evaluated or self._clock())
+        return self._fleet(self._held, up, seen, evaluated or self._clock())
+
+    def _hold(self, samples: dict[Target, list[Sample]], moved: list[Target] | None) -> None:
+        """Keeps what a round read: every target's series, or (`moved`) those of the
+        targets scraped since the last round, each replaced whole (a series gone with
+        the scrape, a process that ended, goes with it)."""
+        if moved is None:
+            self._held = dict(samples)
+            return
+        for target in moved:
+            if found := samples.get(target):
+                self._held[target] = found
+            else:  # down, or no GPU exporter (node_exporter): as if never read
+                self._held.pop(target, None)
 
     def _read_summarized(self) -> FleetState:
         """A refresh from the recording rules. What changes slowly (names, GPU models,
-        who runs where) is read every `SLOW_EVERY` reads and held between."""
+        who runs where) is read every `SLOW_EVERY` reads and held between; the figures
+        are read again only when the rules were evaluated since the last read (`up` and
+        scrape times, which give each node's state and age, at every read)."""
         slow = self._reads % SLOW_EVERY == 1 or not self._slow
-        plan: list[FamilyQuery | str] = [_UP, _SEEN, *summaries.plan()]
+        plan: list[FamilyQuery | str] = [_UP, _SEEN, _EVALUATED]
         if slow:
-            plan += [_NAMES, *summaries.slow_plan()]
+            plan.append(_NAMES)
         if self._reads % IDENTITY_EVERY == 0:
             plan.append(_PROBE)
-        evaluated, (samples, up, seen) = self._ask(plan)
+        before = self._evaluated
+        evaluated, (_, up, seen) = self._ask(plan)
+        if slow or self._evaluated != before or not self._summary:
+            self._read_figures(slow)
+        samples = {target: list(found) for target, found in self._summary.items()}
+        return self._fleet(samples, up, seen, evaluated or self._clock())
+
+    def _read_figures(self, slow: bool) -> None:
+        """Reads the recorded figures (and, `slow`, what changes slowly) into the held
+        summary."""
+        plan: list[FamilyQuery | str] = [*summaries.plan()]
+        if slow:
+            plan += summaries.slow_plan()
+        _, (samples, _, _) = self._ask(plan)
         if slow:
             self._slow = {
                 t: [s for s in found if s.name in summaries.SLOW] for t, found in samples.items()
@@ -131,7 +188,7 @@ class PrometheusSource:
             stamps = [s.value for s in found if s.name == summaries.STAMP]
             if stamps:
                 self._last[target] = max(stamps)
-        return self._fleet(samples, up, seen, evaluated or self._clock())
+        self._summary = dict(samples)
 
     @property
     def summarized(self) -> bool:
@@ -168,11 +225,21 @@ class PrometheusSource:
             plan += promql.identity(self.placement)
         return plan
 
-    def _ask(self, plan: Sequence[FamilyQuery | str], matcher: str = "") -> tuple[float, Found]:
-        """Sends `plan` at once (each query narrowed by `matcher`) and files its answers:
-        the names query sets the exporters and the names; identity families replace the
-        held identity."""
+    def _ask(
+        self, plan: Sequence[FamilyQuery | str], matcher: str = "", since: float | None = None
+    ) -> tuple[float, Found]:
+        """Sends `plan` at once (each query narrowed by `matcher`, each family but
+        identity's to the targets scraped after `since`) and files its answers: the names
+        query sets the exporters and the names; identity families replace the held
+        identity."""
         texts = [_text(q, matcher) if isinstance(q, str) else q.promql(matcher) for q in plan]
+        if since is not None:
+            texts = [
+                _scraped_after(text, since)
+                if isinstance(q, FamilyQuery) and q.family not in promql.IDENTITY
+                else text
+                for q, text in zip(plan, texts, strict=True)
+            ]
         families = ["" if isinstance(q, str) else q.family for q in plan]
         self.queries_sent += len(texts)
         answers = self.client.samples(texts, families)
@@ -185,6 +252,8 @@ class PrometheusSource:
                 self._file_names(vector)
             elif query == _PROBE:
                 self._rules = bool(vector)
+            elif query == _EVALUATED:
+                self._evaluated = max((s.value for s in vector), default=0.0)
             elif query in (_UP, _SEEN):
                 into = up if query == _UP else seen
                 into.update((_target(s.labels), s.value) for s in vector)
@@ -227,13 +296,16 @@ class PrometheusSource:
             target: self._state(
                 target,
                 self._names.get(target) or host_of(target[1]),
-                [*self._identity.get(target, ()), *samples[target]] if target in samples else [],
+                (self._identity.get(target, _NO_SAMPLES), samples[target])
+                if target in samples
+                else None,
                 up,
                 seen,
                 now,
             )
             for target in sorted(set(samples) | set(up))
         }
+        self._mappings = {t: held for t, held in self._mappings.items() if t in states}
         nodes = merged(states.values())
         self._remember(states, nodes)
         return FleetState(taken_at=now, source=self.description, nodes=nodes)
@@ -242,12 +314,14 @@ class PrometheusSource:
         self,
         target: Target,
         name: str | None,
-        samples: list[Sample],
+        parts: tuple[list[Sample], list[Sample]] | None,
         up: dict[Target, float],
         seen: dict[Target, float],
         now: float,
     ) -> NodeState:
+        """`parts`: the target's identity and its other series."""
         seen_at = seen.get(target, now)
+        samples = [*parts[0], *parts[1]] if parts is not None else []
         if up.get(target, 1) != 1 or not samples:
             # Its series are gone with the failed scrape: only a daemon's last snapshot
             # time (kept by the names query) says how old its data is.
@@ -266,13 +340,25 @@ class PrometheusSource:
             return summaries.node_state(
                 samples, shown, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s
             )
-        return target_state(
-            samples,
-            fallback_name=name or host_of(target[1]),
-            seen_at=seen_at,
-            now=now,
-            stale_after_s=self.stale_after_s,
-        )
+        assert parts is not None  # samples were found
+        found = self._mapping(target, name or host_of(target[1]), parts, samples)
+        return judged(found, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s)
+
+    def _mapping(
+        self,
+        target: Target,
+        name: str,
+        parts: tuple[list[Sample], list[Sample]],
+        samples: list[Sample],
+    ) -> TargetMapping:
+        """The target's mapped series: kept while its identity and series are the very
+        lists mapped last time (a target not scraped since costs no mapping)."""
+        held = self._mappings.get(target)
+        if held is not None and held[0] == name and held[1] is parts[0] and held[2] is parts[1]:
+            return held[3]
+        found = target_mapping(samples, fallback_name=name)
+        self._mappings[target] = (name, parts[0], parts[1], found)
+        return found
 
     def _remember(self, states: dict[Target, NodeState], nodes: tuple[NodeState, ...]) -> None:
         """Which target a node name stands for, and its GPUs' indices, for `history`."""
@@ -314,8 +400,16 @@ def _text(query: str, matcher: str) -> str:
         return promql.names(matcher)
     if query == _PROBE:
         return summaries.PROBE
+    if query == _EVALUATED:
+        return summaries.EVALUATED
     selector = f"up{{{matcher}}}" if matcher else "up"
     return selector if query == _UP else f"timestamp({selector})"
+
+
+def _scraped_after(query: str, since: float) -> str:
+    """`query` for the targets scraped after `since` only (a thousandth of a second
+    before: Prometheus keeps times to the millisecond)."""
+    return f"({query}) and on (job, instance) (timestamp(up) > {since - 0.001:.3f})"
 
 
 def _names(vector: list[Sample]) -> dict[Target, str]:

@@ -56,6 +56,18 @@ def target_state(
 ) -> NodeState:
     """The node one target describes. `seen_at` is when its samples were current (the
     scrape, or the sample timestamp Prometheus kept); `now` is the clock they are judged by."""
+    found = target_mapping(samples, fallback_name=fallback_name)
+    return judged(found, seen_at=seen_at, now=now, stale_after_s=stale_after_s)
+
+
+TargetMapping = tuple[str, Exporter, Mapped] | NodeState
+"""What a target's samples say, before it is judged by the clock: its name, exporter and
+mapped series, or the state of a target that sends none we read."""
+
+
+def target_mapping(samples: Sequence[Sample], *, fallback_name: str) -> TargetMapping:
+    """The work of `target_state` that depends on the samples alone (a source that keeps a
+    target's samples between reads keeps this too)."""
     exporter = exporter_of(samples)
     name = safe_name(node_name(samples) or fallback_name)
     if exporter is None:
@@ -66,7 +78,14 @@ def target_state(
             error=NO_GPU_METRICS,
         )
     mine = [sample for sample in samples if sample.name.startswith(_prefix(exporter))]
-    mapped = _MAPPERS[exporter](mine, name)
+    return name, exporter, _MAPPERS[exporter](mine, name)
+
+
+def judged(found: TargetMapping, *, seen_at: float, now: float, stale_after_s: float) -> NodeState:
+    """The node a mapping describes, its age and staleness judged at `now`."""
+    if isinstance(found, NodeState):
+        return found
+    name, exporter, mapped = found
     return _state(name, exporter, mapped, seen_at=seen_at, now=now, stale_after_s=stale_after_s)
 
 

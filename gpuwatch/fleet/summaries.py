@@ -35,6 +35,8 @@ _POWER = "gpuwatch:node_power_watts:sum"
 _USER_MEMORY = "gpuwatch:node_user_memory_bytes:sum"
 _USER_GPUS = "gpuwatch:node_user_gpus:count"
 _MODELS = "gpuwatch:node_gpu_models:count"
+EVALUATED = "max(timestamp(gpuwatch:node_gpus:count))"
+"""When the recording rules were last evaluated: their figures move only then."""
 STAMP = "gpuwatch_sample_timestamp_seconds"
 RECORDED = (*_COUNTS, *_BYTES, _UTILIZATION, _HOTTEST, _POWER)
 _LINE = (node_work.WAITERS, node_work.LONGEST_WAIT)

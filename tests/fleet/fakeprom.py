@@ -2,7 +2,8 @@
 fixtures as a server scraping them would, and counts what it was asked.
 
 It knows the queries `gpuwatch.fleet.promql` writes (each family's, the names query,
-`up`, `timestamp(up)`, a prefilter), each optionally narrowed to some instances; any
+`up`, `timestamp(up)`, a prefilter), each optionally narrowed to some instances or to
+the targets scraped after a time; any
 other query is refused as Prometheus refuses a bad one."""
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ class FakePrometheus:
             pattern = re.compile(matcher[1].replace("\\\\", "\\"))
             targets = [t for t in targets if pattern.fullmatch(t.instance)]
             query = _MATCHER.sub("", query)
+        if (after := _SCRAPED_AFTER.fullmatch(query)) is not None:
+            since = float(after[2])
+            targets = [t for t in targets if t.scraped_at > since]
+            query = after[1]
         if query == summaries.PROBE:
             return []  # it records no rules: the fleet is read GPU by GPU
         if query == promql.names():
@@ -143,6 +148,7 @@ class FakePrometheus:
                 "value": [NOW, repr(t.snapshot_at)],
             }
             for t in targets
+            if t.exporter  # as the names query: targets with GPU series in the last hour
         ]
 
     def _up(self, targets: list[FakeTarget]) -> list[dict[str, object]]:
@@ -173,6 +179,7 @@ def _passes(sample: float, compare: str) -> bool:
 
 
 _MATCHER = re.compile(r'\{instance=~"((?:[^"\\]|\\.)*)"\}')
+_SCRAPED_AFTER = re.compile(r"\((.*)\) and on \(job, instance\) \(timestamp\(up\) > ([\d.]+)\)")
 _PREFILTER = {
     "free": re.compile(r"gpuwatch_memory_free_bytes >= (\d+)"),
     "used": re.compile(r"gpuwatch_memory_used_bytes > (\d+)"),

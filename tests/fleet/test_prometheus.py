@@ -269,3 +269,71 @@ def test_a_narrowed_read_gives_where_the_same_fits_as_the_whole_fleet(request_: 
     assert narrowed is not None
     assert not {"gpu-node-03", "gpu-node-04"} & {node.name for node in narrowed.nodes}
     assert where(narrowed, request_).fits == where(whole, request_).fits
+
+
+def family_queries(asked: list[str]) -> list[str]:
+    """The queries of GPU series among `asked` (not names, `up` or scrape times)."""
+    return [q for q in asked if "gpuwatch_" in q and not q.startswith("label_replace")]
+
+
+def test_a_refresh_with_no_new_scrape_reads_no_gpu_series() -> None:
+    # GIVEN a source that has read two gpuwatch daemons
+    prometheus = FakePrometheus([gpuwatch_node(1), gpuwatch_node(2)])
+    with serving(prometheus) as url:
+        source = PrometheusSource(url, clock=lambda: NOW)
+        first = source.read()
+        asked = len(prometheus.asked)
+        # WHEN it reads again before Prometheus scraped either
+        second = source.read()
+    # THEN it asks only when they were scraped, and shows the same nodes
+    assert not family_queries(prometheus.asked[asked:])
+    assert second.nodes == first.nodes
+
+
+def test_a_refresh_reads_again_only_the_nodes_scraped_since() -> None:
+    # GIVEN a source that has read two gpuwatch daemons
+    prometheus = FakePrometheus([gpuwatch_node(1), gpuwatch_node(2)])
+    with serving(prometheus) as url:
+        source = PrometheusSource(url, clock=lambda: NOW)
+        first = {node.name: node for node in source.read().nodes}
+        asked = len(prometheus.asked)
+        # WHEN Prometheus scrapes the second again, and finds its GPUs full
+        prometheus.targets[1] = replace(gpuwatch_node(2, full=True), scraped_at=NOW - 1)
+        second = source.read()
+        queries = family_queries(prometheus.asked[asked:])
+        whole = PrometheusSource(url, clock=lambda: NOW).read()
+    # THEN its GPU series are asked for the nodes scraped since only (not the first),
+    # and the fleet is as a source reading it whole sees it
+    since = [float(q.rsplit("timestamp(up) > ", 1)[1].rstrip(")")) for q in queries]
+    assert since and all(NOW - 5 < at < NOW - 1 for at in since)
+    assert second.nodes == whole.nodes
+    assert second.nodes[1] != first["gpu-node-02"]
+
+
+def test_a_node_whose_scrape_fails_after_a_read_is_down_not_its_old_gpus() -> None:
+    # GIVEN a source that has read two gpuwatch daemons
+    prometheus = FakePrometheus([gpuwatch_node(1), gpuwatch_node(2)])
+    with serving(prometheus) as url:
+        source = PrometheusSource(url, clock=lambda: NOW)
+        source.read()
+        # WHEN Prometheus's next scrape of the second fails
+        down = {"up": False, "scraped_at": NOW - 1, "hostname": "gpu-node-02"}
+        prometheus.targets[1] = replace(prometheus.targets[1], **down)  # type: ignore[arg-type]
+        nodes = {node.name: node for node in source.read().nodes}
+    # THEN it is down, with none of the GPUs read before
+    assert nodes["gpu-node-02"].up is False and nodes["gpu-node-02"].snapshot is None
+    assert nodes["gpu-node-01"].up is True
+
+
+def test_a_target_without_gpus_scraped_between_two_reads_is_no_node() -> None:
+    # GIVEN Prometheus scraping a gpuwatch daemon and a machine's node_exporter
+    other = FakeTarget("node", "10.0.2.1:9100", "node_load1 0.5\n")
+    prometheus = FakePrometheus([gpuwatch_node(1), other])
+    with serving(prometheus) as url:
+        source = PrometheusSource(url, clock=lambda: NOW)
+        source.read()
+        # WHEN both are scraped again and the fleet is read
+        prometheus.targets = [replace(t, scraped_at=NOW - 1) for t in prometheus.targets]
+        fleet = source.read()
+    # THEN the fleet is the gpuwatch node alone
+    assert [node.name for node in fleet.nodes] == ["gpu-node-01"]
