@@ -24,7 +24,7 @@ from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, PromClient
-from gpuwatch.fleet.promql import FamilyQuery, Prefilter
+from gpuwatch.fleet.promql import FamilyQuery
 from gpuwatch.fleet.series import host_of, merged, node_name, safe_name, target_state
 from gpuwatch.gpu_history import GpuSeries
 
@@ -43,9 +43,6 @@ Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, floa
 """A round's samples by target, each target's `up`, and when each was last scraped."""
 _FREE = "gpuwatch_memory_free_bytes"
 _NAMES, _UP, _SEEN, _PROBE = "names", "up", "seen", "probe"
-MAX_NARROWED_NODES = 1_000
-"""The most nodes `read_narrowed` names in a query (a URL of some 20 KiB); beyond, the
-fleet is read whole."""
 
 
 class PrometheusSource:
@@ -139,26 +136,18 @@ class PrometheusSource:
         runs gpuwatch daemons only (the rules know no other exporter)."""
         return self.recorded and self._rules and self._exporters == frozenset({Exporter.GPUWATCH})
 
-    def read_narrowed(self, prefilter: Prefilter) -> FleetState | None:
-        """The nodes where `prefilter`'s conditions hold on enough GPUs, each read as
-        `read()` reads it, and no other node: a fleet of gpuwatch daemons is asked
-        first which nodes could fit, then only about those. `None` where the fleet runs
-        other exporters too, or where more than half its nodes pass: read it whole."""
+    def read_placed(self, min_free_bytes: int) -> FleetState | None:
+        """The fleet as placement sees it, in one round of queries whatever the number of
+        nodes (no discovery of exporters first): the names, and gpuwatch's families as
+        `promql.placed` asks them, free memory only where it reaches `min_free_bytes`.
+        Where a GPU has less, its free memory is unknown: placement takes it no more than
+        before. `None` where the names show other exporters: read the fleet whole."""
         self._reads += 1
-        answers = self.client.samples([promql.names(), prefilter.promql()], ["", ""])
-        self.queries_sent += 2
-        self._file_names(answers[0][1])
-        passing = sorted({s.labels.get("instance", "") for s in answers[1][1]})
-        if self._exporters != frozenset({Exporter.GPUWATCH}) or len(passing) > min(
-            MAX_NARROWED_NODES, len(self._last) // 2
-        ):
-            return None  # naming most of the fleet costs Prometheus more than reading it
-        now = answers[1][0] or answers[0][0] or self._clock()
-        if not passing:
-            return FleetState(taken_at=now, source=self.description, nodes=())
-        matcher = promql.instances(passing)
-        evaluated, (samples, up, seen) = self._ask(self._plan(True)[1:], matcher)
-        return self._fleet(samples, up, seen, evaluated or now)
+        plan: list[FamilyQuery | str] = [_NAMES, _UP, _SEEN, *promql.placed(min_free_bytes)]
+        evaluated, (samples, up, seen) = self._ask(plan)
+        if self._exporters != frozenset({Exporter.GPUWATCH}):
+            return None
+        return self._fleet(samples, up, seen, evaluated or self._clock())
 
     def _plan(self, identity: bool) -> list[FamilyQuery | str]:
         exporters = self._exporters or frozenset()

@@ -48,6 +48,7 @@ class FamilyQuery:
 
 
 _SAMPLING_UP = "gpuwatch_sampling_up"
+_FREE = "gpuwatch_memory_free_bytes"
 IDENTITY = ("gpuwatch_gpu_info", "gpuwatch_memory_total_bytes")
 """gpuwatch families read now and then, not at every refresh."""
 _NOT_PLACED = frozenset(
@@ -116,6 +117,19 @@ def values(exporters: frozenset[Exporter], *, placement: bool) -> list[FamilyQue
     return queries
 
 
+def placed(free_bytes: int) -> list[FamilyQuery]:
+    """What placement reads of a fleet of gpuwatch daemons, in one round: each refresh's
+    families, free memory only where it reaches `free_bytes` (a GPU with less shows it
+    unknown, and placement takes a GPU of unknown free memory no more than one with too
+    little), and no `gpuwatch_gpu_info`: total and free memory carry each GPU's `uuid`,
+    all the identity placement needs."""
+    queries = [
+        FamilyQuery(q.family, ("gpu", "uuid"), f">= {free_bytes}") if q.family == _FREE else q
+        for q in values(frozenset({Exporter.GPUWATCH}), placement=True)
+    ]
+    return [*queries, FamilyQuery("gpuwatch_memory_total_bytes", ("gpu", "uuid"))]
+
+
 _KNOWN = {
     Exporter.GPUWATCH: "gpuwatch_sample_timestamp_seconds",
     Exporter.DCGM: "DCGM_FI_DEV_FB_FREE",
@@ -135,47 +149,6 @@ def names(matcher: str = "") -> str:
         + f', "exporter", "{exporter.value}", "", "")'
         for exporter, name in _KNOWN.items()
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Prefilter:
-    """What a GPU must show for a request to be placed there, as Prometheus can test it:
-    conditions placement's rules also demand (never more), so that a node this leaves
-    out is a node where the rules could not place the request either. Each bound is
-    loosened past the rounding the fleet's mapping does (a ratio to a whole percent,
-    bytes to whole bytes), so that a GPU on the edge is left to the rules."""
-
-    gpus: int
-    min_free_bytes: int
-    max_used_bytes: int | None = None
-    max_utilization_pct: float | None = None
-
-    def promql(self) -> str:
-        """Per gpuwatch target, how many of its GPUs pass, where at least `gpus` do."""
-        expr = f"gpuwatch_memory_free_bytes >= {self.min_free_bytes}"
-        if self.max_used_bytes is not None:
-            busy = f"gpuwatch_memory_used_bytes > {self.max_used_bytes + 1}"
-            expr = f"({expr}) unless on (job, instance, gpu) ({busy})"
-        if self.max_utilization_pct is not None:
-            ratio = (self.max_utilization_pct + 1) / 100
-            busy = f"gpuwatch_utilization_ratio > {ratio!r}"
-            expr = f"({expr}) unless on (job, instance, gpu) ({busy})"
-        return f"count by (job, instance) ({expr}) >= {self.gpus}"
-
-
-def instances(addresses: list[str]) -> str:
-    """A matcher for these `instance` labels: `instance=~"a|b"`, each escaped for RE2
-    and then for a PromQL string (both use backslashes)."""
-    regex = "|".join("".join(_escaped(ch) for ch in address) for address in addresses)
-    quoted = regex.replace("\\", "\\\\").replace('"', '\\"')
-    return f'instance=~"{quoted}"'
-
-
-def _escaped(ch: str) -> str:
-    return f"\\{ch}" if ch in _RE2_SPECIAL else ch
-
-
-_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
 
 
 def _braced(matcher: str) -> str:

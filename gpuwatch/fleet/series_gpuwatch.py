@@ -98,7 +98,7 @@ def _error(by_name: dict[str, list[Sample]], stamps: list[float]) -> str | None:
 
 def _gpus(by_name: dict[str, list[Sample]]) -> dict[int, GpuFields]:
     gpus: dict[int, GpuFields] = {}
-    for sample in by_name["gpuwatch_gpu_info"] + by_name["gpuwatch_gpu_up"]:
+    for sample in _identified(by_name):
         if (index := m.index_of(sample.labels.get("gpu"))) is not None:
             fields = gpus.setdefault(index, GpuFields(index))
             for field, key in (
@@ -116,6 +116,15 @@ def _gpus(by_name: dict[str, list[Sample]]) -> dict[int, GpuFields]:
             if index in gpus and "error" not in gpus[index].values:
                 gpus[index].values[field] = convert(sample.value)
     return gpus
+
+
+def _identified(by_name: dict[str, list[Sample]]) -> list[Sample]:
+    """The series that make a GPU known: its info, its `gpu_up`, and memory series that
+    carry its `uuid` (placement reads no `gpu_info`: see `promql.placed`)."""
+    found = by_name["gpuwatch_gpu_info"] + by_name["gpuwatch_gpu_up"]
+    for name in ("gpuwatch_memory_total_bytes", "gpuwatch_memory_free_bytes"):
+        found += [sample for sample in by_name[name] if "uuid" in sample.labels]
+    return found
 
 
 def _mig_devices(by_name: dict[str, list[Sample]]) -> tuple[MigDevice, ...]:
