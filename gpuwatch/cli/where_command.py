@@ -132,7 +132,7 @@ def _placed(source: FleetSource, request: Request, excluded: frozenset[str]) -> 
     from gpuwatch.placement.rules import needed_bytes
 
     # A MIG request's memory is a MIG device's: it bounds no whole GPU's free memory.
-    fleet = read_placed(needed_bytes(request) if request.mig is None else 0)
+    fleet = read_placed(needed_bytes(request) if request.mig is None else None)
     if fleet is None:
         return None
     answer = where(fleet, request, excluded_nodes=excluded)

@@ -136,12 +136,13 @@ class PrometheusSource:
         runs gpuwatch daemons only (the rules know no other exporter)."""
         return self.recorded and self._rules and self._exporters == frozenset({Exporter.GPUWATCH})
 
-    def read_placed(self, min_free_bytes: int) -> FleetState | None:
+    def read_placed(self, min_free_bytes: int | None) -> FleetState | None:
         """The fleet as placement sees it, in one round of queries whatever the number of
         nodes (no discovery of exporters first): the names, and gpuwatch's families as
-        `promql.placed` asks them, free memory only where it reaches `min_free_bytes`.
-        Where a GPU has less, its free memory is unknown: placement takes it no more than
-        before. `None` where the names show other exporters: read the fleet whole."""
+        `promql.placed` asks them: for whole GPUs (`min_free_bytes` not `None`), free
+        memory only where it reaches `min_free_bytes` (where a GPU has less, its free
+        memory is unknown: placement takes it no more than before) and no MIG devices.
+        `None` where the names show other exporters: read the fleet whole."""
         self._reads += 1
         plan: list[FamilyQuery | str] = [_NAMES, _UP, _SEEN, *promql.placed(min_free_bytes)]
         evaluated, (samples, up, seen) = self._ask(plan)

@@ -117,17 +117,26 @@ def values(exporters: frozenset[Exporter], *, placement: bool) -> list[FamilyQue
     return queries
 
 
-def placed(free_bytes: int) -> list[FamilyQuery]:
+def placed(free_bytes: int | None) -> list[FamilyQuery]:
     """What placement reads of a fleet of gpuwatch daemons, in one round: each refresh's
-    families, free memory only where it reaches `free_bytes` (a GPU with less shows it
-    unknown, and placement takes a GPU of unknown free memory no more than one with too
-    little), and no `gpuwatch_gpu_info`: total and free memory carry each GPU's `uuid`,
-    all the identity placement needs."""
+    families, and no `gpuwatch_gpu_info` (total and free memory carry each GPU's `uuid`,
+    all the identity placement needs). For whole GPUs (`free_bytes` not `None`): free
+    memory only where it reaches `free_bytes` (a GPU with less shows it unknown, and
+    placement takes a GPU of unknown free memory no more than one with too little), and
+    no MIG devices' families (placement never gives a MIG-enabled GPU whole)."""
     queries = [
-        FamilyQuery(q.family, ("gpu", "uuid"), f">= {free_bytes}") if q.family == _FREE else q
+        FamilyQuery(q.family, ("gpu", "uuid"), _at_least(free_bytes)) if q.family == _FREE else q
         for q in values(frozenset({Exporter.GPUWATCH}), placement=True)
+        if free_bytes is None or q.family not in _MIG_DEVICES
     ]
     return [*queries, FamilyQuery("gpuwatch_memory_total_bytes", ("gpu", "uuid"))]
+
+
+def _at_least(free_bytes: int | None) -> str:
+    return "" if free_bytes is None else f">= {free_bytes}"
+
+
+_MIG_DEVICES = frozenset({"gpuwatch_mig_leases", *series_gpuwatch.MIG_VALUES})
 
 
 _KNOWN = {

@@ -28,7 +28,7 @@ _GPU_VALUES = {
     "gpuwatch_power_watts": ("power_w", m.watts),
     "gpuwatch_mig_enabled": ("mig_enabled", m.flag),
 }
-_MIG_VALUES = {
+MIG_VALUES = {
     "gpuwatch_mig_memory_total_bytes": "memory_total_bytes",
     "gpuwatch_mig_memory_used_bytes": "memory_used_bytes",
     "gpuwatch_mig_memory_free_bytes": "memory_free_bytes",
@@ -52,7 +52,7 @@ WHOLE = (
     "gpuwatch_sample_timestamp_seconds",
     "gpuwatch_process_memory_bytes",
     "gpuwatch_mig_leases",
-    *_MIG_VALUES,
+    *MIG_VALUES,
 )
 """Families read with all their labels: identity, processes, MIG devices."""
 ZERO = ("gpuwatch_gpu_up",)
@@ -129,7 +129,7 @@ def _identified(by_name: dict[str, list[Sample]]) -> list[Sample]:
 
 def _mig_devices(by_name: dict[str, list[Sample]]) -> tuple[MigDevice, ...]:
     found: dict[tuple[int, str], dict[str, object]] = {}
-    for name, field in _MIG_VALUES.items():
+    for name, field in MIG_VALUES.items():
         for sample in by_name[name]:
             gpu, uuid = m.index_of(sample.labels.get("gpu")), m.label(sample.labels.get("uuid"))
             if gpu is None or uuid is None:

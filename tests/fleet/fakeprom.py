@@ -152,7 +152,7 @@ _FAMILIES = {
     )
 }
 _PLACED_FREE = "max by (job, instance, gpu, uuid) (gpuwatch_memory_free_bytes) >= "
-_FAMILIES |= {query.promql(): query for query in promql.placed(0) if query.compare != ">= 0"}
+_FAMILIES |= {query.promql(): query for query in promql.placed(None)}
 
 
 def _at_least_free(query: str) -> FamilyQuery | None:

@@ -260,7 +260,7 @@ def test_a_placed_read_gives_where_the_same_fits_as_a_whole_read(request_: Reque
     with serving(FakePrometheus(nodes)) as url:
         source = PrometheusSource(url, clock=lambda: NOW, placement=True)
         # WHEN where runs on a read for placement, and on a whole read
-        needed = needed_bytes(request_) if request_.mig is None else 0
+        needed = needed_bytes(request_) if request_.mig is None else None
         placed = source.read_placed(needed)
         whole = PrometheusSource(url, clock=lambda: NOW, placement=True).read()
     # THEN it finds the same nodes and the same devices, with the same free memory
@@ -281,16 +281,17 @@ def test_a_placed_read_is_one_round_of_the_same_queries_for_two_nodes_or_thirty(
     # GIVEN Prometheus scraping two gpuwatch daemons, or thirty
     # WHEN each fleet is read for placement
     two, thirty = placed_queries(2), placed_queries(30)
-    # THEN both send the same few queries, each once: one round, names included
+    # THEN both send the same few queries, each once: one round, names included, and
+    # neither GPU info (free and total memory carry the uuids) nor MIG devices
     assert sorted(two) == sorted(thirty)
-    assert len(set(two)) == len(two) <= 18
-    assert not any("gpuwatch_gpu_info" in query for query in two)
+    assert len(set(two)) == len(two) <= 14
+    assert not [q for q in two if "gpuwatch_gpu_info" in q or "gpuwatch_mig_memory" in q]
 
 
 def test_a_placed_read_of_a_fleet_with_other_exporters_asks_for_a_whole_read() -> None:
     # GIVEN a fleet of a gpuwatch daemon and a dcgm-exporter node
     with serving(FakePrometheus([gpuwatch_node(1), dcgm_node(2)])) as url:
         # WHEN it is read for placement
-        fleet = PrometheusSource(url, clock=lambda: NOW, placement=True).read_placed(0)
+        fleet = PrometheusSource(url, clock=lambda: NOW, placement=True).read_placed(None)
     # THEN it says to read it whole, whose families the names told
     assert fleet is None
