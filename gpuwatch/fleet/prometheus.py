@@ -43,6 +43,7 @@ Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, floa
 """A round's samples by target, each target's `up`, and when each was last scraped."""
 _FREE = "gpuwatch_memory_free_bytes"
 _NAMES, _UP, _SEEN, _PROBE = "names", "up", "seen", "probe"
+_NAMES_NOW = "names now"
 
 
 class PrometheusSource:
@@ -138,13 +139,14 @@ class PrometheusSource:
 
     def read_placed(self, min_free_bytes: int | None) -> FleetState | None:
         """The fleet as placement sees it, in one round of queries whatever the number of
-        nodes (no discovery of exporters first): the names, and gpuwatch's families as
+        nodes (no discovery of exporters first): the names of the nodes with GPU series
+        now (a node that is down never fits), and gpuwatch's families as
         `promql.placed` asks them: for whole GPUs (`min_free_bytes` not `None`), free
         memory only where it reaches `min_free_bytes` (where a GPU has less, its free
         memory is unknown: placement takes it no more than before) and no MIG devices.
         `None` where the names show other exporters: read the fleet whole."""
         self._reads += 1
-        plan: list[FamilyQuery | str] = [_NAMES, _UP, _SEEN, *promql.placed(min_free_bytes)]
+        plan: list[FamilyQuery | str] = [_NAMES_NOW, _UP, _SEEN, *promql.placed(min_free_bytes)]
         evaluated, (samples, up, seen) = self._ask(plan)
         if self._exporters != frozenset({Exporter.GPUWATCH}):
             return None
@@ -171,7 +173,7 @@ class PrometheusSource:
         up: dict[Target, float] = {}
         seen: dict[Target, float] = {}
         for query, family, (_, vector) in zip(plan, families, answers, strict=True):
-            if query == _NAMES:
+            if query in (_NAMES, _NAMES_NOW):
                 self._file_names(vector)
             elif query == _PROBE:
                 self._rules = bool(vector)
@@ -300,8 +302,8 @@ def _target(labels: dict[str, str]) -> Target:
 
 
 def _text(query: str, matcher: str) -> str:
-    if query == _NAMES:
-        return promql.names(matcher)
+    if query in (_NAMES, _NAMES_NOW):
+        return promql.names(matcher, now=query == _NAMES_NOW)
     if query == _PROBE:
         return summaries.PROBE
     selector = f"up{{{matcher}}}" if matcher else "up"

@@ -146,18 +146,23 @@ _KNOWN = {
 }
 
 
-def names(matcher: str = "") -> str:
+def names(matcher: str = "", *, now: bool = False) -> str:
     """Per target with GPU series in the last hour: its hostname labels and, in label
     `exporter`, which exporter it runs; the value is a gpuwatch daemon's last snapshot
     time, 0 for other exporters (whose series carry no time of their own). A node that
-    went down keeps its name and the age of its data."""
+    went down keeps its name and the age of its data. `now`: only targets with GPU series
+    now, for a fraction of the work (placement's fits are never on a node that is down)."""
     by = "job, instance, hostname, Hostname"
     return " or ".join(
-        f"label_replace(max by ({by}) (last_over_time({name}{_braced(matcher)}[{KNOWN_WINDOW}]))"
+        f"label_replace(max by ({by}) ({_latest(name + _braced(matcher), now)}))"
         + ("" if exporter is Exporter.GPUWATCH else " * 0")
         + f', "exporter", "{exporter.value}", "", "")'
         for exporter, name in _KNOWN.items()
     )
+
+
+def _latest(selector: str, now: bool) -> str:
+    return selector if now else f"last_over_time({selector}[{KNOWN_WINDOW}])"
 
 
 def _braced(matcher: str) -> str:
