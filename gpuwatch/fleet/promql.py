@@ -154,7 +154,7 @@ def names(matcher: str = "", *, now: bool = False) -> str:
     now, for a fraction of the work (placement's fits are never on a node that is down)."""
     by = "job, instance, hostname, Hostname"
     return " or ".join(
-        f"label_replace(max by ({by}) ({_latest(name + _braced(matcher), now)}))"
+        f"label_replace(max by ({by}) ({_latest(name + _braced(matcher), now)})"
         + ("" if exporter is Exporter.GPUWATCH else " * 0")
         + f', "exporter", "{exporter.value}", "", "")'
         for exporter, name in _KNOWN.items()
