@@ -24,6 +24,10 @@ Prometheus runs on this machine too, so every figure carries its load.
 
 Run: python bench/fleet_cost.py [--sizes 100,500,1000] [--where-at 500] [--runs 11]
                                 [--scrape-interval 5] [--timeout 2] [--cpu-seconds 30]
+                                [--baseline VENV]
+(`--baseline /work/venvs/main` times that environment's `gpuwatch where` in the same
+runs, for a before-and-after.) Bytecode is written under a temporary PYTHONPYCACHEPREFIX,
+as an installed gpuwatch has it, even where PYTHONDONTWRITEBYTECODE is set.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -138,7 +143,7 @@ def load(prometheus: Prometheus, fleet: SimFleet, nodes: int) -> None:
     print(f"\n{nodes} nodes scraped ({time.perf_counter() - start:.0f} s to load)")
 
 
-def compare_where(url: str, runs: int) -> None:
+def compare_where(url: str, runs: int, baseline: Path | None) -> None:
     print(f"(a)+(b) whole-process wall time, median of {runs} interleaved runs")
     commands = {"bare client": [sys.executable, "-c", BARE_CLIENT, url]}
     where = [gpuwatch_command(), *WHERE, "--prometheus", url]
@@ -147,9 +152,12 @@ def compare_where(url: str, runs: int) -> None:
         print(f"    gpuwatch where answers (exit {answer.returncode}): {_first_line(answer)}")
         if answer.returncode in (0, 4):
             commands["gpuwatch where"] = where
+    if baseline is not None:  # another gpuwatch, in the same runs: before and after a change
+        commands["where, baseline"] = [str(baseline / "bin" / "gpuwatch"), *where[1:]]
+        subprocess.run(commands["where, baseline"], capture_output=True, check=False)
     medians = median_wall_s(commands, runs)
     for name, wall_s in medians.items():
-        print(f"    {name:16} {wall_s * 1000:7.0f} ms")
+        print(f"    {name:16} {wall_s * 1000:7.0f} ms  ({wall_s / medians['bare client']:.2f}x)")
     if "gpuwatch where" in medians:
         ratio = medians["gpuwatch where"] / medians["bare client"]
         print(f"    ratio {ratio:.2f} (the issue's bound: 2)")
@@ -255,7 +263,14 @@ def main() -> None:
     parser.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS")
     parser.add_argument("--timeout", type=float, default=2.0, help="per-node, for (d)")
     parser.add_argument("--cpu-seconds", type=float, default=30.0, help="measured, for (e)")
+    parser.add_argument(
+        "--baseline", type=Path, metavar="VENV", help="also time this environment's where"
+    )
     args = parser.parse_args()
+    # As installed (pip compiles the bytecode): where PYTHONDONTWRITEBYTECODE is set, each
+    # gpuwatch process would compile the package anew, which no user's does.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="fleet-cost-pyc-")
     sizes = sorted({*map(int, args.sizes.split(",")), args.where_at})
     print(f"nodes of 8 GPUs; Prometheus scrapes every {args.scrape_interval:g} s")
     rows = []
@@ -272,7 +287,7 @@ def main() -> None:
             for nodes in sizes:
                 load(prometheus, fleet, nodes)
                 if nodes == args.where_at:
-                    compare_where(prometheus.url, args.runs)
+                    compare_where(prometheus.url, args.runs, args.baseline)
                     screen = {"raw": raw_proxy.url, "rules": proxy.url}
                     screen_cpu(screen, 2.0, args.cpu_seconds)
                 rows.append(refresh_cost(proxy, nodes, args.refreshes, recorded=False))

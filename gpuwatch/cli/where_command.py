@@ -103,7 +103,7 @@ def run_where(args: list[str]) -> int:
     request = request_of(wishes)
     excluded = frozenset(options["exclude_node"])
     with open_fleet_source(options, placement=True) as source:
-        answer = _narrowed(source, request, excluded) if not options["verbose"] else None
+        answer = _placed(source, request, excluded) if not options["verbose"] else None
         if answer is None:
             answer = where(source.read(), request, excluded_nodes=excluded)
     if options["verbose"]:
@@ -121,24 +121,18 @@ def run_where(args: list[str]) -> int:
     return 0
 
 
-def _narrowed(source: FleetSource, request: Request, excluded: frozenset[str]) -> Answer | None:
-    """The answer from only the nodes Prometheus says could fit, where the source can
-    narrow a read so: the same fits, best first, for a fraction of the bytes. `None`
+def _placed(source: FleetSource, request: Request, excluded: frozenset[str]) -> Answer | None:
+    """The answer from one round of queries, where the source can read a fleet for
+    placement so (Prometheus over gpuwatch daemons): the same fits, best first. `None`
     where it cannot, or where no node fits: then the whole fleet is read, so that the
     nodes that come closest are explained as pick explains its GPUs."""
-    narrow = getattr(source, "read_narrowed", None)
-    if narrow is None or request.mig is not None:
+    read_placed = getattr(source, "read_placed", None)
+    if read_placed is None:
         return None
-    from gpuwatch.fleet.promql import Prefilter
     from gpuwatch.placement.rules import needed_bytes
 
-    prefilter = Prefilter(
-        gpus=request.count,
-        min_free_bytes=needed_bytes(request),
-        max_used_bytes=request.used_limit_bytes,
-        max_utilization_pct=request.util_limit_pct,
-    )
-    fleet = narrow(prefilter)
+    # A MIG request's memory is a MIG device's: it bounds no whole GPU's free memory.
+    fleet = read_placed(needed_bytes(request) if request.mig is None else None)
     if fleet is None:
         return None
     answer = where(fleet, request, excluded_nodes=excluded)

@@ -24,7 +24,7 @@ from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, PromClient
-from gpuwatch.fleet.promql import FamilyQuery, Prefilter
+from gpuwatch.fleet.promql import FamilyQuery
 from gpuwatch.fleet.series import (
     TargetMapping,
     host_of,
@@ -54,9 +54,7 @@ _NAMES, _UP, _SEEN, _PROBE = "names", "up", "seen", "probe"
 _EVALUATED = "evaluated"
 _NO_SAMPLES: list[Sample] = []
 """The identity of a target that has none: one list, so that its mapping is kept."""
-MAX_NARROWED_NODES = 1_000
-"""The most nodes `read_narrowed` names in a query (a URL of some 20 KiB); beyond, the
-fleet is read whole."""
+_NAMES_NOW = "names now"
 
 
 class PrometheusSource:
@@ -104,9 +102,9 @@ class PrometheusSource:
         self._scraped: dict[Target, float] = {}
         """When each target was scraped, as of the last round."""
         self._evaluated = 0.0
+        """When the recording rules were last evaluated, as of the last read."""
         self._mappings: dict[Target, tuple[str, list[Sample], list[Sample], TargetMapping]] = {}
         """Each target's mapped series, and the lists they were mapped from."""
-        """When the recording rules were last evaluated, as of the last read."""
         self._reads = 0
         self.queries_sent = 0
         """Instant queries sent so far, for the benches."""
@@ -196,26 +194,20 @@ class PrometheusSource:
         runs gpuwatch daemons only (the rules know no other exporter)."""
         return self.recorded and self._rules and self._exporters == frozenset({Exporter.GPUWATCH})
 
-    def read_narrowed(self, prefilter: Prefilter) -> FleetState | None:
-        """The nodes where `prefilter`'s conditions hold on enough GPUs, each read as
-        `read()` reads it, and no other node: a fleet of gpuwatch daemons is asked
-        first which nodes could fit, then only about those. `None` where the fleet runs
-        other exporters too, or where more than half its nodes pass: read it whole."""
+    def read_placed(self, min_free_bytes: int | None) -> FleetState | None:
+        """The fleet as placement sees it, in one round of queries whatever the number of
+        nodes (no discovery of exporters first): the names of the nodes with GPU series
+        now (a node that is down never fits), and gpuwatch's families as
+        `promql.placed` asks them: for whole GPUs (`min_free_bytes` not `None`), free
+        memory only where it reaches `min_free_bytes` (where a GPU has less, its free
+        memory is unknown: placement takes it no more than before) and no MIG devices.
+        `None` where the names show other exporters: read the fleet whole."""
         self._reads += 1
-        answers = self.client.samples([promql.names(), prefilter.promql()], ["", ""])
-        self.queries_sent += 2
-        self._file_names(answers[0][1])
-        passing = sorted({s.labels.get("instance", "") for s in answers[1][1]})
-        if self._exporters != frozenset({Exporter.GPUWATCH}) or len(passing) > min(
-            MAX_NARROWED_NODES, len(self._last) // 2
-        ):
-            return None  # naming most of the fleet costs Prometheus more than reading it
-        now = answers[1][0] or answers[0][0] or self._clock()
-        if not passing:
-            return FleetState(taken_at=now, source=self.description, nodes=())
-        matcher = promql.instances(passing)
-        evaluated, (samples, up, seen) = self._ask(self._plan(True)[1:], matcher)
-        return self._fleet(samples, up, seen, evaluated or now)
+        plan: list[FamilyQuery | str] = [_NAMES_NOW, _UP, _SEEN, *promql.placed(min_free_bytes)]
+        evaluated, (samples, up, seen) = self._ask(plan)
+        if self._exporters != frozenset({Exporter.GPUWATCH}):
+            return None
+        return self._fleet(samples, up, seen, evaluated or self._clock())
 
     def _plan(self, identity: bool) -> list[FamilyQuery | str]:
         exporters = self._exporters or frozenset()
@@ -248,7 +240,7 @@ class PrometheusSource:
         up: dict[Target, float] = {}
         seen: dict[Target, float] = {}
         for query, family, (_, vector) in zip(plan, families, answers, strict=True):
-            if query == _NAMES:
+            if query in (_NAMES, _NAMES_NOW):
                 self._file_names(vector)
             elif query == _PROBE:
                 self._rules = bool(vector)
@@ -396,8 +388,8 @@ def _target(labels: dict[str, str]) -> Target:
 
 
 def _text(query: str, matcher: str) -> str:
-    if query == _NAMES:
-        return promql.names(matcher)
+    if query in (_NAMES, _NAMES_NOW):
+        return promql.names(matcher, now=query == _NAMES_NOW)
     if query == _PROBE:
         return summaries.PROBE
     if query == _EVALUATED:

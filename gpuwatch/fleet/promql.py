@@ -48,6 +48,7 @@ class FamilyQuery:
 
 
 _SAMPLING_UP = "gpuwatch_sampling_up"
+_FREE = "gpuwatch_memory_free_bytes"
 IDENTITY = ("gpuwatch_gpu_info", "gpuwatch_memory_total_bytes")
 """gpuwatch families read now and then, not at every refresh."""
 _NOT_PLACED = frozenset(
@@ -116,6 +117,28 @@ def values(exporters: frozenset[Exporter], *, placement: bool) -> list[FamilyQue
     return queries
 
 
+def placed(free_bytes: int | None) -> list[FamilyQuery]:
+    """What placement reads of a fleet of gpuwatch daemons, in one round: each refresh's
+    families, and no `gpuwatch_gpu_info` (total and free memory carry each GPU's `uuid`,
+    all the identity placement needs). For whole GPUs (`free_bytes` not `None`): free
+    memory only where it reaches `free_bytes` (a GPU with less shows it unknown, and
+    placement takes a GPU of unknown free memory no more than one with too little), and
+    no MIG devices' families (placement never gives a MIG-enabled GPU whole)."""
+    queries = [
+        FamilyQuery(q.family, ("gpu", "uuid"), _at_least(free_bytes)) if q.family == _FREE else q
+        for q in values(frozenset({Exporter.GPUWATCH}), placement=True)
+        if free_bytes is None or q.family not in _MIG_DEVICES
+    ]
+    return [*queries, FamilyQuery("gpuwatch_memory_total_bytes", ("gpu", "uuid"))]
+
+
+def _at_least(free_bytes: int | None) -> str:
+    return "" if free_bytes is None else f">= {free_bytes}"
+
+
+_MIG_DEVICES = frozenset({"gpuwatch_mig_leases", *series_gpuwatch.MIG_VALUES})
+
+
 _KNOWN = {
     Exporter.GPUWATCH: "gpuwatch_sample_timestamp_seconds",
     Exporter.DCGM: "DCGM_FI_DEV_FB_FREE",
@@ -123,59 +146,23 @@ _KNOWN = {
 }
 
 
-def names(matcher: str = "") -> str:
+def names(matcher: str = "", *, now: bool = False) -> str:
     """Per target with GPU series in the last hour: its hostname labels and, in label
     `exporter`, which exporter it runs; the value is a gpuwatch daemon's last snapshot
     time, 0 for other exporters (whose series carry no time of their own). A node that
-    went down keeps its name and the age of its data."""
+    went down keeps its name and the age of its data. `now`: only targets with GPU series
+    now, for a fraction of the work (placement's fits are never on a node that is down)."""
     by = "job, instance, hostname, Hostname"
     return " or ".join(
-        f"label_replace(max by ({by}) (last_over_time({name}{_braced(matcher)}[{KNOWN_WINDOW}]))"
+        f"label_replace(max by ({by}) ({_latest(name + _braced(matcher), now)})"
         + ("" if exporter is Exporter.GPUWATCH else " * 0")
         + f', "exporter", "{exporter.value}", "", "")'
         for exporter, name in _KNOWN.items()
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Prefilter:
-    """What a GPU must show for a request to be placed there, as Prometheus can test it:
-    conditions placement's rules also demand (never more), so that a node this leaves
-    out is a node where the rules could not place the request either. Each bound is
-    loosened past the rounding the fleet's mapping does (a ratio to a whole percent,
-    bytes to whole bytes), so that a GPU on the edge is left to the rules."""
-
-    gpus: int
-    min_free_bytes: int
-    max_used_bytes: int | None = None
-    max_utilization_pct: float | None = None
-
-    def promql(self) -> str:
-        """Per gpuwatch target, how many of its GPUs pass, where at least `gpus` do."""
-        expr = f"gpuwatch_memory_free_bytes >= {self.min_free_bytes}"
-        if self.max_used_bytes is not None:
-            busy = f"gpuwatch_memory_used_bytes > {self.max_used_bytes + 1}"
-            expr = f"({expr}) unless on (job, instance, gpu) ({busy})"
-        if self.max_utilization_pct is not None:
-            ratio = (self.max_utilization_pct + 1) / 100
-            busy = f"gpuwatch_utilization_ratio > {ratio!r}"
-            expr = f"({expr}) unless on (job, instance, gpu) ({busy})"
-        return f"count by (job, instance) ({expr}) >= {self.gpus}"
-
-
-def instances(addresses: list[str]) -> str:
-    """A matcher for these `instance` labels: `instance=~"a|b"`, each escaped for RE2
-    and then for a PromQL string (both use backslashes)."""
-    regex = "|".join("".join(_escaped(ch) for ch in address) for address in addresses)
-    quoted = regex.replace("\\", "\\\\").replace('"', '\\"')
-    return f'instance=~"{quoted}"'
-
-
-def _escaped(ch: str) -> str:
-    return f"\\{ch}" if ch in _RE2_SPECIAL else ch
-
-
-_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+def _latest(selector: str, now: bool) -> str:
+    return selector if now else f"last_over_time({selector}[{KNOWN_WINDOW}])"
 
 
 def _braced(matcher: str) -> str:

@@ -28,7 +28,7 @@ _GPU_VALUES = {
     "gpuwatch_power_watts": ("power_w", m.watts),
     "gpuwatch_mig_enabled": ("mig_enabled", m.flag),
 }
-_MIG_VALUES = {
+MIG_VALUES = {
     "gpuwatch_mig_memory_total_bytes": "memory_total_bytes",
     "gpuwatch_mig_memory_used_bytes": "memory_used_bytes",
     "gpuwatch_mig_memory_free_bytes": "memory_free_bytes",
@@ -52,7 +52,7 @@ WHOLE = (
     "gpuwatch_sample_timestamp_seconds",
     "gpuwatch_process_memory_bytes",
     "gpuwatch_mig_leases",
-    *_MIG_VALUES,
+    *MIG_VALUES,
 )
 """Families read with all their labels: identity, processes, MIG devices."""
 ZERO = ("gpuwatch_gpu_up",)
@@ -98,7 +98,7 @@ def _error(by_name: dict[str, list[Sample]], stamps: list[float]) -> str | None:
 
 def _gpus(by_name: dict[str, list[Sample]]) -> dict[int, GpuFields]:
     gpus: dict[int, GpuFields] = {}
-    for sample in by_name["gpuwatch_gpu_info"] + by_name["gpuwatch_gpu_up"]:
+    for sample in _identified(by_name):
         if (index := m.index_of(sample.labels.get("gpu"))) is not None:
             fields = gpus.setdefault(index, GpuFields(index))
             for field, key in (
@@ -118,9 +118,18 @@ def _gpus(by_name: dict[str, list[Sample]]) -> dict[int, GpuFields]:
     return gpus
 
 
+def _identified(by_name: dict[str, list[Sample]]) -> list[Sample]:
+    """The series that make a GPU known: its info, its `gpu_up`, and memory series that
+    carry its `uuid` (placement reads no `gpu_info`: see `promql.placed`)."""
+    found = by_name["gpuwatch_gpu_info"] + by_name["gpuwatch_gpu_up"]
+    for name in ("gpuwatch_memory_total_bytes", "gpuwatch_memory_free_bytes"):
+        found += [sample for sample in by_name[name] if "uuid" in sample.labels]
+    return found
+
+
 def _mig_devices(by_name: dict[str, list[Sample]]) -> tuple[MigDevice, ...]:
     found: dict[tuple[int, str], dict[str, object]] = {}
-    for name, field in _MIG_VALUES.items():
+    for name, field in MIG_VALUES.items():
         for sample in by_name[name]:
             gpu, uuid = m.index_of(sample.labels.get("gpu")), m.label(sample.labels.get("uuid"))
             if gpu is None or uuid is None:

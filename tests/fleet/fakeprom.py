@@ -77,13 +77,11 @@ class FakePrometheus:
             query = after[1]
         if query == summaries.PROBE:
             return []  # it records no rules: the fleet is read GPU by GPU
-        if query == promql.names():
+        if query in (promql.names(), promql.names(now=True)):
             return self._names(targets)
         if query in ("up", "timestamp(up)"):
             return self._up(targets) if query == "up" else self._seen(targets)
-        if (prefilter := _prefilter(query)) is not None:
-            return self._prefiltered(targets, prefilter)
-        family = _FAMILIES.get(query)
+        family = _FAMILIES.get(query) or _at_least_free(query)
         return None if family is None else self._family(targets, family)
 
     def _family(self, targets: list[FakeTarget], query: FamilyQuery) -> list[dict[str, object]]:
@@ -109,36 +107,6 @@ class FakePrometheus:
             if target.up
             for sample in parse_exposition(target.exposition, PREFIXES)
             if sample.name == family
-        ]
-
-    def _prefiltered(
-        self, targets: list[FakeTarget], prefilter: dict[str, str | None]
-    ) -> list[dict[str, object]]:
-        free, used, util, gpus = (prefilter[k] or "0" for k in ("free", "used", "util", "gpus"))
-        used, util = (prefilter["used"], prefilter["util"])
-
-        def values(family: str) -> dict[tuple[str, str, str], float]:
-            return {
-                (t.job, t.instance, s.labels.get("gpu", "")): s.value
-                for t, s in self._samples(targets, family)
-            }
-
-        passing = {k for k, v in values("gpuwatch_memory_free_bytes").items() if v >= float(free)}
-        if used is not None:
-            passing -= {
-                k for k, v in values("gpuwatch_memory_used_bytes").items() if v > float(used)
-            }
-        if util is not None:
-            passing -= {
-                k for k, v in values("gpuwatch_utilization_ratio").items() if v > float(util)
-            }
-        counts: dict[tuple[str, str], int] = {}
-        for job, instance, _ in passing:
-            counts[(job, instance)] = counts.get((job, instance), 0) + 1
-        return [
-            {"metric": {"job": job, "instance": instance}, "value": [NOW, str(count)]}
-            for (job, instance), count in counts.items()
-            if count >= int(gpus)
         ]
 
     def _names(self, targets: list[FakeTarget]) -> list[dict[str, object]]:
@@ -175,25 +143,13 @@ def _passes(sample: float, compare: str) -> bool:
     if not compare:
         return True
     op, value = compare.split()
+    if op == ">=":
+        return sample >= float(value)
     return sample == float(value) if op == "==" else sample > float(value)
 
 
 _MATCHER = re.compile(r'\{instance=~"((?:[^"\\]|\\.)*)"\}')
 _SCRAPED_AFTER = re.compile(r"\((.*)\) and on \(job, instance\) \(timestamp\(up\) > ([\d.]+)\)")
-_PREFILTER = {
-    "free": re.compile(r"gpuwatch_memory_free_bytes >= (\d+)"),
-    "used": re.compile(r"gpuwatch_memory_used_bytes > (\d+)"),
-    "util": re.compile(r"gpuwatch_utilization_ratio > ([\d.e-]+)"),
-    "gpus": re.compile(r"\) >= (\d+)$"),
-}
-
-
-def _prefilter(query: str) -> dict[str, str | None] | None:
-    """A prefilter's bounds, or `None` where `query` is not one."""
-    if not query.startswith("count by (job, instance) ("):
-        return None
-    found = {key: pattern.search(query) for key, pattern in _PREFILTER.items()}
-    return {key: match[1] if match else None for key, match in found.items()}
 
 
 _FAMILIES = {
@@ -204,6 +160,17 @@ _FAMILIES = {
         *promql.identity(placement),
     )
 }
+_PLACED_FREE = "max by (job, instance, gpu, uuid) (gpuwatch_memory_free_bytes) >= "
+_FAMILIES |= {query.promql(): query for query in promql.placed(None)}
+
+
+def _at_least_free(query: str) -> FamilyQuery | None:
+    """Free memory where it reaches some bytes, as `promql.placed` asks it."""
+    if not query.startswith(_PLACED_FREE):
+        return None
+    return FamilyQuery(
+        "gpuwatch_memory_free_bytes", ("gpu", "uuid"), query[len(_PLACED_FREE) - 3 :]
+    )
 
 
 def _json(document: object) -> Reply:

@@ -14,7 +14,6 @@ from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.nodes import Exporter
 from gpuwatch.fleet.prometheus import PrometheusSource
-from gpuwatch.fleet.promql import Prefilter
 from gpuwatch.fleet.series import PREFIXES, target_state
 from gpuwatch.placement.request import Request
 from gpuwatch.placement.rules import needed_bytes
@@ -247,28 +246,55 @@ def test_a_read_for_placement_leaves_out_what_the_rules_never_read() -> None:
         Request(),
         Request(count=2, min_free_bytes=40 << 30),
         Request(mem_bytes=10 << 30),
+        Request(mem_bytes=60 << 30),
         Request(min_free_bytes=20 << 30, max_util_pct=50, allow_busy=True),
+        Request(count=3, allow_busy=True),
+        Request(mig="1g.10gb"),
     ],
-    ids=["idle-gpu", "two-with-40GiB", "mem-10GiB", "max-util-50"],
+    ids=["idle-gpu", "two-with-40GiB", "mem-10GiB", "mem-60GiB", "max-util-50", "three", "mig"],
 )
-def test_a_narrowed_read_gives_where_the_same_fits_as_the_whole_fleet(request_: Request) -> None:
-    # GIVEN five gpuwatch daemons, three with every GPU's memory in use
+def test_a_placed_read_gives_where_the_same_fits_as_a_whole_read(request_: Request) -> None:
+    # GIVEN five gpuwatch daemons (a GPU down, one MIG-enabled, an exclusive lease and a
+    # shared one with declared memory on each), three with every GPU's memory in use
     nodes = [gpuwatch_node(n, full=n > 2) for n in range(1, 6)]
     with serving(FakePrometheus(nodes)) as url:
         source = PrometheusSource(url, clock=lambda: NOW, placement=True)
-        prefilter = Prefilter(
-            request_.count,
-            needed_bytes(request_),
-            request_.used_limit_bytes,
-            request_.util_limit_pct,
-        )
-        # WHEN where runs on the nodes Prometheus says could fit, and on the whole fleet
-        narrowed = source.read_narrowed(prefilter)
-        whole = source.read()
-    # THEN it finds the same nodes and devices, and the full node is not read at all
-    assert narrowed is not None
-    assert not {"gpu-node-03", "gpu-node-04"} & {node.name for node in narrowed.nodes}
-    assert where(narrowed, request_).fits == where(whole, request_).fits
+        # WHEN where runs on a read for placement, and on a whole read
+        needed = needed_bytes(request_) if request_.mig is None else None
+        placed = source.read_placed(needed)
+        whole = PrometheusSource(url, clock=lambda: NOW, placement=True).read()
+    # THEN it finds the same nodes and the same devices, with the same free memory
+    assert placed is not None
+    assert where(placed, request_).fits == where(whole, request_).fits
+
+
+def placed_queries(count: int) -> list[str]:
+    """The queries a read for placement of `count` gpuwatch daemons sends."""
+    prometheus = FakePrometheus([gpuwatch_node(n) for n in range(1, count + 1)])
+    with serving(prometheus) as url:
+        fleet = PrometheusSource(url, clock=lambda: NOW, placement=True).read_placed(40 << 30)
+    assert fleet is not None and len(fleet.nodes) == count
+    return prometheus.asked
+
+
+def test_a_placed_read_is_one_round_of_the_same_queries_for_two_nodes_or_thirty() -> None:
+    # GIVEN Prometheus scraping two gpuwatch daemons, or thirty
+    # WHEN each fleet is read for placement
+    two, thirty = placed_queries(2), placed_queries(30)
+    # THEN both send the same few queries, each once: one round, names included, and
+    # neither GPU info (free and total memory carry the uuids) nor MIG devices
+    assert sorted(two) == sorted(thirty)
+    assert len(set(two)) == len(two) <= 14
+    assert not [q for q in two if "gpuwatch_gpu_info" in q or "gpuwatch_mig_memory" in q]
+
+
+def test_a_placed_read_of_a_fleet_with_other_exporters_asks_for_a_whole_read() -> None:
+    # GIVEN a fleet of a gpuwatch daemon and a dcgm-exporter node
+    with serving(FakePrometheus([gpuwatch_node(1), dcgm_node(2)])) as url:
+        # WHEN it is read for placement
+        fleet = PrometheusSource(url, clock=lambda: NOW, placement=True).read_placed(None)
+    # THEN it says to read it whole, whose families the names told
+    assert fleet is None
 
 
 def family_queries(asked: list[str]) -> list[str]:

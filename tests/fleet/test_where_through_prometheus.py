@@ -1,0 +1,42 @@
+"""`where`'s one round of queries against a real Prometheus: every query is one the server
+accepts, and the fits are those of a whole read."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.placement.request import Request
+from gpuwatch.placement.rules import needed_bytes
+from gpuwatch.placement.where import where
+from tests.fleet.conftest import StartDaemons, StartPrometheus
+from tests.fleet.daemons import SimNode
+from tests.fleet.prometheus_harness import Target
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_placed_read_through_prometheus_gives_the_fits_of_a_whole_read(
+    start_daemons: StartDaemons, start_prometheus: StartPrometheus
+) -> None:
+    # GIVEN three real daemons scraped by a real Prometheus: one idle, one half used, one full
+    nodes = [
+        SimNode("node-a", (0, 0)),
+        SimNode("node-b", (0, 60 << 30)),
+        SimNode("node-c", (70 << 30, 70 << 30)),
+    ]
+    daemons = start_daemons(nodes)
+    prometheus = start_prometheus([Target(daemon.address) for daemon in daemons])
+    prometheus.wait_until_up([daemon.address for daemon in daemons])
+    time.sleep(2)
+    request = Request(min_free_bytes=40 << 30, allow_busy=True)  # each GPU runs a process
+    # WHEN where reads it in one round, and whole
+    placed = PrometheusSource(prometheus.url, placement=True).read_placed(needed_bytes(request))
+    whole = PrometheusSource(prometheus.url, placement=True).read()
+    # THEN the server accepts every query, and both find the same GPUs on the same nodes
+    assert placed is not None
+    chosen = {fit.node: [d.uuid for d in fit.devices] for fit in where(placed, request).fits}
+    assert sorted(chosen) == ["node-a", "node-b"]
+    assert chosen == {fit.node: [d.uuid for d in fit.devices] for fit in where(whole, request).fits}
