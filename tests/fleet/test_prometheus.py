@@ -12,7 +12,7 @@ import pytest
 
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet.exposition import parse_exposition
-from gpuwatch.fleet.nodes import Exporter
+from gpuwatch.fleet.nodes import Exporter, FleetState
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
 from gpuwatch.placement.request import Request
@@ -187,18 +187,25 @@ def gpuwatch_node(number: int, *, full: bool = False) -> FakeTarget:
     return FakeTarget("gpuwatch", f"10.0.1.{number}:9400", text, scraped_at=NOW - 5)
 
 
-def test_gpu_identity_is_read_on_the_first_refresh_and_not_on_the_next() -> None:
-    # GIVEN Prometheus scraping two gpuwatch daemons
+def read_twice() -> tuple[FleetState, FleetState, list[str], list[str]]:
+    """Two reads of two gpuwatch daemons that Prometheus did not scrape in between: the
+    fleet each time, and the queries each read sent."""
     prometheus = FakePrometheus([gpuwatch_node(1), gpuwatch_node(2)])
     with serving(prometheus) as url:
         source = PrometheusSource(url, clock=lambda: NOW)
-        # WHEN the fleet is read twice
         first = source.read()
         asked = len(prometheus.asked)
         second = source.read()
+    return first, second, prometheus.asked[:asked], prometheus.asked[asked:]
+
+
+def test_gpu_identity_is_read_on_the_first_refresh_and_not_on_the_next() -> None:
+    # GIVEN Prometheus scraping two gpuwatch daemons
+    # WHEN the fleet is read twice
+    first, second, asked_first, asked_second = read_twice()
     # THEN the second read asks no identity, and tells the same GPUs
-    assert any("gpuwatch_gpu_info" in q for q in prometheus.asked[:asked])
-    assert not any("gpuwatch_gpu_info" in q for q in prometheus.asked[asked:])
+    assert any("gpuwatch_gpu_info" in q for q in asked_first)
+    assert not any("gpuwatch_gpu_info" in q for q in asked_second)
     assert first.nodes == second.nodes
 
 
@@ -304,15 +311,10 @@ def family_queries(asked: list[str]) -> list[str]:
 
 def test_a_refresh_with_no_new_scrape_reads_no_gpu_series() -> None:
     # GIVEN a source that has read two gpuwatch daemons
-    prometheus = FakePrometheus([gpuwatch_node(1), gpuwatch_node(2)])
-    with serving(prometheus) as url:
-        source = PrometheusSource(url, clock=lambda: NOW)
-        first = source.read()
-        asked = len(prometheus.asked)
-        # WHEN it reads again before Prometheus scraped either
-        second = source.read()
+    # WHEN it reads again before Prometheus scraped either
+    first, second, _, asked_second = read_twice()
     # THEN it asks only when they were scraped, and shows the same nodes
-    assert not family_queries(prometheus.asked[asked:])
+    assert not family_queries(asked_second)
     assert second.nodes == first.nodes
 
 
