@@ -67,7 +67,9 @@ class Watch:
         self.every = every
         self.reset_peaks = reset_peaks
         self.record_history = record_history
-        self.oom_dir = os.fspath(oom_dir) if oom_dir is not None else os.getcwd()
+        # Whole now: the script may change directory before an OOM, and the report's
+        # paths must still open from wherever it is read.
+        self.oom_dir = os.path.abspath(oom_dir) if oom_dir is not None else os.getcwd()
         check_report_dir(self.oom_dir)
         self.notice: str | None = None
         self.source = source if source is not None else self._default_source()

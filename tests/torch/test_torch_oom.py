@@ -92,6 +92,27 @@ def test_with_history_the_oom_leaves_a_snapshot_torch_report_can_sum_up(
     assert "40.0MiB" in result.stdout
 
 
+def test_a_relative_oom_dir_is_where_it_was_when_the_watch_began(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a relative oom_dir, and a script that changes directory after the watch began
+    # (as Hydra and some launchers do)
+    (tmp_path / "later").mkdir()
+    monkeypatch.chdir(tmp_path)
+    sim = SimulatedAllocator(capacity_bytes=4 * MiB)
+    with watch(source=sim, oom_dir="oom", record_history=True, publish=False) as memory:
+        os.chdir(tmp_path / "later")
+        with pytest.raises(SimulatedOutOfMemory):
+            sim.allocate(8 * MiB)
+    # THEN the report lands in the directory named at the start, and the paths it gives
+    # (its own, the snapshot's) are whole ones that still open from anywhere
+    assert memory.oom_report_path is not None
+    report_path = Path(memory.oom_report_path)
+    assert report_path.is_absolute() and report_path.parent == tmp_path / "oom"
+    snapshot = read_report(str(report_path)).snapshot_path
+    assert snapshot is not None and Path(snapshot).is_absolute() and Path(snapshot).is_file()
+
+
 def test_an_oom_before_cuda_was_seen_is_reported_as_it_leaves_the_block(
     tmp_path: Path,
 ) -> None:
