@@ -1,4 +1,5 @@
-"""HTTP GETs, all at once, each bounded in time and in bytes: the standard library only.
+"""HTTP GETs (and form POSTs), all at once, each bounded in time and in bytes: the
+standard library only.
 
 A socket timeout bounds each read, not a whole answer: a server that sends a byte a
 second would keep `http.client` for ever. So every request runs in a thread of its
@@ -68,8 +69,11 @@ class _Request:
         headers: dict[str, str],
         context: ssl.SSLContext | None,
         digest: Digest | None = None,
+        form: bytes | None = None,
     ):
         self.url, self.headers, self.context = url, headers, context
+        self.form = form
+        """A form to POST (its fields urlencoded) instead of a GET."""
         self.connection: http.client.HTTPConnection | None = None
         self.answer: Answer | None = None
         self.digest = digest
@@ -92,11 +96,18 @@ def get_all(
     timeout_s: float,
     max_bytes: int,
     headers: dict[str, str] | None = None,
+    forms: Sequence[bytes | None] | None = None,
 ) -> list[Answer]:
     """The answers to GET each of `urls`, in order; each within `timeout_s` (connecting,
-    TLS, headers and the whole body) and `max_bytes` (after decompression)."""
+    TLS, headers and the whole body) and `max_bytes` (after decompression). Where
+    `forms[i]` is given, `urls[i]` is sent it by POST instead."""
     found = get_all_digested(
-        urls, options=options, timeout_s=timeout_s, max_bytes=max_bytes, headers=headers
+        urls,
+        options=options,
+        timeout_s=timeout_s,
+        max_bytes=max_bytes,
+        headers=headers,
+        forms=forms,
     )
     return [answer for answer, _ in found]
 
@@ -109,6 +120,7 @@ def get_all_digested(
     max_bytes: int,
     headers: dict[str, str] | None = None,
     digest: Digest | None = None,
+    forms: Sequence[bytes | None] | None = None,
 ) -> list[tuple[Answer, object]]:
     """As `get_all`, each answer with what `digest` made of it in the request's thread,
     or `None` where it was not done by the deadline (or no `digest` was given)."""
@@ -118,8 +130,12 @@ def get_all_digested(
     if options.authorization:
         sent["Authorization"] = options.authorization
     found: list[tuple[Answer, object]] = []
+    bodies = list(forms) if forms is not None else [None] * len(urls)
     for start in range(0, len(urls), MAX_THREADS):
-        wave = [_Request(u, sent, context, digest) for u in urls[start : start + MAX_THREADS]]
+        wave = [
+            _Request(url, sent, context, digest, form)
+            for url, form in zip(urls[start : start + MAX_THREADS], bodies[start:], strict=False)
+        ]
         answers = _run(wave, timeout_s, max_bytes)
         found += [(a, r.digested) for a, r in zip(answers, wave, strict=True)]
     return found
@@ -183,9 +199,12 @@ def _get(request: _Request, deadline: float, max_bytes: int) -> Answer:
             return request.answer
         request.connection = connection
     target = parts.path or "/"
-    connection.request(
-        "GET", f"{target}?{parts.query}" if parts.query else target, headers=request.headers
-    )
+    if request.form is not None:
+        headers = {**request.headers, "Content-Type": "application/x-www-form-urlencoded"}
+        connection.request("POST", target, body=request.form, headers=headers)
+    else:
+        target = f"{target}?{parts.query}" if parts.query else target
+        connection.request("GET", target, headers=request.headers)
     response = connection.getresponse()
     body = _read(response, deadline, max_bytes)
     return Answer(response.status, body, response.getheader("Content-Type", "") or "")

@@ -17,6 +17,8 @@ from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all
 from gpuwatch.fleet.series import safe_name, shown_address
 
 DEFAULT_MAX_BYTES = 64 << 20
+MAX_GET_URL_CHARS = 4000
+"""Longer queries are POSTed: nginx, for one, refuses request lines over 8 KiB."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +95,19 @@ class PromClient:
         return f"{self.url}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
 
     def _get(self, urls: list[str]) -> list[Answer]:
+        """GETs `urls`; one whose query is long (a query narrowed to many targets) is
+        POSTed as a form instead, as the API allows: proxies in front of Prometheus
+        refuse request lines over a few KiB."""
+        forms = [
+            url.split("?", 1)[1].encode() if len(url) > MAX_GET_URL_CHARS else None for url in urls
+        ]
         answers = get_all(
-            urls,
+            [url.split("?", 1)[0] if form else url for url, form in zip(urls, forms, strict=True)],
             options=self.options,
             timeout_s=self.timeout_s,
             max_bytes=self.max_bytes,
             headers={"Accept": "application/json"},
+            forms=forms,
         )
         self.bytes_read += sum(len(a.body) for a in answers)
         return answers

@@ -40,6 +40,10 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_STALE_AFTER_S = 120.0
 """Two scrapes at Prometheus's default interval (1m), so that a node is stale only when
 a scrape was missed, whatever interval the server uses up to that."""
+NARROW_SHARE = 0.6
+"""A refresh re-reads only the targets scraped since the last one, named in each
+selector (which Prometheus looks up in its index: it reads only their series), while
+they are at most this share of all; past it, reading all costs no more."""
 IDENTITY_EVERY = 30
 """Reads between two readings of GPU identity (a minute at the screen's 2 s refresh)."""
 SLOW_EVERY = 5
@@ -125,11 +129,11 @@ class PrometheusSource:
         evaluated, (_, up, seen) = self._ask([_NAMES, _UP, _SEEN])
         moved = [target for target, at in seen.items() if self._scraped.get(target) != at]
         if moved or fresh:
-            since = min(seen[t] for t in moved) if moved and self._held else None
+            narrowed = bool(self._held) and 0 < len(moved) <= NARROW_SHARE * len(seen)
             families = [q for q in self._plan(fresh) if isinstance(q, FamilyQuery)]
-            found_at, (samples, _, _) = self._ask(families, since=since)
+            found_at, (samples, _, _) = self._ask(families, narrow_to=moved if narrowed else None)
             evaluated = max(evaluated, found_at)
-            self._hold(samples, moved if since is not None else None)
+            self._hold(samples, moved if narrowed else None)
         self._scraped = seen
         self._held = {target: held for target, held in self._held.items() if target in up}
         if self._lacks_identity(self._held):
@@ -218,20 +222,18 @@ class PrometheusSource:
         return plan
 
     def _ask(
-        self, plan: Sequence[FamilyQuery | str], matcher: str = "", since: float | None = None
+        self, plan: Sequence[FamilyQuery | str], narrow_to: Sequence[Target] | None = None
     ) -> tuple[float, Found]:
-        """Sends `plan` at once (each query narrowed by `matcher`, each family but
-        identity's to the targets scraped after `since`) and files its answers: the names
-        query sets the exporters and the names; identity families replace the held
-        identity."""
-        texts = [_text(q, matcher) if isinstance(q, str) else q.promql(matcher) for q in plan]
-        if since is not None:
-            texts = [
-                _scraped_after(text, since)
-                if isinstance(q, FamilyQuery) and q.family not in promql.IDENTITY
-                else text
-                for q, text in zip(plan, texts, strict=True)
-            ]
+        """Sends `plan` at once (each family but identity's narrowed to the targets
+        `narrow_to`, where given) and files its answers: the names query sets the
+        exporters and the names; identity families replace the held identity."""
+        matcher = promql.instances(t[1] for t in narrow_to) if narrow_to is not None else ""
+        texts = [
+            _text(q)
+            if isinstance(q, str)
+            else q.promql("" if q.family in promql.IDENTITY else matcher)
+            for q in plan
+        ]
         families = ["" if isinstance(q, str) else q.family for q in plan]
         self.queries_sent += len(texts)
         answers = self.client.samples(texts, families)
@@ -387,21 +389,14 @@ def _target(labels: dict[str, str]) -> Target:
     return (labels.get("job", ""), labels.get("instance", ""))
 
 
-def _text(query: str, matcher: str) -> str:
+def _text(query: str) -> str:
     if query in (_NAMES, _NAMES_NOW):
-        return promql.names(matcher, now=query == _NAMES_NOW)
+        return promql.names(now=query == _NAMES_NOW)
     if query == _PROBE:
         return summaries.PROBE
     if query == _EVALUATED:
         return summaries.EVALUATED
-    selector = f"up{{{matcher}}}" if matcher else "up"
-    return selector if query == _UP else f"timestamp({selector})"
-
-
-def _scraped_after(query: str, since: float) -> str:
-    """`query` for the targets scraped after `since` only (a thousandth of a second
-    before: Prometheus keeps times to the millisecond)."""
-    return f"({query}) and on (job, instance) (timestamp(up) > {since - 0.001:.3f})"
+    return "up" if query == _UP else "timestamp(up)"
 
 
 def _names(vector: list[Sample]) -> dict[Target, str]:

@@ -71,10 +71,6 @@ class FakePrometheus:
             pattern = re.compile(matcher[1].replace("\\\\", "\\"))
             targets = [t for t in targets if pattern.fullmatch(t.instance)]
             query = _MATCHER.sub("", query)
-        if (after := _SCRAPED_AFTER.fullmatch(query)) is not None:
-            since = float(after[2])
-            targets = [t for t in targets if t.scraped_at > since]
-            query = after[1]
         if query == summaries.PROBE:
             return []  # it records no rules: the fleet is read GPU by GPU
         if query in (promql.names(), promql.names(now=True)):
@@ -149,7 +145,6 @@ def _passes(sample: float, compare: str) -> bool:
 
 
 _MATCHER = re.compile(r'\{instance=~"((?:[^"\\]|\\.)*)"\}')
-_SCRAPED_AFTER = re.compile(r"\((.*)\) and on \(job, instance\) \(timestamp\(up\) > ([\d.]+)\)")
 
 
 _FAMILIES = {

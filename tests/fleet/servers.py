@@ -43,7 +43,15 @@ class _Handler(BaseHTTPRequestHandler):
     route: Route
 
     def do_GET(self) -> None:
-        reply = self.route(self.path, {k.lower(): v for k, v in self.headers.items()})
+        self._reply(self.path)
+
+    def do_POST(self) -> None:
+        """A form POST is routed as the GET of its fields would be."""
+        form = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        self._reply(f"{self.path}?{form}")
+
+    def _reply(self, path: str) -> None:
+        reply = self.route(path, {k.lower(): v for k, v in self.headers.items()})
         self.send_response(reply.status)
         self.send_header("Content-Type", reply.content_type)
         for key, value in reply.headers.items():

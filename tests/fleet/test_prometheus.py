@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from gpuwatch.errors import InvalidValueError, SourceError
+from gpuwatch.fleet import promql
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.nodes import Exporter, FleetState
 from gpuwatch.fleet.prometheus import PrometheusSource
@@ -330,10 +331,10 @@ def test_a_refresh_reads_again_only_the_nodes_scraped_since() -> None:
         second = source.read()
         queries = family_queries(prometheus.asked[asked:])
         whole = PrometheusSource(url, clock=lambda: NOW).read()
-    # THEN its GPU series are asked for the nodes scraped since only (not the first),
-    # and the fleet is as a source reading it whole sees it
-    since = [float(q.rsplit("timestamp(up) > ", 1)[1].rstrip(")")) for q in queries]
-    assert since and all(NOW - 5 < at < NOW - 1 for at in since)
+    # THEN its GPU series are asked for the node scraped since only, named in each
+    # selector (not the first), and the fleet is as a source reading it whole sees it
+    second_only = promql.instances([prometheus.targets[1].instance])
+    assert queries and all(second_only in q for q in queries)
     assert second.nodes == whole.nodes
     assert second.nodes[1] != first["gpu-node-02"]
 
@@ -365,3 +366,24 @@ def test_a_target_without_gpus_scraped_between_two_reads_is_no_node() -> None:
         fleet = source.read()
     # THEN the fleet is the gpuwatch node alone
     assert [node.name for node in fleet.nodes] == ["gpu-node-01"]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["10.0.0.7:9400", "10.0.0.8:9400"],
+        ["[::1]:9400", "gpu-01.example.org:9400", "a+b(c)|d$"],
+        ['odd"name\\:1', "tab\there:2"],
+    ],
+)
+def test_a_narrowed_selector_matches_exactly_its_targets(names: list[str]) -> None:
+    # GIVEN targets' instance names, some with regular-expression or PromQL specials
+    matcher = promql.instances(names)
+    # WHEN the matcher's string is read as PromQL reads it, and matched as RE2 matches
+    quoted = re.fullmatch(r'instance=~"((?:[^"\\]|\\.)*)"', matcher)
+    assert quoted is not None
+    pattern = re.compile(re.sub(r"\\(.)", r"\1", quoted[1]))
+    # THEN it matches each of them and nothing that merely looks alike
+    assert all(pattern.fullmatch(name) for name in names)
+    assert not pattern.fullmatch(names[0].replace(":", "x", 1) + "0")
+    assert not pattern.fullmatch("10x0.0.7:9400")
