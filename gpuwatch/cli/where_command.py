@@ -131,8 +131,13 @@ def _placed(source: FleetSource, request: Request, excluded: frozenset[str]) -> 
         return None
     from gpuwatch.placement.rules import needed_bytes
 
-    # A MIG request's memory is a MIG device's: it bounds no whole GPU's free memory.
-    fleet = read_placed(needed_bytes(request) if request.mig is None else None)
+    read_available = getattr(source, "read_available", None)
+    fleet = None
+    if read_available is not None and request.judged_as_default:
+        fleet = read_available(needed_bytes(request))  # each node's verdict on its GPUs
+    if fleet is None:
+        # A MIG request's memory is a MIG device's: it bounds no whole GPU's free memory.
+        fleet = read_placed(needed_bytes(request) if request.mig is None else None)
     if fleet is None:
         return None
     answer = where(fleet, request, excluded_nodes=excluded)

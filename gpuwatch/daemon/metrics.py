@@ -31,6 +31,8 @@ from gpuwatch.daemon.job_series import job_metrics
 from gpuwatch.daemon.training_series import training_indices, training_metrics
 from gpuwatch.daemon.view import View
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
+from gpuwatch.placement.gpus import GPUS
+from gpuwatch.placement.rules import qualifying
 
 GPU_LABELS = ("gpu", "uuid", "pci_bus_id", "model_name", "hostname")
 # (metric name, help, value in base units or None)
@@ -113,6 +115,7 @@ class ViewCollector(Collector):
         yield from _gpu_metrics(snapshot, node)
         yield from _process_metrics(snapshot, node)
         yield from _lease_metrics(snapshot, node, view.leases, by_uuid)
+        yield _available_metric(snapshot, node, view.leases)
         yield _gauge(
             "lease_waiters",
             "Jobs waiting in line for GPUs on this node (gpuwatch pick --wait).",
@@ -203,6 +206,21 @@ def _identity_metrics(
         )
     yield up_family
     yield info
+
+
+def _available_metric(snapshot: Snapshot, node: str, leases: tuple[Lease, ...]) -> Metric:
+    """Pick's verdict on each whole GPU, for a job of another user wanting an idle one:
+    `gpuwatch where` reads it instead of every process, lease and limit of the fleet."""
+    available = GaugeMetricFamily(
+        "gpuwatch_gpu_available",
+        "1 when pick's rules would give this whole GPU to a new job of another user now "
+        "(readable, no lease, not MIG, idle at the default limits), else 0.",
+        labels=GPU_LABELS,
+    )
+    given = {gpu.index for gpu in qualifying(GPUS, snapshot, leases)}
+    for gpu in snapshot.gpus:
+        available.add_metric(_gpu_labels(gpu, node), 1 if gpu.index in given else 0)
+    return available
 
 
 def _process_metrics(snapshot: Snapshot, node: str) -> Iterator[Metric]:

@@ -213,6 +213,22 @@ class PrometheusSource:
             return None
         return self._fleet(samples, up, seen, evaluated or self._clock())
 
+    def read_available(self, min_free_bytes: int) -> FleetState | None:
+        """The fleet as placement sees it for a request judged as the default one
+        (`Request.judged_as_default`), in one round of a few queries whatever the number
+        of nodes: each node's own verdict on its GPUs (`gpuwatch_gpu_available`, pick's
+        rules run by its daemon) in place of their processes, leases and limits. A GPU it
+        gives out is read with its free memory (where it reaches `min_free_bytes`),
+        `uuid` and utilization; no other. `None` where the fleet runs other exporters, or
+        a daemon that tells no verdict: read it as `read_placed` does."""
+        self._reads += 1
+        plan: list[FamilyQuery | str] = [_NAMES_NOW, _UP, _SEEN, *promql.available(min_free_bytes)]
+        evaluated, (samples, up, seen) = self._ask(plan)
+        told = {t for t, found in samples.items() if any(s.name == promql.AVAILABLE for s in found)}
+        if self._exporters != frozenset({Exporter.GPUWATCH}) or not told.issuperset(self._last):
+            return None
+        return self._fleet(samples, up, seen, evaluated or self._clock())
+
     def _plan(self, identity: bool) -> list[FamilyQuery | str]:
         exporters = self._exporters or frozenset()
         plan: list[FamilyQuery | str] = [_NAMES, _UP, _SEEN]

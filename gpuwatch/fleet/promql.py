@@ -39,13 +39,19 @@ class FamilyQuery:
     family: str
     keep: tuple[str, ...] | None = None
     compare: str = ""
+    only_where: FamilyQuery | None = None
+    """Another query: only the GPUs it answers are kept (joined on target and `gpu`)."""
 
     def promql(self, matcher: str = "") -> str:
         """The query; `matcher` (`instance=~"..."`) narrows it to some targets."""
         expr = f"{self.family}{{{matcher}}}" if matcher else self.family
         if self.keep is not None:
             expr = f"max by ({', '.join((*_TARGET, *self.keep))}) ({expr})"
-        return f"{expr} {self.compare}" if self.compare else expr
+        expr = f"{expr} {self.compare}" if self.compare else expr
+        if self.only_where is not None:
+            on = ", ".join((*_TARGET, "gpu"))
+            expr = f"{expr} and on ({on}) {self.only_where.promql(matcher)}"
+        return expr
 
 
 _SAMPLING_UP = "gpuwatch_sampling_up"
@@ -131,6 +137,25 @@ def placed(free_bytes: int | None) -> list[FamilyQuery]:
         if free_bytes is None or q.family not in _MIG_DEVICES
     ]
     return [*queries, FamilyQuery("gpuwatch_memory_total_bytes", ("gpu", "uuid"))]
+
+
+AVAILABLE = "gpuwatch_gpu_available"
+
+
+def available(free_bytes: int) -> list[FamilyQuery]:
+    """What `where` reads of a fleet of gpuwatch daemons for a request judged as the
+    default one (`Request.judged_as_default`): the free memory (with each GPU's `uuid`) of
+    the GPUs each node finds available and that have `free_bytes` free, utilization (which
+    ranks GPUs of equal free memory), and which nodes tell availability at all (a daemon
+    older than the series tells nothing: its node must be read whole)."""
+    verdict = FamilyQuery(AVAILABLE, compare="== 1")
+    return [
+        FamilyQuery(_FREE, ("gpu", "uuid"), _at_least(free_bytes), only_where=verdict),
+        FamilyQuery("gpuwatch_utilization_ratio", ("gpu",)),
+        FamilyQuery(AVAILABLE, ()),
+        FamilyQuery(_SAMPLING_UP, compare="== 0"),
+        FamilyQuery("gpuwatch_sample_timestamp_seconds"),
+    ]
 
 
 def _at_least(free_bytes: int | None) -> str:

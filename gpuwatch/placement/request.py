@@ -57,6 +57,21 @@ class Request(FrozenValue):
         return self.mem_bytes is None and not self.allow_busy
 
     @property
+    def judged_as_default(self) -> bool:
+        """Whether each GPU is judged for it as for `Request()`: whole GPUs, idle ones, at
+        the default limits, from any GPU. Then a node's own verdict on each GPU (the
+        daemon's `gpuwatch_gpu_available`) decides which it could have; only the count,
+        free memory and strategy differ, and they are read apart."""
+        return (
+            self.wants_idle
+            and self.mig is None
+            and self.max_util_pct is None
+            and self.max_used_bytes is None
+            and self.allowed is None
+            and not self.excluded
+        )
+
+    @property
     def util_limit_pct(self) -> float | None:
         """The most utilization a GPU it may have shows, now or recently; `None`: any."""
         if self.max_util_pct is not None:

@@ -188,6 +188,17 @@ def keepers(waiting_ahead: Sequence[Waiter], *, mig: bool) -> Iterator[Waiter]:
             yield waiter
 
 
+def qualifying(kind: Kind, snapshot: Snapshot, leases: Sequence[Lease] = ()) -> list[Device]:
+    """The devices `Request()` could have now (whole and idle, at the default limits, any
+    free memory) for a job that holds nothing there, best first: the verdict a node
+    publishes on each of its GPUs, so that `where` needs no more of it than its free
+    memory. Jobs waiting in line and the last minute's load are left out, as `where`
+    knows neither of a node it reads from Prometheus."""
+    candidates = _candidates(kind, snapshot, leases, frozenset(), frozenset(), {})
+    ranked, _, _ = _qualify(kind, candidates, Request(), {}, 0)
+    return [candidate.device for candidate in ranked]
+
+
 def _kept_for_waiters(
     kind: Kind, snapshot: Snapshot, everyone: list[Candidate], waiting_ahead: Sequence[Waiter]
 ) -> dict[tuple[int, ...], Waiter]:

@@ -6,12 +6,15 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.view import View
 from gpuwatch.models import Lease, Snapshot
+from gpuwatch.placement.gpus import choose
+from gpuwatch.placement.request import Request
 from gpuwatch.sampling.poller import PollState
 from tests.conftest import FROZEN_TIME
 
@@ -128,3 +131,31 @@ def test_sampling_is_down_until_a_first_snapshot_exists() -> None:
     # THEN sampling is not reported up, and no GPU series is there
     assert [s.value for s in metrics["gpuwatch_sampling_up"]] == [0]
     assert "gpuwatch_gpu_up" not in metrics
+
+
+@pytest.mark.parametrize("lease_mb", [None, 0, 5 << 10])
+def test_each_gpu_is_available_exactly_when_pick_would_give_it_to_another_users_job(
+    lease_mb: int | None,
+) -> None:
+    # GIVEN a node of busy GPUs and an idle one, the idle one bare, leased exclusively or
+    # leased shared (5 GiB declared)
+    snapshot = sim_snapshot()
+    idle = next(
+        gpu for gpu in snapshot.gpus if gpu.utilization_pct == 0 and gpu.memory_used_bytes == 0
+    )
+    leases = (
+        []
+        if lease_mb is None
+        else [Lease(str(idle.uuid), idle.index, 10, "alice", "a", 0.0, (lease_mb << 20) or None)]
+    )
+    # WHEN it is scraped
+    available = {
+        int(s.labels["gpu"]): s.value for s in scrape(snapshot, leases)["gpuwatch_gpu_available"]
+    }
+    # THEN a GPU is available where pick, asked for that GPU alone, would choose it: the
+    # idle one only, and only while no lease holds it
+    for gpu in snapshot.gpus:
+        asked = Request(allowed=frozenset({gpu.index}))
+        chosen = choose(snapshot, asked, leases=leases).chosen
+        assert available[gpu.index] == (1 if chosen else 0), gpu.index
+    assert [g for g, value in available.items() if value] == ([idle.index] if not leases else [])

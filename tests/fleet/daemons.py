@@ -39,6 +39,7 @@ class SimNode:
     # Distinct per node by default: a GPU's uuid derives from the seed, and two nodes
     # with the same uuids would make a join on `uuid` lie.
     seed: int | None = None
+    utilization_pct: int = 30
 
     def free_bytes(self) -> tuple[int, ...]:
         """Each GPU's free memory, as the simulator reports it (capacity less what is used)."""
@@ -52,7 +53,7 @@ class SimNode:
         lines = [f'hostname = "{hostname or self.name}"', f"seed = {seed}"]
         for _ in self.used_bytes:
             lines += ["[[gpu]]", f'model = "{self.model}"', 'load = "constant"']
-            lines.append("utilization_pct = 30")
+            lines.append(f"utilization_pct = {self.utilization_pct}")
         for index, used in enumerate(self.used_bytes):
             if used:
                 lines += ["[[process]]", f"gpu = {index}", f"pid = {1000 + index}"]

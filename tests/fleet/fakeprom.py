@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import Sample, parse_exposition
@@ -77,15 +77,26 @@ class FakePrometheus:
             return self._names(targets)
         if query in ("up", "timestamp(up)"):
             return self._up(targets) if query == "up" else self._seen(targets)
-        family = _FAMILIES.get(query) or _at_least_free(query)
+        family = _family_query(query)
         return None if family is None else self._family(targets, family)
 
     def _family(self, targets: list[FakeTarget], query: FamilyQuery) -> list[dict[str, object]]:
         """As Prometheus evaluates one family's query over the up targets' series: an
         aggregation keeps only the labels it groups by, and drops the name."""
         found: dict[tuple[tuple[str, str], ...], float] = {}
+        kept_gpus = None
+        if query.only_where is not None:  # `and on (job, instance, gpu) ONLY_WHERE`
+            kept_gpus = {
+                (t.job, t.instance, s.labels.get("gpu"))
+                for t, s in self._samples(targets, query.only_where.family)
+                if _passes(s.value, query.only_where.compare)
+            }
         for target, sample in self._samples(targets, query.family):
             if not _passes(sample.value, query.compare):
+                continue
+            if kept_gpus is not None and (
+                (target.job, target.instance, sample.labels.get("gpu")) not in kept_gpus
+            ):
                 continue
             labels = {**sample.labels, "__name__": sample.name}
             labels |= {"job": target.job, "instance": target.instance}
@@ -157,6 +168,23 @@ _FAMILIES = {
 }
 _PLACED_FREE = "max by (job, instance, gpu, uuid) (gpuwatch_memory_free_bytes) >= "
 _FAMILIES |= {query.promql(): query for query in promql.placed(None)}
+
+
+_FAMILIES |= {query.promql(): query for query in promql.available(0)}
+_ONLY_WHERE = " and on (job, instance, gpu) "
+
+
+def _family_query(query: str) -> FamilyQuery | None:
+    """The family query `query` is, as the source builds them."""
+    if _ONLY_WHERE in query:
+        left, right = query.split(_ONLY_WHERE)
+        family, only_where = _family_query(left), _family_query(right)
+        if family is None or only_where is None:
+            return None
+        return replace(family, only_where=only_where)
+    if query == f"{promql.AVAILABLE} == 1":
+        return FamilyQuery(promql.AVAILABLE, compare="== 1")
+    return _FAMILIES.get(query) or _at_least_free(query)
 
 
 def _at_least_free(query: str) -> FamilyQuery | None:

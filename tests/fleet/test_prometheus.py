@@ -16,8 +16,10 @@ from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.nodes import Exporter, FleetState
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
+from gpuwatch.placement.choices import Strategy
+from gpuwatch.placement.gpus import GPUS
 from gpuwatch.placement.request import Request
-from gpuwatch.placement.rules import needed_bytes
+from gpuwatch.placement.rules import needed_bytes, qualifying
 from gpuwatch.placement.where import where
 from tests.fleet.fakeprom import NOW, FakePrometheus, FakeTarget
 from tests.fleet.servers import Reply, always, fixture, refusing, serving
@@ -387,3 +389,56 @@ def test_a_narrowed_selector_matches_exactly_its_targets(names: list[str]) -> No
     assert all(pattern.fullmatch(name) for name in names)
     assert not pattern.fullmatch(names[0].replace(":", "x", 1) + "0")
     assert not pattern.fullmatch("10x0.0.7:9400")
+
+
+def with_verdicts(target: FakeTarget) -> FakeTarget:
+    """`target` as a daemon of this version serves it: with its verdict on each GPU
+    (`gpuwatch_gpu_available`), as the daemon computes it from its snapshot and leases."""
+    samples = list(parse_exposition(target.exposition, PREFIXES))
+    node = target_state(samples, fallback_name="", seen_at=NOW, now=NOW, stale_after_s=60)
+    assert node.snapshot is not None
+    given = {gpu.index for gpu in qualifying(GPUS, node.snapshot, node.leases)}
+    lines = [
+        f'gpuwatch_gpu_available{{gpu="{gpu.index}",uuid="{gpu.uuid}"}} '
+        f"{1 if gpu.index in given else 0}\n"
+        for gpu in node.snapshot.gpus
+    ]
+    return replace(target, exposition=target.exposition + "".join(lines))
+
+
+DEFAULT_REQUESTS = [
+    Request(),
+    Request(count=2),
+    Request(min_free_bytes=40 << 30),
+    Request(count=2, min_free_bytes=70 << 30, strategy=Strategy.PACK),
+]
+
+
+@pytest.mark.parametrize("request_", DEFAULT_REQUESTS, ids=["one", "two", "40GiB", "pack"])
+def test_where_on_each_nodes_verdict_finds_the_fits_of_a_whole_read(request_: Request) -> None:
+    # GIVEN five daemons that tell their verdict on each GPU (a GPU down, one MIG-enabled,
+    # an exclusive lease and a shared one on each), three with every GPU's memory in use
+    nodes = [with_verdicts(gpuwatch_node(n, full=n > 2)) for n in range(1, 6)]
+    prometheus = FakePrometheus(nodes)
+    with serving(prometheus) as url:
+        # WHEN where reads their verdicts, for a request judged as the default one
+        assert request_.judged_as_default
+        source = PrometheusSource(url, clock=lambda: NOW, placement=True)
+        available = source.read_available(needed_bytes(request_))
+        asked = list(prometheus.asked)
+        whole = PrometheusSource(url, clock=lambda: NOW, placement=True).read()
+    # THEN it finds the same nodes, devices and free memory as a whole read, having
+    # asked for no process, lease, limit or MIG series
+    assert available is not None
+    assert where(available, request_).fits == where(whole, request_).fits
+    assert not [q for q in asked if re.search(r"process|lease|used|mig", q)]
+
+
+def test_a_daemon_that_tells_no_verdict_has_where_read_as_before() -> None:
+    # GIVEN a daemon that tells its verdicts and one of a version that does not
+    nodes = [with_verdicts(gpuwatch_node(1)), gpuwatch_node(2)]
+    with serving(FakePrometheus(nodes)) as url:
+        # WHEN where reads the verdicts
+        available = PrometheusSource(url, clock=lambda: NOW, placement=True).read_available(0)
+    # THEN it is told to read the fleet as it did before
+    assert available is None

@@ -40,3 +40,33 @@ def test_a_placed_read_through_prometheus_gives_the_fits_of_a_whole_read(
     chosen = {fit.node: [d.uuid for d in fit.devices] for fit in where(placed, request).fits}
     assert sorted(chosen) == ["node-a", "node-b"]
     assert chosen == {fit.node: [d.uuid for d in fit.devices] for fit in where(whole, request).fits}
+
+
+def test_each_nodes_verdict_through_prometheus_gives_the_fits_of_a_whole_read(
+    start_daemons: StartDaemons, start_prometheus: StartPrometheus
+) -> None:
+    # GIVEN three real daemons of idle GPUs scraped by a real Prometheus: one with nothing
+    # running, one with a process on its second GPU, one with a process on each
+    nodes = [
+        SimNode("node-a", (0, 0), utilization_pct=0),
+        SimNode("node-b", (0, 60 << 30), utilization_pct=0),
+        SimNode("node-c", (2 << 30, 2 << 30), utilization_pct=0),
+    ]
+    daemons = start_daemons(nodes)
+    prometheus = start_prometheus([Target(daemon.address) for daemon in daemons])
+    prometheus.wait_until_up([daemon.address for daemon in daemons])
+    time.sleep(2)
+    for request, fitting in (
+        (Request(min_free_bytes=40 << 30), ["node-a", "node-b"]),
+        (Request(count=2), ["node-a"]),
+    ):
+        # WHEN where reads each node's verdict on its GPUs, and the fleet whole
+        source = PrometheusSource(prometheus.url, placement=True)
+        available = source.read_available(needed_bytes(request))
+        whole = PrometheusSource(prometheus.url, placement=True).read()
+        # THEN the server accepts every query, and both find the same GPUs on the nodes
+        # whose GPUs no process holds
+        assert available is not None
+        chosen = {fit.node: [d.uuid for d in fit.devices] for fit in where(available, request).fits}
+        assert sorted(chosen) == fitting
+        assert chosen == {f.node: [d.uuid for d in f.devices] for f in where(whole, request).fits}
