@@ -134,7 +134,9 @@ def _placed(source: FleetSource, request: Request, excluded: frozenset[str]) -> 
     read_available = getattr(source, "read_available", None)
     fleet = None
     if read_available is not None and request.judged_as_default:
-        fleet = read_available(needed_bytes(request))  # each node's verdict on its GPUs
+        # Each node's own verdict on its GPUs, at the limits of `Request()`.
+        idle_util_pct = request.util_limit_pct
+        fleet = read_available(needed_bytes(request), request.count, idle_util_pct=idle_util_pct)
     if fleet is None:
         # A MIG request's memory is a MIG device's: it bounds no whole GPU's free memory.
         fleet = read_placed(needed_bytes(request) if request.mig is None else None)

@@ -115,7 +115,7 @@ class ViewCollector(Collector):
         yield from _gpu_metrics(snapshot, node)
         yield from _process_metrics(snapshot, node)
         yield from _lease_metrics(snapshot, node, view.leases, by_uuid)
-        yield _available_metric(snapshot, node, view.leases)
+        yield from _available_metrics(snapshot, node, view.leases)
         yield _gauge(
             "lease_waiters",
             "Jobs waiting in line for GPUs on this node (gpuwatch pick --wait).",
@@ -208,19 +208,28 @@ def _identity_metrics(
     yield info
 
 
-def _available_metric(snapshot: Snapshot, node: str, leases: tuple[Lease, ...]) -> Metric:
+def _available_metrics(
+    snapshot: Snapshot, node: str, leases: tuple[Lease, ...]
+) -> Iterator[Metric]:
     """Pick's verdict on each whole GPU, for a job of another user wanting an idle one:
     `gpuwatch where` reads it instead of every process, lease and limit of the fleet."""
-    available = GaugeMetricFamily(
-        "gpuwatch_gpu_available",
-        "1 when pick's rules would give this whole GPU to a new job of another user now "
-        "(readable, no lease, not MIG, idle at the default limits), else 0.",
+    memory = GaugeMetricFamily(
+        "gpuwatch_memory_available_bytes",
+        "The GPU's free memory where pick's rules would give the whole GPU to a new job of "
+        "another user now (readable, no lease, not MIG, idle at the default limits), else 0.",
         labels=GPU_LABELS,
     )
     given = {gpu.index for gpu in qualifying(GPUS, snapshot, leases)}
     for gpu in snapshot.gpus:
-        available.add_metric(_gpu_labels(gpu, node), 1 if gpu.index in given else 0)
-    return available
+        free = gpu.memory_free_bytes if gpu.index in given else None
+        memory.add_metric(_gpu_labels(gpu, node), free or 0)
+    yield memory
+    yield _gauge(
+        "gpus_available",
+        "How many whole GPUs pick's rules would give to a new job of another user now.",
+        [("hostname", node)],
+        len(given),
+    )
 
 
 def _process_metrics(snapshot: Snapshot, node: str) -> Iterator[Metric]:

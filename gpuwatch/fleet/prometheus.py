@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from gpuwatch.fleet import node_history, promql, summaries
+from gpuwatch.fleet import node_history, promql, series_gpuwatch, summaries
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
@@ -59,6 +59,7 @@ _EVALUATED = "evaluated"
 _NO_SAMPLES: list[Sample] = []
 """The identity of a target that has none: one list, so that its mapping is kept."""
 _NAMES_NOW = "names now"
+_AVAILABLE, _AVAILABLE_GPUS = promql.AVAILABLE_BYTES, promql.AVAILABLE_GPUS
 
 
 class PrometheusSource:
@@ -213,21 +214,42 @@ class PrometheusSource:
             return None
         return self._fleet(samples, up, seen, evaluated or self._clock())
 
-    def read_available(self, min_free_bytes: int) -> FleetState | None:
-        """The fleet as placement sees it for a request judged as the default one
-        (`Request.judged_as_default`), in one round of a few queries whatever the number
-        of nodes: each node's own verdict on its GPUs (`gpuwatch_gpu_available`, pick's
-        rules run by its daemon) in place of their processes, leases and limits. A GPU it
-        gives out is read with its free memory (where it reaches `min_free_bytes`),
-        `uuid` and utilization; no other. `None` where the fleet runs other exporters, or
-        a daemon that tells no verdict: read it as `read_placed` does."""
+    def read_available(
+        self, min_free_bytes: int, count: int = 1, *, idle_util_pct: float = 5.0
+    ) -> FleetState | None:
+        """The nodes that could give `count` GPUs with `min_free_bytes` free to a request
+        judged as the default one (`Request.judged_as_default`), read in one round of a
+        few queries whatever the number of nodes: each node's own verdict on its GPUs
+        (`gpuwatch_memory_available_bytes`: pick's rules, run by its daemon) in place of
+        their processes, leases and limits. Each GPU it gives out comes with its free
+        memory, `uuid` and utilization; no other GPU, and no node that cannot fit (this
+        is no whole fleet: where explains no misses from it). `None` where the fleet runs
+        other exporters, or a daemon that tells no verdict: read it as `read_placed` does.
+        `idle_util_pct`: the default limit of utilization, which no GPU given out passes."""
         self._reads += 1
-        plan: list[FamilyQuery | str] = [_NAMES_NOW, _UP, _SEEN, *promql.available(min_free_bytes)]
+        plan: list[FamilyQuery | str] = [
+            _NAMES_NOW,
+            _UP,
+            _SEEN,
+            *promql.available(min_free_bytes, idle_util_pct / 100),
+        ]
         evaluated, (samples, up, seen) = self._ask(plan)
-        told = {t for t, found in samples.items() if any(s.name == promql.AVAILABLE for s in found)}
+        told = {t for t, found in samples.items() if any(s.name == _AVAILABLE_GPUS for s in found)}
         if self._exporters != frozenset({Exporter.GPUWATCH}) or not told.issuperset(self._last):
             return None
-        return self._fleet(samples, up, seen, evaluated or self._clock())
+        now = evaluated or self._clock()
+        nodes = []
+        for target, found in samples.items():
+            given = [Sample(_FREE, s.labels, s.value) for s in found if s.name == _AVAILABLE]
+            if len(given) < count or up.get(target) != 1:
+                continue  # it cannot fit: the answer leaves it out (where has no misses)
+            # What a GPU it gives out has available is its free memory.
+            mapped = series_gpuwatch.available_mapped([*given, *found])
+            name = safe_name(node_name(found) or host_of(target[1]))
+            node = (name, Exporter.GPUWATCH, mapped)
+            seen_at = seen.get(target, now)
+            nodes.append(judged(node, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s))
+        return FleetState(taken_at=now, source=self.description, nodes=merged(nodes))
 
     def _plan(self, identity: bool) -> list[FamilyQuery | str]:
         exporters = self._exporters or frozenset()

@@ -139,20 +139,22 @@ def placed(free_bytes: int | None) -> list[FamilyQuery]:
     return [*queries, FamilyQuery("gpuwatch_memory_total_bytes", ("gpu", "uuid"))]
 
 
-AVAILABLE = "gpuwatch_gpu_available"
+AVAILABLE_BYTES = "gpuwatch_memory_available_bytes"
+AVAILABLE_GPUS = "gpuwatch_gpus_available"
 
 
-def available(free_bytes: int) -> list[FamilyQuery]:
+def available(free_bytes: int, idle_ratio: float) -> list[FamilyQuery]:
     """What `where` reads of a fleet of gpuwatch daemons for a request judged as the
-    default one (`Request.judged_as_default`): the free memory (with each GPU's `uuid`) of
-    the GPUs each node finds available and that have `free_bytes` free, utilization (which
-    ranks GPUs of equal free memory), and which nodes tell availability at all (a daemon
-    older than the series tells nothing: its node must be read whole)."""
-    verdict = FamilyQuery(AVAILABLE, compare="== 1")
+    default one (`Request.judged_as_default`): the GPUs each node would give out with at
+    least `free_bytes` free (their available memory, which is their free memory, and
+    `uuid`), and each node's count of such GPUs (a daemon older than these series tells
+    none: its node must be read whole). Utilization ranks GPUs of equal free memory; it
+    is read only up to `idle_ratio` (the default limit): a GPU given out is never busier,
+    so one it does not come for has none known, as a whole read would find."""
     return [
-        FamilyQuery(_FREE, ("gpu", "uuid"), _at_least(free_bytes), only_where=verdict),
-        FamilyQuery("gpuwatch_utilization_ratio", ("gpu",)),
-        FamilyQuery(AVAILABLE, ()),
+        FamilyQuery(AVAILABLE_BYTES, ("gpu", "uuid"), _at_least(max(1, free_bytes))),
+        FamilyQuery("gpuwatch_utilization_ratio", ("gpu",), f"<= {idle_ratio!r}"),
+        FamilyQuery(AVAILABLE_GPUS, ()),
         FamilyQuery(_SAMPLING_UP, compare="== 0"),
         FamilyQuery("gpuwatch_sample_timestamp_seconds"),
     ]

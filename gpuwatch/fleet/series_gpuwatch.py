@@ -17,7 +17,7 @@ from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet import node_work
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.mapped import GpuFields, Mapped
-from gpuwatch.models import Lease, MigDevice, ProcessKind, ProcessUsage
+from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage
 
 _GPU_VALUES = {
     "gpuwatch_memory_total_bytes": ("memory_total_bytes", m.whole_bytes),
@@ -85,6 +85,36 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
         lease_waiters=waiters,
         longest_wait_s=longest_wait_s,
         jobs=node_work.gpu_jobs(by_name, set(gpus)),
+    )
+
+
+def available_mapped(samples: Sequence[Sample]) -> Mapped:
+    """A node as `promql.available` reads it: only the GPUs it would give out, each with
+    its free memory and `uuid` (named `gpuwatch_memory_free_bytes`) and its utilization,
+    its snapshot time and whether its sampling is current. It has no processes or leases
+    that count: a GPU with any is not given out."""
+    by_name: dict[str, list[Sample]] = defaultdict(list)
+    for sample in samples:
+        by_name[sample.name].append(sample)
+    busy = {s.labels.get("gpu"): s.value for s in by_name["gpuwatch_utilization_ratio"]}
+    gpus = {}
+    for sample in by_name["gpuwatch_memory_free_bytes"]:
+        index, ratio = m.index_of(sample.labels.get("gpu")), busy.get(sample.labels.get("gpu"))
+        if index is not None:
+            gpus[index] = GpuSample(
+                index,
+                m.label(sample.labels.get("uuid")),
+                None,
+                None,
+                memory_free_bytes=m.whole_bytes(sample.value),
+                utilization_pct=None if ratio is None else m.percent_of_ratio(ratio),
+            )
+    stamps = [s.value for s in by_name["gpuwatch_sample_timestamp_seconds"]]
+    return Mapped(
+        gpus=tuple(gpu for _, gpu in sorted(gpus.items())),
+        leases=(),
+        data_at=max(stamps) if stamps else None,
+        error=_error(by_name, stamps),
     )
 
 

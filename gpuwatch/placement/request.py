@@ -60,7 +60,7 @@ class Request(FrozenValue):
     def judged_as_default(self) -> bool:
         """Whether each GPU is judged for it as for `Request()`: whole GPUs, idle ones, at
         the default limits, from any GPU. Then a node's own verdict on each GPU (the
-        daemon's `gpuwatch_gpu_available`) decides which it could have; only the count,
+        daemon's `gpuwatch_memory_available_bytes`) decides which it could have; only the count,
         free memory and strategy differ, and they are read apart."""
         return (
             self.wants_idle

@@ -149,13 +149,14 @@ def test_each_gpu_is_available_exactly_when_pick_would_give_it_to_another_users_
         else [Lease(str(idle.uuid), idle.index, 10, "alice", "a", 0.0, (lease_mb << 20) or None)]
     )
     # WHEN it is scraped
-    available = {
-        int(s.labels["gpu"]): s.value for s in scrape(snapshot, leases)["gpuwatch_gpu_available"]
-    }
-    # THEN a GPU is available where pick, asked for that GPU alone, would choose it: the
-    # idle one only, and only while no lease holds it
+    metrics = scrape(snapshot, leases)
+    available = {int(s.labels["gpu"]): s.value for s in metrics["gpuwatch_memory_available_bytes"]}
+    # THEN a GPU has its free memory available where pick, asked for that GPU alone, would
+    # choose it (the idle one only, and only while no lease holds it), and none elsewhere
     for gpu in snapshot.gpus:
         asked = Request(allowed=frozenset({gpu.index}))
         chosen = choose(snapshot, asked, leases=leases).chosen
-        assert available[gpu.index] == (1 if chosen else 0), gpu.index
+        assert available[gpu.index] == (gpu.memory_free_bytes if chosen else 0), gpu.index
     assert [g for g, value in available.items() if value] == ([idle.index] if not leases else [])
+    # AND the node counts the GPUs it would give
+    assert metrics["gpuwatch_gpus_available"][0].value == (0 if leases else 1)

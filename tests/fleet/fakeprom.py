@@ -18,6 +18,7 @@ from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.nodes import Exporter
 from gpuwatch.fleet.promql import FamilyQuery
 from gpuwatch.fleet.series import PREFIXES, exporter_of
+from gpuwatch.placement.request import IDLE_MAX_UTIL_PCT
 from tests.fleet.servers import Reply
 
 NOW = 1_795_472_800.0
@@ -150,8 +151,8 @@ def _passes(sample: float, compare: str) -> bool:
     if not compare:
         return True
     op, value = compare.split()
-    if op == ">=":
-        return sample >= float(value)
+    if op in (">=", "<="):
+        return sample >= float(value) if op == ">=" else sample <= float(value)
     return sample == float(value) if op == "==" else sample > float(value)
 
 
@@ -166,11 +167,10 @@ _FAMILIES = {
         *promql.identity(placement),
     )
 }
-_PLACED_FREE = "max by (job, instance, gpu, uuid) (gpuwatch_memory_free_bytes) >= "
 _FAMILIES |= {query.promql(): query for query in promql.placed(None)}
 
 
-_FAMILIES |= {query.promql(): query for query in promql.available(0)}
+_FAMILIES |= {query.promql(): query for query in promql.available(0, IDLE_MAX_UTIL_PCT / 100)}
 _ONLY_WHERE = " and on (job, instance, gpu) "
 
 
@@ -182,18 +182,17 @@ def _family_query(query: str) -> FamilyQuery | None:
         if family is None or only_where is None:
             return None
         return replace(family, only_where=only_where)
-    if query == f"{promql.AVAILABLE} == 1":
-        return FamilyQuery(promql.AVAILABLE, compare="== 1")
-    return _FAMILIES.get(query) or _at_least_free(query)
+    return _FAMILIES.get(query) or _at_least(query)
 
 
-def _at_least_free(query: str) -> FamilyQuery | None:
-    """Free memory where it reaches some bytes, as `promql.placed` asks it."""
-    if not query.startswith(_PLACED_FREE):
-        return None
-    return FamilyQuery(
-        "gpuwatch_memory_free_bytes", ("gpu", "uuid"), query[len(_PLACED_FREE) - 3 :]
-    )
+def _at_least(query: str) -> FamilyQuery | None:
+    """A family by GPU and `uuid` where it reaches some bytes, as `promql.placed` asks
+    free memory and `promql.available` available memory."""
+    found = _AT_LEAST.fullmatch(query)
+    return None if found is None else FamilyQuery(found[1], ("gpu", "uuid"), f">= {found[2]}")
+
+
+_AT_LEAST = re.compile(r"max by \(job, instance, gpu, uuid\) \((\w+)\) >= (\d+)")
 
 
 def _json(document: object) -> Reply:

@@ -393,16 +393,18 @@ def test_a_narrowed_selector_matches_exactly_its_targets(names: list[str]) -> No
 
 def with_verdicts(target: FakeTarget) -> FakeTarget:
     """`target` as a daemon of this version serves it: with its verdict on each GPU
-    (`gpuwatch_gpu_available`), as the daemon computes it from its snapshot and leases."""
+    (`gpuwatch_memory_available_bytes`, `gpuwatch_gpus_available`), as the daemon computes
+    it from its snapshot and leases."""
     samples = list(parse_exposition(target.exposition, PREFIXES))
     node = target_state(samples, fallback_name="", seen_at=NOW, now=NOW, stale_after_s=60)
     assert node.snapshot is not None
     given = {gpu.index for gpu in qualifying(GPUS, node.snapshot, node.leases)}
     lines = [
-        f'gpuwatch_gpu_available{{gpu="{gpu.index}",uuid="{gpu.uuid}"}} '
-        f"{1 if gpu.index in given else 0}\n"
+        f'gpuwatch_memory_available_bytes{{gpu="{gpu.index}",uuid="{gpu.uuid}"}} '
+        f"{(gpu.memory_free_bytes or 0) if gpu.index in given else 0}\n"
         for gpu in node.snapshot.gpus
     ]
+    lines.append(f'gpuwatch_gpus_available{{hostname="{node.name}"}} {len(given)}\n')
     return replace(target, exposition=target.exposition + "".join(lines))
 
 
