@@ -7,7 +7,9 @@ and 5 that refuse; a real Prometheus (Debian's `prometheus`) scrapes them. Then:
 (a) the bare client: one PromQL query for free memory (`gpuwatch_memory_free_bytes`) with
     the standard library, `python -c ...`, the same Python as gpuwatch; wall time of the
     whole process, the median of interleaved runs;
-(b) `gpuwatch where -n 2 --min-free 40GiB --prometheus URL` beside it, at 500 nodes;
+(b) `gpuwatch where -n 2 --min-free 40GiB --prometheus URL` beside it, at 500 nodes (it
+    reads each node's own verdict, `gpuwatch_memory_available_bytes`), and the same with
+    `--max-util 50` (a request at other limits: every family placement reads);
 (c) one steady refresh of the fleet (`PrometheusSource.read()`, or until it exists the
     queries it will send) at 100, 500 and 1,000 nodes, GPU by GPU ("raw") and from the
     recording rules of examples/gpuwatch-fleet-rules.yml ("rules"), which this Prometheus
@@ -152,6 +154,9 @@ def compare_where(url: str, runs: int, baseline: Path | None) -> None:
         print(f"    gpuwatch where answers (exit {answer.returncode}): {_first_line(answer)}")
         if answer.returncode in (0, 4):
             commands["gpuwatch where"] = where
+            # Not at pick's default limits: each node's verdict does not do, and every
+            # family placement reads is asked.
+            commands["where --max-util 50"] = [*where, "--max-util", "50"]
     if baseline is not None:  # another gpuwatch, in the same runs: before and after a change
         commands["where, baseline"] = [str(baseline / "bin" / "gpuwatch"), *where[1:]]
         subprocess.run(commands["where, baseline"], capture_output=True, check=False)
