@@ -93,8 +93,8 @@ _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     "--jobs",
     type=click.Choice(JOB_ENGINES),
     default="auto",
-    help="Who tells which job holds each GPU: auto (Slurm where squeue is on PATH), slurm, "
-    "or off (never ask).  [default: auto]",
+    help="Who tells which job holds each GPU: auto (Slurm where squeue is on PATH and a "
+    "slurm.conf is found), slurm, or off (never ask).  [default: auto]",
 )
 @click.option(
     "--jobs-refresh",

@@ -66,8 +66,8 @@ class Settings:
     sim: str | None = None
     config_path: str | None = None
     jobs: str = "auto"
-    """Who tells which job holds each GPU: `auto` (Slurm where squeue is on PATH), `slurm`
-    or `off`."""
+    """Who tells which job holds each GPU: `auto` (Slurm where squeue is on PATH and a
+    slurm.conf is found), `slurm` or `off`."""
     jobs_refresh_s: float = DEFAULT_JOBS_REFRESH_S
     idle_window_s: float = DEFAULT_IDLE_WINDOW_S
     """How long an allocated GPU may sit idle before the `GpuAllocatedIdle` alert."""

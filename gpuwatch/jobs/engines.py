@@ -2,9 +2,10 @@
 slurmd shows that its jobs changed.
 
 `open_job_reader` answers a reader, or none and why: `auto` takes Slurm where `squeue` is on
-PATH; `off` never asks. `slurmd_spool_dir` reads SlurmdSpoolDir from slurm.conf: slurmd
-makes a socket there for each job step that starts and removes it when the step ends, so
-a change of the folder says "ask again" sooner than any schedule, for the cost of a stat.
+PATH and a slurm.conf is found; `off` never asks. `slurmd_spool_dir` reads SlurmdSpoolDir
+from slurm.conf: slurmd makes a socket there for each job step that starts and removes it
+when the step ends, so a change of the folder says "ask again" sooner than any schedule,
+for the cost of a stat.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import socket
 from pathlib import Path
 
 from gpuwatch.jobs.slurm import SlurmJobs
+from gpuwatch.jobs.slurm_places import configured_slurm_conf
 
 ENGINES = ("auto", "slurm", "off")
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
@@ -34,6 +36,11 @@ def open_job_reader(
         env["SLURM_CONF"] = slurm_conf
     if engine == "auto" and shutil.which("squeue", path=env.get("PATH")) is None:
         return None, "no scheduler here: squeue is not on PATH (--jobs slurm to insist)"
+    if engine == "auto" and configured_slurm_conf(env) is None:
+        return None, (
+            "no scheduler here: squeue is on PATH but no slurm.conf was found "
+            "(give --slurm-conf, or --jobs slurm to insist)"
+        )
     # The cache is the caller's: every start() asks Slurm, on the caller's schedule.
     return SlurmJobs(env=env, timeout_s=timeout_s, max_age_s=0.0), None
 

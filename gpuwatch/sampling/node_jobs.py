@@ -22,6 +22,7 @@ import os
 
 from gpuwatch.backends.daemon_client import fetch_jobs_record
 from gpuwatch.errors import DaemonUnavailableError
+from gpuwatch.jobs.slurm_places import configured_slurm_conf
 from gpuwatch.paths import socket_candidates
 from gpuwatch.record_fields import BadRecord
 
@@ -43,13 +44,6 @@ WATCH_DEADLINE_S = 2.0
 """The deadline of each Slurm command for a screen that refreshes (the TUI, `--watch`):
 it waits only the first time; later frames show the cached answer."""
 MAX_WHY_CHARS = 200
-SLURM_CONF_PLACES = (
-    "/etc/slurm/slurm.conf",
-    "/run/slurm/conf/slurm.conf",
-    "/etc/slurm-llnl/slurm.conf",
-)
-"""Where Slurm's commands find their configuration without `SLURM_CONF`: the default, the
-copy slurmd keeps of a configless cluster's, and older Debian's."""
 _MAX_GPUS = 1024
 _MAX_IDLE_S = 1e10
 
@@ -290,15 +284,9 @@ def _cut(text: str) -> str:
 
 
 def slurm_conf() -> str | None:
-    """This node's slurm.conf when Slurm's commands are here: `$SLURM_CONF` (even missing:
-    whoever set it means this Slurm), else the first of `SLURM_CONF_PLACES` that exists;
-    `None` without squeue on the PATH, or with squeue but no configuration (a client
-    package installed for nothing: squeue would only fail)."""
-    if not on_path("squeue"):
-        return None
-    if conf := os.environ.get("SLURM_CONF"):
-        return conf
-    return next((place for place in SLURM_CONF_PLACES if os.path.isfile(place)), None)
+    """This node's slurm.conf when Slurm's commands are here (`configured_slurm_conf`);
+    `None` without squeue on the PATH, or with squeue but no configuration."""
+    return configured_slurm_conf(os.environ) if on_path("squeue") else None
 
 
 def on_path(command: str, path: str | None = None) -> bool:

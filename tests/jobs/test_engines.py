@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs import SlurmJobs
+from gpuwatch.jobs import SlurmJobs, slurm_places
 from gpuwatch.jobs.engines import open_job_reader, spool_dir_in
 
 
@@ -44,3 +44,24 @@ def test_auto_takes_slurm_only_where_squeue_is_on_path(
     assert isinstance(reader, SlurmJobs) and why is None
     assert reader.env["SLURM_CONF"] == "/etc/x/slurm.conf"
     assert reader.gres_conf == Path("/etc/x/gres.conf")
+
+
+def test_auto_leaves_a_slurm_client_without_configuration_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN squeue on the PATH (a client package installed) but no slurm.conf anywhere
+    squeue = tmp_path / "squeue"
+    squeue.write_text("#!/bin/sh\n")
+    squeue.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setattr(slurm_places, "SLURM_CONF_PLACES", (str(tmp_path / "slurm.conf"),))
+    # WHEN auto chooses the reader
+    reader, why = open_job_reader("auto", timeout_s=1.0)
+    # THEN there is none, and it says why and how to insist
+    assert reader is None and why is not None
+    assert "no slurm.conf" in why and "--slurm-conf" in why
+    # AND once slurm.conf exists, auto reads Slurm
+    (tmp_path / "slurm.conf").write_text("ClusterName=c\n")
+    reader, why = open_job_reader("auto", timeout_s=1.0)
+    assert isinstance(reader, SlurmJobs) and why is None
