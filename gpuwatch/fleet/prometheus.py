@@ -129,6 +129,7 @@ class PrometheusSource:
         fresh = first or not self._identity or self._reads % IDENTITY_EVERY == 0
         evaluated, (_, up, seen) = self._ask([_NAMES, _UP, _SEEN])
         moved = [target for target, at in seen.items() if self._scraped.get(target) != at]
+        samples: dict[Target, list[Sample]] = {}
         if moved or fresh:
             narrowed = bool(self._held) and 0 < len(moved) <= NARROW_SHARE * len(seen)
             families = [q for q in self._plan(fresh) if isinstance(q, FamilyQuery)]
@@ -137,7 +138,7 @@ class PrometheusSource:
             self._hold(samples, moved if narrowed else None)
         self._scraped = seen
         self._held = {target: held for target, held in self._held.items() if target in up}
-        if self._lacks_identity(self._held):
+        if self._lacks_identity(samples):  # only a target scraped since can show new GPUs
             self._ask(promql.identity(self.placement))
         return self._fleet(self._held, up, seen, evaluated or self._clock())
 
