@@ -90,6 +90,8 @@ class FleetApp(App[int]):
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
         self._drawn = False
+        self._lines_shown: tuple[list[tuple[str, str]], str] | None = None
+        """The totals and the status line as last shown."""
         for key in FLEET_KEYS:
             if key.action:
                 self.bind(key.keys, key.action, description=key.footer, show=bool(key.footer))
@@ -203,9 +205,12 @@ class FleetApp(App[int]):
         spans = totals_line(totals(everything)) if self.fleet is not None else []
         if self.error:
             spans = [*spans, ("  ", ""), (self.error, "alarm")]
-        self.query_one("#totals", Painted).show(spans or [("reading the fleet…", "dim")])
+        spans = spans or [("reading the fleet…", "dim")]
         status = self.view.status(len(shown), len(everything))
-        self.query_one("#status", Static).update(status)
+        if (spans, status) != self._lines_shown:  # an update lays the screen out again
+            self._lines_shown = (spans, status)
+            self.query_one("#totals", Painted).show(spans)
+            self.query_one("#status", Static).update(status)
         self._redraw_over()
 
     def _redraw_over(self) -> None:
