@@ -40,13 +40,28 @@ SIZES = ((200, 50), (80, 24))
 
 
 def gpu_fleets(nodes: int) -> list[FleetState]:
+    """Every GPU of every node; a node's figures change only when it is scraped (every
+    15 s, each node at its own moment), as a Prometheus source reads them."""
     clock = [START]
     sim = SimFleet(nodes, clock=lambda: clock[0])
-    fleets = []
+    fleets: list[FleetState] = []
     for i in range(DISTINCT):
         clock[0] = START + INTERVAL_S * i
-        fleets.append(_aged(sim.read(), i))
+        fresh = sim.read()
+        if fleets:
+            fresh = dataclasses.replace(fresh, nodes=tuple(
+                new if _scraped(k, i) else dataclasses.replace(new, snapshot=old.snapshot)
+                for k, (old, new) in enumerate(zip(fleets[-1].nodes, fresh.nodes, strict=True))
+            ))  # fmt: skip
+        fleets.append(_aged(fresh, i))
     return fleets
+
+
+def _scraped(k: int, i: int) -> bool:
+    """Whether node `k` was scraped between read `i - 1` and read `i`."""
+    return int((INTERVAL_S * i + k * 1.7) / SCRAPE_S) != int(
+        (INTERVAL_S * (i - 1) + k * 1.7) / SCRAPE_S
+    )
 
 
 def rules_fleets(nodes: int) -> list[FleetState]:

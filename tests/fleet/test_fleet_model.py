@@ -171,6 +171,21 @@ def test_an_up_nodes_age_moves_in_steps_and_a_stale_nodes_to_the_second() -> Non
     assert age(stale, 42.0) == "42s stale"
 
 
+def test_free_gpus_follow_a_nodes_new_data_from_read_to_read() -> None:
+    # GIVEN counts kept from read to read, and a first read
+    counts = fleet_rows.FreeCounts()
+    first = build_rows(MIXED, free_counts=counts)
+    assert first == build_rows(MIXED)
+    # WHEN the next read has alpha's free GPU leased and beta's data unchanged
+    alpha = next(n for n in MIXED.nodes if n.name == "alpha")
+    leased = dataclasses.replace(alpha, leases=(exclusive(1), exclusive(0)))
+    after = fleet(leased, *(n for n in MIXED.nodes if n.name != "alpha"))
+    rows = {row.node: row for row in build_rows(after, free_counts=counts)}
+    # THEN alpha has one GPU free fewer, beta the same, as counted afresh
+    assert rows["alpha"].gpus_free == first[0].gpus_free - 1  # type: ignore[operator]
+    assert list(rows.values()) == build_rows(after)
+
+
 def test_totals_count_the_gpus_of_nodes_that_are_up() -> None:
     result = totals(build_rows(MIXED))
     assert (result.nodes_up, result.nodes_down) == (2, 2)
