@@ -208,10 +208,12 @@ class FleetApp(App[int]):
             spans = [*spans, ("  ", ""), (self.error, "alarm")]
         spans = spans or [("reading the fleet…", "dim")]
         status = self.view.status(len(shown), len(everything))
-        if (spans, status) != self._lines_shown:  # an update lays the screen out again
+        if (spans, status) != self._lines_shown:
+            # Both are one line high (fleet.tcss, gpuwatch.tcss): no need to lay out the
+            # screen again, which would draw every widget of it again.
             self._lines_shown = (spans, status)
-            self.query_one("#totals", Painted).show(spans)
-            self.query_one("#status", Static).update(status)
+            self.query_one("#totals", Painted).show(spans, layout=False)
+            self.query_one("#status", Static).update(status, layout=False)
         self._redraw_over()
 
     def _redraw_over(self) -> None:
