@@ -10,6 +10,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.cache import LRUCache
+from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
@@ -19,6 +20,8 @@ from gpuwatch.tui.widgets import REMOVE_ONE_BY_ONE_MAX, SPAN_STYLES, KeyedText, 
 
 CELL_CACHE_SIZE = 20_000
 """Drawn cells kept: a tall screen's cells several times over."""
+LINE_CACHE_SIZE = 2_000
+"""Drawn lines kept, likewise."""
 
 _CellDrawKey = tuple[object, ...]
 
@@ -48,6 +51,7 @@ class FleetTable(DataTable[Text]):
         self._shape: tuple[tuple[Column, ...], int] | None = None
         self._sorted_by: tuple[str, bool] | None = None
         self._drawn_cells: LRUCache[_CellDrawKey, list[list[Segment]]] = LRUCache(CELL_CACHE_SIZE)
+        self._drawn_lines: LRUCache[_CellDrawKey, Strip] = LRUCache(LINE_CACHE_SIZE)
 
     def action_first_row(self) -> None:
         if self.row_count:
@@ -138,6 +142,37 @@ class FleetTable(DataTable[Text]):
             self._drawn_cells[key] = drawn
         return drawn
 
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        try:
+            row_key, line_in_row = self._get_offsets(y)
+        except LookupError:
+            return super()._render_line(y, x1, x2, base_style)
+        cells = self._cells.get(row_key.value or "")
+        if cells is None:  # the header
+            return super()._render_line(y, x1, x2, base_style)
+        key = (
+            y,
+            x1,
+            x2,
+            self.size.width,
+            row_key.value,
+            line_in_row,
+            tuple(cells),
+            self._shape,
+            self.cursor_coordinate,
+            self.hover_coordinate,
+            base_style,
+            self.cursor_type,
+            self._show_hover_cursor,
+            self._pseudo_class_state,
+            self.app.theme,
+        )
+        drawn = self._drawn_lines.get(key)
+        if drawn is None:
+            drawn = super()._render_line(y, x1, x2, base_style)
+            self._drawn_lines[key] = drawn
+        return drawn
+
     def _empty(self) -> None:
         scroll_y = self.scroll_y
         self.clear()
@@ -148,6 +183,7 @@ class FleetTable(DataTable[Text]):
     def _set_columns(self, columns: tuple[Column, ...], node_width: int) -> None:
         self.clear(columns=True)
         self._drawn_cells.clear()
+        self._drawn_lines.clear()
         self._cells.clear()
         self.order = []
         for column in columns:

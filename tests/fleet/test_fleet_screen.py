@@ -200,6 +200,29 @@ async def test_a_read_that_changes_one_node_redraws_that_row_and_keeps_the_other
         assert app.selected_node() == changed
 
 
+@synced
+async def test_a_table_drawn_through_many_reads_shows_what_one_drawn_once_does() -> None:
+    # GIVEN two reads of a fleet, a minute apart (its figures moved)
+    now = [FROZEN_TIME]
+    sim = SimFleet(200, clock=lambda: now[0])
+    first = sim.read()
+    now[0] += 60
+    second = sim.read()
+    screens = []
+    for reads in ([first, second, first, second], [second]):
+        app = FleetApp(sim, sample=False, monotonic=lambda: 1000.0)
+        async with app.run_test(size=(100, 30)) as pilot:
+            app.feed(reads[0])
+            await pilot.pause()
+            await pilot.press("end")  # scrolled to the bottom
+            for fleet in reads[1:]:
+                app.feed(fleet)
+                await pilot.pause()
+            screens.append(drawn_lines(app))
+    # THEN the screen fed four reads draws the last one as a screen fed it alone
+    assert screens[0] == screens[1]
+
+
 class FailingSource:
     """A Prometheus that stopped answering after its first read."""
 
