@@ -24,7 +24,7 @@ from gpuwatch.fleet.nodes import FleetSource, FleetState
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.tui.fleet_cells import columns_for, node_width, totals_line
 from gpuwatch.tui.fleet_model import FleetView
-from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, build_rows, totals
+from gpuwatch.tui.fleet_rows import FreeCounts, IdleTracker, NodeRow, build_rows, totals
 from gpuwatch.tui.fleet_screens import FLEET_KEYS, NodeScreen, UsersScreen
 from gpuwatch.tui.fleet_widgets import FleetTable
 from gpuwatch.tui.state import GRAPH_WINDOW_S
@@ -82,6 +82,7 @@ class FleetApp(App[int]):
         self.fleet: FleetState | None = None
         self.error: str | None = None
         self.idle = IdleTracker()
+        self._free_counts = FreeCounts()
         self._rows: list[NodeRow] = []
         """Every node's row as of the latest read: keys re-sort and filter these, and only a
         read builds them again."""
@@ -90,6 +91,8 @@ class FleetApp(App[int]):
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
         self._drawn = False
+        self._lines_shown: tuple[list[tuple[str, str]], str] | None = None
+        """The totals and the status line as last shown."""
         for key in FLEET_KEYS:
             if key.action:
                 self.bind(key.keys, key.action, description=key.footer, show=bool(key.footer))
@@ -153,7 +156,7 @@ class FleetApp(App[int]):
         if fleet is not None:
             self.fleet = fleet
             self.idle.observe(fleet, now)
-            self._rows = build_rows(fleet, self.idle.idle_for, self.idle_after_s)
+            self._rows = build_rows(fleet, self.idle.idle_for, self.idle_after_s, self._free_counts)
             for screen in self.screen_stack:
                 if isinstance(screen, NodeScreen):
                     node = next((n for n in fleet.nodes if n.name == screen.node), None)
@@ -203,9 +206,14 @@ class FleetApp(App[int]):
         spans = totals_line(totals(everything)) if self.fleet is not None else []
         if self.error:
             spans = [*spans, ("  ", ""), (self.error, "alarm")]
-        self.query_one("#totals", Painted).show(spans or [("reading the fleet…", "dim")])
+        spans = spans or [("reading the fleet…", "dim")]
         status = self.view.status(len(shown), len(everything))
-        self.query_one("#status", Static).update(status)
+        if (spans, status) != self._lines_shown:
+            # Both are one line high (fleet.tcss, gpuwatch.tcss): no need to lay out the
+            # screen again, which would draw every widget of it again.
+            self._lines_shown = (spans, status)
+            self.query_one("#totals", Painted).show(spans, layout=False)
+            self.query_one("#status", Static).update(status, layout=False)
         self._redraw_over()
 
     def _redraw_over(self) -> None:

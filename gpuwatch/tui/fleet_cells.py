@@ -146,14 +146,27 @@ def job_note(jobs: Sequence[GpuJob], idle_after_s: float) -> str:
     return " + ".join(parts)
 
 
+FRESH_AGE_STEP_S = 15
+"""A node that is up shows its data's age in steps of this under a minute: its age moves
+with every scrape, and a cell that changes on every read costs the screen a redraw."""
+
+
 def _age(row: NodeRow) -> tuple[str, str]:
-    """`3s`; a node that is not up: `down`, or `5m stale`."""
+    """A node that is up: `<15s`, `30s`, `2m`; a node that is not: `down`, `5m stale`
+    (to the second)."""
     age = render.duration(row.age_s)
     if row.up:
-        return age, "dim"
+        return _fresh_age(row.age_s), "dim"
     if not row.has_data:
         return ("down" if row.age_s is None else f"{age} down"), "alarm"
     return f"{age} stale", "alarm"
+
+
+def _fresh_age(age_s: float | None) -> str:
+    if age_s is None or not 0 <= age_s < 60:
+        return render.duration(age_s)
+    step = int(age_s) // FRESH_AGE_STEP_S * FRESH_AGE_STEP_S
+    return f"{step}s" if step else f"<{FRESH_AGE_STEP_S}s"
 
 
 def totals_line(totals: Totals) -> render.Line:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
-from gpuwatch.models import GpuSample
+from gpuwatch.models import GpuSample, Lease, Snapshot
 from gpuwatch.placement.gpus import choose
 from gpuwatch.placement.request import Request
 from gpuwatch.tui.trends import IDLE_UTILIZATION_PCT, IdleClock
@@ -80,22 +80,61 @@ class Totals:
     utilization_pct: float | None
 
 
+class FreeCounts:
+    """Each node's free GPUs by `pick`'s rule, kept while its GPUs and leases stay the same:
+    a node's data changes when it is scraped, far less often than the screen reads, and
+    the rule is most of what a row costs. Only the nodes of the latest read are kept."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[Snapshot, tuple[Lease, ...] | None, int]] = {}
+        self._seen: dict[str, tuple[Snapshot, tuple[Lease, ...] | None, int]] = {}
+
+    def free(self, node: NodeState, snapshot: Snapshot) -> int:
+        known = self._known.get(node.name)
+        if known is not None and known[0] == snapshot and known[1] == node.leases:
+            self._seen[node.name] = known
+            return known[2]
+        free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying
+        self._seen[node.name] = (snapshot, node.leases, free)
+        return free
+
+    def forget_unseen(self) -> None:
+        """Keeps only the nodes counted since the last call."""
+        self._known, self._seen = self._seen, {}
+
+
 def build_rows(
-    fleet: FleetState, idle_for: IdleFor | None = None, idle_after_s: float = 0.0
+    fleet: FleetState,
+    idle_for: IdleFor | None = None,
+    idle_after_s: float = 0.0,
+    free_counts: FreeCounts | None = None,
 ) -> list[NodeRow]:
     """One row per node, in the fleet's order. A held GPU is an idle holder when it is idle
-    now, or, given `idle_for`, when the screen has seen it idle for `idle_after_s`."""
-    return [node_row(node, idle_for, idle_after_s) for node in fleet.nodes]
+    now, or, given `idle_for`, when the screen has seen it idle for `idle_after_s`.
+    `free_counts` keeps the free GPUs of nodes whose data did not change from read to read."""
+    rows = [node_row(node, idle_for, idle_after_s, free_counts) for node in fleet.nodes]
+    if free_counts is not None:
+        free_counts.forget_unseen()
+    return rows
 
 
-def node_row(node: NodeState, idle_for: IdleFor | None, idle_after_s: float) -> NodeRow:
+def node_row(
+    node: NodeState,
+    idle_for: IdleFor | None,
+    idle_after_s: float,
+    free_counts: FreeCounts | None = None,
+) -> NodeRow:
     snapshot = node.snapshot
     if snapshot is None and node.summary is not None:
         return _summarized(node, node.summary)
     if snapshot is None:
         return _never_read(node)
     gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
-    free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying if node.up else None
+    free: int | None = None
+    if node.up and free_counts is not None:
+        free = free_counts.free(node, snapshot)
+    elif node.up:
+        free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying
     free_bytes = [gpu.memory_free_bytes for gpu in gpus if gpu.memory_free_bytes is not None]
     busy = [gpu.utilization_pct for gpu in gpus if gpu.utilization_pct is not None]
     hot = [gpu.temperature_c for gpu in gpus if gpu.temperature_c is not None]

@@ -5,17 +5,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
+from textual.cache import LRUCache
+from textual.strip import Strip
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from gpuwatch.tui.fleet_cells import Column, cell_text
 from gpuwatch.tui.fleet_rows import NodeRow
 from gpuwatch.tui.widgets import REMOVE_ONE_BY_ONE_MAX, SPAN_STYLES, KeyedText, Painter
 
+CELL_CACHE_SIZE = 20_000
+"""Drawn cells kept: a tall screen's cells several times over."""
+LINE_CACHE_SIZE = 2_000
+"""Drawn lines kept, likewise."""
+
+_CellDrawKey = tuple[object, ...]
+
 
 class FleetTable(DataTable[Text]):
-    """One row per node; rows are updated in place, cell by cell, not rebuilt."""
+    """One row per node; rows are updated in place, cell by cell, not rebuilt.
+
+    DataTable forgets every drawn cell whenever any cell changes, so a read that changes a
+    few cells would draw the whole screen's cells again; this table keeps each drawn cell
+    by what it says, so only the cells that changed are drawn again."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = DataTable.COMPONENT_CLASSES | {
         f"span--{name}" for name in SPAN_STYLES
@@ -34,6 +50,8 @@ class FleetTable(DataTable[Text]):
         self._rows: dict[str, NodeRow] = {}
         self._shape: tuple[tuple[Column, ...], int] | None = None
         self._sorted_by: tuple[str, bool] | None = None
+        self._drawn_cells: LRUCache[_CellDrawKey, list[list[Segment]]] = LRUCache(CELL_CACHE_SIZE)
+        self._drawn_lines: LRUCache[_CellDrawKey, Strip] = LRUCache(LINE_CACHE_SIZE)
 
     def action_first_row(self) -> None:
         if self.row_count:
@@ -71,8 +89,11 @@ class FleetTable(DataTable[Text]):
             self.remove_row(key)
             del self._cells[key]
         self._rows = {row.key: row for row in rows}
+        changed: list[tuple[str, str, KeyedText]] = []
         for row in rows:
-            self._put(row.key, [cell_text(row, column.key) for column in columns], columns)
+            cells = [cell_text(row, column.key) for column in columns]
+            self._put(row.key, cells, columns, changed)
+        self._update_cells(changed)
         order = [row.key for row in rows]
         if order != self.order:
             rank = {key: position for position, key in enumerate(order)}
@@ -86,6 +107,72 @@ class FleetTable(DataTable[Text]):
                 arrow = (" ▼" if reverse else " ▲") if column.key == key else ""
                 self.columns[column.key].label = Text(column.title + arrow)  # type: ignore[index]
 
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> list[list[Segment]]:
+        if row_index < 0 or column_index < 0:  # the header: DataTable's own cache
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        located = self._row_locations.get_key(row_index)
+        row_key = (located.value if located is not None else None) or ""
+        cells = self._cells.get(row_key)
+        if cells is None or column_index >= len(cells):
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        key = (
+            row_key,
+            row_index,  # drawn into the cell, for the mouse
+            column_index,
+            cells[column_index],
+            base_style,
+            width,
+            cursor,
+            hover,
+            self._show_hover_cursor,
+            self._pseudo_class_state,
+            self.app.theme,
+        )
+        drawn = self._drawn_cells.get(key)
+        if drawn is None:
+            drawn = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            self._drawn_cells[key] = drawn
+        return drawn
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        try:
+            row_key, line_in_row = self._get_offsets(y)
+        except LookupError:
+            return super()._render_line(y, x1, x2, base_style)
+        cells = self._cells.get(row_key.value or "")
+        if cells is None:  # the header
+            return super()._render_line(y, x1, x2, base_style)
+        key = (
+            y,
+            x1,
+            x2,
+            self.size.width,
+            row_key.value,
+            line_in_row,
+            tuple(cells),
+            self._shape,
+            self.cursor_coordinate,
+            self.hover_coordinate,
+            base_style,
+            self.cursor_type,
+            self._show_hover_cursor,
+            self._pseudo_class_state,
+            self.app.theme,
+        )
+        drawn = self._drawn_lines.get(key)
+        if drawn is None:
+            drawn = super()._render_line(y, x1, x2, base_style)
+            self._drawn_lines[key] = drawn
+        return drawn
+
     def _empty(self) -> None:
         scroll_y = self.scroll_y
         self.clear()
@@ -95,6 +182,8 @@ class FleetTable(DataTable[Text]):
 
     def _set_columns(self, columns: tuple[Column, ...], node_width: int) -> None:
         self.clear(columns=True)
+        self._drawn_cells.clear()
+        self._drawn_lines.clear()
         self._cells.clear()
         self.order = []
         for column in columns:
@@ -104,15 +193,32 @@ class FleetTable(DataTable[Text]):
         self._shape = (columns, node_width)
         self._sorted_by = None
 
-    def _put(self, key: str, cells: list[tuple[str, str]], columns: tuple[Column, ...]) -> None:
+    def _put(
+        self,
+        key: str,
+        cells: list[tuple[str, str]],
+        columns: tuple[Column, ...],
+        changed: list[tuple[str, str, KeyedText]],
+    ) -> None:
+        """Adds the row `key`, or notes in `changed` those of its cells that changed."""
         before = self._cells.get(key)
         if before is None:
             self.add_row(*(self._text(key, c, n) for n, c in enumerate(cells)), key=key)
-        else:
+        elif before != cells:
             for number, (column, old, new) in enumerate(zip(columns, before, cells, strict=True)):
                 if old != new:
-                    self.update_cell(key, column.key, self._text(key, new, number))
+                    changed.append((key, column.key, self._text(key, new, number)))
         self._cells[key] = cells
+
+    def _update_cells(self, changed: list[tuple[str, str, KeyedText]]) -> None:
+        """What `update_cell` does for each cell (its rows and columns exist: `show` made
+        them), with one refresh for them all rather than one per cell."""
+        if not changed:
+            return
+        for row_key, column_key, text in changed:
+            self._data[RowKey(row_key)][ColumnKey(column_key)] = text
+        self._update_count += 1
+        self.refresh()
 
     def _text(self, key: str, cell: tuple[str, str], number: int) -> KeyedText:
         # Figures align right, as in a spreadsheet; the node name (first) to the left.

@@ -202,9 +202,11 @@ class Painted(Static):
     def on_mount(self) -> None:
         self.show(self._spans)
 
-    def show(self, spans: render.Line) -> None:
+    def show(self, spans: render.Line, *, layout: bool = True) -> None:
+        """`layout=False` where the widget's size is fixed by its style: the screen is not
+        laid out again for it."""
         self._spans = spans
-        self.update(self.painter.text(spans))
+        self.update(self.painter.text(spans), layout=layout)
 
 
 class HostLine(Static):

@@ -3,6 +3,7 @@ the plain table and the JSON document, without a terminal."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,7 @@ from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapsho
 from gpuwatch.tui import fleet_rows
 from gpuwatch.tui.fleet_cells import cell_text, columns_for, plain_table
 from gpuwatch.tui.fleet_model import FleetView, NodeFilter
-from gpuwatch.tui.fleet_rows import IdleTracker, build_rows, totals, user_rows
+from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, build_rows, totals, user_rows
 from tests.conftest import FROZEN_TIME
 
 GIB = 1 << 30
@@ -152,6 +153,37 @@ def test_a_row_says_unknown_where_the_source_does_not_tell() -> None:
     assert cell_text(rows["gone"], "age") == ("down", "alarm")
     assert cell_text(rows["stale"], "age") == ("2s stale", "alarm")
     assert cell_text(rows["alpha"], "most_free")[0] == "80.0GiB"
+
+
+def test_an_up_nodes_age_moves_in_steps_and_a_stale_nodes_to_the_second() -> None:
+    rows = {row.node: row for row in build_rows(MIXED)}
+    alpha, stale = rows["alpha"], rows["stale"]
+
+    def age(row: NodeRow, age_s: float) -> str:
+        return cell_text(dataclasses.replace(row, age_s=age_s), "age")[0]
+
+    # a node that is up: the same cell from one scrape to the next
+    assert age(alpha, 2.0) == age(alpha, 13.9) == "<15s"
+    assert age(alpha, 31.0) == "30s"
+    assert age(alpha, 125.0) == "2m"
+    # a stale node: its age, marked, to the second
+    assert age(stale, 301.0) == "5m stale"
+    assert age(stale, 42.0) == "42s stale"
+
+
+def test_free_gpus_follow_a_nodes_new_data_from_read_to_read() -> None:
+    # GIVEN counts kept from read to read, and a first read
+    counts = fleet_rows.FreeCounts()
+    first = build_rows(MIXED, free_counts=counts)
+    assert first == build_rows(MIXED)
+    # WHEN the next read has alpha's free GPU leased and beta's data unchanged
+    alpha = next(n for n in MIXED.nodes if n.name == "alpha")
+    leased = dataclasses.replace(alpha, leases=(exclusive(1), exclusive(0)))
+    after = fleet(leased, *(n for n in MIXED.nodes if n.name != "alpha"))
+    rows = {row.node: row for row in build_rows(after, free_counts=counts)}
+    # THEN alpha has one GPU free fewer, beta the same, as counted afresh
+    assert rows["alpha"].gpus_free == first[0].gpus_free - 1  # type: ignore[operator]
+    assert list(rows.values()) == build_rows(after)
 
 
 def test_totals_count_the_gpus_of_nodes_that_are_up() -> None:

@@ -8,6 +8,7 @@ in what users see. After a deliberate change, review and accept the new pictures
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -163,6 +164,63 @@ async def test_a_thousand_nodes_are_a_thousand_rows() -> None:
         app.feed(app.source.read())
         await pilot.pause()
         assert shown(app) == order
+
+
+def drawn_lines(app: FleetApp) -> list[str]:
+    table = app.query_one(FleetTable)
+    return [table.render_line(y).text for y in range(table.size.height)]
+
+
+@synced
+async def test_a_read_that_changes_one_node_redraws_that_row_and_keeps_the_others() -> None:
+    app = frozen_app(20)
+    async with app.run_test(size=(100, 30)) as pilot:
+        # GIVEN the fleet on screen, the cursor on the second row
+        await first_read(pilot)
+        await pilot.press("down")
+        await pilot.pause()
+        fleet = app.source.read()
+        order = shown(app)
+        changed = order[1]
+        before = drawn_lines(app)
+        # WHEN a read finds that node's data 400 s old (still up) and nothing else new
+        nodes = tuple(
+            dataclasses.replace(node, age_s=400.0) if node.name == changed else node
+            for node in fleet.nodes
+        )
+        app.feed(dataclasses.replace(fleet, nodes=nodes))
+        await pilot.pause()
+        after = drawn_lines(app)
+        # THEN its row shows the new age, the other rows are drawn as before,
+        # and the cursor stays on it
+        assert shown(app) == order
+        row_lines = {i for i, line in enumerate(after) if changed in line}
+        assert row_lines and all("6m" in after[i] for i in row_lines)
+        assert all(after[i] == before[i] for i in range(len(after)) if i not in row_lines)
+        assert app.selected_node() == changed
+
+
+@synced
+async def test_a_table_drawn_through_many_reads_shows_what_one_drawn_once_does() -> None:
+    # GIVEN two reads of a fleet, a minute apart (its figures moved)
+    now = [FROZEN_TIME]
+    sim = SimFleet(200, clock=lambda: now[0])
+    first = sim.read()
+    now[0] += 60
+    second = sim.read()
+    screens = []
+    for reads in ([first, second, first, second], [second]):
+        app = FleetApp(sim, sample=False, monotonic=lambda: 1000.0)
+        async with app.run_test(size=(100, 30)) as pilot:
+            app.feed(reads[0])
+            await pilot.pause()
+            await pilot.press("end")  # scrolled to the bottom
+            for fleet in reads[1:]:
+                app.feed(fleet)
+                await pilot.pause()
+            screens.append(drawn_lines(app))
+    # THEN the screen fed four reads draws the last one as a screen fed it alone
+    assert screens[0] == screens[1]
 
 
 class FailingSource:
