@@ -77,7 +77,8 @@ def target_mapping(samples: Sequence[Sample], *, fallback_name: str) -> TargetMa
             snapshot=None,
             error=NO_GPU_METRICS,
         )
-    mine = [sample for sample in samples if sample.name.startswith(_prefix(exporter))]
+    prefix = _prefix(exporter)
+    mine = [sample for sample in samples if sample.name.startswith(prefix)]
     return name, exporter, _MAPPERS[exporter](mine, name)
 
 
