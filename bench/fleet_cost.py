@@ -10,16 +10,18 @@ and 5 that refuse; a real Prometheus (Debian's `prometheus`) scrapes them. Then:
 (b) `gpuwatch where -n 2 --min-free 40GiB --prometheus URL` beside it, at 500 nodes (it
     reads each node's own verdict, `gpuwatch_memory_available_bytes`), and the same with
     `--max-util 50` (a request at other limits: every family placement reads);
-(c) one steady refresh of the fleet (`PrometheusSource.read()`, or until it exists the
-    queries it will send) at 100, 500 and 1,000 nodes, GPU by GPU ("raw") and from the
-    recording rules of examples/gpuwatch-fleet-rules.yml ("rules"), which this Prometheus
-    records: requests, bytes (as sent, gzip, and as JSON) and time, counted by a proxy
-    in front of Prometheus;
+(c) one steady refresh of the fleet (`PrometheusSource.read()`) at 100, 500 and 1,000
+    nodes: every GPU's series ("gpus"), and the table's per-node figures, evaluated at
+    each refresh where Prometheus records no rules ("evaluated", through a proxy that
+    hides them) and recorded by examples/gpuwatch-fleet-rules.yml ("recorded"), which
+    this Prometheus records: requests, bytes (as sent, gzip, and as JSON) and time,
+    counted by a proxy in front of Prometheus;
 (d) direct scraping of 100 nodes of which 5 hang and 5 refuse (`ScrapeSource.read()`
     and `gpuwatch where --nodes-file`): wall time beside the per-node timeout, and beside
     the floor of 100 concurrent standard-library GETs with that timeout;
 (e) `gpuwatch fleet --interval 2` at 500 nodes, in a tmux pane: the CPU of the whole
-    process in steady state, raw (through a proxy that hides the rules) and from rules.
+    process in steady state, its figures evaluated (through the proxy that hides the
+    rules) and recorded.
 
 A figure the installed gpuwatch cannot give yet is skipped with a line that says why.
 Prometheus runs on this machine too, so every figure carries its load.
@@ -74,6 +76,12 @@ BARE_CLIENT = (
     "print(len(series))\n"
 )
 WHERE = ("where", "-n", "2", "--min-free", "40GiB")
+MODES = {
+    "gpus": "every GPU's series (fleet --json; a fleet with other exporters)",
+    "evaluated": "per-node figures, the rules' expressions evaluated at each refresh (the "
+    "fleet table where Prometheus records no rules)",
+    "recorded": "per-node figures recorded by examples/gpuwatch-fleet-rules.yml",
+}
 
 
 def scrape_directly(fleet: SimFleet, timeout_s: float, runs: int) -> None:
@@ -175,16 +183,15 @@ def _first_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0][:100] if lines else "(nothing)"
 
 
-def refresh_cost(
-    proxy: CountingProxy, nodes: int, refreshes: int, recorded: bool
-) -> tuple[str, ...]:
+def refresh_cost(proxy: CountingProxy, nodes: int, refreshes: int, mode: str) -> tuple[str, ...]:
     """A steady refresh (after a first read, which also learns the exporters and reads
-    GPU identity): requests, bytes as sent (gzip) and as JSON, median time."""
-    mode = "rules" if recorded else "raw"
-    source, _ = fleet_source("prometheus", "PrometheusSource", proxy.url, recorded=recorded)
+    GPU identity): requests, bytes as sent (gzip) and as JSON, median time. `mode`: see
+    `MODES`; `proxy` hides the rules for "evaluated"."""
+    per_node = mode != "gpus"
+    source, _ = fleet_source("prometheus", "PrometheusSource", proxy.url, per_node=per_node)
     if source is None:
         source, _ = fleet_source("prometheus", "PrometheusSource", proxy.url)
-        mode = "raw"
+        mode = "gpus"
     times: list[float] = []
     seen, counts = "", []
     if source is not None:
@@ -210,7 +217,7 @@ def refresh_cost(
     ms = statistics.median(times) * 1000
     kib = body_bytes / 1024
     return (
-        mode if used or mode == "raw" else "rules (absent)",
+        mode if used or mode == "gpus" else f"{mode} (not read)",
         str(nodes),
         str(requests),
         f"{kib:,.0f}",
@@ -251,7 +258,8 @@ def print_table(rows: list[tuple[str, ...]]) -> None:
     print("\n(c) one refresh of the fleet through Prometheus (the issue's bounds: 0.5 s, 1 MiB)")
     _, why = fleet_source("prometheus", "PrometheusSource", "http://127.0.0.1:9")
     print(f"    by {'PrometheusSource.read()' if not why else f'the stand-in queries: {why}'}")
-    print("    raw: every GPU's series; rules: examples/gpuwatch-fleet-rules.yml's per-node ones")
+    for mode, says in MODES.items():
+        print(f"    {mode:9}  {says}")
     head = ("mode", "nodes", "queries", "KiB sent", "KiB JSON", "ms (median)", "nodes read")
     widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head))]
     for row in (head, *rows):
@@ -293,10 +301,11 @@ def main() -> None:
                 load(prometheus, fleet, nodes)
                 if nodes == args.where_at:
                     compare_where(prometheus.url, args.runs, args.baseline)
-                    screen = {"raw": raw_proxy.url, "rules": proxy.url}
+                    screen = {"evaluated": raw_proxy.url, "recorded": proxy.url}
                     screen_cpu(screen, 2.0, args.cpu_seconds)
-                rows.append(refresh_cost(proxy, nodes, args.refreshes, recorded=False))
-                rows.append(refresh_cost(proxy, nodes, args.refreshes, recorded=True))
+                rows.append(refresh_cost(proxy, nodes, args.refreshes, "gpus"))
+                rows.append(refresh_cost(raw_proxy, nodes, args.refreshes, "evaluated"))
+                rows.append(refresh_cost(proxy, nodes, args.refreshes, "recorded"))
     print_table(rows)
 
 

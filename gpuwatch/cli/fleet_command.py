@@ -73,7 +73,8 @@ def fleet(
         raise click.UsageError(
             "--interval sets the live screen's refresh: not with --once or --json"
         )
-    with open_fleet_source(source_options) as source:
+    # The table needs each node's figures; the document, every GPU.
+    with open_fleet_source(source_options, per_node=not as_json) as source:
         if as_json:
             return print_json(source)
         if once:

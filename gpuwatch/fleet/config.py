@@ -65,11 +65,17 @@ def config_path(env: Mapping[str, str]) -> str:
 
 
 def resolve(
-    options: SourceOptions, env: Mapping[str, str] | None = None, *, placement: bool = False
+    options: SourceOptions,
+    env: Mapping[str, str] | None = None,
+    *,
+    placement: bool = False,
+    per_node: bool = False,
 ) -> FleetSource:
     """The source `options` name, else the environment's, else the config file's;
     `InvalidValueError` (one line) when none is set or one is wrong. `placement`: the
-    reader is `gpuwatch where`, which needs only what placement's rules read."""
+    reader is `gpuwatch where`, which needs only what placement's rules read;
+    `per_node`: the reader is the fleet table, which a Prometheus source may answer
+    with per-node figures (`PrometheusSource`)."""
     env = os.environ if env is None else env
     path = config_path(env)
     file = _from_file(path) if os.path.lexists(path) else None
@@ -87,7 +93,11 @@ def resolve(
     if chosen.prometheus:
         timeout_s = chosen.timeout_s or prometheus.DEFAULT_TIMEOUT_S
         return PrometheusSource(
-            chosen.prometheus, options=http, timeout_s=timeout_s, placement=placement
+            chosen.prometheus,
+            options=http,
+            timeout_s=timeout_s,
+            placement=placement,
+            per_node=per_node,
         )
     https = bool(chosen.ca_file or chosen.client_cert)
     targets = [parse_target(node, https=https) for node in chosen.nodes]

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 
 from gpuwatch.fleet import node_history, promql, series_gpuwatch, summaries
 from gpuwatch.fleet.exposition import Sample
@@ -79,20 +80,22 @@ class PrometheusSource:
         stale_after_s: float = DEFAULT_STALE_AFTER_S,
         clock: Callable[[], float] = time.time,
         placement: bool = False,
-        recorded: bool = True,
+        per_node: bool = False,
     ) -> None:
         """`placement=True` reads only what placement's rules use (for `gpuwatch where`):
-        no temperatures, power, model names or process names. `recorded=True` reads a
-        fleet of gpuwatch daemons from the recording rules of
-        `examples/gpuwatch-fleet-rules.yml` where the server records them (never for
-        placement, which needs every GPU)."""
+        no temperatures, power, model names or process names. `per_node=True` (the fleet
+        table) reads a fleet of gpuwatch daemons as per-node figures (`summaries`): from
+        the recording rules of `examples/gpuwatch-fleet-rules.yml` where the server
+        records them, else their expressions; its nodes have a `summary` and no GPUs,
+        but those `focus` names (never for placement, which needs every GPU)."""
         self.client = PromClient(
             url, options=options or HttpOptions(), timeout_s=timeout_s, max_bytes=max_bytes
         )
         self.stale_after_s = stale_after_s
         self.placement = placement
-        self.recorded = recorded and not placement
+        self.per_node = per_node and not placement
         self._rules = False
+        self._focus: frozenset[str] = frozenset()
         self._clock = clock
         self._targets: dict[str, Target] = {}
         self._uuids: dict[str, dict[str, int]] = {}
@@ -123,7 +126,7 @@ class PrometheusSource:
         self._reads += 1
         first = self._exporters is None
         if first:  # which exporters: their families only, from now on
-            self._ask([_NAMES, _PROBE] if self.recorded else [_NAMES])
+            self._ask([_NAMES, _PROBE] if self.per_node else [_NAMES])
         if self.summarized:
             return self._read_summarized()
         fresh = first or not self._identity or self._reads % IDENTITY_EVERY == 0
@@ -156,29 +159,36 @@ class PrometheusSource:
                 self._held.pop(target, None)
 
     def _read_summarized(self) -> FleetState:
-        """A refresh from the recording rules. What changes slowly (names, GPU models,
-        who runs where) is read every `SLOW_EVERY` reads and held between; the figures
-        are read again only when the rules were evaluated since the last read (`up` and
-        scrape times, which give each node's state and age, at every read)."""
+        """A refresh from per-node figures. What changes slowly (names, GPU models, who
+        runs where, idle holders) is read every `SLOW_EVERY` reads and held between; the
+        figures are read again only when they can have moved: recorded, when the rules
+        were evaluated since the last read; evaluated here, when a target was scraped
+        since. `up` and scrape times, which give each node's state and age, at every read;
+        the nodes in focus GPU by GPU."""
         slow = self._reads % SLOW_EVERY == 1 or not self._slow
-        plan: list[FamilyQuery | str] = [_UP, _SEEN, _EVALUATED]
+        plan: list[FamilyQuery | str] = [_UP, _SEEN]
+        if self._rules:
+            plan.append(_EVALUATED)
         if slow:
             plan.append(_NAMES)
         if self._reads % IDENTITY_EVERY == 0:
             plan.append(_PROBE)
         before = self._evaluated
         evaluated, (_, up, seen) = self._ask(plan)
-        if slow or self._evaluated != before or not self._summary:
+        moved = self._evaluated != before if self._rules else seen != self._scraped
+        self._scraped = seen
+        if slow or moved or not self._summary:
             self._read_figures(slow)
         samples = {target: list(found) for target, found in self._summary.items()}
-        return self._fleet(samples, up, seen, evaluated or self._clock())
+        details = self._read_details()
+        return self._fleet(samples, up, seen, evaluated or self._clock(), details)
 
     def _read_figures(self, slow: bool) -> None:
-        """Reads the recorded figures (and, `slow`, what changes slowly) into the held
+        """Reads the per-node figures (and, `slow`, what changes slowly) into the held
         summary."""
-        plan: list[FamilyQuery | str] = [*summaries.plan()]
+        plan: list[FamilyQuery | str] = [*summaries.plan(recorded=self._rules)]
         if slow:
-            plan += summaries.slow_plan()
+            plan += summaries.slow_plan(recorded=self._rules)
         _, (samples, _, _) = self._ask(plan)
         if slow:
             self._slow = {
@@ -194,11 +204,34 @@ class PrometheusSource:
                 self._last[target] = max(stamps)
         self._summary = dict(samples)
 
+    def focus(self, nodes: Collection[str]) -> None:
+        """Reads `nodes` GPU by GPU too, from the next read on, where the fleet is read as
+        per-node figures (a node's detail screen shows its GPUs); `()` ends it. Safe to
+        call from another thread than the reader's."""
+        self._focus = frozenset(nodes)
+
+    def _read_details(self) -> dict[Target, list[Sample]]:
+        """The series of the targets of the nodes in focus, every family of the fleet's
+        exporters, identity included: one more round of queries, narrowed to them."""
+        targets = {self._targets[name] for name in self._focus if name in self._targets}
+        if not targets:
+            return {}
+        matcher = promql.instances(instance for _, instance in targets)
+        plan = [q for q in self._plan(identity=True) if isinstance(q, FamilyQuery)]
+        self.queries_sent += len(plan)
+        answers = self.client.samples([q.promql(matcher) for q in plan], [q.family for q in plan])
+        found: dict[Target, list[Sample]] = defaultdict(list)
+        for _, vector in answers:
+            for sample in vector:
+                if (target := _target(sample.labels)) in targets:
+                    found[target].append(sample)
+        return found
+
     @property
     def summarized(self) -> bool:
-        """Whether reads come from the recording rules: they are recorded and the fleet
-        runs gpuwatch daemons only (the rules know no other exporter)."""
-        return self.recorded and self._rules and self._exporters == frozenset({Exporter.GPUWATCH})
+        """Whether reads come as per-node figures: asked for, and the fleet runs gpuwatch
+        daemons only (the figures know no other exporter)."""
+        return self.per_node and self._exporters == frozenset({Exporter.GPUWATCH})
 
     def read_placed(self, min_free_bytes: int | None) -> FleetState | None:
         """The fleet as placement sees it, in one round of queries whatever the number of
@@ -322,7 +355,9 @@ class PrometheusSource:
         up: dict[Target, float],
         seen: dict[Target, float],
         now: float,
+        details: dict[Target, list[Sample]] | None = None,
     ) -> FleetState:
+        """`details`: the series of targets read GPU by GPU beside their figures."""
         known = set(self._last) | set(samples)
         up = {target: value for target, value in up.items() if target in known}
         states = {
@@ -335,6 +370,7 @@ class PrometheusSource:
                 up,
                 seen,
                 now,
+                (details or {}).get(target),
             )
             for target in sorted(set(samples) | set(up))
         }
@@ -351,8 +387,10 @@ class PrometheusSource:
         up: dict[Target, float],
         seen: dict[Target, float],
         now: float,
+        detail: list[Sample] | None = None,
     ) -> NodeState:
-        """`parts`: the target's identity and its other series."""
+        """`parts`: the target's identity and its other series, or its per-node figures;
+        `detail`: beside those, its every series (its GPUs, for a detail screen)."""
         seen_at = seen.get(target, now)
         samples = [*parts[0], *parts[1]] if parts is not None else []
         if up.get(target, 1) != 1 or not samples:
@@ -370,9 +408,14 @@ class PrometheusSource:
             return NodeState(shown, up=False, snapshot=None, age_s=age_s, error=why)
         if self.summarized:
             shown = safe_name(name or host_of(target[1]))
-            return summaries.node_state(
+            state = summaries.node_state(
                 samples, shown, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s
             )
+            if not detail:
+                return state
+            mapping = target_mapping(detail, fallback_name=shown)
+            gpus = judged(mapping, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s)
+            return replace(gpus, name=state.name, summary=state.summary)
         assert parts is not None  # samples were found
         found = self._mapping(target, name or host_of(target[1]), parts, samples)
         return judged(found, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s)

@@ -41,10 +41,14 @@ class FamilyQuery:
     compare: str = ""
     only_where: FamilyQuery | None = None
     """Another query: only the GPUs it answers are kept (joined on target and `gpu`)."""
+    expression: str = ""
+    """Evaluated in place of the family's own series: a recording rule's expression, where
+    the server records none (a matcher does not narrow it)."""
 
     def promql(self, matcher: str = "") -> str:
         """The query; `matcher` (`instance=~"..."`) narrows it to some targets."""
         expr = f"{self.family}{{{matcher}}}" if matcher else self.family
+        expr = self.expression or expr
         if self.keep is not None:
             expr = f"max by ({', '.join((*_TARGET, *self.keep))}) ({expr})"
         expr = f"{expr} {self.compare}" if self.compare else expr

@@ -1,10 +1,14 @@
-"""A fleet's nodes from the recording rules of `examples/gpuwatch-fleet-rules.yml`.
+"""A fleet's nodes from per-node figures: the recording rules of
+`examples/gpuwatch-fleet-rules.yml`, or, where the server records none, their
+expressions evaluated on the spot.
 
-Where a Prometheus server records these per-node series, a refresh of the fleet
-table reads them instead of every GPU's: bytes per node, not per GPU, so that a fleet
-of 10,000 nodes refreshes as cheaply as one of 1,000 read GPU by GPU. A node's age and
-staleness still come from its own series (`gpuwatch_sample_timestamp_seconds`,
-`gpuwatch_sampling_up`) and `up`, as when its GPUs are read.
+The fleet table shows nodes, not GPUs, so a refresh of it reads per-node series: bytes
+per node, not per GPU. Recorded, they cost the server once per evaluation and a fleet of
+10,000 nodes refreshes as cheaply as one of 1,000 read GPU by GPU; evaluated at each
+refresh, they cost it the aggregation each time (a few milliseconds at 500 nodes of
+8 GPUs) and the client as little. A node's age and staleness still come from its own
+series (`gpuwatch_sample_timestamp_seconds`, `gpuwatch_sampling_up`) and `up`, as when
+its GPUs are read.
 """
 
 from __future__ import annotations
@@ -35,30 +39,79 @@ _POWER = "gpuwatch:node_power_watts:sum"
 _USER_MEMORY = "gpuwatch:node_user_memory_bytes:sum"
 _USER_GPUS = "gpuwatch:node_user_gpus:count"
 _MODELS = "gpuwatch:node_gpu_models:count"
+_IDLE_HELD = "gpuwatch:node_gpus_idle_held:count"
+_READABLE = "unless on (job, instance, gpu) gpuwatch_gpu_up == 0"
+_NONE_ON_EACH_NODE = "or on (job, instance) (count by (job, instance) (gpuwatch_gpu_info) * 0)"
+RULES = {
+    "gpuwatch:node_gpus:count": "count by (job, instance) (gpuwatch_gpu_info)",
+    "gpuwatch:node_gpus_free:count": "max by (job, instance) (gpuwatch_gpus_available)",
+    "gpuwatch:node_memory_free_bytes:max": (
+        f"max by (job, instance) (gpuwatch_memory_free_bytes {_READABLE})"
+    ),
+    "gpuwatch:node_memory_free_bytes:sum": (
+        f"sum by (job, instance) (gpuwatch_memory_free_bytes {_READABLE})"
+    ),
+    "gpuwatch:node_utilization_ratio:avg": (
+        f"avg by (job, instance) (gpuwatch_utilization_ratio {_READABLE})"
+    ),
+    "gpuwatch:node_temperature_celsius:max": (
+        f"max by (job, instance) (gpuwatch_temperature_celsius {_READABLE})"
+    ),
+    "gpuwatch:node_power_watts:sum": f"sum by (job, instance) (gpuwatch_power_watts {_READABLE})",
+    "gpuwatch:node_leases:sum": (
+        'sum by (job, instance) ({__name__=~"gpuwatch_leases|gpuwatch_mig_leases"}) '
+        + _NONE_ON_EACH_NODE
+    ),
+    _IDLE_HELD: (
+        "count by (job, instance) ( "
+        "max_over_time(gpuwatch_utilization_ratio[10m]) <= 0.014 "
+        "and on (job, instance, gpu) "
+        "(gpuwatch_leases > 0 or gpuwatch_process_memory_bytes > 0) ) " + _NONE_ON_EACH_NODE
+    ),
+    "gpuwatch:node_user_memory_bytes:sum": (
+        "sum by (job, instance, user) (gpuwatch_process_memory_bytes)"
+    ),
+    "gpuwatch:node_user_gpus:count": (
+        "count by (job, instance, user) "
+        "(count by (job, instance, user, gpu) (gpuwatch_process_memory_bytes))"
+    ),
+    _MODELS: "count by (job, instance, model_name) (gpuwatch_gpu_info)",
+}
+"""Each per-node series and the expression the example rules record it by (a test holds
+the two to each other); a source evaluates the expression where the server records none."""
 EVALUATED = "max(timestamp(gpuwatch:node_gpus:count))"
 """When the recording rules were last evaluated: their figures move only then."""
 STAMP = "gpuwatch_sample_timestamp_seconds"
-RECORDED = (*_COUNTS, *_BYTES, _UTILIZATION, _HOTTEST, _POWER)
+_FAST = (*(c for c in _COUNTS if c != _IDLE_HELD), *_BYTES, _UTILIZATION, _HOTTEST, _POWER)
+"""The per-node figures every refresh reads."""
 _LINE = (node_work.WAITERS, node_work.LONGEST_WAIT)
 """The daemon's own series of its line of waiting jobs: one per node already, so read as
 they are, not recorded."""
-SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS)
-"""Recorded families that change slowly: a source may read them less often."""
+SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS, _IDLE_HELD)
+"""Per-node families that change slowly, or over minutes (idle holders: idle for 10),
+which a source may read less often."""
 
 
-def plan() -> list[FamilyQuery]:
-    """The queries of every refresh from the rules, beside `up` and `timestamp(up)`: the
-    recorded figures, and the daemon's snapshot time and failed sampling, one per node."""
-    queries = [FamilyQuery(name, ()) for name in (*RECORDED, STAMP, *_LINE)]
+def plan(*, recorded: bool) -> list[FamilyQuery]:
+    """The queries of every refresh from per-node figures, beside `up` and
+    `timestamp(up)`: the figures (`recorded`: by their names, else their expressions),
+    and the daemon's snapshot time and failed sampling, one per node."""
+    queries = [_figure(name, (), recorded) for name in _FAST]
+    queries += [FamilyQuery(name, ()) for name in (STAMP, *_LINE)]
     queries.append(FamilyQuery("gpuwatch_sampling_up", compare="== 0"))
     return queries
 
 
-def slow_plan() -> list[FamilyQuery]:
-    """The queries of what changes slowly: who runs where, and the GPU models."""
-    queries = [FamilyQuery(name, ("user",)) for name in (_USER_MEMORY, _USER_GPUS)]
-    queries.append(FamilyQuery(_MODELS, ("model_name",)))
+def slow_plan(*, recorded: bool) -> list[FamilyQuery]:
+    """The queries of what changes slowly: who runs where, the GPU models, idle holders."""
+    queries = [_figure(name, ("user",), recorded) for name in (_USER_MEMORY, _USER_GPUS)]
+    queries.append(_figure(_MODELS, ("model_name",), recorded))
+    queries.append(_figure(_IDLE_HELD, (), recorded))
     return queries
+
+
+def _figure(name: str, keep: tuple[str, ...], recorded: bool) -> FamilyQuery:
+    return FamilyQuery(name, keep, expression="" if recorded else RULES[name])
 
 
 def node_state(

@@ -2,8 +2,10 @@
 
 A reader thread calls `source.read()` every interval and posts `FleetRead`; a node's
 history (for its cards' graphs) is read on a thread of its own and posted as
-`HistoryRead`. The UI thread only draws: the table's rows are updated in place, and
-what the user chose (sort, filter, selection) is a `fleet_model.FleetView`.
+`HistoryRead`. A source that reads nodes as per-node figures is told which node's detail
+is open (`focus`), and reads that one GPU by GPU. The UI thread only draws: the table's
+rows are updated in place, and what the user chose (sort, filter, selection) is a
+`fleet_model.FleetView`.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ class FleetApp(App[int]):
         self._sample = sample
         self._first = first
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        """Set to read at once, not at the next interval (a node's detail opened)."""
         self._reader: threading.Thread | None = None
         self._drawn = False
         self._lines_shown: tuple[list[tuple[str, str]], str] | None = None
@@ -128,16 +132,15 @@ class FleetApp(App[int]):
 
     def on_unmount(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._reader is not None:
             self._reader.join(READER_EXIT_WAIT_S)  # a daemon thread: a hung read ends with us
 
     def _read_loop(self) -> None:
-        next_read = time.monotonic()
-        if self._first is not None and self._stop.wait(self.interval_s):
-            return
+        due = time.monotonic()
+        if self._first is not None:
+            due = self._sleep_until(due + self.interval_s)
         while not self._stop.is_set():
-            # Reads start every interval, however long each takes (a slow Prometheus).
-            next_read = max(next_read + self.interval_s, time.monotonic())
             try:
                 message = FleetRead(self.source.read())
             except GpuwatchError as error:
@@ -145,7 +148,15 @@ class FleetApp(App[int]):
             except Exception as error:  # a fault in one read never ends the screen
                 message = FleetRead(None, f"unexpected {type(error).__name__}: {error}")
             self.post_message(message)
-            self._stop.wait(max(0.0, next_read - time.monotonic()))
+            # Reads start every interval, however long each takes (a slow Prometheus).
+            due = self._sleep_until(max(due + self.interval_s, time.monotonic()))
+
+    def _sleep_until(self, due: float) -> float:
+        """Waits until `due` (monotonic), or less where the reader is woken; returns when
+        the next read starts, from which the one after is due."""
+        woken = self._wake.wait(max(0.0, due - time.monotonic()))
+        self._wake.clear()
+        return time.monotonic() if woken else due
 
     # --- data -----------------------------------------------------------------------------
 
@@ -291,7 +302,8 @@ class FleetApp(App[int]):
             return  # Enter reaches both the table and the app: open one node only
         history = getattr(self.source, "history", None)
         screen = NodeScreen(node, self.interval_s, waits_for_history=callable(history))
-        self.push_screen(screen)
+        self.push_screen(screen, callback=self._node_closed)
+        self._focus((node,))
         if self.fleet is not None:
             state = next((n for n in self.fleet.nodes if n.name == node), None)
             if state is not None:
@@ -299,6 +311,18 @@ class FleetApp(App[int]):
         if callable(history):
             threading.Thread(target=self._read_history, args=(history, node), daemon=True).start()
         self.call_after_refresh(self.redraw)
+
+    def _node_closed(self, _: None) -> None:
+        self._focus(())
+
+    def _focus(self, nodes: tuple[str, ...]) -> None:
+        """Tells a source that reads per-node figures which nodes to read GPU by GPU,
+        and reads at once when one opens."""
+        focus = getattr(self.source, "focus", None)
+        if callable(focus):
+            focus(nodes)
+            if nodes:
+                self._wake.set()
 
     def _read_history(self, history: Callable[..., Sequence[GpuSeries]], node: str) -> None:
         try:

@@ -125,7 +125,7 @@ def node_row(
     free_counts: FreeCounts | None = None,
 ) -> NodeRow:
     snapshot = node.snapshot
-    if snapshot is None and node.summary is not None:
+    if node.summary is not None:  # as every other row says it, though its GPUs were read
         return _summarized(node, node.summary)
     if snapshot is None:
         return _never_read(node)

@@ -1,6 +1,6 @@
 """The example recording rules (`examples/gpuwatch-fleet-rules.yml`): they compute what
-the fleet table shows, and a fleet read from them shows the same table as one read GPU
-by GPU."""
+the fleet table shows, and a fleet read from them, or from their expressions where the
+server records none, shows the same table as one read GPU by GPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from dataclasses import astuple, replace
 from pathlib import Path
 
 import pytest
+import yaml
 
+from gpuwatch.fleet import summaries
 from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.tui.fleet_rows import NodeRow, build_rows, user_rows
@@ -59,31 +61,79 @@ def moving(row: NodeRow) -> list[float | None]:
     return [getattr(row, name) for name in MOVING]
 
 
+def test_the_figures_evaluated_where_none_are_recorded_are_the_example_rules() -> None:
+    # GIVEN the example rules file, and the expressions a source evaluates without it
+    with RULES.open() as file:
+        (group,) = yaml.safe_load(file)["groups"]
+    # WHEN each recorded name's expression is compared, spaces aside
+    in_file = {rule["record"]: " ".join(rule["expr"].split()) for rule in group["rules"]}
+    in_code = {name: " ".join(expr.split()) for name, expr in summaries.RULES.items()}
+    # THEN they are the same figures by the same expressions
+    assert in_file == in_code
+
+
 @pytest.mark.slow
-def test_the_fleet_table_from_recording_rules_is_the_table_from_every_gpu(
+def test_the_fleet_table_from_per_node_figures_is_the_table_from_every_gpu(
     start_daemons: StartDaemons, start_prometheus: StartPrometheus
 ) -> None:
-    # GIVEN three gpuwatch daemons, and a Prometheus recording the example rules
+    # GIVEN three gpuwatch daemons, a Prometheus recording the example rules, and one
+    # that records none
     nodes = [
         SimNode("node-a", (0, 0)),
         SimNode("node-b", (40 * GIB, 0, 70 * GIB)),
         SimNode("node-c", (79 * GIB,)),
     ]
     daemons = start_daemons(nodes)
-    prometheus = start_prometheus([Target(d.address) for d in daemons], rule_files=[RULES])
-    prometheus.wait_until_up([d.address for d in daemons])
+    targets = [Target(d.address) for d in daemons]
+    prometheus = start_prometheus(targets, rule_files=[RULES])
+    bare = start_prometheus(targets)
+    for server in (prometheus, bare):
+        server.wait_until_up([d.address for d in daemons])
     prometheus.wait_for(
         "gpuwatch:node_gpus_free:count", lambda found: len(found) == 3, "the rules' figures"
     )
-    # WHEN the fleet is read from the rules, and GPU by GPU
-    recorded_source = PrometheusSource(prometheus.url)
+    # WHEN the fleet is read from the rules, from their expressions, and GPU by GPU
+    recorded_source = PrometheusSource(prometheus.url, per_node=True)
     recorded = recorded_source.read()
-    raw = PrometheusSource(prometheus.url, recorded=False).read()
-    # THEN the rules were used, and the table and the users view are the same
-    assert recorded_source.summarized
-    assert all(node.summary is not None and node.snapshot is None for node in recorded.nodes)
-    assert [shown(row) for row in build_rows(recorded)] == [shown(row) for row in build_rows(raw)]
-    assert user_rows(recorded) == user_rows(raw)
+    evaluated_source = PrometheusSource(bare.url, per_node=True)
+    evaluated = evaluated_source.read()
+    raw = PrometheusSource(prometheus.url).read()
+    # THEN figures were read, and the table and the users view are the same all three ways
+    for source, fleet in ((recorded_source, recorded), (evaluated_source, evaluated)):
+        assert source.summarized
+        assert all(node.summary is not None and node.snapshot is None for node in fleet.nodes)
+    assert all(node.summary is None and node.snapshot is not None for node in raw.nodes)
+    table = [shown(row) for row in build_rows(raw)]
+    assert [shown(row) for row in build_rows(recorded)] == table
+    assert [shown(row) for row in build_rows(evaluated)] == table
+    assert user_rows(recorded) == user_rows(evaluated) == user_rows(raw)
+
+
+@pytest.mark.slow
+def test_a_node_in_focus_comes_with_its_gpus_beside_its_figures(
+    start_daemons: StartDaemons, start_prometheus: StartPrometheus
+) -> None:
+    # GIVEN two gpuwatch daemons behind a Prometheus that records no rules, read as figures
+    node_b = SimNode("node-b", (40 * GIB,))
+    daemons = start_daemons([SimNode("node-a", (0, 0)), node_b])
+    prometheus = start_prometheus([Target(d.address) for d in daemons])
+    prometheus.wait_until_up([d.address for d in daemons])
+    source = PrometheusSource(prometheus.url, per_node=True)
+    source.read()
+    # WHEN node-b's detail is opened (focus), read, then closed
+    source.focus(["node-b"])
+    opened = {node.name: node for node in source.read().nodes}
+    source.focus(())
+    closed = {node.name: node for node in source.read().nodes}
+    # THEN only node-b came GPU by GPU while open, with its figures kept for its row
+    b = opened["node-b"]
+    assert b.snapshot is not None and b.summary is not None
+    assert tuple(gpu.memory_free_bytes for gpu in b.snapshot.gpus) == node_b.free_bytes()
+    assert b.leases == ()
+    assert [p.memory_used_bytes for p in b.snapshot.processes] == [40 * GIB]
+    assert opened["node-a"].snapshot is None
+    assert build_rows(FleetState(0.0, "x", (b,)))[0].gpus == 1
+    assert closed["node-b"].snapshot is None and closed["node-b"].summary is not None
 
 
 SUMMARY = NodeSummary(

@@ -18,7 +18,7 @@ import pytest
 from textual.pilot import Pilot
 
 from gpuwatch.errors import SourceError
-from gpuwatch.fleet.nodes import FleetState
+from gpuwatch.fleet.nodes import FleetState, NodeState
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.sim_fleet import SimFleet
 from gpuwatch.tui.fleet_app import FleetApp
@@ -310,28 +310,39 @@ async def test_question_mark_lists_the_keys_and_q_closes_the_list() -> None:
 # --- a real Prometheus ----------------------------------------------------------------------
 
 
-def test_through_prometheus_the_nodes_show_and_a_nodes_cards_have_its_past(
+def test_through_prometheus_the_nodes_show_and_a_nodes_cards_have_its_gpus_and_past(
     start_daemons: StartDaemons, start_prometheus: StartPrometheus
 ) -> None:
-    # GIVEN two real daemons scraped every second by a real Prometheus, for a few seconds
+    # GIVEN two real daemons scraped every second by a real Prometheus, for a few seconds,
+    # read as the fleet command reads them for its table: per-node figures
     daemons = start_daemons([SimNode("node-a", (0, 30 << 30)), SimNode("node-b", (0,))])
     prometheus = start_prometheus([Target(daemon.address) for daemon in daemons])
     prometheus.wait_until_up([daemon.address for daemon in daemons])
     time.sleep(3)
-    app = FleetApp(PrometheusSource(prometheus.url), interval_s=1.0)
+    app = FleetApp(PrometheusSource(prometheus.url, per_node=True), interval_s=1.0)
+
+    def node_a() -> NodeState | None:
+        return next((n for n in app.fleet.nodes if n.name == "node-a"), None) if app.fleet else None
 
     async def look() -> None:
         async with app.run_test(size=(100, 30)) as pilot:
             # WHEN the screen has read the fleet THEN each daemon is a node, up
             await until(pilot, lambda: len(app.rows()) == 2, tries=500)
             assert sorted(row.node for row in app.rows() if row.up) == ["node-a", "node-b"]
-            # WHEN Enter opens the first node THEN its graphs start with Prometheus's past
+            assert (node := node_a()) is not None and node.snapshot is None
+            # WHEN Enter opens the first node THEN its GPUs are read and shown as cards,
+            # and its graphs start with Prometheus's past
             await pilot.press("enter")
             screen = app.screen
             assert isinstance(screen, NodeScreen)
             await until(pilot, lambda: screen.section.frame is not None, tries=500)
+            await until(pilot, lambda: screen.section.frame.snapshot is not None, tries=500)
+            assert len(screen.section.frame.snapshot.gpus) == 2
             assert screen.section.history_note == f"from prometheus {prometheus.url}"
             trend = next(iter(screen.section.trends.values()))
             assert len(trend.utilization) > 1, "the past came from query_range"
+            # WHEN Esc closes it THEN the fleet is read as figures again
+            await pilot.press("escape")
+            await until(pilot, lambda: (n := node_a()) is not None and n.snapshot is None)
 
     asyncio.run(look())
