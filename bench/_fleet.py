@@ -49,7 +49,14 @@ class Counts:
 
 
 _NO_RULES = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
-_RULES_PROBE = "gpuwatch%3Anode_gpus%3Acount"
+_RULES_PROBE = "gpuwatch%3Anode_gpu_models%3Acount"
+
+
+class _Server(ThreadingHTTPServer):
+    # A client sends a refresh's dozen queries at once: with the standard backlog of 5,
+    # the kernel drops the connections past it, and each is retried a second later, a
+    # delay the proxy would add to what it measures.
+    request_queue_size = 128
 
 
 class CountingProxy:
@@ -64,7 +71,7 @@ class CountingProxy:
         self.counts = Counts()
         self._lock = threading.Lock()
         self._upstream = urllib.parse.urlsplit(upstream)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 

@@ -145,7 +145,7 @@ def load(prometheus: Prometheus, fleet: SimFleet, nodes: int) -> None:
         timeout_s=900,
     )
     prometheus.wait_for(
-        "count(gpuwatch:node_gpus_free:count)",
+        "count(gpuwatch:node_gpu_models:count)",
         lambda samples: bool(samples) and samples[0].value >= nodes,
         f"the recording rules of {nodes} nodes",
         timeout_s=900,

@@ -10,6 +10,8 @@ report is left out, not sent as 0. While the snapshot is not current (sampling
 fails or stalls), no value of it is sent: every GPU is down, and
 `gpuwatch_sample_timestamp_seconds` says how old the last snapshot is.
 
+The node's own figures (`gpuwatch_node_*`) come from `node_series`.
+
 Jobs (`gpuwatch_jobs_known`, `gpuwatch_gpu_job_info`, `gpuwatch_gpu_allocated_idle_seconds`)
 come from `job_series`; no other series carries a job.
 
@@ -28,6 +30,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpuwatch._version import __version__
 from gpuwatch.daemon.job_series import job_metrics
+from gpuwatch.daemon.node_series import node_metrics
 from gpuwatch.daemon.training_series import training_indices, training_metrics
 from gpuwatch.daemon.view import View
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
@@ -116,6 +119,7 @@ class ViewCollector(Collector):
         yield from _process_metrics(snapshot, node)
         yield from _lease_metrics(snapshot, node, view.leases, by_uuid)
         yield from _available_metrics(snapshot, node, view.leases)
+        yield from node_metrics(snapshot, node, view.leases)
         yield _gauge(
             "lease_waiters",
             "Jobs waiting in line for GPUs on this node (gpuwatch pick --wait).",

@@ -48,15 +48,14 @@ they are at most this share of all; past it, reading all costs no more."""
 IDENTITY_EVERY = 30
 """Reads between two readings of GPU identity (a minute at the screen's 2 s refresh)."""
 SLOW_EVERY = 5
-"""Reads between two readings, from recording rules, of what changes slowly: node
-names, GPU models, who runs where (10 s at the screen's 2 s refresh)."""
+"""Reads between two readings of each part of what changes slowly: node names, GPU
+models, who runs where, idle holders (10 s at the screen's 2 s refresh)."""
 Target = tuple[str, str]
 """(job, instance): one scraped endpoint."""
 Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, float]]
 """A round's samples by target, each target's `up`, and when each was last scraped."""
 _FREE = "gpuwatch_memory_free_bytes"
 _NAMES, _UP, _SEEN, _PROBE = "names", "up", "seen", "probe"
-_EVALUATED = "evaluated"
 _NO_SAMPLES: list[Sample] = []
 """The identity of a target that has none: one list, so that its mapping is kept."""
 _NAMES_NOW = "names now"
@@ -104,15 +103,20 @@ class PrometheusSource:
         self._exporters: frozenset[Exporter] | None = None
         self._identity: dict[Target, list[Sample]] = {}
         self._slow: dict[Target, list[Sample]] = {}
+        self._slow_parts: dict[int, dict[Target, list[Sample]]] = {}
+        """Each part of what changes slowly (`summaries.SLOW_GROUPS`), as last read."""
         self._summary: dict[Target, list[Sample]] = {}
         self._held: dict[Target, list[Sample]] = {}
         """Each target's series as last read: a round reads only targets scraped since."""
         self._scraped: dict[Target, float] = {}
         """When each target was scraped, as of the last round."""
-        self._evaluated = 0.0
-        """When the recording rules were last evaluated, as of the last read."""
+        self._told = True
+        """Whether every gpuwatch daemon exports its node's figures (an older one does
+        not: then the fleet is read GPU by GPU)."""
         self._mappings: dict[Target, tuple[str, list[Sample], list[Sample], TargetMapping]] = {}
         """Each target's mapped series, and the lists they were mapped from."""
+        self._read: dict[Target, tuple[list[Sample], list[Sample], summaries.Figures]] = {}
+        """Each target's per-node figures, and the lists (fast, slow) they were read from."""
         self._reads = 0
         self.queries_sent = 0
         """Instant queries sent so far, for the benches."""
@@ -128,7 +132,10 @@ class PrometheusSource:
         if first:  # which exporters: their families only, from now on
             self._ask([_NAMES, _PROBE] if self.per_node else [_NAMES])
         if self.summarized:
-            return self._read_summarized()
+            fleet = self._read_summarized()
+            if self.summarized:
+                return fleet
+            # A daemon exports no figures of its node: GPU by GPU from now on.
         fresh = first or not self._identity or self._reads % IDENTITY_EVERY == 0
         evaluated, (_, up, seen) = self._ask([_NAMES, _UP, _SEEN])
         moved = [target for target, at in seen.items() if self._scraped.get(target) != at]
@@ -159,50 +166,88 @@ class PrometheusSource:
                 self._held.pop(target, None)
 
     def _read_summarized(self) -> FleetState:
-        """A refresh from per-node figures. What changes slowly (names, GPU models, who
-        runs where, idle holders) is read every `SLOW_EVERY` reads and held between; the
-        figures are read again only when they can have moved: recorded, when the rules
-        were evaluated since the last read; evaluated here, when a target was scraped
-        since. `up` and scrape times, which give each node's state and age, at every read;
-        the nodes in focus GPU by GPU."""
-        slow = self._reads % SLOW_EVERY == 1 or not self._slow
+        """A refresh from per-node figures (`summaries`): those of the targets scraped
+        since the last read, named in each selector, as a refresh GPU by GPU names them;
+        what changes slowly (names, GPU models, who runs where, idle holders) in parts,
+        each every `SLOW_EVERY` reads, held between. `up` and scrape times, which give
+        each node's state and age, at every read; the nodes in focus GPU by GPU."""
+        slow_group = self._slow_due()
         plan: list[FamilyQuery | str] = [_UP, _SEEN]
-        if self._rules:
-            plan.append(_EVALUATED)
-        if slow:
+        if slow_group in (None, 0):
             plan.append(_NAMES)
         if self._reads % IDENTITY_EVERY == 0:
             plan.append(_PROBE)
-        before = self._evaluated
         evaluated, (_, up, seen) = self._ask(plan)
-        moved = self._evaluated != before if self._rules else seen != self._scraped
+        moved = [target for target, at in seen.items() if self._scraped.get(target) != at]
+        narrowed = bool(self._summary) and len(moved) <= NARROW_SHARE * len(seen)
+        if moved or not self._summary:
+            self._read_figures(moved if narrowed else None)
+        if slow_group != -1:
+            self._read_slow(slow_group)
         self._scraped = seen
-        if slow or moved or not self._summary:
-            self._read_figures(slow)
-        samples = {target: list(found) for target, found in self._summary.items()}
-        details = self._read_details()
-        return self._fleet(samples, up, seen, evaluated or self._clock(), details)
+        details = self._read_details() if self._told else {}
+        return self._fleet(self._summary, up, seen, evaluated or self._clock(), details)
 
-    def _read_figures(self, slow: bool) -> None:
-        """Reads the per-node figures (and, `slow`, what changes slowly) into the held
-        summary."""
-        plan: list[FamilyQuery | str] = [*summaries.plan(recorded=self._rules)]
-        if slow:
-            plan += summaries.slow_plan(recorded=self._rules)
-        _, (samples, _, _) = self._ask(plan)
-        if slow:
-            self._slow = {
-                t: [s for s in found if s.name in summaries.SLOW] for t, found in samples.items()
-            }
+    def _slow_due(self) -> int | None:
+        """Which part of what changes slowly this read reads: `None` all (none is held
+        yet), -1 none."""
+        if len(self._slow_parts) < summaries.SLOW_GROUPS:
+            return None
+        step = SLOW_EVERY // summaries.SLOW_GROUPS
+        turn = self._reads % SLOW_EVERY
+        return turn // step if turn % step == 0 and turn // step < summaries.SLOW_GROUPS else -1
+
+    def _read_figures(self, moved: list[Target] | None) -> None:
+        """Reads the per-node figures into the held ones: every target's, or (`moved`)
+        those of the targets scraped since, each replaced whole."""
+        _, (samples, _, _) = self._ask(summaries.plan(), narrow_to=moved)
+        self._told = all(summaries.told(found) for found in samples.values())
+        if moved is None:
+            self._summary = dict(samples)
         else:
-            for target, held in self._slow.items():
-                if target in samples:
-                    samples[target] += held
-        for target, found in samples.items():  # a node that goes down keeps its data's age
-            stamps = [s.value for s in found if s.name == summaries.STAMP]
-            if stamps:
+            for target in moved:
+                if found := samples.get(target):
+                    self._summary[target] = found
+                else:
+                    self._summary.pop(target, None)
+        for target in moved if moved is not None else samples:
+            stamps = [s.value for s in samples.get(target, ()) if s.name == summaries.STAMP]
+            if stamps:  # a node that goes down keeps its data's age
                 self._last[target] = max(stamps)
-        self._summary = dict(samples)
+
+    def _read_slow(self, group: int | None) -> None:
+        """Reads a part (`None`: all) of what changes slowly, from the rules where they
+        are recorded, and joins the parts held into each target's slow series."""
+        groups = range(summaries.SLOW_GROUPS) if group is None else (group,)
+        plan = [q for n in groups for q in summaries.slow_plan(recorded=self._rules, group=n)]
+        _, (samples, _, _) = self._ask(plan)
+        names = {n: {q.family for q in summaries.slow_plan(recorded=True, group=n)} for n in groups}
+        for number in groups:
+            before, self._slow_parts[number] = self._slow_parts.get(number, {}), {}
+            for target, found in samples.items():
+                part = [s for s in found if s.name in names[number]]
+                # Mostly unchanged: the list held stays, and so do the figures read from it.
+                held = before.get(target)
+                self._slow_parts[number][target] = held if held == part else part
+        slow: dict[Target, list[Sample]] = defaultdict(list)
+        for held_part in self._slow_parts.values():
+            for target, found in held_part.items():
+                slow[target] += found
+        previous, self._slow = self._slow, {}
+        for target, found in slow.items():
+            held = previous.get(target)
+            self._slow[target] = held if held == found else found
+
+    def _figures(self, target: Target, fast: list[Sample]) -> summaries.Figures:
+        """The target's figures, read from its held series: kept while those are the
+        very lists read last time (a target not scraped since costs no reading)."""
+        slow = self._slow.get(target, _NO_SAMPLES)
+        held = self._read.get(target)
+        if held is not None and held[0] is fast and held[1] is slow:
+            return held[2]
+        found = summaries.figures([*fast, *slow])
+        self._read[target] = (fast, slow, found)
+        return found
 
     def focus(self, nodes: Collection[str]) -> None:
         """Reads `nodes` GPU by GPU too, from the next read on, where the fleet is read as
@@ -231,7 +276,8 @@ class PrometheusSource:
     def summarized(self) -> bool:
         """Whether reads come as per-node figures: asked for, and the fleet runs gpuwatch
         daemons only (the figures know no other exporter)."""
-        return self.per_node and self._exporters == frozenset({Exporter.GPUWATCH})
+        only_gpuwatch = self._exporters == frozenset({Exporter.GPUWATCH})
+        return self.per_node and only_gpuwatch and self._told
 
     def read_placed(self, min_free_bytes: int | None) -> FleetState | None:
         """The fleet as placement sees it, in one round of queries whatever the number of
@@ -318,8 +364,6 @@ class PrometheusSource:
                 self._file_names(vector)
             elif query == _PROBE:
                 self._rules = bool(vector)
-            elif query == _EVALUATED:
-                self._evaluated = max((s.value for s in vector), default=0.0)
             elif query in (_UP, _SEEN):
                 into = up if query == _UP else seen
                 into.update((_target(s.labels), s.value) for s in vector)
@@ -375,6 +419,7 @@ class PrometheusSource:
             for target in sorted(set(samples) | set(up))
         }
         self._mappings = {t: held for t, held in self._mappings.items() if t in states}
+        self._read = {t: held for t, held in self._read.items() if t in states}
         nodes = merged(states.values())
         self._remember(states, nodes)
         return FleetState(taken_at=now, source=self.description, nodes=nodes)
@@ -406,17 +451,18 @@ class PrometheusSource:
             )
             shown = safe_name(name or target[1])
             return NodeState(shown, up=False, snapshot=None, age_s=age_s, error=why)
+        assert parts is not None  # samples were found
         if self.summarized:
             shown = safe_name(name or host_of(target[1]))
+            figures = self._figures(target, parts[1])
             state = summaries.node_state(
-                samples, shown, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s
+                figures, shown, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s
             )
             if not detail:
                 return state
             mapping = target_mapping(detail, fallback_name=shown)
             gpus = judged(mapping, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s)
             return replace(gpus, name=state.name, summary=state.summary)
-        assert parts is not None  # samples were found
         found = self._mapping(target, name or host_of(target[1]), parts, samples)
         return judged(found, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s)
 
@@ -476,8 +522,6 @@ def _text(query: str) -> str:
         return promql.names(now=query == _NAMES_NOW)
     if query == _PROBE:
         return summaries.PROBE
-    if query == _EVALUATED:
-        return summaries.EVALUATED
     return "up" if query == _UP else "timestamp(up)"
 
 

@@ -43,12 +43,12 @@ class FamilyQuery:
     """Another query: only the GPUs it answers are kept (joined on target and `gpu`)."""
     expression: str = ""
     """Evaluated in place of the family's own series: a recording rule's expression, where
-    the server records none (a matcher does not narrow it)."""
+    the server records none; `$m` in it stands where each selector takes a matcher."""
 
     def promql(self, matcher: str = "") -> str:
         """The query; `matcher` (`instance=~"..."`) narrows it to some targets."""
-        expr = f"{self.family}{{{matcher}}}" if matcher else self.family
-        expr = self.expression or expr
+        braced = f"{{{matcher}}}" if matcher else ""
+        expr = self.expression.replace("$m", braced) if self.expression else self.family + braced
         if self.keep is not None:
             expr = f"max by ({', '.join((*_TARGET, *self.keep))}) ({expr})"
         expr = f"{expr} {self.compare}" if self.compare else expr

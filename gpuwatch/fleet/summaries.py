@@ -1,132 +1,149 @@
-"""A fleet's nodes from per-node figures: the recording rules of
-`examples/gpuwatch-fleet-rules.yml`, or, where the server records none, their
-expressions evaluated on the spot.
+"""A fleet's nodes from per-node figures, for the fleet table: bytes per node, not per GPU.
 
-The fleet table shows nodes, not GPUs, so a refresh of it reads per-node series: bytes
-per node, not per GPU. Recorded, they cost the server once per evaluation and a fleet of
-10,000 nodes refreshes as cheaply as one of 1,000 read GPU by GPU; evaluated at each
-refresh, they cost it the aggregation each time (a few milliseconds at 500 nodes of
-8 GPUs) and the client as little. A node's age and staleness still come from its own
-series (`gpuwatch_sample_timestamp_seconds`, `gpuwatch_sampling_up`) and `up`, as when
-its GPUs are read.
+Each gpuwatch daemon exports its node's figures (`gpuwatch_node_*`, computed by the
+screen's own code, and `gpuwatch_gpus_available`, by pick's): a refresh reads them, plain
+selectors of one series per node, narrowed to the targets scraped since. What needs
+Prometheus (idle holders over 10 minutes, each user's memory and GPUs, the GPU models)
+comes from the recording rules of `examples/gpuwatch-fleet-rules.yml` where the server
+records them, else from their expressions evaluated on the spot, every `SLOW_EVERY`
+reads. A node's age and staleness come from its own series
+(`gpuwatch_sample_timestamp_seconds`, `gpuwatch_sampling_up`) and `up`, as when its GPUs
+are read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gpuwatch.fleet import mapped as m
+from gpuwatch.fleet import node_figures as f
 from gpuwatch.fleet import node_work
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.nodes import Exporter, NodeState, NodeSummary
 from gpuwatch.fleet.promql import FamilyQuery
 
-PROBE = "count(gpuwatch:node_gpus:count)"
+_MODELS = "gpuwatch:node_gpu_models:count"
+PROBE = f"count({_MODELS})"
 """Answers a number where the rules are recorded, nothing where they are not."""
+_IDLE_HELD = "gpuwatch:node_gpus_idle_held:count"
 _COUNTS = {
-    "gpuwatch:node_gpus:count": "gpus",
-    "gpuwatch:node_gpus_free:count": "gpus_free",
-    "gpuwatch:node_leases:sum": "leases",
-    "gpuwatch:node_gpus_idle_held:count": "idle_held",
+    f.GPUS: "gpus",
+    "gpuwatch_gpus_available": "gpus_free",
+    f.LEASES: "leases",
+    _IDLE_HELD: "idle_held",
 }
-_BYTES = {
-    "gpuwatch:node_memory_free_bytes:max": "most_free_bytes",
-    "gpuwatch:node_memory_free_bytes:sum": "memory_free_bytes",
-}
-_UTILIZATION = "gpuwatch:node_utilization_ratio:avg"
-_HOTTEST = "gpuwatch:node_temperature_celsius:max"
-_POWER = "gpuwatch:node_power_watts:sum"
+_BYTES = {f.MEMORY_FREE_MAX: "most_free_bytes", f.MEMORY_FREE: "memory_free_bytes"}
 _USER_MEMORY = "gpuwatch:node_user_memory_bytes:sum"
 _USER_GPUS = "gpuwatch:node_user_gpus:count"
-_MODELS = "gpuwatch:node_gpu_models:count"
-_IDLE_HELD = "gpuwatch:node_gpus_idle_held:count"
-_READABLE = "unless on (job, instance, gpu) gpuwatch_gpu_up == 0"
-_NONE_ON_EACH_NODE = "or on (job, instance) (count by (job, instance) (gpuwatch_gpu_info) * 0)"
+_NONE_ON_EACH_NODE = "or on (job, instance) (count by (job, instance) (gpuwatch_gpu_info$m) * 0)"
 RULES = {
-    "gpuwatch:node_gpus:count": "count by (job, instance) (gpuwatch_gpu_info)",
-    "gpuwatch:node_gpus_free:count": "max by (job, instance) (gpuwatch_gpus_available)",
-    "gpuwatch:node_memory_free_bytes:max": (
-        f"max by (job, instance) (gpuwatch_memory_free_bytes {_READABLE})"
-    ),
-    "gpuwatch:node_memory_free_bytes:sum": (
-        f"sum by (job, instance) (gpuwatch_memory_free_bytes {_READABLE})"
-    ),
-    "gpuwatch:node_utilization_ratio:avg": (
-        f"avg by (job, instance) (gpuwatch_utilization_ratio {_READABLE})"
-    ),
-    "gpuwatch:node_temperature_celsius:max": (
-        f"max by (job, instance) (gpuwatch_temperature_celsius {_READABLE})"
-    ),
-    "gpuwatch:node_power_watts:sum": f"sum by (job, instance) (gpuwatch_power_watts {_READABLE})",
-    "gpuwatch:node_leases:sum": (
-        'sum by (job, instance) ({__name__=~"gpuwatch_leases|gpuwatch_mig_leases"}) '
-        + _NONE_ON_EACH_NODE
-    ),
     _IDLE_HELD: (
         "count by (job, instance) ( "
-        "max_over_time(gpuwatch_utilization_ratio[10m]) <= 0.014 "
+        "max_over_time(gpuwatch_utilization_ratio$m[10m]) <= 0.014 "
         "and on (job, instance, gpu) "
-        "(gpuwatch_leases > 0 or gpuwatch_process_memory_bytes > 0) ) " + _NONE_ON_EACH_NODE
+        "(gpuwatch_leases$m > 0 or gpuwatch_process_memory_bytes$m > 0) ) " + _NONE_ON_EACH_NODE
     ),
-    "gpuwatch:node_user_memory_bytes:sum": (
-        "sum by (job, instance, user) (gpuwatch_process_memory_bytes)"
-    ),
-    "gpuwatch:node_user_gpus:count": (
+    _USER_MEMORY: "sum by (job, instance, user) (gpuwatch_process_memory_bytes$m)",
+    _USER_GPUS: (
         "count by (job, instance, user) "
-        "(count by (job, instance, user, gpu) (gpuwatch_process_memory_bytes))"
+        "(count by (job, instance, user, gpu) (gpuwatch_process_memory_bytes$m))"
     ),
-    _MODELS: "count by (job, instance, model_name) (gpuwatch_gpu_info)",
+    _MODELS: "count by (job, instance, model_name) (gpuwatch_gpu_info$m)",
 }
-"""Each per-node series and the expression the example rules record it by (a test holds
-the two to each other); a source evaluates the expression where the server records none."""
-EVALUATED = "max(timestamp(gpuwatch:node_gpus:count))"
-"""When the recording rules were last evaluated: their figures move only then."""
+"""Each recorded series and the expression the example rules record it by (a test holds
+the two to each other, `$m` read as nothing); a source evaluates the expression where the
+server records none, `$m` the selector's matcher (`promql.FamilyQuery`)."""
 STAMP = "gpuwatch_sample_timestamp_seconds"
-_FAST = (*(c for c in _COUNTS if c != _IDLE_HELD), *_BYTES, _UTILIZATION, _HOTTEST, _POWER)
-"""The per-node figures every refresh reads."""
-_LINE = (node_work.WAITERS, node_work.LONGEST_WAIT)
-"""The daemon's own series of its line of waiting jobs: one per node already, so read as
-they are, not recorded."""
+_SAMPLING_UP = "gpuwatch_sampling_up"
+_FAST = (
+    f.GPUS,
+    "gpuwatch_gpus_available",
+    f.LEASES,
+    *_BYTES,
+    f.UTILIZATION,
+    f.TEMPERATURE_MAX,
+    f.POWER,
+    STAMP,
+    node_work.WAITERS,
+    node_work.LONGEST_WAIT,
+)
+"""The daemon's per-node series every refresh reads."""
 SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS, _IDLE_HELD)
 """Per-node families that change slowly, or over minutes (idle holders: idle for 10),
-which a source may read less often."""
+which a source reads less often."""
 
 
-def plan(*, recorded: bool) -> list[FamilyQuery]:
-    """The queries of every refresh from per-node figures, beside `up` and
-    `timestamp(up)`: the figures (`recorded`: by their names, else their expressions),
-    and the daemon's snapshot time and failed sampling, one per node."""
-    queries = [_figure(name, (), recorded) for name in _FAST]
-    queries += [FamilyQuery(name, ()) for name in (STAMP, *_LINE)]
-    queries.append(FamilyQuery("gpuwatch_sampling_up", compare="== 0"))
+def plan() -> list[FamilyQuery]:
+    """The queries of every refresh, beside `up` and `timestamp(up)`: the daemon's
+    per-node series, its snapshot time and line of waiting jobs, and failed sampling."""
+    queries = [FamilyQuery(name, ()) for name in _FAST]
+    queries.append(FamilyQuery(_SAMPLING_UP, compare="== 0"))
     return queries
 
 
-def slow_plan(*, recorded: bool) -> list[FamilyQuery]:
-    """The queries of what changes slowly: who runs where, the GPU models, idle holders."""
-    queries = [_figure(name, ("user",), recorded) for name in (_USER_MEMORY, _USER_GPUS)]
-    queries.append(_figure(_MODELS, ("model_name",), recorded))
-    queries.append(_figure(_IDLE_HELD, (), recorded))
+SLOW_GROUPS = 2
+"""What changes slowly is read in this many parts, at different reads: each user's memory
+and GPUs, one series per user and node, are the largest answers a refresh gets."""
+
+
+def slow_plan(*, recorded: bool, group: int | None = None) -> list[FamilyQuery]:
+    """The queries of what changes slowly (`recorded`: by the rules' names, else their
+    expressions): group 0, who runs where; group 1, the GPU models and idle holders;
+    `None`, both."""
+    queries = []
+    if group in (None, 0):
+        queries += [_figure(name, ("user",), recorded) for name in (_USER_MEMORY, _USER_GPUS)]
+    if group in (None, 1):
+        queries.append(_figure(_MODELS, ("model_name",), recorded))
+        queries.append(_figure(_IDLE_HELD, (), recorded))
     return queries
+
+
+def told(samples: Sequence[Sample]) -> bool:
+    """Whether a target's series of a read of `plan()` are those of a daemon that exports
+    its node's figures: one of an older version does not (nor one whose sampling fails,
+    which exports no figure: it is read as down either way)."""
+    return any(s.name in (f.GPUS, _SAMPLING_UP) for s in samples) or not any(
+        s.name == STAMP for s in samples
+    )
 
 
 def _figure(name: str, keep: tuple[str, ...], recorded: bool) -> FamilyQuery:
     return FamilyQuery(name, keep, expression="" if recorded else RULES[name])
 
 
-def node_state(
-    samples: Sequence[Sample], name: str, *, seen_at: float, now: float, stale_after_s: float
-) -> NodeState:
-    """One gpuwatch node from its recorded figures, up only when its daemon's snapshot is
-    current (judged as for a node read GPU by GPU)."""
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What a node's per-node series say, whenever it is judged."""
+
+    by_name: dict[str, list[Sample]]
+    stamp: float | None
+    """Its daemon's newest snapshot time."""
+    lease_waiters: int | None
+    longest_wait_s: float | None
+    summary: NodeSummary
+
+
+def figures(samples: Sequence[Sample]) -> Figures:
+    """A node's series, read: a source keeps these while the series are the same."""
     by_name: dict[str, list[Sample]] = {}
     for sample in samples:
         by_name.setdefault(sample.name, []).append(sample)
-    stamps = [s.value for s in by_name.get("gpuwatch_sample_timestamp_seconds", ())]
-    data_at = min(seen_at, max(stamps)) if stamps else seen_at
-    age_s = max(0.0, now - data_at)
-    error = _error(by_name, stamps, age_s, stale_after_s)
+    stamps = [s.value for s in by_name.get(STAMP, ())]
     waiters, longest_wait_s = node_work.waiting_line(by_name)
+    stamp = max(stamps) if stamps else None
+    return Figures(by_name, stamp, waiters, longest_wait_s, _summary(by_name))
+
+
+def node_state(
+    found: Figures, name: str, *, seen_at: float, now: float, stale_after_s: float
+) -> NodeState:
+    """One gpuwatch node from its per-node figures, up only when its daemon's snapshot is
+    current (judged as for a node read GPU by GPU)."""
+    data_at = seen_at if found.stamp is None else min(seen_at, found.stamp)
+    age_s = max(0.0, now - data_at)
+    error = _error(found.by_name, found.stamp, age_s, stale_after_s)
     return NodeState(
         name,
         up=error is None,
@@ -134,20 +151,20 @@ def node_state(
         age_s=age_s,
         error=error,
         exporter=Exporter.GPUWATCH,
-        lease_waiters=waiters,
-        longest_wait_s=longest_wait_s,
-        summary=_summary(by_name),
+        lease_waiters=found.lease_waiters,
+        longest_wait_s=found.longest_wait_s,
+        summary=found.summary,
     )
 
 
 def _error(
-    by_name: dict[str, list[Sample]], stamps: list[float], age_s: float, stale_after_s: float
+    by_name: dict[str, list[Sample]], stamp: float | None, age_s: float, stale_after_s: float
 ) -> str | None:
-    if not stamps:
+    if stamp is None:
         return "its daemon has no snapshot yet"
-    if any(s.value == 0 for s in by_name.get("gpuwatch_sampling_up", ())):
+    if any(s.value == 0 for s in by_name.get(_SAMPLING_UP, ())):
         return "its daemon's sampling is not current (see gpuwatch status there)"
-    if not by_name.get("gpuwatch:node_gpus:count"):
+    if not any(s.value > 0 for s in by_name.get(f.GPUS, ())):
         return "its exporter answers but reports no GPU"
     if age_s > stale_after_s:
         return f"stale: its newest data is {age_s:.0f}s old (the limit is {stale_after_s:g}s)"
@@ -161,7 +178,7 @@ def _summary(by_name: dict[str, list[Sample]]) -> NodeSummary:
 
     counts = {field: _count(one(name)) for name, field in _COUNTS.items()}
     sizes = {field: _bytes(one(name)) for name, field in _BYTES.items()}
-    ratio, hottest, power = one(_UTILIZATION), one(_HOTTEST), one(_POWER)
+    ratio, hottest, power = one(f.UTILIZATION), one(f.TEMPERATURE_MAX), one(f.POWER)
     return NodeSummary(
         **counts,
         **sizes,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from gpuwatch.fleet.node_figures import node_figures
 from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
 from gpuwatch.models import GpuSample, Lease, Snapshot
 from gpuwatch.placement.gpus import choose
@@ -135,21 +136,18 @@ def node_row(
         free = free_counts.free(node, snapshot)
     elif node.up:
         free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying
-    free_bytes = [gpu.memory_free_bytes for gpu in gpus if gpu.memory_free_bytes is not None]
-    busy = [gpu.utilization_pct for gpu in gpus if gpu.utilization_pct is not None]
-    hot = [gpu.temperature_c for gpu in gpus if gpu.temperature_c is not None]
-    power = [gpu.power_w for gpu in gpus if gpu.power_w is not None]
+    figures = node_figures(snapshot.gpus)
     return NodeRow(
         node=node.name,
         up=node.up,
         has_data=True,
-        gpus=len(snapshot.gpus),
+        gpus=figures.gpus,
         gpus_free=free,
-        most_free_bytes=max(free_bytes, default=None),
-        memory_free_bytes=sum(free_bytes) if free_bytes else None,
-        utilization_pct=sum(busy) / len(busy) if busy else None,
-        hottest_c=max(hot, default=None),
-        power_w=sum(power) if power else None,
+        most_free_bytes=figures.most_free_bytes,
+        memory_free_bytes=figures.memory_free_bytes,
+        utilization_pct=figures.utilization_pct,
+        hottest_c=figures.hottest_c,
+        power_w=figures.power_w,
         leases=None if node.leases is None else len(node.leases),
         idle_held=_idle_held(node, gpus, idle_for, idle_after_s),
         lease_waiters=node.lease_waiters,

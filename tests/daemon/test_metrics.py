@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -160,3 +161,40 @@ def test_each_gpu_is_available_exactly_when_pick_would_give_it_to_another_users_
     assert [g for g, value in available.items() if value] == ([idle.index] if not leases else [])
     # AND the node counts the GPUs it would give
     assert metrics["gpuwatch_gpus_available"][0].value == (0 if leases else 1)
+
+
+def test_the_node_exports_the_figures_its_fleet_row_shows_leaving_out_a_lost_gpu() -> None:
+    # GIVEN a node of four GPUs, one of them lost (its last readings kept), and one lease
+    snapshot = sim_snapshot()
+    lost = snapshot.gpus[1]
+    gpus = tuple(
+        dataclasses.replace(gpu, error="GPU is lost") if gpu is lost else gpu
+        for gpu in snapshot.gpus
+    )
+    snapshot = dataclasses.replace(snapshot, gpus=gpus)
+    readable = [gpu for gpu in gpus if gpu.error is None]
+    leases = [Lease(str(gpus[0].uuid), 0, 10, "alice", "a", 0.0, None)]
+    # WHEN it is scraped
+    metrics = scrape(snapshot, leases)
+    node = {name: samples[0].value for name, samples in metrics.items() if "_node_" in name}
+    # THEN one series each tells the node's figures, from its readable GPUs alone
+    free = [gpu.memory_free_bytes or 0 for gpu in readable]
+    assert node == {
+        "gpuwatch_node_gpus": 4,
+        "gpuwatch_node_memory_free_bytes": sum(free),
+        "gpuwatch_node_memory_free_max_bytes": max(free),
+        "gpuwatch_node_utilization_ratio": pytest.approx(
+            sum(gpu.utilization_pct or 0 for gpu in readable) / 300
+        ),
+        "gpuwatch_node_temperature_max_celsius": max(gpu.temperature_c or 0 for gpu in readable),
+        "gpuwatch_node_power_watts": pytest.approx(sum(gpu.power_w or 0 for gpu in readable)),
+        "gpuwatch_node_leases": 1,
+    }
+    assert all(s.labels == {"hostname": snapshot.hostname} for s in metrics["gpuwatch_node_gpus"])
+
+
+def test_a_node_whose_sampling_fails_exports_no_figures() -> None:
+    # GIVEN a node whose snapshot is not current WHEN it is scraped
+    metrics = scrape(sim_snapshot(), [], sampling=False)
+    # THEN it tells no figure of its node, as it tells no value of its GPUs
+    assert not [name for name in metrics if name.startswith("gpuwatch_node_")]

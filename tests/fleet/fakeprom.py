@@ -22,6 +22,9 @@ from gpuwatch.placement.request import IDLE_MAX_UTIL_PCT
 from tests.fleet.servers import Reply
 
 NOW = 1_795_472_800.0
+_SLOW_FIGURES = frozenset(q.promql() for q in summaries.slow_plan(recorded=False))
+"""The per-node figures only Prometheus computes, as a source asks them where no rule
+records them."""
 
 
 @dataclass
@@ -74,6 +77,8 @@ class FakePrometheus:
             query = _MATCHER.sub("", query)
         if query == summaries.PROBE:
             return []  # it records no rules: the fleet is read GPU by GPU
+        if query in _SLOW_FIGURES:
+            return []  # no expression is evaluated: nobody runs a process, idle or not
         if query in (promql.names(), promql.names(now=True)):
             return self._names(targets)
         if query in ("up", "timestamp(up)"):
@@ -171,6 +176,7 @@ _FAMILIES |= {query.promql(): query for query in promql.placed(None)}
 
 
 _FAMILIES |= {query.promql(): query for query in promql.available(0, IDLE_MAX_UTIL_PCT / 100)}
+_FAMILIES |= {query.promql(): query for query in summaries.plan()}
 _ONLY_WHERE = " and on (job, instance, gpu) "
 
 

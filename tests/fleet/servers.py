@@ -79,11 +79,17 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    # A refresh sends its dozen queries at once: past the standard backlog of 5, the
+    # kernel drops connections, and each is retried a second later.
+    request_queue_size = 128
+
+
 @contextmanager
 def serving(route: Route, *, tls: ssl.SSLContext | None = None) -> Iterator[str]:
     """A server on loopback answering with `route`; yields its base URL."""
     handler = type("Handler", (_Handler,), {"route": staticmethod(route)})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from gpuwatch.errors import InvalidValueError, SourceError
-from gpuwatch.fleet import promql
+from gpuwatch.fleet import node_figures, promql, summaries
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.nodes import Exporter, FleetState
 from gpuwatch.fleet.prometheus import PrometheusSource
@@ -21,6 +21,7 @@ from gpuwatch.placement.gpus import GPUS
 from gpuwatch.placement.request import Request
 from gpuwatch.placement.rules import needed_bytes, qualifying
 from gpuwatch.placement.where import where
+from gpuwatch.tui.fleet_rows import build_rows
 from tests.fleet.fakeprom import NOW, FakePrometheus, FakeTarget
 from tests.fleet.servers import Reply, always, fixture, refusing, serving
 
@@ -444,3 +445,84 @@ def test_a_daemon_that_tells_no_verdict_has_where_read_as_before() -> None:
         available = PrometheusSource(url, clock=lambda: NOW, placement=True).read_available(0)
     # THEN it is told to read the fleet as it did before
     assert available is None
+
+
+def with_node_figures(target: FakeTarget) -> FakeTarget:
+    """`target` as a daemon of this version serves it: its verdicts, and its node's own
+    figures (`gpuwatch_node_*`) as the daemon computes them from its snapshot and leases."""
+    target = with_verdicts(target)
+    samples = list(parse_exposition(target.exposition, PREFIXES))
+    node = target_state(samples, fallback_name="", seen_at=NOW, now=NOW, stale_after_s=60)
+    assert node.snapshot is not None
+    figures = node_figures.node_figures(node.snapshot.gpus)
+    ratio = None if figures.utilization_pct is None else figures.utilization_pct / 100
+    values = {
+        node_figures.GPUS: figures.gpus,
+        node_figures.MEMORY_FREE: figures.memory_free_bytes,
+        node_figures.MEMORY_FREE_MAX: figures.most_free_bytes,
+        node_figures.UTILIZATION: ratio,
+        node_figures.TEMPERATURE_MAX: figures.hottest_c,
+        node_figures.POWER: figures.power_w,
+        node_figures.LEASES: node_figures.leases_on(node.snapshot, node.leases or ()),
+    }
+    lines = "".join(
+        f'{name}{{hostname="{node.name}"}} {value!r}\n'
+        for name, value in values.items()
+        if value is not None
+    )
+    return replace(target, exposition=target.exposition + lines)
+
+
+TABLE_FIGURES = (
+    "gpus",
+    "gpus_free",
+    "most_free_bytes",
+    "memory_free_bytes",
+    "utilization_pct",
+    "hottest_c",
+    "power_w",
+    "leases",
+    "lease_waiters",
+)
+
+
+def test_the_table_read_as_each_nodes_figures_is_the_table_read_gpu_by_gpu() -> None:
+    # GIVEN five daemons that export their node's figures (a GPU down, one MIG-enabled,
+    # an exclusive lease and a shared one on each), three with every GPU's memory in use
+    nodes = [with_node_figures(gpuwatch_node(n, full=n > 2)) for n in range(1, 6)]
+    prometheus = FakePrometheus(nodes)
+    with serving(prometheus) as url:
+        # WHEN the fleet table's source reads them, and a source reads every GPU
+        source = PrometheusSource(url, clock=lambda: NOW, per_node=True)
+        figures = source.read()
+        asked = list(prometheus.asked)
+        gpus = PrometheusSource(url, clock=lambda: NOW).read()
+    # THEN it read figures, one series per node (but what only Prometheus computes, every
+    # fifth read), and the table shows what every GPU says
+    assert source.summarized
+    assert all(node.summary is not None and node.snapshot is None for node in figures.nodes)
+    slow = {q.promql() for q in summaries.slow_plan(recorded=False)}
+    per_gpu = re.compile(r"gpuwatch_(memory|utilization|temperature|power)_")
+    assert not [q for q in asked if q not in slow and per_gpu.search(q)]
+
+    def table(fleet: FleetState) -> list[tuple[object, ...]]:
+        return [tuple(getattr(r, n) for n in TABLE_FIGURES) for r in build_rows(fleet)]
+
+    assert table(figures) == table(gpus)
+    assert len({row.most_free_bytes for row in build_rows(figures)}) == 2  # full, or not
+
+
+def test_a_daemon_that_exports_no_figures_has_the_table_read_gpu_by_gpu() -> None:
+    # GIVEN a daemon that exports its node's figures and one of a version that does not
+    nodes = [with_node_figures(gpuwatch_node(1)), gpuwatch_node(2)]
+    with serving(FakePrometheus(nodes)) as url:
+        # WHEN the fleet table's source reads them, twice
+        source = PrometheusSource(url, clock=lambda: NOW, per_node=True)
+        first, second = source.read(), source.read()
+    # THEN both nodes come GPU by GPU, from the first read on
+    assert not source.summarized
+    for fleet in (first, second):
+        assert [n.name for n in fleet.nodes if n.snapshot is not None] == [
+            "gpu-node-01",
+            "gpu-node-02",
+        ]
