@@ -10,12 +10,14 @@ and 5 that refuse; a real Prometheus (Debian's `prometheus`) scrapes them. Then:
 (b) `gpuwatch where -n 2 --min-free 40GiB --prometheus URL` beside it, at 500 nodes (it
     reads each node's own verdict, `gpuwatch_memory_available_bytes`), and the same with
     `--max-util 50` (a request at other limits: every family placement reads);
-(c) one steady refresh of the fleet (`PrometheusSource.read()`) at 100, 500 and 1,000
-    nodes: every GPU's series ("gpus"), and the table's per-node figures, evaluated at
-    each refresh where Prometheus records no rules ("evaluated", through a proxy that
-    hides them) and recorded by examples/gpuwatch-fleet-rules.yml ("recorded"), which
-    this Prometheus records: requests, bytes (as sent, gzip, and as JSON) and time,
-    counted by a proxy in front of Prometheus;
+(c) steady refreshes of the fleet (`PrometheusSource.read()`), 2 s apart as the screen
+    makes them, at 100, 500 and 1,000 nodes: every GPU's series ("gpus"), and the
+    table's per-node figures (each daemon's `gpuwatch_node_*`), with what only
+    Prometheus computes evaluated at its turn where no rule records it ("evaluated",
+    through a proxy that hides the rules) or recorded by
+    examples/gpuwatch-fleet-rules.yml ("recorded"): requests, bytes (as sent, gzip, and
+    as JSON) and time, the median refresh and the largest, counted by a proxy in front
+    of Prometheus;
 (d) direct scraping of 100 nodes of which 5 hang and 5 refuse (`ScrapeSource.read()`
     and `gpuwatch where --nodes-file`): wall time beside the per-node timeout, and beside
     the floor of 100 concurrent standard-library GETs with that timeout;
@@ -78,9 +80,9 @@ BARE_CLIENT = (
 WHERE = ("where", "-n", "2", "--min-free", "40GiB")
 MODES = {
     "gpus": "every GPU's series (fleet --json; a fleet with other exporters)",
-    "evaluated": "per-node figures, the rules' expressions evaluated at each refresh (the "
-    "fleet table where Prometheus records no rules)",
-    "recorded": "per-node figures recorded by examples/gpuwatch-fleet-rules.yml",
+    "evaluated": "the fleet table: each daemon's node figures, and what only Prometheus "
+    "computes (idle holders, users) evaluated by it, where no rule records it",
+    "recorded": "the same, that part recorded by examples/gpuwatch-fleet-rules.yml",
 }
 
 
@@ -183,9 +185,12 @@ def _first_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0][:100] if lines else "(nothing)"
 
 
-def refresh_cost(proxy: CountingProxy, nodes: int, refreshes: int, mode: str) -> tuple[str, ...]:
-    """A steady refresh (after a first read, which also learns the exporters and reads
-    GPU identity): requests, bytes as sent (gzip) and as JSON, median time. `mode`: see
+def refresh_cost(
+    proxy: CountingProxy, nodes: int, refreshes: int, mode: str, interval_s: float
+) -> tuple[str, ...]:
+    """Steady refreshes `interval_s` apart, as the screen makes them (after a first read,
+    which also learns the exporters and reads GPU identity): requests, bytes as sent
+    (gzip) and as JSON, and time, the median refresh's and the largest. `mode`: see
     `MODES`; `proxy` hides the rules for "evaluated"."""
     per_node = mode != "gpus"
     source, _ = fleet_source("prometheus", "PrometheusSource", proxy.url, per_node=per_node)
@@ -197,6 +202,7 @@ def refresh_cost(proxy: CountingProxy, nodes: int, refreshes: int, mode: str) ->
     if source is not None:
         source.read()
     for _ in range(refreshes):
+        time.sleep(interval_s)
         proxy.reset()
         start = time.perf_counter()
         json_bytes = 0
@@ -214,15 +220,15 @@ def refresh_cost(proxy: CountingProxy, nodes: int, refreshes: int, mode: str) ->
     used = getattr(source, "summarized", False)
     if source is not None:
         source.close()
-    ms = statistics.median(times) * 1000
-    kib = body_bytes / 1024
     return (
         mode if used or mode == "gpus" else f"{mode} (not read)",
         str(nodes),
         str(requests),
-        f"{kib:,.0f}",
+        f"{body_bytes / 1024:,.0f}",
         f"{json_bytes / 1024:,.0f}" if json_bytes else "-",
-        f"{ms:,.0f}",
+        f"{max(c[2] for c in counts) / 1024:,.0f}",
+        f"{statistics.median(times) * 1000:,.0f}",
+        f"{max(times) * 1000:,.0f}",
         seen or "-",
     )
 
@@ -260,7 +266,17 @@ def print_table(rows: list[tuple[str, ...]]) -> None:
     print(f"    by {'PrometheusSource.read()' if not why else f'the stand-in queries: {why}'}")
     for mode, says in MODES.items():
         print(f"    {mode:9}  {says}")
-    head = ("mode", "nodes", "queries", "KiB sent", "KiB JSON", "ms (median)", "nodes read")
+    head = (
+        "mode",
+        "nodes",
+        "queries",
+        "KiB sent",
+        "KiB JSON",
+        "max KiB JSON",
+        "ms (median)",
+        "max ms",
+        "nodes read",
+    )
     widths = [max(len(row[i]) for row in (head, *rows)) for i in range(len(head))]
     for row in (head, *rows):
         cells = (cell.rjust(width) for cell, width in zip(row, widths, strict=True))
@@ -272,7 +288,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,500,1000", help="node counts for (c)")
     parser.add_argument("--where-at", type=int, default=500, help="node count for (a), (b)")
     parser.add_argument("--runs", type=int, default=11, help="runs of each timed command")
-    parser.add_argument("--refreshes", type=int, default=5, help="refreshes timed for (c)")
+    parser.add_argument("--refreshes", type=int, default=10, help="refreshes timed for (c)")
+    parser.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between refreshes, for (c)"
+    )
     parser.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS")
     parser.add_argument("--timeout", type=float, default=2.0, help="per-node, for (d)")
     parser.add_argument("--cpu-seconds", type=float, default=30.0, help="measured, for (e)")
@@ -303,9 +322,8 @@ def main() -> None:
                     compare_where(prometheus.url, args.runs, args.baseline)
                     screen = {"evaluated": raw_proxy.url, "recorded": proxy.url}
                     screen_cpu(screen, 2.0, args.cpu_seconds)
-                rows.append(refresh_cost(proxy, nodes, args.refreshes, "gpus"))
-                rows.append(refresh_cost(raw_proxy, nodes, args.refreshes, "evaluated"))
-                rows.append(refresh_cost(proxy, nodes, args.refreshes, "recorded"))
+                for mode, via in (("gpus", proxy), ("evaluated", raw_proxy), ("recorded", proxy)):
+                    rows.append(refresh_cost(via, nodes, args.refreshes, mode, args.interval))
     print_table(rows)
 
 

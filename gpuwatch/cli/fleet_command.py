@@ -44,8 +44,9 @@ if TYPE_CHECKING:
     "idle_after_s",
     type=Duration(minimum_s=0, maximum_s=7 * 86400.0),
     metavar="DURATION",
-    help="Count a held GPU (leased, or a process holds memory) as an idle holder once the "
-    "screen has seen it idle this long (up to 7d; --once: idle now).  [default: 10m]",
+    help="Count a held GPU (leased, or a process holds memory) as an idle holder once it "
+    "has been idle this long: as the screen saw it, or as Prometheus did for gpuwatch "
+    "daemons (then at least 1m); up to 7d; --once elsewhere: idle now.  [default: 10m]",
 )
 @click_options
 def fleet(
@@ -74,7 +75,8 @@ def fleet(
             "--interval sets the live screen's refresh: not with --once or --json"
         )
     # The table needs each node's figures; the document, every GPU.
-    with open_fleet_source(source_options, per_node=not as_json) as source:
+    opened = open_fleet_source(source_options, per_node=not as_json, idle_after_s=idle_after_s)
+    with opened as source:
         if as_json:
             return print_json(source)
         if once:

@@ -68,12 +68,17 @@ SOURCE_OPTIONS = (
 
 
 def open_fleet_source(
-    values: Mapping[str, Any], *, placement: bool = False, per_node: bool = False
+    values: Mapping[str, Any],
+    *,
+    placement: bool = False,
+    per_node: bool = False,
+    idle_after_s: float | None = None,
 ) -> closing[FleetSource]:
     """The source the options (by `dest`) name, else the environment's or the config
     file's, to use in a `with` block; `InvalidValueError` when none is set. `placement`:
     read only what placement's rules use (`gpuwatch where`); `per_node`: the fleet table's
-    figures may come per node (`gpuwatch.fleet.config.resolve`)."""
+    figures may come per node, idle holders after `idle_after_s`
+    (`gpuwatch.fleet.config.resolve`)."""
     if values["sim"] is not None:
         from gpuwatch.fleet.sim_fleet import SimFleet
 
@@ -92,7 +97,9 @@ def open_fleet_source(
         token_file=values["token_file"],
         timeout_s=values["timeout"],
     )
-    return closing(resolve(options, placement=placement, per_node=per_node))
+    return closing(
+        resolve(options, placement=placement, per_node=per_node, idle_after_s=idle_after_s)
+    )
 
 
 def click_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.fleet import prometheus, scrape
+from gpuwatch.fleet import prometheus, scrape, summaries
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import FleetSource
 from gpuwatch.fleet.prometheus import PrometheusSource
@@ -70,12 +70,14 @@ def resolve(
     *,
     placement: bool = False,
     per_node: bool = False,
+    idle_after_s: float | None = None,
 ) -> FleetSource:
     """The source `options` name, else the environment's, else the config file's;
     `InvalidValueError` (one line) when none is set or one is wrong. `placement`: the
     reader is `gpuwatch where`, which needs only what placement's rules read;
     `per_node`: the reader is the fleet table, which a Prometheus source may answer
-    with per-node figures (`PrometheusSource`)."""
+    with per-node figures (`PrometheusSource`), counting idle holders after
+    `idle_after_s` (else its default)."""
     env = os.environ if env is None else env
     path = config_path(env)
     file = _from_file(path) if os.path.lexists(path) else None
@@ -98,6 +100,7 @@ def resolve(
             timeout_s=timeout_s,
             placement=placement,
             per_node=per_node,
+            idle_after_s=summaries.IDLE_AFTER_S if idle_after_s is None else idle_after_s,
         )
     https = bool(chosen.ca_file or chosen.client_cert)
     targets = [parse_target(node, https=https) for node in chosen.nodes]

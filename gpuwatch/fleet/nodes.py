@@ -59,6 +59,10 @@ class NodeSummary:
     users: tuple[tuple[str, int, int], ...] = ()
     """(user, GPUs, memory bytes) of each user with processes there."""
     models: tuple[str, ...] = ()
+    jobs: int | None = None
+    """The scheduler's jobs holding its GPUs; `None` where its jobs are unknown."""
+    idle_allocated: int | None = None
+    """GPUs a job holds and has left idle for 10 minutes, by its daemon's watch."""
 
 
 @dataclass(frozen=True, slots=True)

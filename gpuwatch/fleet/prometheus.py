@@ -80,19 +80,22 @@ class PrometheusSource:
         clock: Callable[[], float] = time.time,
         placement: bool = False,
         per_node: bool = False,
+        idle_after_s: float = summaries.IDLE_AFTER_S,
     ) -> None:
         """`placement=True` reads only what placement's rules use (for `gpuwatch where`):
         no temperatures, power, model names or process names. `per_node=True` (the fleet
         table) reads a fleet of gpuwatch daemons as per-node figures (`summaries`): from
         the recording rules of `examples/gpuwatch-fleet-rules.yml` where the server
         records them, else their expressions; its nodes have a `summary` and no GPUs,
-        but those `focus` names (never for placement, which needs every GPU)."""
+        but those `focus` names (never for placement, which needs every GPU). A held GPU
+        counts among a node's idle holders once idle for `idle_after_s`."""
         self.client = PromClient(
             url, options=options or HttpOptions(), timeout_s=timeout_s, max_bytes=max_bytes
         )
         self.stale_after_s = stale_after_s
         self.placement = placement
         self.per_node = per_node and not placement
+        self.idle_after_s = idle_after_s
         self._rules = False
         self._focus: frozenset[str] = frozenset()
         self._clock = clock
@@ -200,7 +203,7 @@ class PrometheusSource:
     def _read_figures(self, moved: list[Target] | None) -> None:
         """Reads the per-node figures into the held ones: every target's, or (`moved`)
         those of the targets scraped since, each replaced whole."""
-        _, (samples, _, _) = self._ask(summaries.plan(), narrow_to=moved)
+        _, (samples, _, _) = self._ask(summaries.plan(self.idle_after_s), narrow_to=moved)
         self._told = all(summaries.told(found) for found in samples.values())
         if moved is None:
             self._summary = dict(samples)
@@ -219,7 +222,14 @@ class PrometheusSource:
         """Reads a part (`None`: all) of what changes slowly, from the rules where they
         are recorded, and joins the parts held into each target's slow series."""
         groups = range(summaries.SLOW_GROUPS) if group is None else (group,)
-        plan = [q for n in groups for q in summaries.slow_plan(recorded=self._rules, group=n)]
+        idle_after_s = self.idle_after_s
+        plan = [
+            query
+            for number in groups
+            for query in summaries.slow_plan(
+                recorded=self._rules, group=number, idle_after_s=idle_after_s
+            )
+        ]
         _, (samples, _, _) = self._ask(plan)
         names = {n: {q.family for q in summaries.slow_plan(recorded=True, group=n)} for n in groups}
         for number in groups:

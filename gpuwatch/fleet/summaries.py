@@ -40,7 +40,7 @@ _NONE_ON_EACH_NODE = "or on (job, instance) (count by (job, instance) (gpuwatch_
 RULES = {
     _IDLE_HELD: (
         "count by (job, instance) ( "
-        "max_over_time(gpuwatch_utilization_ratio$m[10m]) <= 0.014 "
+        "max_over_time(gpuwatch_utilization_ratio$m[$w]) <= 0.014 "
         "and on (job, instance, gpu) "
         "(gpuwatch_leases$m > 0 or gpuwatch_process_memory_bytes$m > 0) ) " + _NONE_ON_EACH_NODE
     ),
@@ -52,8 +52,9 @@ RULES = {
     _MODELS: "count by (job, instance, model_name) (gpuwatch_gpu_info$m)",
 }
 """Each recorded series and the expression the example rules record it by (a test holds
-the two to each other, `$m` read as nothing); a source evaluates the expression where the
-server records none, `$m` the selector's matcher (`promql.FamilyQuery`)."""
+the two to each other, `$m` read as nothing and `$w` as 10m); a source evaluates the
+expression where the server records none (or, for idle holders, where it asks another
+window `$w`), `$m` the selector's matcher (`promql.FamilyQuery`)."""
 STAMP = "gpuwatch_sample_timestamp_seconds"
 _SAMPLING_UP = "gpuwatch_sampling_up"
 _FAST = (
@@ -69,16 +70,27 @@ _FAST = (
     node_work.LONGEST_WAIT,
 )
 """The daemon's per-node series every refresh reads."""
+IDLE_AFTER_S = 600.0
+"""A held GPU counts as left idle after this long, unless a source is told otherwise (the
+screen's default --idle-after, and the window of the recording rules)."""
+MIN_IDLE_WINDOW_S = 60
+"""Prometheus's past of a GPU's utilization is read over at least this window."""
 SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS, _IDLE_HELD)
 """Per-node families that change slowly, or over minutes (idle holders: idle for 10),
 which a source reads less often."""
 
 
-def plan() -> list[FamilyQuery]:
+def plan(idle_after_s: float = IDLE_AFTER_S) -> list[FamilyQuery]:
     """The queries of every refresh, beside `up` and `timestamp(up)`: the daemon's
     per-node series, its snapshot time and line of waiting jobs, and failed sampling."""
     queries = [FamilyQuery(name, ()) for name in _FAST]
     queries.append(FamilyQuery(_SAMPLING_UP, compare="== 0"))
+    # Where the daemon reads a scheduler: its jobs (one series each) and the GPUs they
+    # left idle; nothing at all from a node without one.
+    queries.append(FamilyQuery(node_work.JOBS_KNOWN, compare="== 1"))
+    queries.append(FamilyQuery(node_work.JOB_INFO, ("job_id",)))
+    idle = f">= {float(idle_after_s)!r}"
+    queries.append(FamilyQuery(node_work.ALLOCATED_IDLE, ("gpu",), compare=idle))
     return queries
 
 
@@ -87,16 +99,21 @@ SLOW_GROUPS = 2
 and GPUs, one series per user and node, are the largest answers a refresh gets."""
 
 
-def slow_plan(*, recorded: bool, group: int | None = None) -> list[FamilyQuery]:
+def slow_plan(
+    *, recorded: bool, group: int | None = None, idle_after_s: float = IDLE_AFTER_S
+) -> list[FamilyQuery]:
     """The queries of what changes slowly (`recorded`: by the rules' names, else their
-    expressions): group 0, who runs where; group 1, the GPU models and idle holders;
-    `None`, both."""
+    expressions): group 0, who runs where; group 1, the GPU models and idle holders
+    (idle for `idle_after_s`, at least `MIN_IDLE_WINDOW_S`: from the rules only at
+    theirs); `None`, both."""
     queries = []
     if group in (None, 0):
         queries += [_figure(name, ("user",), recorded) for name in (_USER_MEMORY, _USER_GPUS)]
     if group in (None, 1):
         queries.append(_figure(_MODELS, ("model_name",), recorded))
-        queries.append(_figure(_IDLE_HELD, (), recorded))
+        window_s = max(MIN_IDLE_WINDOW_S, round(idle_after_s))
+        at_rules = window_s == IDLE_AFTER_S
+        queries.append(_figure(_IDLE_HELD, (), recorded and at_rules, window=f"{window_s}s"))
     return queries
 
 
@@ -109,8 +126,11 @@ def told(samples: Sequence[Sample]) -> bool:
     )
 
 
-def _figure(name: str, keep: tuple[str, ...], recorded: bool) -> FamilyQuery:
-    return FamilyQuery(name, keep, expression="" if recorded else RULES[name])
+def _figure(
+    name: str, keep: tuple[str, ...], recorded: bool, *, window: str = "10m"
+) -> FamilyQuery:
+    expression = "" if recorded else RULES[name].replace("$w", window)
+    return FamilyQuery(name, keep, expression=expression)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +207,15 @@ def _summary(by_name: dict[str, list[Sample]]) -> NodeSummary:
         power_w=None if power is None else _watts(power),
         users=_users(by_name),
         models=_models(by_name.get(_MODELS, ())),
+        **_jobs(by_name),
     )
+
+
+def _jobs(by_name: dict[str, list[Sample]]) -> dict[str, int | None]:
+    if not by_name.get(node_work.JOBS_KNOWN):
+        return {"jobs": None, "idle_allocated": None}
+    jobs = {s.labels.get("job_id") for s in by_name.get(node_work.JOB_INFO, ())}
+    return {"jobs": len(jobs), "idle_allocated": len(by_name.get(node_work.ALLOCATED_IDLE, ()))}
 
 
 def _users(by_name: dict[str, list[Sample]]) -> tuple[tuple[str, int, int], ...]:

@@ -163,7 +163,7 @@ def node_row(
 
 
 def _summarized(node: NodeState, summary: NodeSummary) -> NodeRow:
-    """A node read from recording rules: the same figures, computed by Prometheus."""
+    """A node read as its figures (its daemon's, and Prometheus's): the same as its GPUs'."""
     return NodeRow(
         node=node.name,
         up=node.up,
@@ -179,8 +179,8 @@ def _summarized(node: NodeState, summary: NodeSummary) -> NodeRow:
         idle_held=summary.idle_held,
         lease_waiters=node.lease_waiters,
         longest_wait_s=node.longest_wait_s,
-        jobs=None,  # the rules record no scheduler's jobs: unknown here
-        idle_allocated=None,
+        jobs=summary.jobs,
+        idle_allocated=summary.idle_allocated,
         age_s=node.age_s,
         error=node.error,
         exporter=_exporter(node),

@@ -13,12 +13,14 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field, replace
 
-from gpuwatch.fleet import promql, summaries
+from gpuwatch.fleet import node_figures, promql, summaries
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.nodes import Exporter
 from gpuwatch.fleet.promql import FamilyQuery
-from gpuwatch.fleet.series import PREFIXES, exporter_of
+from gpuwatch.fleet.series import PREFIXES, exporter_of, target_state
+from gpuwatch.placement.gpus import GPUS
 from gpuwatch.placement.request import IDLE_MAX_UTIL_PCT
+from gpuwatch.placement.rules import qualifying
 from tests.fleet.servers import Reply
 
 NOW = 1_795_472_800.0
@@ -203,3 +205,46 @@ _AT_LEAST = re.compile(r"max by \(job, instance, gpu, uuid\) \((\w+)\) >= (\d+)"
 
 def _json(document: object) -> Reply:
     return Reply(json.dumps(document).encode(), content_type="application/json")
+
+
+def with_verdicts(target: FakeTarget) -> FakeTarget:
+    """`target` as a daemon of this version serves it: with its verdict on each GPU
+    (`gpuwatch_memory_available_bytes`, `gpuwatch_gpus_available`), as the daemon computes
+    it from its snapshot and leases."""
+    samples = list(parse_exposition(target.exposition, PREFIXES))
+    node = target_state(samples, fallback_name="", seen_at=NOW, now=NOW, stale_after_s=60)
+    assert node.snapshot is not None
+    given = {gpu.index for gpu in qualifying(GPUS, node.snapshot, node.leases)}
+    lines = [
+        f'gpuwatch_memory_available_bytes{{gpu="{gpu.index}",uuid="{gpu.uuid}"}} '
+        f"{(gpu.memory_free_bytes or 0) if gpu.index in given else 0}\n"
+        for gpu in node.snapshot.gpus
+    ]
+    lines.append(f'gpuwatch_gpus_available{{hostname="{node.name}"}} {len(given)}\n')
+    return replace(target, exposition=target.exposition + "".join(lines))
+
+
+def with_node_figures(target: FakeTarget) -> FakeTarget:
+    """`target` as a daemon of this version serves it: its verdicts, and its node's own
+    figures (`gpuwatch_node_*`) as the daemon computes them from its snapshot and leases."""
+    target = with_verdicts(target)
+    samples = list(parse_exposition(target.exposition, PREFIXES))
+    node = target_state(samples, fallback_name="", seen_at=NOW, now=NOW, stale_after_s=60)
+    assert node.snapshot is not None
+    figures = node_figures.node_figures(node.snapshot.gpus)
+    ratio = None if figures.utilization_pct is None else figures.utilization_pct / 100
+    values = {
+        node_figures.GPUS: figures.gpus,
+        node_figures.MEMORY_FREE: figures.memory_free_bytes,
+        node_figures.MEMORY_FREE_MAX: figures.most_free_bytes,
+        node_figures.UTILIZATION: ratio,
+        node_figures.TEMPERATURE_MAX: figures.hottest_c,
+        node_figures.POWER: figures.power_w,
+        node_figures.LEASES: node_figures.leases_on(node.snapshot, node.leases or ()),
+    }
+    lines = "".join(
+        f'{name}{{hostname="{node.name}"}} {value!r}\n'
+        for name, value in values.items()
+        if value is not None
+    )
+    return replace(target, exposition=target.exposition + lines)

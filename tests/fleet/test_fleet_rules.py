@@ -68,7 +68,8 @@ def test_the_figures_evaluated_where_none_are_recorded_are_the_example_rules() -
     # WHEN each recorded name's expression is compared, spaces aside
     in_file = {rule["record"]: " ".join(rule["expr"].split()) for rule in group["rules"]}
     in_code = {
-        name: " ".join(expr.replace("$m", "").split()) for name, expr in summaries.RULES.items()
+        name: " ".join(expr.replace("$m", "").replace("$w", "10m").split())
+        for name, expr in summaries.RULES.items()
     }
     # THEN they are the same figures by the same expressions
     assert in_file == in_code
@@ -174,3 +175,15 @@ def test_a_node_read_from_the_rules_is_a_row_of_its_figures(up: bool) -> None:
         [("alice", 1, 2, 60 * GIB), ("?", 1, 1, GIB)] if up else []
     )
     assert silent == 0
+
+
+@pytest.mark.parametrize(("idle_after_s", "recorded"), [(600.0, True), (1800.0, False)])
+def test_idle_holders_come_from_the_rules_only_at_their_window(
+    idle_after_s: float, recorded: bool
+) -> None:
+    # GIVEN the screen's idle holders asked for 10 minutes, the rules' window, or 30
+    # WHEN the queries of what changes slowly are made where the rules are recorded
+    (_, idle) = summaries.slow_plan(recorded=True, group=1, idle_after_s=idle_after_s)
+    # THEN the recorded series does for 10 minutes; another window is evaluated over it
+    assert (idle.expression == "") is recorded
+    assert recorded or "[1800s]" in idle.promql()

@@ -11,7 +11,8 @@ from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.nodes import FleetState, GpuJob, NodeState
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
-from tests.fleet.fakeprom import NOW, FakePrometheus, FakeTarget
+from gpuwatch.tui.fleet_rows import build_rows
+from tests.fleet.fakeprom import NOW, FakePrometheus, FakeTarget, with_node_figures
 from tests.fleet.servers import fixture, serving
 
 TAKEN_AT = 1.7954727494912333e09
@@ -134,3 +135,15 @@ def test_the_json_has_the_line_per_node_and_the_job_per_gpu_null_where_unknown()
         False,
     )
     assert all(gpu["job_id"] is None for gpu in dcgm["gpus"])
+
+
+def test_the_fleet_table_read_as_node_figures_counts_its_jobs_and_their_idle_gpus() -> None:
+    # GIVEN the daemon's /metrics, with its node's figures, behind a Prometheus
+    target = with_node_figures(FakeTarget("gpuwatch", "10.0.0.7:19400", WORK, scraped_at=NOW))
+    with serving(FakePrometheus([target])) as url:
+        # WHEN the fleet table's source reads it
+        source = PrometheusSource(url, clock=lambda: NOW, per_node=True)
+        (row,) = build_rows(source.read())
+    # THEN its row counts two jobs, one of which left its GPU idle past 10 minutes
+    assert source.summarized
+    assert (row.jobs, row.idle_allocated, row.lease_waiters) == (2, 1, 3)

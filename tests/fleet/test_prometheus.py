@@ -11,18 +11,23 @@ from dataclasses import replace
 import pytest
 
 from gpuwatch.errors import InvalidValueError, SourceError
-from gpuwatch.fleet import node_figures, promql, summaries
+from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.nodes import Exporter, FleetState
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
 from gpuwatch.placement.choices import Strategy
-from gpuwatch.placement.gpus import GPUS
 from gpuwatch.placement.request import Request
-from gpuwatch.placement.rules import needed_bytes, qualifying
+from gpuwatch.placement.rules import needed_bytes
 from gpuwatch.placement.where import where
 from gpuwatch.tui.fleet_rows import build_rows
-from tests.fleet.fakeprom import NOW, FakePrometheus, FakeTarget
+from tests.fleet.fakeprom import (
+    NOW,
+    FakePrometheus,
+    FakeTarget,
+    with_node_figures,
+    with_verdicts,
+)
 from tests.fleet.servers import Reply, always, fixture, refusing, serving
 
 DCGM = fixture("dcgm_node.prom").decode()
@@ -392,23 +397,6 @@ def test_a_narrowed_selector_matches_exactly_its_targets(names: list[str]) -> No
     assert not pattern.fullmatch("10x0.0.7:9400")
 
 
-def with_verdicts(target: FakeTarget) -> FakeTarget:
-    """`target` as a daemon of this version serves it: with its verdict on each GPU
-    (`gpuwatch_memory_available_bytes`, `gpuwatch_gpus_available`), as the daemon computes
-    it from its snapshot and leases."""
-    samples = list(parse_exposition(target.exposition, PREFIXES))
-    node = target_state(samples, fallback_name="", seen_at=NOW, now=NOW, stale_after_s=60)
-    assert node.snapshot is not None
-    given = {gpu.index for gpu in qualifying(GPUS, node.snapshot, node.leases)}
-    lines = [
-        f'gpuwatch_memory_available_bytes{{gpu="{gpu.index}",uuid="{gpu.uuid}"}} '
-        f"{(gpu.memory_free_bytes or 0) if gpu.index in given else 0}\n"
-        for gpu in node.snapshot.gpus
-    ]
-    lines.append(f'gpuwatch_gpus_available{{hostname="{node.name}"}} {len(given)}\n')
-    return replace(target, exposition=target.exposition + "".join(lines))
-
-
 DEFAULT_REQUESTS = [
     Request(),
     Request(count=2),
@@ -447,32 +435,6 @@ def test_a_daemon_that_tells_no_verdict_has_where_read_as_before() -> None:
     assert available is None
 
 
-def with_node_figures(target: FakeTarget) -> FakeTarget:
-    """`target` as a daemon of this version serves it: its verdicts, and its node's own
-    figures (`gpuwatch_node_*`) as the daemon computes them from its snapshot and leases."""
-    target = with_verdicts(target)
-    samples = list(parse_exposition(target.exposition, PREFIXES))
-    node = target_state(samples, fallback_name="", seen_at=NOW, now=NOW, stale_after_s=60)
-    assert node.snapshot is not None
-    figures = node_figures.node_figures(node.snapshot.gpus)
-    ratio = None if figures.utilization_pct is None else figures.utilization_pct / 100
-    values = {
-        node_figures.GPUS: figures.gpus,
-        node_figures.MEMORY_FREE: figures.memory_free_bytes,
-        node_figures.MEMORY_FREE_MAX: figures.most_free_bytes,
-        node_figures.UTILIZATION: ratio,
-        node_figures.TEMPERATURE_MAX: figures.hottest_c,
-        node_figures.POWER: figures.power_w,
-        node_figures.LEASES: node_figures.leases_on(node.snapshot, node.leases or ()),
-    }
-    lines = "".join(
-        f'{name}{{hostname="{node.name}"}} {value!r}\n'
-        for name, value in values.items()
-        if value is not None
-    )
-    return replace(target, exposition=target.exposition + lines)
-
-
 TABLE_FIGURES = (
     "gpus",
     "gpus_free",
@@ -483,6 +445,7 @@ TABLE_FIGURES = (
     "power_w",
     "leases",
     "lease_waiters",
+    "jobs",
 )
 
 
