@@ -5,7 +5,7 @@ Each node's text is what a gpuwatch daemon serves: it is rendered once by the da
 exposition code (`gpuwatch.daemon.metrics`) from a node of GPUS GPUs with its own
 `hostname`, uuids and mix of work (idle, part used, full; some GPUs leased), and its
 readings then move every second (utilization, memory in use and free, temperature, power,
-the sample's timestamp) without rendering it all again, so that one process keeps up with
+the node's figures made of them, the sample's timestamp) without rendering it all again, so that one process keeps up with
 1,000 nodes scraped every second or two.
 
 With --jobs each node also tells the work around its GPUs, as a daemon that reads Slurm
@@ -194,6 +194,19 @@ _MOVING: dict[str, Reading] = {
 }
 
 
+_NODE_MOVING: dict[str, tuple[Callable[[list[float]], float], Reading]] = {
+    "gpuwatch_node_memory_free_bytes": (sum, _MOVING["gpuwatch_memory_free_bytes"]),
+    "gpuwatch_node_memory_free_max_bytes": (max, _MOVING["gpuwatch_memory_free_bytes"]),
+    "gpuwatch_node_utilization_ratio": (
+        lambda ratios: sum(ratios) / len(ratios),
+        _MOVING["gpuwatch_utilization_ratio"],
+    ),
+    "gpuwatch_node_temperature_max_celsius": (max, _MOVING["gpuwatch_temperature_celsius"]),
+    "gpuwatch_node_power_watts": (sum, _MOVING["gpuwatch_power_watts"]),
+}
+"""The node's own figures, which move with its GPUs': (how they combine, each GPU's reading)."""
+
+
 class Node:
     """One node's `/metrics`: the daemon's text, its moving values filled in each second."""
 
@@ -229,6 +242,14 @@ class Node:
         if name in _MOVING:
             gpu = int(line.split('gpu="', 1)[1].split('"', 1)[0])
             return (line.rsplit(" ", 1)[0], _MOVING[name], self._loads[gpu])
+        if name in _NODE_MOVING:
+            combine, per_gpu = _NODE_MOVING[name]
+            loads = self._loads
+
+            def figure(_: GpuLoad, second: int) -> float:
+                return combine([per_gpu(load, second) for load in loads])
+
+            return (line.rsplit(" ", 1)[0], figure, loads[0])
         return line
 
     def _render(self, now: float, second: int) -> bytes:
