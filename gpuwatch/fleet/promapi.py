@@ -53,6 +53,21 @@ def base_url(text: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
 
+_ALWAYS_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+_FORM_QUOTES = {
+    code: "+" if code == ord(" ") else f"%{code:02X}"
+    for code in range(128)
+    if chr(code) not in _ALWAYS_SAFE
+}
+
+
+def form_quoted(text: str) -> str:
+    """`urllib.parse.quote_plus(text)`: done in one pass in C for ASCII text, where the
+    standard function quotes a character at a time (a narrowed query names hundreds of
+    targets: a dozen such queries a refresh cost 15 ms to quote)."""
+    return text.translate(_FORM_QUOTES) if text.isascii() else urllib.parse.quote_plus(text)
+
+
 class PromClient:
     """Runs PromQL against one server, several queries at once, each answer bounded."""
 
@@ -92,7 +107,8 @@ class PromClient:
         return [p for item in _list(data.get("result")) if (p := _series(item, "values"))]
 
     def _url(self, endpoint: str, params: dict[str, str]) -> str:
-        return f"{self.url}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
+        query = "&".join(f"{name}={form_quoted(value)}" for name, value in params.items())
+        return f"{self.url}/api/v1/{endpoint}?{query}"
 
     def _get(self, urls: list[str]) -> list[Answer]:
         """GETs `urls`; one whose query is long (a query narrowed to many targets) is

@@ -118,8 +118,12 @@ class PrometheusSource:
         not: then the fleet is read GPU by GPU)."""
         self._mappings: dict[Target, tuple[str, list[Sample], list[Sample], TargetMapping]] = {}
         """Each target's mapped series, and the lists they were mapped from."""
-        self._read: dict[Target, tuple[list[Sample], list[Sample], summaries.Figures]] = {}
-        """Each target's per-node figures, and the lists (fast, slow) they were read from."""
+        self._read: dict[
+            Target,
+            tuple[list[Sample], list[Sample], summaries.Figures, summaries.SlowFigures],
+        ] = {}
+        """Each target's per-node figures, the lists (fast, slow) they were read from, and
+        what the slow list says."""
         self._reads = 0
         self.queries_sent = 0
         """Instant queries sent so far, for the benches."""
@@ -255,8 +259,10 @@ class PrometheusSource:
         held = self._read.get(target)
         if held is not None and held[0] is fast and held[1] is slow:
             return held[2]
-        found = summaries.figures([*fast, *slow])
-        self._read[target] = (fast, slow, found)
+        same_slow = held is not None and held[1] is slow
+        slow_read = held[3] if held is not None and same_slow else summaries.slow_figures(slow)
+        found = summaries.figures(fast, slow_read)
+        self._read[target] = (fast, slow, found, slow_read)
         return found
 
     def focus(self, nodes: Collection[str]) -> None:

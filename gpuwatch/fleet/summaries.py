@@ -27,12 +27,7 @@ _MODELS = "gpuwatch:node_gpu_models:count"
 PROBE = f"count({_MODELS})"
 """Answers a number where the rules are recorded, nothing where they are not."""
 _IDLE_HELD = "gpuwatch:node_gpus_idle_held:count"
-_COUNTS = {
-    f.GPUS: "gpus",
-    "gpuwatch_gpus_available": "gpus_free",
-    f.LEASES: "leases",
-    _IDLE_HELD: "idle_held",
-}
+_COUNTS = {f.GPUS: "gpus", "gpuwatch_gpus_available": "gpus_free", f.LEASES: "leases"}
 _BYTES = {f.MEMORY_FREE_MAX: "most_free_bytes", f.MEMORY_FREE: "memory_free_bytes"}
 _USER_MEMORY = "gpuwatch:node_user_memory_bytes:sum"
 _USER_GPUS = "gpuwatch:node_user_gpus:count"
@@ -145,15 +140,39 @@ class Figures:
     summary: NodeSummary
 
 
-def figures(samples: Sequence[Sample]) -> Figures:
-    """A node's series, read: a source keeps these while the series are the same."""
+@dataclass(frozen=True, slots=True)
+class SlowFigures:
+    """What a node's series of what changes slowly say (`slow_plan`)."""
+
+    users: tuple[tuple[str, int, int], ...]
+    models: tuple[str, ...]
+    idle_held: int | None
+
+
+def slow_figures(samples: Sequence[Sample]) -> SlowFigures:
+    """A node's series of what changes slowly, read: a source keeps these while they are
+    the same, though its other figures move."""
+    by_name: dict[str, list[Sample]] = {}
+    for sample in samples:
+        by_name.setdefault(sample.name, []).append(sample)
+    idle = by_name.get(_IDLE_HELD)
+    return SlowFigures(
+        users=_users(by_name),
+        models=_models(by_name.get(_MODELS, ())),
+        idle_held=_count(idle[0].value) if idle else None,
+    )
+
+
+def figures(samples: Sequence[Sample], slow: SlowFigures) -> Figures:
+    """A node's series of each refresh, read, with what changes slowly: a source keeps
+    these while the series are the same."""
     by_name: dict[str, list[Sample]] = {}
     for sample in samples:
         by_name.setdefault(sample.name, []).append(sample)
     stamps = [s.value for s in by_name.get(STAMP, ())]
     waiters, longest_wait_s = node_work.waiting_line(by_name)
     stamp = max(stamps) if stamps else None
-    return Figures(by_name, stamp, waiters, longest_wait_s, _summary(by_name))
+    return Figures(by_name, stamp, waiters, longest_wait_s, _summary(by_name, slow))
 
 
 def node_state(
@@ -191,7 +210,7 @@ def _error(
     return None
 
 
-def _summary(by_name: dict[str, list[Sample]]) -> NodeSummary:
+def _summary(by_name: dict[str, list[Sample]], slow: SlowFigures) -> NodeSummary:
     def one(name: str) -> float | None:
         found = by_name.get(name)
         return found[0].value if found else None
@@ -205,8 +224,9 @@ def _summary(by_name: dict[str, list[Sample]]) -> NodeSummary:
         utilization_pct=None if ratio is None else _percent(ratio),
         hottest_c=None if hottest is None else m.celsius(hottest),
         power_w=None if power is None else _watts(power),
-        users=_users(by_name),
-        models=_models(by_name.get(_MODELS, ())),
+        idle_held=slow.idle_held,
+        users=slow.users,
+        models=slow.models,
         **_jobs(by_name),
     )
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
+from operator import attrgetter
 from typing import ClassVar
 
 from rich.segment import Segment
@@ -88,10 +90,18 @@ class FleetTable(DataTable[Text]):
         for key in gone if len(gone) <= REMOVE_ONE_BY_ONE_MAX else ():
             self.remove_row(key)
             del self._cells[key]
-        self._rows = {row.key: row for row in rows}
+        previous, self._rows = self._rows, {row.key: row for row in rows}
+        age_at = next((n for n, column in enumerate(columns) if column.key == "age"), None)
         changed: list[tuple[str, str, KeyedText]] = []
         for row in rows:
-            cells = [cell_text(row, column.key) for column in columns]
+            before, held = previous.get(row.key), self._cells.get(row.key)
+            if held is not None and before is not None and _same_but_age(before, row):
+                # Most rows: only a node's age moves between two reads, if anything.
+                cells = list(held)
+                if age_at is not None:
+                    cells[age_at] = cell_text(row, "age")
+            else:
+                cells = [cell_text(row, column.key) for column in columns]
             self._put(row.key, cells, columns, changed)
         self._update_cells(changed)
         order = [row.key for row in rows]
@@ -238,3 +248,10 @@ class FleetTable(DataTable[Text]):
         index = self.get_row_index(key)
         if index != self.cursor_row:
             self.move_cursor(row=index, animate=False, scroll=False)
+
+
+_ALL_BUT_AGE = attrgetter(*(field.name for field in fields(NodeRow) if field.name != "age_s"))
+
+
+def _same_but_age(before: NodeRow, row: NodeRow) -> bool:
+    return bool(_ALL_BUT_AGE(before) == _ALL_BUT_AGE(row))

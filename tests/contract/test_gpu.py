@@ -115,3 +115,38 @@ def test_mig_mode_and_devices_agree_with_nvidia_smi() -> None:
     devices = data["mig_devices"]
     assert isinstance(devices, list)
     assert {device["uuid"] for device in devices} == smi_migs
+
+
+def test_the_daemons_node_figures_agree_with_nvidia_smi() -> None:
+    # GIVEN the node's GPUs as the driver reports them, read by the daemon's own code
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpuwatch.backends.nvml import NvmlBackend
+    from gpuwatch.daemon.metrics import exposition
+    from gpuwatch.daemon.view import View
+    from gpuwatch.sampling.poller import PollState
+
+    backend = NvmlBackend()
+    try:
+        snapshot = backend.sample()
+    finally:
+        backend.close()
+    view = View(PollState(snapshot, None, 0.0, 1), None, ())
+    text = exposition(view).decode()
+    node = {
+        family.name: family.samples[0].value
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("gpuwatch_node_")
+    }
+    # WHEN nvidia-smi is asked the same
+    rows = smi("memory.free", "temperature.gpu", "power.draw")
+    free_mib = [int(free) for free, _, _ in rows]
+    # THEN the node's figures are those of its GPUs together (memory and power move a little
+    # between the two reads)
+    assert node["gpuwatch_node_gpus"] == len(rows)
+    assert abs(node["gpuwatch_node_memory_free_bytes"] // MIB - sum(free_mib)) <= 64 * len(rows)
+    assert abs(node["gpuwatch_node_memory_free_max_bytes"] // MIB - max(free_mib)) <= 64
+    hottest = max(int(temperature) for _, temperature, _ in rows)
+    assert abs(node["gpuwatch_node_temperature_max_celsius"] - hottest) <= 3
+    power = sum(float(draw) for _, _, draw in rows)
+    assert node["gpuwatch_node_power_watts"] == pytest.approx(power, rel=0.25, abs=30)
