@@ -47,9 +47,11 @@ selector (which Prometheus looks up in its index: it reads only their series), w
 they are at most this share of all; past it, reading all costs no more."""
 IDENTITY_EVERY = 30
 """Reads between two readings of GPU identity (a minute at the screen's 2 s refresh)."""
-SLOW_EVERY = 5
+SLOW_EVERY = 15
 """Reads between two readings of each part of what changes slowly: node names, GPU
-models, who runs where, idle holders (10 s at the screen's 2 s refresh)."""
+models, who runs where, idle holders (30 s at the screen's 2 s refresh; each user's memory
+and GPUs are the largest answer a refresh gets). A node new to the fleet has its name read
+at the next read."""
 Target = tuple[str, str]
 """(job, instance): one scraped endpoint."""
 Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, float]]
@@ -107,6 +109,8 @@ class PrometheusSource:
         self._identity: dict[Target, list[Sample]] = {}
         self._slow: dict[Target, list[Sample]] = {}
         self._slow_parts: dict[int, dict[Target, list[Sample]]] = {}
+        self._new_targets = False
+        """Whether the last read saw a target new to it, whose name the next one reads."""
         """Each part of what changes slowly (`summaries.SLOW_GROUPS`), as last read."""
         self._summary: dict[Target, list[Sample]] = {}
         self._held: dict[Target, list[Sample]] = {}
@@ -180,12 +184,13 @@ class PrometheusSource:
         each node's state and age, at every read; the nodes in focus GPU by GPU."""
         slow_group = self._slow_due()
         plan: list[FamilyQuery | str] = [_UP, _SEEN]
-        if slow_group in (None, 0):
+        if slow_group in (None, 0) or self._new_targets:
             plan.append(_NAMES)
         if self._reads % IDENTITY_EVERY == 0:
             plan.append(_PROBE)
         evaluated, (_, up, seen) = self._ask(plan)
         moved = [target for target, at in seen.items() if self._scraped.get(target) != at]
+        self._new_targets = not set(seen).issubset(self._scraped)
         narrowed = bool(self._summary) and len(moved) <= NARROW_SHARE * len(seen)
         if moved or not self._summary:
             self._read_figures(moved if narrowed else None)

@@ -5,8 +5,8 @@ screen's own code, and `gpuwatch_gpus_available`, by pick's): a refresh reads th
 selectors of one series per node, narrowed to the targets scraped since. What needs
 Prometheus (idle holders over 10 minutes, each user's memory and GPUs, the GPU models)
 comes from the recording rules of `examples/gpuwatch-fleet-rules.yml` where the server
-records them, else from their expressions evaluated on the spot, every `SLOW_EVERY`
-reads. A node's age and staleness come from its own series
+records them, else from their expressions evaluated on the spot, in parts, each every
+`SLOW_EVERY` reads. A node's age and staleness come from its own series
 (`gpuwatch_sample_timestamp_seconds`, `gpuwatch_sampling_up`) and `up`, as when its GPUs
 are read.
 """
