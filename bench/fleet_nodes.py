@@ -5,8 +5,8 @@ Each node's text is what a gpuwatch daemon serves: it is rendered once by the da
 exposition code (`gpuwatch.daemon.metrics`) from a node of GPUS GPUs with its own
 `hostname`, uuids and mix of work (idle, part used, full; some GPUs leased), and its
 readings then move every second (utilization, memory in use and free, temperature, power,
-the node's figures made of them, the sample's timestamp) without rendering it all again, so that one process keeps up with
-1,000 nodes scraped every second or two.
+the node's figures made of them, the sample's timestamp) without rendering it all again, so
+that one process keeps up with 1,000 nodes scraped every second or two.
 
 With --jobs each node also tells the work around its GPUs, as a daemon that reads Slurm
 does: jobs waiting in line on every fifth node, and a Slurm job on each GPU in use (and on
