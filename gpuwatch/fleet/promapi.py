@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,13 +83,23 @@ class PromClient:
         return [self._vector(answer) for answer in self._get(urls)]
 
     def samples(
-        self, queries: Sequence[str], names: Sequence[str]
+        self, queries: Sequence[str], names: Sequence[str], *, common: str = ""
     ) -> list[tuple[float, list[Sample]]]:
         """Each instant query's evaluation time and vector as `Sample`s named `names[i]`
-        (an aggregation's answer carries no `__name__`), all sent at once. Built in one
+        (an aggregation's answer carries no `__name__`), or by their `__name__` where
+        `names[i]` is "", all sent at once. Built in one
         pass over the decoded JSON: a refresh of a large fleet is tens of thousands of
-        series, and an intermediate object per series would cost more than the decoding."""
-        urls = [self._url("query", {"query": q}) for q in queries]
+        series, and an intermediate object per series would cost more than the decoding.
+        `common`: a text several queries hold (a matcher naming hundreds of targets),
+        quoted once for them all."""
+        quote = form_quoted
+        if common:
+            quoted = form_quoted(common)
+
+            def quote(text: str) -> str:
+                return quoted.join(map(form_quoted, text.split(common)))
+
+        urls = [self._url("query", {"query": q}, quote) for q in queries]
         answers = self._get(urls)
         return [self._named(answer, name) for answer, name in zip(answers, names, strict=True)]
 
@@ -106,8 +116,10 @@ class PromClient:
             raise self._error("answers a range query without a matrix")
         return [p for item in _list(data.get("result")) if (p := _series(item, "values"))]
 
-    def _url(self, endpoint: str, params: dict[str, str]) -> str:
-        query = "&".join(f"{name}={form_quoted(value)}" for name, value in params.items())
+    def _url(
+        self, endpoint: str, params: dict[str, str], quote: Callable[[str], str] = form_quoted
+    ) -> str:
+        query = "&".join(f"{name}={quote(value)}" for name, value in params.items())
         return f"{self.url}/api/v1/{endpoint}?{query}"
 
     def _get(self, urls: list[str]) -> list[Answer]:
@@ -217,7 +229,7 @@ def _samples(result: list[Any], name: str) -> tuple[list[Sample], float]:
             if type(label) is not str:  # JSON keys are texts; a value that is not is dropped
                 metric = {k: v for k, v in metric.items() if type(v) is str}
                 break
-        append(Sample(name, metric, value))
+        append(Sample(name or metric.get("__name__", ""), metric, value))
         if type(at) in (int, float) and at > evaluated:
             evaluated = at
     return samples, float(evaluated)

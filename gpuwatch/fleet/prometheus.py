@@ -25,7 +25,7 @@ from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, PromClient
-from gpuwatch.fleet.promql import FamilyQuery
+from gpuwatch.fleet.promql import Query
 from gpuwatch.fleet.series import (
     TargetMapping,
     host_of,
@@ -57,7 +57,7 @@ Target = tuple[str, str]
 Found = tuple[dict[Target, list[Sample]], dict[Target, float], dict[Target, float]]
 """A round's samples by target, each target's `up`, and when each was last scraped."""
 _FREE = "gpuwatch_memory_free_bytes"
-_NAMES, _UP, _SEEN, _PROBE = "names", "up", "seen", "probe"
+_NAMES, _UP_SEEN, _PROBE = "names", "up", "probe"
 _NO_SAMPLES: list[Sample] = []
 """The identity of a target that has none: one list, so that its mapping is kept."""
 _NAMES_NOW = "names now"
@@ -148,12 +148,12 @@ class PrometheusSource:
                 return fleet
             # A daemon exports no figures of its node: GPU by GPU from now on.
         fresh = first or not self._identity or self._reads % IDENTITY_EVERY == 0
-        evaluated, (_, up, seen) = self._ask([_NAMES, _UP, _SEEN])
+        evaluated, (_, up, seen) = self._ask([_NAMES, _UP_SEEN])
         moved = [target for target, at in seen.items() if self._scraped.get(target) != at]
         samples: dict[Target, list[Sample]] = {}
         if moved or fresh:
             narrowed = bool(self._held) and 0 < len(moved) <= NARROW_SHARE * len(seen)
-            families = [q for q in self._plan(fresh) if isinstance(q, FamilyQuery)]
+            families = [q for q in self._plan(fresh) if not isinstance(q, str)]
             found_at, (samples, _, _) = self._ask(families, narrow_to=moved if narrowed else None)
             evaluated = max(evaluated, found_at)
             self._hold(samples, moved if narrowed else None)
@@ -183,7 +183,7 @@ class PrometheusSource:
         each every `SLOW_EVERY` reads, held between. `up` and scrape times, which give
         each node's state and age, at every read; the nodes in focus GPU by GPU."""
         slow_group = self._slow_due()
-        plan: list[FamilyQuery | str] = [_UP, _SEEN]
+        plan: list[Query | str] = [_UP_SEEN]
         if slow_group in (None, 0) or self._new_targets:
             plan.append(_NAMES)
         if self._reads % IDENTITY_EVERY == 0:
@@ -283,9 +283,10 @@ class PrometheusSource:
         if not targets:
             return {}
         matcher = promql.instances(instance for _, instance in targets)
-        plan = [q for q in self._plan(identity=True) if isinstance(q, FamilyQuery)]
+        plan = [q for q in self._plan(identity=True) if not isinstance(q, str)]
         self.queries_sent += len(plan)
-        answers = self.client.samples([q.promql(matcher) for q in plan], [q.family for q in plan])
+        texts = [q.promql(matcher) for q in plan]
+        answers = self.client.samples(texts, [q.family for q in plan], common=matcher)
         found: dict[Target, list[Sample]] = defaultdict(list)
         for _, vector in answers:
             for sample in vector:
@@ -309,7 +310,7 @@ class PrometheusSource:
         memory is unknown: placement takes it no more than before) and no MIG devices.
         `None` where the names show other exporters: read the fleet whole."""
         self._reads += 1
-        plan: list[FamilyQuery | str] = [_NAMES_NOW, _UP, _SEEN, *promql.placed(min_free_bytes)]
+        plan: list[Query | str] = [_NAMES_NOW, _UP_SEEN, *promql.placed(min_free_bytes)]
         evaluated, (samples, up, seen) = self._ask(plan)
         if self._exporters != frozenset({Exporter.GPUWATCH}):
             return None
@@ -328,10 +329,9 @@ class PrometheusSource:
         other exporters, or a daemon that tells no verdict: read it as `read_placed` does.
         `idle_util_pct`: the default limit of utilization, which no GPU given out passes."""
         self._reads += 1
-        plan: list[FamilyQuery | str] = [
+        plan: list[Query | str] = [
             _NAMES_NOW,
-            _UP,
-            _SEEN,
+            _UP_SEEN,
             *promql.available(min_free_bytes, idle_util_pct / 100),
         ]
         evaluated, (samples, up, seen) = self._ask(plan)
@@ -352,16 +352,16 @@ class PrometheusSource:
             nodes.append(judged(node, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s))
         return FleetState(taken_at=now, source=self.description, nodes=merged(nodes))
 
-    def _plan(self, identity: bool) -> list[FamilyQuery | str]:
+    def _plan(self, identity: bool) -> list[Query | str]:
         exporters = self._exporters or frozenset()
-        plan: list[FamilyQuery | str] = [_NAMES, _UP, _SEEN]
+        plan: list[Query | str] = [_NAMES, _UP_SEEN]
         plan += promql.values(exporters, placement=self.placement)
         if identity and Exporter.GPUWATCH in exporters:
             plan += promql.identity(self.placement)
         return plan
 
     def _ask(
-        self, plan: Sequence[FamilyQuery | str], narrow_to: Sequence[Target] | None = None
+        self, plan: Sequence[Query | str], narrow_to: Sequence[Target] | None = None
     ) -> tuple[float, Found]:
         """Sends `plan` at once (each family but identity's narrowed to the targets
         `narrow_to`, where given) and files its answers: the names query sets the
@@ -375,7 +375,7 @@ class PrometheusSource:
         ]
         families = ["" if isinstance(q, str) else q.family for q in plan]
         self.queries_sent += len(texts)
-        answers = self.client.samples(texts, families)
+        answers = self.client.samples(texts, families, common=matcher)
         samples: dict[Target, list[Sample]] = defaultdict(list)
         identity: dict[Target, list[Sample]] = defaultdict(list)
         up: dict[Target, float] = {}
@@ -385,9 +385,11 @@ class PrometheusSource:
                 self._file_names(vector)
             elif query == _PROBE:
                 self._rules = bool(vector)
-            elif query in (_UP, _SEEN):
-                into = up if query == _UP else seen
-                into.update((_target(s.labels), s.value) for s in vector)
+            elif query == _UP_SEEN:
+                for sample in vector:
+                    target = _target(sample.labels)
+                    up[target] = 1.0 if sample.value > 0 else 0.0
+                    seen[target] = abs(sample.value)
             else:
                 by_target = identity if family in promql.IDENTITY else samples
                 for sample in vector:
@@ -458,8 +460,7 @@ class PrometheusSource:
         """`parts`: the target's identity and its other series, or its per-node figures;
         `detail`: beside those, its every series (its GPUs, for a detail screen)."""
         seen_at = seen.get(target, now)
-        samples = [*parts[0], *parts[1]] if parts is not None else []
-        if up.get(target, 1) != 1 or not samples:
+        if up.get(target, 1) != 1 or parts is None or not (parts[0] or parts[1]):
             # Its series are gone with the failed scrape: only a daemon's last snapshot
             # time (kept by the names query) says how old its data is.
             last = self._last.get(target, 0.0)
@@ -472,7 +473,6 @@ class PrometheusSource:
             )
             shown = safe_name(name or target[1])
             return NodeState(shown, up=False, snapshot=None, age_s=age_s, error=why)
-        assert parts is not None  # samples were found
         if self.summarized:
             shown = safe_name(name or host_of(target[1]))
             figures = self._figures(target, parts[1])
@@ -484,7 +484,7 @@ class PrometheusSource:
             mapping = target_mapping(detail, fallback_name=shown)
             gpus = judged(mapping, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s)
             return replace(gpus, name=state.name, summary=state.summary)
-        found = self._mapping(target, name or host_of(target[1]), parts, samples)
+        found = self._mapping(target, name or host_of(target[1]), parts)
         return judged(found, seen_at=seen_at, now=now, stale_after_s=self.stale_after_s)
 
     def _mapping(
@@ -492,14 +492,13 @@ class PrometheusSource:
         target: Target,
         name: str,
         parts: tuple[list[Sample], list[Sample]],
-        samples: list[Sample],
     ) -> TargetMapping:
         """The target's mapped series: kept while its identity and series are the very
         lists mapped last time (a target not scraped since costs no mapping)."""
         held = self._mappings.get(target)
         if held is not None and held[0] == name and held[1] is parts[0] and held[2] is parts[1]:
             return held[3]
-        found = target_mapping(samples, fallback_name=name)
+        found = target_mapping([*parts[0], *parts[1]], fallback_name=name)
         self._mappings[target] = (name, parts[0], parts[1], found)
         return found
 
@@ -543,7 +542,7 @@ def _text(query: str) -> str:
         return promql.names(now=query == _NAMES_NOW)
     if query == _PROBE:
         return summaries.PROBE
-    return "up" if query == _UP else "timestamp(up)"
+    return promql.UP_SEEN
 
 
 def _names(vector: list[Sample]) -> dict[Target, str]:

@@ -1,10 +1,12 @@
 """The PromQL a Prometheus source sends: one plain query per metric family, all at once.
 
 Why one per family: Prometheus selects a series by its exact name through its index,
-but a `{__name__=~"a|b|c"}` selector, or `a or b or c`, costs it ten to thirty times as
-much at 500 nodes (measured: bench/fleet_cost.py), and `or` keeps only one of two
-series whose labels differ by name alone. Separate queries are evaluated in parallel
-and the answer to each tells its family, so an aggregated answer needs no `__name__`.
+but a `{__name__=~"a|b|c"}` selector of families of a series per GPU, or `a or b or c`,
+costs it ten to thirty times as much at 500 nodes (measured: bench/fleet_cost.py), and
+`or` keeps only one of two series whose labels differ by name alone. Families of one
+series per node are the exception (`NodeFamilies`): few series, and a dozen of them.
+Separate queries are evaluated in parallel and the answer to each tells its family, so an
+aggregated answer needs no `__name__`.
 
     values    the exporter's per-GPU figures, labelled by target and `gpu` only
               (`max by`): identity labels are not sent again with every value
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gpuwatch.fleet import node_work, series_dcgm, series_gpuwatch, series_smi
 from gpuwatch.fleet.nodes import Exporter
@@ -56,6 +59,32 @@ class FamilyQuery:
             on = ", ".join((*_TARGET, "gpu"))
             expr = f"{expr} and on ({on}) {self.only_where.promql(matcher)}"
         return expr
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFamilies:
+    """Families of one series per target, read in one query whose answer keeps each
+    series' name (`max by (__name__, job, instance)`); `compare` filters them all alike
+    (`> 0`: only where they differ from the common case). A refresh's per-node figures
+    are a dozen such families: one request for them costs the client a tenth of what a
+    dozen cost, and Prometheus, which matches their names against a few hundred, no more."""
+
+    families: tuple[str, ...]
+    compare: str = ""
+    family: ClassVar[str] = ""
+    """No one family: each sample's is its `__name__`."""
+
+    def promql(self, matcher: str = "") -> str:
+        names = f'__name__=~"{"|".join(self.families)}"'
+        selector = f"{{{names}, {matcher}}}" if matcher else f"{{{names}}}"
+        selector = f"{selector} {self.compare}" if self.compare else selector
+        return f"max by (__name__, {', '.join(_TARGET)}) ({selector})"
+
+
+Query = FamilyQuery | NodeFamilies
+UP_SEEN = "timestamp(up) * (2 * up - 1)"
+"""Each target's last scrape time, negative where that scrape failed: `up` and
+`timestamp(up)` in one answer."""
 
 
 _SAMPLING_UP = "gpuwatch_sampling_up"
@@ -198,19 +227,21 @@ def _latest(selector: str, now: bool) -> str:
 
 
 _REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+_LITERAL = str.maketrans({char: f"\\{char}" for char in _REGEX_SPECIAL})
 
 
 def instances(names: Iterable[str]) -> str:
     """A selector's matcher for the targets whose `instance` is one of `names`, e.g.
     `instance=~"gpu-01:9400|gpu-02:9400"`: Prometheus finds them in its index, so a
     query narrowed so reads only their series. Each name is matched literally."""
-    pattern = "|".join("".join(map(_literal, name)) for name in sorted(set(names)))
+    pattern = "|".join(map(_literal, sorted(set(names))))
     return 'instance=~"' + pattern.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _literal(char: str) -> str:
-    """`char` as a regular expression matches it; a control character (which a PromQL
-    string cannot hold as it is) as any character: a target more is read, none less."""
-    if char in _REGEX_SPECIAL:
-        return f"\\{char}"
-    return "." if not char.isprintable() else char
+def _literal(name: str) -> str:
+    """`name` as a regular expression that matches it; a control character (which a
+    PromQL string cannot hold as it is) as any character: a target more is read, none
+    less."""
+    if name.isprintable():
+        return name.translate(_LITERAL)
+    return "".join("." if not char.isprintable() else char.translate(_LITERAL) for char in name)

@@ -21,7 +21,7 @@ from gpuwatch.fleet import node_figures as f
 from gpuwatch.fleet import node_work
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.nodes import Exporter, NodeState, NodeSummary
-from gpuwatch.fleet.promql import FamilyQuery
+from gpuwatch.fleet.promql import FamilyQuery, NodeFamilies, Query
 
 _MODELS = "gpuwatch:node_gpu_models:count"
 PROBE = f"count({_MODELS})"
@@ -55,16 +55,17 @@ _SAMPLING_UP = "gpuwatch_sampling_up"
 _FAST = (
     f.GPUS,
     "gpuwatch_gpus_available",
-    f.LEASES,
     *_BYTES,
     f.UTILIZATION,
     f.TEMPERATURE_MAX,
     f.POWER,
     STAMP,
-    node_work.WAITERS,
-    node_work.LONGEST_WAIT,
 )
 """The daemon's per-node series every refresh reads."""
+_ZERO_UNSENT = (f.LEASES, node_work.WAITERS, node_work.LONGEST_WAIT)
+"""Per-node series every refresh reads only where they are not 0: a daemon that exports
+its node's figures exports these beside them, so one not sent is 0."""
+_MOSTLY_ZERO = (*_ZERO_UNSENT, node_work.JOBS_KNOWN)
 IDLE_AFTER_S = 600.0
 """A held GPU counts as left idle after this long, unless a source is told otherwise (the
 screen's default --idle-after, and the window of the recording rules)."""
@@ -75,18 +76,20 @@ SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS, _IDLE_HELD)
 which a source reads less often."""
 
 
-def plan(idle_after_s: float = IDLE_AFTER_S) -> list[FamilyQuery]:
-    """The queries of every refresh, beside `up` and `timestamp(up)`: the daemon's
-    per-node series, its snapshot time and line of waiting jobs, and failed sampling."""
-    queries = [FamilyQuery(name, ()) for name in _FAST]
-    queries.append(FamilyQuery(_SAMPLING_UP, compare="== 0"))
-    # Where the daemon reads a scheduler: its jobs (one series each) and the GPUs they
-    # left idle; nothing at all from a node without one.
-    queries.append(FamilyQuery(node_work.JOBS_KNOWN, compare="== 1"))
-    queries.append(FamilyQuery(node_work.JOB_INFO, ("job_id",)))
+def plan(idle_after_s: float = IDLE_AFTER_S) -> list[Query]:
+    """The queries of every refresh, beside `up` and its time: the daemon's per-node
+    series and snapshot time in one query, those mostly 0 (leases, the line of waiting
+    jobs) in another, where not 0, and failed sampling; where the daemon reads a
+    scheduler, its jobs (one series each) and the GPUs they left idle for `idle_after_s`
+    (nothing at all from a node without one)."""
     idle = f">= {float(idle_after_s)!r}"
-    queries.append(FamilyQuery(node_work.ALLOCATED_IDLE, ("gpu",), compare=idle))
-    return queries
+    return [
+        NodeFamilies(_FAST),
+        NodeFamilies(_MOSTLY_ZERO, compare="> 0"),
+        FamilyQuery(_SAMPLING_UP, compare="== 0"),
+        FamilyQuery(node_work.JOB_INFO, ("job_id",)),
+        FamilyQuery(node_work.ALLOCATED_IDLE, ("gpu",), compare=idle),
+    ]
 
 
 SLOW_GROUPS = 2
@@ -169,6 +172,9 @@ def figures(samples: Sequence[Sample], slow: SlowFigures) -> Figures:
     by_name: dict[str, list[Sample]] = {}
     for sample in samples:
         by_name.setdefault(sample.name, []).append(sample)
+    if f.GPUS in by_name:
+        for name in _ZERO_UNSENT:
+            by_name.setdefault(name, [Sample(name, {}, 0.0)])
     stamps = [s.value for s in by_name.get(STAMP, ())]
     waiters, longest_wait_s = node_work.waiting_line(by_name)
     stamp = max(stamps) if stamps else None
@@ -232,7 +238,8 @@ def _summary(by_name: dict[str, list[Sample]], slow: SlowFigures) -> NodeSummary
 
 
 def _jobs(by_name: dict[str, list[Sample]]) -> dict[str, int | None]:
-    if not by_name.get(node_work.JOBS_KNOWN):
+    known = by_name.get(node_work.JOBS_KNOWN)
+    if not known or known[0].value != 1:
         return {"jobs": None, "idle_allocated": None}
     jobs = {s.labels.get("job_id") for s in by_name.get(node_work.JOB_INFO, ())}
     return {"jobs": len(jobs), "idle_allocated": len(by_name.get(node_work.ALLOCATED_IDLE, ()))}

@@ -1,9 +1,9 @@
 """A stand-in for Prometheus's HTTP API: answers the fleet's queries from exposition
 fixtures as a server scraping them would, and counts what it was asked.
 
-It knows the queries `gpuwatch.fleet.promql` writes (each family's, the names query,
-`up`, `timestamp(up)`, a prefilter), each optionally narrowed to some instances or to
-the targets scraped after a time; any
+It knows the queries `gpuwatch.fleet.promql` writes (each family's, the per-node
+families', the names query, `up` with its time, a prefilter), each optionally narrowed
+to some instances or to the targets scraped after a time; any
 other query is refused as Prometheus refuses a bad one."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field, replace
 
-from gpuwatch.fleet import node_figures, promql, summaries
+from gpuwatch.fleet import node_figures, node_work, promql, summaries
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.nodes import Exporter
 from gpuwatch.fleet.promql import FamilyQuery
@@ -76,15 +76,22 @@ class FakePrometheus:
         if matcher is not None:
             pattern = re.compile(matcher[1].replace("\\\\", "\\"))
             targets = [t for t in targets if pattern.fullmatch(t.instance)]
-            query = _MATCHER.sub("", query)
+            query = _MATCHER.sub("", query).replace("{}", "").replace(", }", "}")
         if query == summaries.PROBE:
             return []  # it records no rules: the fleet is read GPU by GPU
         if query in _SLOW_FIGURES:
             return []  # no expression is evaluated: nobody runs a process, idle or not
         if query in (promql.names(), promql.names(now=True)):
             return self._names(targets)
-        if query in ("up", "timestamp(up)"):
-            return self._up(targets) if query == "up" else self._seen(targets)
+        if query == promql.UP_SEEN:
+            return self._up_seen(targets)
+        if (names := _NODE_FAMILIES.fullmatch(query)) is not None:
+            compare = names[2] or ""
+            return [
+                s
+                for name in names[1].split("|")
+                for s in self._node_family(targets, FamilyQuery(name, (), compare))
+            ]
         family = _family_query(query)
         return None if family is None else self._family(targets, family)
 
@@ -134,15 +141,21 @@ class FakePrometheus:
             if t.exporter  # as the names query: targets with GPU series in the last hour
         ]
 
-    def _up(self, targets: list[FakeTarget]) -> list[dict[str, object]]:
-        return [
-            {"metric": self._target_labels(t), "value": [NOW, "1" if t.up else "0"]}
-            for t in targets
-        ]
+    def _node_family(
+        self, targets: list[FakeTarget], query: FamilyQuery
+    ) -> list[dict[str, object]]:
+        """One family of `promql.NodeFamilies`: by target, its name kept."""
+        answer = self._family(targets, query)
+        return [{**a, "metric": {**a["metric"], "__name__": query.family}} for a in answer]  # type: ignore[dict-item]
 
-    def _seen(self, targets: list[FakeTarget]) -> list[dict[str, object]]:
+    def _up_seen(self, targets: list[FakeTarget]) -> list[dict[str, object]]:
+        """`timestamp(up) * (2 * up - 1)`: each target's scrape time, negative if it failed."""
         return [
-            {"metric": self._target_labels(t), "value": [NOW, repr(t.scraped_at)]} for t in targets
+            {
+                "metric": self._target_labels(t),
+                "value": [NOW, repr(t.scraped_at if t.up else -t.scraped_at)],
+            }
+            for t in targets
         ]
 
     @staticmethod
@@ -163,7 +176,10 @@ def _passes(sample: float, compare: str) -> bool:
     return sample == float(value) if op == "==" else sample > float(value)
 
 
-_MATCHER = re.compile(r'\{instance=~"((?:[^"\\]|\\.)*)"\}')
+_MATCHER = re.compile(r'instance=~"((?:[^"\\]|\\.)*)"')
+_NODE_FAMILIES = re.compile(
+    r'max by \(__name__, job, instance\) \(\{__name__=~"([^"]*)"\}(?: ([<>=!]=? \S+))?\)'
+)
 
 
 _FAMILIES = {
@@ -178,7 +194,7 @@ _FAMILIES |= {query.promql(): query for query in promql.placed(None)}
 
 
 _FAMILIES |= {query.promql(): query for query in promql.available(0, IDLE_MAX_UTIL_PCT / 100)}
-_FAMILIES |= {query.promql(): query for query in summaries.plan()}
+_FAMILIES |= {q.promql(): q for q in summaries.plan() if isinstance(q, FamilyQuery)}
 _ONLY_WHERE = " and on (job, instance, gpu) "
 
 
@@ -242,6 +258,8 @@ def with_node_figures(target: FakeTarget) -> FakeTarget:
         node_figures.POWER: figures.power_w,
         node_figures.LEASES: node_figures.leases_on(node.snapshot, node.leases or ()),
     }
+    if node_work.WAITERS not in target.exposition:  # the daemon tells its line, even empty
+        values |= {node_work.WAITERS: 0, node_work.LONGEST_WAIT: 0.0}
     lines = "".join(
         f'{name}{{hostname="{node.name}"}} {value!r}\n'
         for name, value in values.items()

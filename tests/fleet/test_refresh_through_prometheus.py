@@ -40,7 +40,9 @@ def test_a_narrowed_refresh_posted_to_prometheus_finds_the_fleet_of_a_whole_read
     asked: list[str] = []
     samples = source.client.samples
     monkeypatch.setattr(
-        source.client, "samples", lambda texts, names: asked.extend(texts) or samples(texts, names)
+        source.client,
+        "samples",
+        lambda texts, names, **options: asked.extend(texts) or samples(texts, names, **options),
     )
     source.read()
     # WHEN it refreshes after some of the nodes, not all, were scraped again (each second)
