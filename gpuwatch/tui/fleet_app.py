@@ -26,7 +26,7 @@ from gpuwatch.fleet.nodes import FleetSource, FleetState
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.tui.fleet_cells import columns_for, node_width, totals_line
 from gpuwatch.tui.fleet_model import FleetView
-from gpuwatch.tui.fleet_rows import FreeCounts, IdleTracker, NodeRow, build_rows, totals
+from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, RowMemory, build_rows, totals
 from gpuwatch.tui.fleet_screens import FLEET_KEYS, NodeScreen, UsersScreen
 from gpuwatch.tui.fleet_widgets import FleetTable
 from gpuwatch.tui.state import GRAPH_WINDOW_S
@@ -84,7 +84,7 @@ class FleetApp(App[int]):
         self.fleet: FleetState | None = None
         self.error: str | None = None
         self.idle = IdleTracker()
-        self._free_counts = FreeCounts()
+        self._row_memory = RowMemory()
         self._rows: list[NodeRow] = []
         """Every node's row as of the latest read: keys re-sort and filter these, and only a
         read builds them again."""
@@ -167,7 +167,7 @@ class FleetApp(App[int]):
         if fleet is not None:
             self.fleet = fleet
             self.idle.observe(fleet, now)
-            self._rows = build_rows(fleet, self.idle.idle_for, self.idle_after_s, self._free_counts)
+            self._rows = build_rows(fleet, self.idle.idle_for, self.idle_after_s, self._row_memory)
             for screen in self.screen_stack:
                 if isinstance(screen, NodeScreen):
                     node = next((n for n in fleet.nodes if n.name == screen.node), None)

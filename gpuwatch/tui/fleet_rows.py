@@ -81,14 +81,18 @@ class Totals:
     utilization_pct: float | None
 
 
-class FreeCounts:
-    """Each node's free GPUs by `pick`'s rule, kept while its GPUs and leases stay the same:
-    a node's data changes when it is scraped, far less often than the screen reads, and
-    the rule is most of what a row costs. Only the nodes of the latest read are kept."""
+class RowMemory:
+    """What a read's rows computed, kept for the next read where a node did not change: a
+    node's data changes when it is scraped, far less often than the screen reads. A node
+    read GPU by GPU keeps its free GPUs by `pick`'s rule (most of what its row costs)
+    while its GPUs and leases stay the same; a node read as its figures keeps the set of
+    its users while they are the very same. Only the nodes of the latest read are kept."""
 
     def __init__(self) -> None:
         self._known: dict[str, tuple[Snapshot, tuple[Lease, ...] | None, int]] = {}
         self._seen: dict[str, tuple[Snapshot, tuple[Lease, ...] | None, int]] = {}
+        self._users: dict[str, tuple[tuple[tuple[str, int, int], ...], frozenset[str]]] = {}
+        self._users_seen: dict[str, tuple[tuple[tuple[str, int, int], ...], frozenset[str]]] = {}
 
     def free(self, node: NodeState, snapshot: Snapshot) -> int:
         known = self._known.get(node.name)
@@ -99,23 +103,31 @@ class FreeCounts:
         self._seen[node.name] = (snapshot, node.leases, free)
         return free
 
+    def users(self, node: str, summary: NodeSummary) -> frozenset[str]:
+        held = self._users.get(node)
+        if held is None or held[0] is not summary.users:
+            held = (summary.users, _summary_users(summary))
+        self._users_seen[node] = held
+        return held[1]
+
     def forget_unseen(self) -> None:
-        """Keeps only the nodes counted since the last call."""
+        """Keeps only the nodes seen since the last call."""
         self._known, self._seen = self._seen, {}
+        self._users, self._users_seen = self._users_seen, {}
 
 
 def build_rows(
     fleet: FleetState,
     idle_for: IdleFor | None = None,
     idle_after_s: float = 0.0,
-    free_counts: FreeCounts | None = None,
+    memory: RowMemory | None = None,
 ) -> list[NodeRow]:
     """One row per node, in the fleet's order. A held GPU is an idle holder when it is idle
     now, or, given `idle_for`, when the screen has seen it idle for `idle_after_s`.
-    `free_counts` keeps the free GPUs of nodes whose data did not change from read to read."""
-    rows = [node_row(node, idle_for, idle_after_s, free_counts) for node in fleet.nodes]
-    if free_counts is not None:
-        free_counts.forget_unseen()
+    `memory` keeps what the rows of nodes whose data did not change computed last read."""
+    rows = [node_row(node, idle_for, idle_after_s, memory) for node in fleet.nodes]
+    if memory is not None:
+        memory.forget_unseen()
     return rows
 
 
@@ -123,17 +135,22 @@ def node_row(
     node: NodeState,
     idle_for: IdleFor | None,
     idle_after_s: float,
-    free_counts: FreeCounts | None = None,
+    memory: RowMemory | None = None,
 ) -> NodeRow:
     snapshot = node.snapshot
     if node.summary is not None:  # as every other row says it, though its GPUs were read
-        return _summarized(node, node.summary)
+        users = (
+            _summary_users(node.summary)
+            if memory is None
+            else memory.users(node.name, node.summary)
+        )
+        return _summarized(node, node.summary, users)
     if snapshot is None:
         return _never_read(node)
     gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
     free: int | None = None
-    if node.up and free_counts is not None:
-        free = free_counts.free(node, snapshot)
+    if node.up and memory is not None:
+        free = memory.free(node, snapshot)
     elif node.up:
         free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying
     figures = node_figures(snapshot.gpus)
@@ -162,7 +179,7 @@ def node_row(
     )
 
 
-def _summarized(node: NodeState, summary: NodeSummary) -> NodeRow:
+def _summarized(node: NodeState, summary: NodeSummary, users: frozenset[str]) -> NodeRow:
     """A node read as its figures (its daemon's, and Prometheus's): the same as its GPUs'."""
     return NodeRow(
         node=node.name,
@@ -184,9 +201,13 @@ def _summarized(node: NodeState, summary: NodeSummary) -> NodeRow:
         age_s=node.age_s,
         error=node.error,
         exporter=_exporter(node),
-        users=frozenset(user for user, _, _ in summary.users if user),
+        users=users,
         models=" ".join(summary.models),
     )
+
+
+def _summary_users(summary: NodeSummary) -> frozenset[str]:
+    return frozenset(user for user, _, _ in summary.users if user)
 
 
 def _never_read(node: NodeState) -> NodeRow:

@@ -12,6 +12,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.cache import LRUCache
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
@@ -54,6 +55,21 @@ class FleetTable(DataTable[Text]):
         self._sorted_by: tuple[str, bool] | None = None
         self._drawn_cells: LRUCache[_CellDrawKey, list[list[Segment]]] = LRUCache(CELL_CACHE_SIZE)
         self._drawn_lines: LRUCache[_CellDrawKey, Strip] = LRUCache(LINE_CACHE_SIZE)
+        self._style_this_pass: Style | None = None
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # DataTable asks for the widget's style at every line, and each time it is worked
+        # out through every ancestor's CSS: within one pass it cannot change.
+        self._style_this_pass = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._style_this_pass = None
+
+    @property
+    def rich_style(self) -> Style:
+        held = self._style_this_pass
+        return held if held is not None else super().rich_style
 
     def action_first_row(self) -> None:
         if self.row_count:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpuwatch.fleet.document import fleet_document
-from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
+from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState, NodeSummary
 from gpuwatch.fleet.sim_fleet import STALE_AGE_S, SimFleet
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.tui import fleet_rows
@@ -173,17 +173,32 @@ def test_an_up_nodes_age_moves_in_steps_and_a_stale_nodes_to_the_second() -> Non
 
 def test_free_gpus_follow_a_nodes_new_data_from_read_to_read() -> None:
     # GIVEN counts kept from read to read, and a first read
-    counts = fleet_rows.FreeCounts()
-    first = build_rows(MIXED, free_counts=counts)
+    counts = fleet_rows.RowMemory()
+    first = build_rows(MIXED, memory=counts)
     assert first == build_rows(MIXED)
     # WHEN the next read has alpha's free GPU leased and beta's data unchanged
     alpha = next(n for n in MIXED.nodes if n.name == "alpha")
     leased = dataclasses.replace(alpha, leases=(exclusive(1), exclusive(0)))
     after = fleet(leased, *(n for n in MIXED.nodes if n.name != "alpha"))
-    rows = {row.node: row for row in build_rows(after, free_counts=counts)}
+    rows = {row.node: row for row in build_rows(after, memory=counts)}
     # THEN alpha has one GPU free fewer, beta the same, as counted afresh
     assert rows["alpha"].gpus_free == first[0].gpus_free - 1  # type: ignore[operator]
     assert list(rows.values()) == build_rows(after)
+
+
+def test_a_row_read_as_figures_follows_its_users_from_read_to_read() -> None:
+    # GIVEN a node read as its figures with one user, its rows kept from read to read
+    summary = NodeSummary(8, 2, 40 << 30, 90 << 30, 12.5, 60, 900.0, 1, 0, (("ana", 1, 1 << 30),))
+    read = NodeState("gamma", up=True, snapshot=None, age_s=1.0, summary=summary)
+    memory = fleet_rows.RowMemory()
+    assert build_rows(fleet(read), memory=memory) == build_rows(fleet(read))
+    # WHEN the next read has the same figures, and the one after another user too
+    older = dataclasses.replace(read, age_s=3.0)
+    joined = (*summary.users, ("bo", 2, 2 << 30))
+    busier = dataclasses.replace(older, summary=dataclasses.replace(summary, users=joined))
+    # THEN the rows are those built afresh: the second user joins the row
+    assert build_rows(fleet(older), memory=memory) == build_rows(fleet(older))
+    assert build_rows(fleet(busier), memory=memory)[0].users == {"ana", "bo"}
 
 
 def test_totals_count_the_gpus_of_nodes_that_are_up() -> None:
