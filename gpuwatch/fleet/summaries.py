@@ -92,22 +92,24 @@ def plan(idle_after_s: float = IDLE_AFTER_S) -> list[Query]:
     ]
 
 
-SLOW_GROUPS = 2
-"""What changes slowly is read in this many parts, at different reads: each user's memory
-and GPUs, one series per user and node, are the largest answers a refresh gets."""
+SLOW_GROUPS = 3
+"""What changes slowly is read in this many parts, at different reads: each user's GPUs,
+each user's memory (one series per user and node each: the largest answers a refresh
+gets), and the GPU models with the idle holders."""
 
 
 def slow_plan(
     *, recorded: bool, group: int | None = None, idle_after_s: float = IDLE_AFTER_S
 ) -> list[FamilyQuery]:
     """The queries of what changes slowly (`recorded`: by the rules' names, else their
-    expressions): group 0, who runs where; group 1, the GPU models and idle holders
-    (idle for `idle_after_s`, at least `MIN_IDLE_WINDOW_S`: from the rules only at
-    theirs); `None`, both."""
+    expressions): group 0, each user's GPUs on each node; group 1, their memory; group
+    2, the GPU models and idle holders (idle for `idle_after_s`, at least
+    `MIN_IDLE_WINDOW_S`: from the rules only at theirs); `None`, all."""
     queries = []
-    if group in (None, 0):
-        queries += [_figure(name, ("user",), recorded) for name in (_USER_MEMORY, _USER_GPUS)]
-    if group in (None, 1):
+    for number, name in enumerate((_USER_GPUS, _USER_MEMORY)):
+        if group in (None, number):
+            queries.append(_figure(name, ("user",), recorded))
+    if group in (None, 2):
         queries.append(_figure(_MODELS, ("model_name",), recorded))
         window_s = max(MIN_IDLE_WINDOW_S, round(idle_after_s))
         at_rules = window_s == IDLE_AFTER_S
@@ -247,9 +249,11 @@ def _jobs(by_name: dict[str, list[Sample]]) -> dict[str, int | None]:
 
 def _users(by_name: dict[str, list[Sample]]) -> tuple[tuple[str, int, int], ...]:
     gpus = {s.labels.get("user"): _count(s.value) or 0 for s in by_name.get(_USER_GPUS, ())}
+    # A user's GPUs and memory are read at different reads: one with memory there holds a
+    # GPU at least, until its GPUs are read.
     return tuple(
         sorted(
-            (m.label(s.labels.get("user"), 64) or "", gpus.get(s.labels.get("user"), 0), size)
+            (m.label(s.labels.get("user"), 64) or "", gpus.get(s.labels.get("user"), 1), size)
             for s in by_name.get(_USER_MEMORY, ())
             if (size := _bytes(s.value)) is not None
         )

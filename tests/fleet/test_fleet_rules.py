@@ -183,7 +183,7 @@ def test_idle_holders_come_from_the_rules_only_at_their_window(
 ) -> None:
     # GIVEN the screen's idle holders asked for 10 minutes, the rules' window, or 30
     # WHEN the queries of what changes slowly are made where the rules are recorded
-    (_, idle) = summaries.slow_plan(recorded=True, group=1, idle_after_s=idle_after_s)
+    (_, idle) = summaries.slow_plan(recorded=True, group=2, idle_after_s=idle_after_s)
     # THEN the recorded series does for 10 minutes; another window is evaluated over it
     assert (idle.expression == "") is recorded
     assert recorded or "[1800s]" in idle.promql()
