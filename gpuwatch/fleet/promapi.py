@@ -87,11 +87,10 @@ class PromClient:
     ) -> list[tuple[float, list[Sample]]]:
         """Each instant query's evaluation time and vector as `Sample`s named `names[i]`
         (an aggregation's answer carries no `__name__`), or by their `__name__` where
-        `names[i]` is "", all sent at once. Built in one
-        pass over the decoded JSON: a refresh of a large fleet is tens of thousands of
-        series, and an intermediate object per series would cost more than the decoding.
-        `common`: a text several queries hold (a matcher naming hundreds of targets),
-        quoted once for them all."""
+        `names[i]` is "", all sent at once. Built in one pass over the decoded JSON: a
+        refresh of a large fleet is tens of thousands of series, and an intermediate
+        object per series would cost more than the decoding. `common`: a text several
+        queries hold (a matcher naming hundreds of targets), quoted once for them all."""
         quote = form_quoted
         if common:
             quoted = form_quoted(common)

@@ -50,7 +50,11 @@ class FleetTable(DataTable[Text]):
         self.columns_shown: tuple[Column, ...] = ()
         self.order: list[str] = []
         self._cells: dict[str, list[tuple[str, str]]] = {}
+        """Each row's cells as put into the table's data."""
+        self._celled: dict[str, NodeRow] = {}
+        """The row each one's cells were made from."""
         self._rows: dict[str, NodeRow] = {}
+        """Each row as last shown."""
         self._shape: tuple[tuple[Column, ...], int] | None = None
         self._sorted_by: tuple[str, bool] | None = None
         self._drawn_cells: LRUCache[_CellDrawKey, list[list[Segment]]] = LRUCache(CELL_CACHE_SIZE)
@@ -95,8 +99,8 @@ class FleetTable(DataTable[Text]):
         sorted_by: tuple[str, bool],
         selected: str | None,
     ) -> None:
-        """Puts `rows` in the table, in their order, changing only the cells that changed;
-        the cursor stays on the node `selected` wherever it moved to."""
+        """Puts `rows` in the table, in their order, changing only the cells that changed,
+        as they are drawn; the cursor stays on the node `selected` wherever it moved to."""
         if (columns, node_width) != self._shape:
             self._set_columns(columns, node_width)
         wanted = {row.key for row in rows}
@@ -105,21 +109,18 @@ class FleetTable(DataTable[Text]):
             self._empty()
         for key in gone if len(gone) <= REMOVE_ONE_BY_ONE_MAX else ():
             self.remove_row(key)
-            del self._cells[key]
-        previous, self._rows = self._rows, {row.key: row for row in rows}
-        age_at = next((n for n, column in enumerate(columns) if column.key == "age"), None)
-        changed: list[tuple[str, str, KeyedText]] = []
+            del self._cells[key], self._celled[key]
+        self._rows = {row.key: row for row in rows}
         for row in rows:
-            before, held = previous.get(row.key), self._cells.get(row.key)
-            if held is not None and before is not None and _same_but_age(before, row):
-                # Most rows: only a node's age moves between two reads, if anything.
-                cells = list(held)
-                if age_at is not None:
-                    cells[age_at] = cell_text(row, "age")
-            else:
+            if row.key not in self._cells:
                 cells = [cell_text(row, column.key) for column in columns]
-            self._put(row.key, cells, columns, changed)
-        self._update_cells(changed)
+                texts = (self._text(row.key, cell, n) for n, cell in enumerate(cells))
+                self.add_row(*texts, key=row.key)
+                self._cells[row.key], self._celled[row.key] = cells, row
+        # The other rows' cells are put in as they are drawn (`_cells_of`): a read moves
+        # every node's row, but only the rows on screen need their cells again.
+        self._update_count += 1
+        self.refresh()
         order = [row.key for row in rows]
         if order != self.order:
             rank = {key: position for position, key in enumerate(order)}
@@ -146,7 +147,7 @@ class FleetTable(DataTable[Text]):
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         located = self._row_locations.get_key(row_index)
         row_key = (located.value if located is not None else None) or ""
-        cells = self._cells.get(row_key)
+        cells = self._cells_of(row_key)
         if cells is None or column_index >= len(cells):
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         key = (
@@ -173,7 +174,7 @@ class FleetTable(DataTable[Text]):
             row_key, line_in_row = self._get_offsets(y)
         except LookupError:
             return super()._render_line(y, x1, x2, base_style)
-        cells = self._cells.get(row_key.value or "")
+        cells = self._cells_of(row_key.value or "")
         if cells is None:  # the header
             return super()._render_line(y, x1, x2, base_style)
         key = (
@@ -203,6 +204,7 @@ class FleetTable(DataTable[Text]):
         scroll_y = self.scroll_y
         self.clear()
         self._cells.clear()
+        self._celled.clear()
         self.order = []
         self.scroll_to(y=scroll_y, animate=False)
 
@@ -211,6 +213,7 @@ class FleetTable(DataTable[Text]):
         self._drawn_cells.clear()
         self._drawn_lines.clear()
         self._cells.clear()
+        self._celled.clear()
         self.order = []
         for column in columns:
             width = node_width if column.key == "node" else column.width
@@ -219,32 +222,28 @@ class FleetTable(DataTable[Text]):
         self._shape = (columns, node_width)
         self._sorted_by = None
 
-    def _put(
-        self,
-        key: str,
-        cells: list[tuple[str, str]],
-        columns: tuple[Column, ...],
-        changed: list[tuple[str, str, KeyedText]],
-    ) -> None:
-        """Adds the row `key`, or notes in `changed` those of its cells that changed."""
-        before = self._cells.get(key)
-        if before is None:
-            self.add_row(*(self._text(key, c, n) for n, c in enumerate(cells)), key=key)
-        elif before != cells:
-            for number, (column, old, new) in enumerate(zip(columns, before, cells, strict=True)):
+    def _cells_of(self, key: str) -> list[tuple[str, str]] | None:
+        """The row `key`'s cells as of the last `show`, put into the table's data where
+        they changed since it was last drawn (only a node's age, mostly, if anything)."""
+        cells, row, celled = self._cells.get(key), self._rows.get(key), self._celled.get(key)
+        if cells is None or row is None or celled is None or row is celled:
+            return cells
+        columns = self.columns_shown
+        if _same_but_age(celled, row):
+            fresh = [
+                cell_text(row, "age") if c.key == "age" else cell
+                for c, cell in zip(columns, cells, strict=True)
+            ]
+        else:
+            fresh = [cell_text(row, column.key) for column in columns]
+        if fresh != cells:
+            data = self._data[RowKey(key)]
+            for number, (column, old, new) in enumerate(zip(columns, cells, fresh, strict=True)):
                 if old != new:
-                    changed.append((key, column.key, self._text(key, new, number)))
-        self._cells[key] = cells
-
-    def _update_cells(self, changed: list[tuple[str, str, KeyedText]]) -> None:
-        """What `update_cell` does for each cell (its rows and columns exist: `show` made
-        them), with one refresh for them all rather than one per cell."""
-        if not changed:
-            return
-        for row_key, column_key, text in changed:
-            self._data[RowKey(row_key)][ColumnKey(column_key)] = text
-        self._update_count += 1
-        self.refresh()
+                    data[ColumnKey(column.key)] = self._text(key, new, number)
+            self._cells[key] = fresh
+        self._celled[key] = row
+        return self._cells[key]
 
     def _text(self, key: str, cell: tuple[str, str], number: int) -> KeyedText:
         # Figures align right, as in a spreadsheet; the node name (first) to the left.

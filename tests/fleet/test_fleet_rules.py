@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gpuwatch.fleet import summaries
+from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.tui.fleet_rows import NodeRow, build_rows, user_rows
@@ -187,3 +188,13 @@ def test_idle_holders_come_from_the_rules_only_at_their_window(
     # THEN the recorded series does for 10 minutes; another window is evaluated over it
     assert (idle.expression == "") is recorded
     assert recorded or "[1800s]" in idle.promql()
+
+
+def test_a_users_memory_read_before_their_gpus_counts_one_gpu_at_least() -> None:
+    # GIVEN each user's memory on a node, read at a refresh before their GPUs are
+    memory = Sample("gpuwatch:node_user_memory_bytes:sum", {"user": "ana"}, float(3 << 30))
+    gpus = Sample("gpuwatch:node_user_gpus:count", {"user": "ana"}, 2.0)
+    # WHEN the node's users are read from what is held, then with their GPUs too
+    # THEN a user with memory there holds a GPU at least, then as many as counted
+    assert summaries.slow_figures([memory]).users == (("ana", 1, 3 << 30),)
+    assert summaries.slow_figures([memory, gpus]).users == (("ana", 2, 3 << 30),)

@@ -223,6 +223,30 @@ async def test_a_table_drawn_through_many_reads_shows_what_one_drawn_once_does()
     assert screens[0] == screens[1]
 
 
+@synced
+async def test_rows_off_screen_through_reads_show_the_last_read_once_scrolled_to() -> None:
+    # GIVEN two reads of a fleet a minute apart, the second fed while the screen shows
+    # the first rows only
+    now = [FROZEN_TIME]
+    sim = SimFleet(200, clock=lambda: now[0])
+    first = sim.read()
+    now[0] += 60
+    second = sim.read()
+    screens = []
+    for reads in ([first, second], [second]):
+        app = FleetApp(sim, sample=False, monotonic=lambda: 1000.0)
+        async with app.run_test(size=(100, 30)) as pilot:
+            for fleet in reads:
+                app.feed(fleet)
+                await pilot.pause()
+            # WHEN the screen scrolls to the rows it did not show at that read
+            await pilot.press("end")
+            await pilot.pause()
+            screens.append(drawn_lines(app))
+    # THEN they show the last read, as on a screen fed it alone
+    assert screens[0] == screens[1]
+
+
 class FailingSource:
     """A Prometheus that stopped answering after its first read."""
 
