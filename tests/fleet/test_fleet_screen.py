@@ -200,51 +200,53 @@ async def test_a_read_that_changes_one_node_redraws_that_row_and_keeps_the_other
         assert app.selected_node() == changed
 
 
-@synced
-async def test_a_table_drawn_through_many_reads_shows_what_one_drawn_once_does() -> None:
-    # GIVEN two reads of a fleet, a minute apart (its figures moved)
+def reads_a_minute_apart() -> tuple[SimFleet, FleetState, FleetState]:
+    """A fleet of 200 nodes, read twice a minute apart (its figures moved)."""
     now = [FROZEN_TIME]
     sim = SimFleet(200, clock=lambda: now[0])
     first = sim.read()
     now[0] += 60
-    second = sim.read()
-    screens = []
-    for reads in ([first, second, first, second], [second]):
-        app = FleetApp(sim, sample=False, monotonic=lambda: 1000.0)
-        async with app.run_test(size=(100, 30)) as pilot:
-            app.feed(reads[0])
+    return sim, first, sim.read()
+
+
+async def drawn_after(sim: SimFleet, reads: list[FleetState], *, scrolled_first: bool) -> list[str]:
+    """The table's lines once `reads` are fed in turn, scrolled to the bottom after the
+    first read or after the last."""
+    app = FleetApp(sim, sample=False, monotonic=lambda: 1000.0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.feed(reads[0])
+        await pilot.pause()
+        if scrolled_first:
+            await pilot.press("end")
+        for fleet in reads[1:]:
+            app.feed(fleet)
             await pilot.pause()
-            await pilot.press("end")  # scrolled to the bottom
-            for fleet in reads[1:]:
-                app.feed(fleet)
-                await pilot.pause()
-            screens.append(drawn_lines(app))
-    # THEN the screen fed four reads draws the last one as a screen fed it alone
-    assert screens[0] == screens[1]
+        if not scrolled_first:
+            await pilot.press("end")
+            await pilot.pause()
+        return drawn_lines(app)
+
+
+@synced
+async def test_a_table_drawn_through_many_reads_shows_what_one_drawn_once_does() -> None:
+    # GIVEN two reads of a fleet, a minute apart, the screen scrolled to the bottom
+    sim, first, second = reads_a_minute_apart()
+    # WHEN one screen is fed them four times in turn and another the last alone
+    many = await drawn_after(sim, [first, second, first, second], scrolled_first=True)
+    once = await drawn_after(sim, [second], scrolled_first=True)
+    # THEN the screen fed four reads draws the last one as the screen fed it alone
+    assert many == once
 
 
 @synced
 async def test_rows_off_screen_through_reads_show_the_last_read_once_scrolled_to() -> None:
     # GIVEN two reads of a fleet a minute apart, the second fed while the screen shows
     # the first rows only
-    now = [FROZEN_TIME]
-    sim = SimFleet(200, clock=lambda: now[0])
-    first = sim.read()
-    now[0] += 60
-    second = sim.read()
-    screens = []
-    for reads in ([first, second], [second]):
-        app = FleetApp(sim, sample=False, monotonic=lambda: 1000.0)
-        async with app.run_test(size=(100, 30)) as pilot:
-            for fleet in reads:
-                app.feed(fleet)
-                await pilot.pause()
-            # WHEN the screen scrolls to the rows it did not show at that read
-            await pilot.press("end")
-            await pilot.pause()
-            screens.append(drawn_lines(app))
+    sim, first, second = reads_a_minute_apart()
+    # WHEN the screen scrolls to the rows it did not show at that read
+    scrolled_late = await drawn_after(sim, [first, second], scrolled_first=False)
     # THEN they show the last read, as on a screen fed it alone
-    assert screens[0] == screens[1]
+    assert scrolled_late == await drawn_after(sim, [second], scrolled_first=False)
 
 
 class FailingSource:
