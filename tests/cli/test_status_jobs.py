@@ -314,12 +314,15 @@ def test_a_daemon_answer_that_cannot_be_believed_says_jobs_unknown(
 def test_through_a_real_daemon_the_jobs_are_shown(
     node: SlurmNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN a real daemon on the Slurm node (its /v1/jobs, or none: status asks Slurm)
-    from tests.daemon_helpers import running_daemon
+    # GIVEN a real daemon on the Slurm node (its /v1/jobs, or none: status asks Slurm),
+    # once it has read the jobs (its first read of Slurm may come after its first sample)
+    from tests.daemon_helpers import get_json, running_daemon
+    from tests.wait import wait_until
 
     (tmp_path / "daemon").mkdir()
     scenario = NODE.read_text()
     with running_daemon(tmp_path / "daemon", env=node.env, scenario=scenario) as (_, sock, _):
+        wait_until(lambda: get_json(sock, "/v1/jobs")[1].get("jobs"), "the daemon's jobs")
         monkeypatch.setenv("GPUWATCH_SOCKET", str(sock))
         # WHEN status reads it
         result = run_cli("status", "-v")
