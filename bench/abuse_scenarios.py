@@ -6,7 +6,7 @@ Prints how many files loaded and how many were refused (one line, exit code 2),
 and the figures that must stay 0: tracebacks (a crash, or an exit code the
 command never gives for a scenario) and non-JSON outputs (`status --json` or the
 daemon's snapshot printing NaN, Infinity or anything else that is not strict
-JSON). The files come from tests/scenario_strategies.py, derandomized, so every
+JSON). The files come from tests/helpers/scenario_strategies.py, derandomized, so every
 run sees the same ones. Needs the test dependencies (hypothesis).
 """
 
@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from gpuwatch.backends.scenario import load_scenario
 from gpuwatch.errors import ScenarioError
-from tests.scenario_strategies import abuse, scenario_texts
+from tests.helpers.scenario_strategies import abuse, scenario_texts
 
 _HANG_S = 30
 

@@ -8,7 +8,7 @@ load of a shared machine falls on all alike. CPU is the daemon's own (utime + st
 /proc/PID/stat) and, beside it, with the Slurm commands it started and reaped (cutime +
 cstime): what the node pays. With `--real-slurm` (root, slurm-wlm and munge installed; run
 it under `flock /tmp/slurm.lock`), a daemon also reads the tests' one-node Slurm
-(tests/jobs/slurm_harness.py) running 50 jobs.
+(tests/helpers/slurm.py) running 50 jobs.
 
 Run: python bench/daemon_slurm_cost.py [SECONDS] [--real-slurm]
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuwatch.backends.daemon_client import http_get
-from tests.jobs.slurm_harness import SlurmCluster, start_cluster, why_not
+from tests.helpers.slurm import SlurmCluster, start_cluster, why_not
 
 REPO = Path(__file__).resolve().parents[1]
 GPUWATCH = [sys.executable, "-m", "gpuwatch"]

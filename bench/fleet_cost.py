@@ -65,8 +65,8 @@ from _fleet import (
 )
 
 sys.path.insert(0, str(REPO))  # the fleet's test harness starts the servers
-from tests.fleet.endpoints import SimFleet, serving_sim_fleet
-from tests.fleet.prometheus_harness import Prometheus, Target, running_prometheus
+from tests.helpers.fleet.endpoints import SimFleet, serving_sim_fleet
+from tests.helpers.fleet.prometheus import Prometheus, Target, running_prometheus
 
 MIB = 1 << 20
 RULES = REPO / "examples" / "gpuwatch-fleet-rules.yml"

@@ -40,7 +40,7 @@ from gpuwatch.backends.scenario import MODELS
 from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.view import View
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.placement.request import Request, Waiter
+from gpuwatch.request import Request, Waiter
 from gpuwatch.sampling.poller import PollState
 
 GIB = 1 << 30

@@ -24,8 +24,8 @@ import statistics
 import subprocess
 import time
 
-from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
-from gpuwatch.fleet.sim_fleet import SimFleet
+from gpuwatch.backends.sim_fleet import SimFleet
+from gpuwatch.models import FleetState, NodeState, NodeSummary
 from gpuwatch.tui.fleet_app import FleetApp
 from gpuwatch.tui.fleet_rows import node_row
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from _common import REPO
 
 sys.path.insert(0, str(REPO))  # the fleet's test harness starts the servers
-from tests.fleet.endpoints import serving_sim_fleet
-from tests.fleet.prometheus_harness import Target, running_prometheus
+from tests.helpers.fleet.endpoints import serving_sim_fleet
+from tests.helpers.fleet.prometheus import Target, running_prometheus
 
 ONE_READ = (
     "import json, sys, time\n"

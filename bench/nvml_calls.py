@@ -22,7 +22,7 @@ from _common import FAKENVML, REPO, build_fakenvml, fakenvml_env, tool, total_ca
 sys.path.insert(0, str(REPO))
 from gpuwatch.backends.base import SampleScope
 from gpuwatch.backends.nvml import NvmlBackend
-from tests.fake_nvml import eight_gpu_node
+from tests.helpers.fake_nvml import eight_gpu_node
 
 WATCH_SAMPLES = 11
 MIG_A100 = FAKENVML / "scenarios" / "mig-a100.txt"

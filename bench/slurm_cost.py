@@ -1,6 +1,6 @@
 """The Slurm job reader's cost per refresh with 50 running jobs, and with a hung squeue.
 
-Starts the tests' one-node Slurm (tests/jobs/slurm_harness.py: slurm-wlm and munge, as
+Starts the tests' one-node Slurm (tests/helpers/slurm.py: slurm-wlm and munge, as
 root), submits 50 `sleep` jobs (4 holding a GPU each, 46 none), then times:
 - a refresh through `squeue --json` and through `scontrol show job -d` (wall, the child's
   CPU, and the parse alone);
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuwatch.jobs import SlurmJobs
 from gpuwatch.jobs.slurm_text import jobs_from_squeue_json
-from tests.jobs.slurm_harness import SlurmCluster, start_cluster, why_not
+from tests.helpers.slurm import SlurmCluster, start_cluster, why_not
 
 JOBS = 50
 GPU_JOBS = 4

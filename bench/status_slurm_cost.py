@@ -9,7 +9,7 @@ Cases, run interleaved so that the machine's load hits all alike:
 - the same node with --no-jobs;
 - a hung squeue: cold (the deadline, 1 s) and warm ("jobs unknown" cached for 10 s);
 - with --real (as root, slurm-wlm and munge installed): the tests' one-node Slurm 22.05
-  (tests/jobs/slurm_harness.py) with 50 running `sleep` jobs, cold and warm;
+  (tests/helpers/slurm.py) with 50 running `sleep` jobs, cold and warm;
 - through a running daemon (the deployed case: status reads `/v1/snapshot` and `/v1/jobs`,
   the daemon asks Slurm): one on a node without Slurm, one reading the stand-in's 50 jobs,
   one whose squeue hangs (status shows "jobs unknown" at once: the daemon waits, not it).
@@ -37,7 +37,7 @@ from _common import REPO, build_fakenvml, fakenvml_env
 sys.path.insert(0, str(REPO))
 
 from gpuwatch.backends.daemon_client import http_get
-from tests.cli.slurm_stand_in import make_slurm_node, many_jobs
+from tests.helpers.slurm_stand_in import make_slurm_node, many_jobs
 
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 SCENARIO = REPO / "tests" / "jobs" / "data" / "slurm-node.txt"
@@ -116,7 +116,7 @@ def stand_in_cases(base: dict[str, str], work: Path) -> list[Case]:
 
 
 def real_cases(base: dict[str, str], work: Path) -> tuple[list[Case], Callable[[], None]]:
-    from tests.jobs.slurm_harness import start_cluster, why_not
+    from tests.helpers.slurm import start_cluster, why_not
 
     reason = why_not()
     if reason is not None:

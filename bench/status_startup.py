@@ -34,9 +34,6 @@ marks = [("start", time.perf_counter())]
 def mark(name):
     marks.append((name, time.perf_counter()))
 from gpuwatch.cli import main
-from gpuwatch._lazyimport import UNUSED_AT_START, defer
-for name in UNUSED_AT_START:
-    defer(name)
 mark("import gpuwatch.cli")
 from gpuwatch.cli import status
 mark("import gpuwatch.cli.status")

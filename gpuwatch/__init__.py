@@ -12,6 +12,8 @@ and the rest of the public API below is imported on first use.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from gpuwatch._version import __version__
 from gpuwatch.errors import (
     AlreadySelectedError,
@@ -29,10 +31,7 @@ from gpuwatch.errors import (
     WaitTimeoutError,
 )
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
-
+if TYPE_CHECKING:  # what the lazy door below opens, named for type checkers
     from gpuwatch.backends import open_backend
     from gpuwatch.backends.base import Backend, SampleScope
     from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
@@ -84,6 +83,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    """The one lazy door: `import gpuwatch` stays cheap, and each public name is imported
+    from its module the first time it is used."""
     if name == "torch":  # the subpackage `gpuwatch.torch` (it imports torch only in watch())
         import gpuwatch.torch
 

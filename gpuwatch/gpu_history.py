@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwatch._frozen import FrozenValue
 
-
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class GpuSeries(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class GpuSeries:
     """One GPU's history, oldest first; `None` where the GPU did not report a value."""
 
     index: int

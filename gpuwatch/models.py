@@ -12,12 +12,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from gpuwatch._frozen import FrozenValue
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 
 class ProcessKind(enum.StrEnum):
@@ -30,8 +25,8 @@ class ProcessKind(enum.StrEnum):
     """A client of the CUDA Multi-Process Service: its work runs in the MPS server's context."""
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class GpuSample(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class GpuSample:
     """One GPU at one moment.
 
     `index` is the NVML index (PCI bus order, as nvidia-smi shows it), which is
@@ -69,8 +64,8 @@ class GpuSample(FrozenValue):
         return self.error is None
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class MigDevice(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class MigDevice:
     """One MIG (Multi-Instance GPU) device: a slice of a MIG-enabled GPU, what a job is given.
 
     `gpu_index` is the parent GPU's NVML index and `index` the device's index
@@ -102,8 +97,8 @@ Device = GpuSample | MigDevice
 """What a job can be given: a whole GPU or a MIG device."""
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class ProcessUsage(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
     """One process's use of one GPU.
 
     The host fields (`user`, `command`, `cpu_pct`, `rss_bytes`, `started_at`)
@@ -132,8 +127,8 @@ class ProcessUsage(FrozenValue):
     0 to 100; `None` where the driver does not sample processes (MIG, older GPUs)."""
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class Lease(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class Lease:
     """A GPU held by a process, so that no other job is given it.
 
     `mem_bytes` is the memory the holder declared (`--mem`): the GPU may then
@@ -164,8 +159,8 @@ class Lease(FrozenValue):
         return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class Snapshot(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class Snapshot:
     """All GPUs of one machine and the processes using them, at `taken_at`."""
 
     taken_at: float
@@ -230,3 +225,101 @@ def _known(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
     """The items of `data` that are fields of the dataclass `cls`."""
     names = cls.__dataclass_fields__
     return {key: value for key, value in data.items() if key in names}
+
+
+# A fleet: what a fleet source (`gpuwatch.fleet`) returns, one `NodeState` per node.
+
+
+@dataclass(frozen=True, slots=True)
+class GpuJob:
+    """The scheduler's job on one GPU of a node (Slurm's, as the node's daemon exports it)."""
+
+    gpu_index: int
+    job_id: str
+    user: str | None
+    allocated_idle_s: float | None = None
+    """How long the job has left the GPU idle (0 while it computes); `None`: not told."""
+
+
+class Exporter(enum.StrEnum):
+    """Which exporter's series described a node."""
+
+    GPUWATCH = "gpuwatch"
+    DCGM = "dcgm"
+    NVIDIA_GPU_EXPORTER = "nvidia_gpu_exporter"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """A node's figures as a Prometheus server's recording rules precompute them
+    (`examples/gpuwatch-fleet-rules.yml`): what the fleet table shows of it, without its
+    GPUs one by one. `None` is unknown."""
+
+    gpus: int | None
+    gpus_free: int | None
+    """GPUs where a plain `gpuwatch pick` would take one."""
+    most_free_bytes: int | None
+    memory_free_bytes: int | None
+    utilization_pct: float | None
+    hottest_c: int | None
+    power_w: float | None
+    leases: int | None
+    idle_held: int | None
+    """GPUs held (a lease, or a process holding memory) but idle for 10 minutes."""
+    users: tuple[tuple[str, int, int], ...] = ()
+    """(user, GPUs, memory bytes) of each user with processes there."""
+    models: tuple[str, ...] = ()
+    jobs: int | None = None
+    """The scheduler's jobs holding its GPUs; `None` where its jobs are unknown."""
+    idle_allocated: int | None = None
+    """GPUs a job holds and has left idle for 10 minutes, by its daemon's watch."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One node as a fleet source last saw it.
+
+    `snapshot` holds its GPUs (and MIG devices where the exporter tells them) with
+    `snapshot.hostname == name`; it is `None` when nothing was ever read. `age_s` is
+    how old its newest data is, judged by the data's own timestamps, not by when it
+    was fetched. A node is `up` only when its data is current (not older than the
+    source's staleness limit) and its exporter answered; a node that is not up is
+    shown with its age and `error`, and `where` never places a job on it.
+    """
+
+    name: str
+    up: bool
+    snapshot: Snapshot | None
+    age_s: float | None = None
+    error: str | None = None
+    exporter: Exporter | None = None
+    leases: tuple[Lease, ...] | None = None
+    """The node's leases, as far as its metrics tell them (a lease's pid, user and
+    command are unknown there: pid 0, empty texts); `None` where the node runs another
+    exporter and leases cannot be known."""
+    lease_waiters: int | None = None
+    """Jobs waiting in line for its GPUs (`pick --wait`); `None` where the exporter does
+    not tell (another exporter, a gpuwatch daemon before the line was exported)."""
+    longest_wait_s: float | None = None
+    """How long the oldest of them has waited (0 with none); `None` as `lease_waiters`."""
+    jobs: tuple[GpuJob, ...] | None = None
+    """The scheduler's job on each GPU a job holds; `()`: no GPU is held by a job; `None`:
+    jobs unknown (another exporter, no scheduler there, or it did not answer in time)."""
+    summary: NodeSummary | None = None
+    """Its figures from recording rules, where the source read those instead of its GPUs
+    (then `snapshot` is `None`)."""
+
+    def jobs_on(self, gpu_index: int) -> tuple[GpuJob, ...]:
+        """The jobs holding this GPU (usually one), as far as they are known."""
+        return tuple(job for job in self.jobs or () if job.gpu_index == gpu_index)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    """All nodes of a fleet at `taken_at`, sorted by name."""
+
+    taken_at: float
+    source: str
+    """Where it came from, without credentials: `prometheus http://prom:9090`,
+    `nodes (12)`."""
+    nodes: tuple[NodeState, ...]

@@ -15,10 +15,7 @@ It imports nothing beyond `os`: `gpuwatch pick` loads it on its way to a GPU.
 from __future__ import annotations
 
 import os
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: `gpuwatch pick` loads this module, fast
-if TYPE_CHECKING:
-    from collections.abc import Iterable
+from collections.abc import Iterable
 
 PROC = "/proc"
 INITIAL_PID_NAMESPACE = "pid:[4026531836]"  # the kernel's PROC_PID_INIT_INO, fixed since 3.8

@@ -9,12 +9,10 @@ otherwise: a name full of terminal escapes would repaint whoever displays it.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: `typing` costs pick ~2 ms at start-up
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-    _T = TypeVar("_T")
+_T = TypeVar("_T")
 
 MAX_BYTES = 1 << 53  # far above any GPU's memory, and exact as a float in every JSON reader
 MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT

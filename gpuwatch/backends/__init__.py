@@ -6,21 +6,23 @@
 
 `auto`, the default, asks the daemon and falls back to the driver.
 
-Everything here is imported only when needed: `import gpuwatch` never loads
-pynvml, and on a machine without the NVIDIA library `open_backend()` fails
-before loading the data model.
+pynvml is imported only when the driver is read (`nvml`): on a machine without the
+NVIDIA library `open_backend()` says so without paying to import the bindings.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Callable
 
+from gpuwatch.backends.auto import AutoBackend
+from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.backends.daemon_client import DaemonBackend
+from gpuwatch.backends.scenario import parse_sim_spec
+from gpuwatch.backends.sim import SimBackend
 from gpuwatch.errors import DaemonUnavailableError, DriverNotFoundError, InvalidValueError
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.paths import socket_candidates
 
 __all__ = ["BACKEND_KINDS", "Backend", "SampleScope", "open_backend"]
 
@@ -62,9 +64,6 @@ def open_backend(
         sim = os.environ.get("GPUWATCH_SIM") or None  # set but empty: as unset, like most tools
         given = f"GPUWATCH_SIM={sim}"
     if sim or kind == "sim":
-        from gpuwatch.backends.scenario import parse_sim_spec
-        from gpuwatch.backends.sim import SimBackend
-
         return SimBackend(parse_sim_spec(sim or str(DEFAULT_SIM_GPUS), given=given))
     if kind in ("auto", "daemon"):
         try:
@@ -77,8 +76,6 @@ def open_backend(
         else:
             if kind == "daemon":
                 return daemon
-            from gpuwatch.backends.auto import AutoBackend
-
             return AutoBackend(daemon, _open_driver, on_lost=on_lost)
     return _open_driver()
 
@@ -86,7 +83,7 @@ def open_backend(
 def _open_driver() -> Backend:
     if not _nvml_library_loads():
         raise DriverNotFoundError(f"NVIDIA driver not found ({_NVML_LIBRARY} could not be loaded)")
-    try:
+    try:  # pynvml, imported with it, costs tens of milliseconds: only where the driver is read
         from gpuwatch.backends.nvml import NvmlBackend
     except ImportError as error:
         raise DriverNotFoundError(
@@ -97,15 +94,9 @@ def _open_driver() -> Backend:
 
 
 def _open_daemon(*, required: bool) -> Backend:
-    # Looking for the socket first keeps a machine without a daemon from paying to import
-    # the data model before it even knows whether there is a driver.
-    from gpuwatch.paths import socket_candidates
-
     candidates = socket_candidates()
     if not required and not any(os.path.exists(path) for path in candidates):
         raise DaemonUnavailableError(f"no daemon socket at {' or '.join(candidates)}")
-    from gpuwatch.backends.daemon_client import DaemonBackend
-
     return DaemonBackend()
 
 
@@ -115,18 +106,8 @@ def _nvml_library_loads() -> bool:
     On a machine without a GPU this answers in a millisecond, where importing
     pynvml to be told the same would cost tens.
     """
-    import ctypes
-
     try:
         ctypes.CDLL(_NVML_LIBRARY)
     except OSError:
         return False
     return True
-
-
-def __getattr__(name: str) -> object:
-    if name in ("Backend", "SampleScope"):
-        from gpuwatch.backends import base
-
-        return getattr(base, name)
-    raise AttributeError(f"module 'gpuwatch.backends' has no attribute {name!r}")

@@ -18,17 +18,13 @@ import math
 import os
 import stat
 import time
+from typing import Any
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import DaemonUnavailableError
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION, Snapshot
 from gpuwatch.paths import socket_candidates
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: pick's start-up imports no typing
-if TYPE_CHECKING:
-    from typing import Any
-
-    from gpuwatch.gpu_history import GpuSeries
 
 TIMEOUT_S = 2.0
 STALE_AFTER_HEADER = "x-gpuwatch-stale-after"

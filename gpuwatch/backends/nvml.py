@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import pynvml
 
@@ -41,11 +42,7 @@ from gpuwatch.errors import BackendError, DriverNotFoundError, NoGpuError
 from gpuwatch.hostinfo import HostProcess, HostProcessTable
 from gpuwatch.models import GpuSample, MigDevice, ProcessKind, ProcessUsage, Snapshot
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any, TypeVar
-
-    T = TypeVar("T")
+T = TypeVar("T")
 
 
 # The GPU as a whole is gone: none of its other fields is worth asking for.

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwatch._frozen import FrozenValue
 from gpuwatch.backends import sim_mig
 from gpuwatch.errors import InvalidValueError, ScenarioError
 from gpuwatch.models import ProcessKind
@@ -55,8 +54,8 @@ class LoadShape(enum.StrEnum):
     RANDOM = "random"
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class GpuModel(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class GpuModel:
     """A product the simulator knows: what a fresh GPU of that kind reports."""
 
     name: str
@@ -82,8 +81,8 @@ DEFAULT_MODEL = "H100-80GB"
 _BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class Load(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class Load:
     """A utilization curve: `shape` between `low_pct` and `high_pct`, repeating every `period_s`."""
 
     shape: LoadShape
@@ -93,8 +92,8 @@ class Load(FrozenValue):
     phase_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class SimGpu(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class SimGpu:
     model: GpuModel
     uuid: str
     pci_bus_id: str
@@ -107,8 +106,8 @@ class SimGpu(FrozenValue):
     """N of its device file `/dev/nvidiaN`; `None` for its index, as fakenvml does."""
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class SimProcess(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class SimProcess:
     gpu: int
     pid: int
     user: str
@@ -122,8 +121,8 @@ class SimProcess(FrozenValue):
     """Its SM utilization, fixed; unset, it takes an even share of its GPU's utilization."""
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class Scenario(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class Scenario:
     hostname: str
     driver_version: str
     cuda_driver_version: str
@@ -210,8 +209,8 @@ def default_scenario(gpu_count: int) -> Scenario:
     return Scenario("sim-node", "580.95.05", "13.0", 0, tuple(gpus), tuple(processes))
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class _Role(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class _Role:
     load: Load
     processes: tuple[tuple[str, str, float], ...]
 
@@ -400,8 +399,8 @@ def _pair(entry: _Table, key: str, value: object) -> tuple[Any, Any]:
     return value[0], value[1]
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class _Table(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class _Table:
     """One TOML table, with typed getters whose errors name the entry and key."""
 
     where: str

@@ -15,14 +15,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
-from gpuwatch._lazyimport import UNUSED_AT_START, defer
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
 from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NotEnoughGpusError
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import NoReturn
 
 _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 
@@ -30,11 +26,6 @@ _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Runs the command line and exits with its code."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
-    if args[:1] in (["pick"], ["status"], ["where"]):
-        # Their start-up is paid on every job and every look. Commands that stay up (daemon,
-        # tui) or load torch keep the real modules: their libraries may introspect them.
-        for name in UNUSED_AT_START:  # imported by dependencies, seldom used: loaded on first use
-            defer(name)
     if args[:1] == ["pick"]:
         from gpuwatch.cli.pick import run_pick
 

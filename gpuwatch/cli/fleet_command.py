@@ -11,17 +11,13 @@ from __future__ import annotations
 import gc
 import json
 import sys
+from typing import Any
 
 import click
 
 from gpuwatch.cli.fleet_source import click_options, open_fleet_source
 from gpuwatch.cli.options import Command, Duration
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
-
-    from gpuwatch.fleet.nodes import FleetSource
+from gpuwatch.fleet.source import FleetSource
 
 
 @click.command(cls=Command)

@@ -8,17 +8,13 @@ of the machine could read them in `ps`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from contextlib import closing
+from typing import Any
 
 from gpuwatch.cli.argv import Option
+from gpuwatch.fleet.source import FleetSource
 from gpuwatch.units import parse_duration, parse_whole_number
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Any
-
-    from gpuwatch.fleet.nodes import FleetSource
 
 _MAX_SIM_NODES = 10_000
 
@@ -80,7 +76,7 @@ def open_fleet_source(
     figures may come per node, idle holders after `idle_after_s`
     (`gpuwatch.fleet.config.resolve`)."""
     if values["sim"] is not None:
-        from gpuwatch.fleet.sim_fleet import SimFleet
+        from gpuwatch.backends.sim_fleet import SimFleet
 
         return closing(SimFleet(values["sim"]))
     from gpuwatch.fleet.config import SourceOptions, resolve

@@ -12,6 +12,12 @@ import os
 import sys
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
+from gpuwatch.choices import (
+    WISHES,
+    Format,
+    check_one_mig_device,
+    exclude_entries,
+)
 from gpuwatch.cli.argv import HELP, Option, parse
 from gpuwatch.cli.wish_options import WISH_OPTIONS
 from gpuwatch.errors import InvalidValueError
@@ -19,21 +25,11 @@ from gpuwatch.hostinfo import shell_join
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Device, MigDevice
 from gpuwatch.placement.acquire import Wanted, acquire, passed_down
-from gpuwatch.placement.choices import (
-    WISHES,
-    Format,
-    check_one_mig_device,
-    exclude_entries,
-)
 from gpuwatch.placement.launch import exec_command
-from gpuwatch.placement.request import describe_wish
+from gpuwatch.placement.rules import Choice
 from gpuwatch.placement.visible import VARIABLE, child_environment
+from gpuwatch.request import Request, describe_wish
 from gpuwatch.units import parse_duration
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from gpuwatch.placement.request import Request
-    from gpuwatch.placement.rules import Choice
 
 _DESCRIPTION = """\
 Choose GPUs nobody uses, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES

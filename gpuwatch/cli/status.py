@@ -15,22 +15,19 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
+from gpuwatch.backends.base import Backend
 from gpuwatch.cli import reader_gone
 from gpuwatch.cli.argv import Option, parse
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.leases.directory import LeaseDir
+from gpuwatch.models import Lease, Snapshot
+from gpuwatch.sampling.node_jobs import JobsReader
 from gpuwatch.units import parse_duration, parse_whole_number
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
-
-    from gpuwatch.backends.base import Backend
-    from gpuwatch.models import Lease, Snapshot
-    from gpuwatch.sampling.node_jobs import JobsReader, NodeJobs
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MIN_WATCH_S = 0.05

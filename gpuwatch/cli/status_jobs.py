@@ -8,13 +8,10 @@ number: the GRES indices Slurm counts in are not NVML's.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
-    from gpuwatch.jobs.job_table import Job
-    from gpuwatch.models import Snapshot
-    from gpuwatch.sampling.node_jobs import NodeJobs
+from gpuwatch.jobs.job_table import Job, NodeJobs
+from gpuwatch.models import Snapshot
 
 
 def with_jobs(data: dict[str, Any], snapshot: Snapshot, jobs: NodeJobs | None) -> dict[str, Any]:

@@ -15,12 +15,9 @@ import time
 from collections.abc import Sequence
 
 from gpuwatch.cli.terminal import printable
+from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage, Snapshot
 from gpuwatch.units import format_size
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from gpuwatch.sampling.node_jobs import NodeJobs
 
 _GIB = float(1 << 30)
 _BAR_WIDTH = 20

@@ -10,23 +10,18 @@ from scripts, and its start-up time is theirs.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
+from gpuwatch.choices import WISHES
 from gpuwatch.cli.argv import HELP, Option, parse
 from gpuwatch.cli.fleet_source import SOURCE_OPTIONS, open_fleet_source
 from gpuwatch.cli.wish_options import WISH_OPTIONS
 from gpuwatch.errors import InvalidValueError, NotEnoughGpusError
+from gpuwatch.fleet.source import FleetSource
 from gpuwatch.models import Device, GpuSample
-from gpuwatch.placement.choices import WISHES
-from gpuwatch.placement.request import describe_wish, request_of
 from gpuwatch.placement.where import Answer, NodeFit, NodeMiss, where
+from gpuwatch.request import Request, describe_wish, request_of
 from gpuwatch.units import format_size, parse_whole_number
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
-
-    from gpuwatch.fleet.nodes import FleetSource
-    from gpuwatch.placement.request import Request
 
 _USAGE = "gpuwatch where [OPTIONS]"
 _DESCRIPTION = """\

@@ -7,9 +7,9 @@ request field each one fills.
 
 from __future__ import annotations
 
+from gpuwatch.choices import Strategy, check_gpu_count, check_mig, check_percent
 from gpuwatch.cli.argv import Option
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.placement.choices import Strategy, check_gpu_count, check_mig, check_percent
 from gpuwatch.units import parse_number, parse_size, parse_whole_number
 
 MAX_GPU_COUNT = 1024

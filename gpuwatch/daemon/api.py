@@ -45,7 +45,7 @@ from gpuwatch.errors import InvalidValueError
 from gpuwatch.jobs import table_record
 from gpuwatch.leases.directory import LeaseDir, LeaseFiles
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
-from gpuwatch.placement.request import Waiter
+from gpuwatch.request import Waiter
 from gpuwatch.sampling.poller import Poller, PollState
 from gpuwatch.units import parse_duration
 

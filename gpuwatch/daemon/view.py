@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from gpuwatch.daemon.job_watch import NO_JOBS, JobsNow
 from gpuwatch.daemon.node import host_name
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.placement.request import Waiter
 from gpuwatch.reports.training import TrainingReports
+from gpuwatch.request import Waiter
 from gpuwatch.sampling.poller import PollState
 
 NO_REPORTS = TrainingReports()

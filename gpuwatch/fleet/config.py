@@ -23,10 +23,10 @@ from typing import Any
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.fleet import prometheus, scrape, summaries
 from gpuwatch.fleet.fetch import HttpOptions
-from gpuwatch.fleet.nodes import FleetSource
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.scrape import ScrapeSource, parse_target, read_nodes_file
 from gpuwatch.fleet.series import safe_name
+from gpuwatch.fleet.source import FleetSource
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import parse_duration
 

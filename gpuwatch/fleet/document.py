@@ -16,13 +16,9 @@ whether a GPU's `job_id: null` means "no job" (true) or "unknown" (false).
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from gpuwatch.fleet.nodes import FleetState, NodeState
-from gpuwatch.models import GpuSample, Lease
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
+from gpuwatch.models import FleetState, GpuSample, Lease, NodeState
 
 GPU_FIELDS = (
     "index",

@@ -23,7 +23,6 @@ from dataclasses import replace
 from gpuwatch.fleet import node_history, promql, series_gpuwatch, summaries
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.fetch import HttpOptions
-from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, PromClient
 from gpuwatch.fleet.promql import Query
 from gpuwatch.fleet.series import (
@@ -36,6 +35,7 @@ from gpuwatch.fleet.series import (
     target_mapping,
 )
 from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.models import Exporter, FleetState, NodeState
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_STALE_AFTER_S = 120.0

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gpuwatch.fleet import node_work, series_dcgm, series_gpuwatch, series_smi
-from gpuwatch.fleet.nodes import Exporter
+from gpuwatch.models import Exporter
 
 KNOWN_WINDOW = "1h"
 _TARGET = ("job", "instance")

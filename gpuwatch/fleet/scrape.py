@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all_digested
-from gpuwatch.fleet.nodes import FleetState, NodeState
 from gpuwatch.fleet.series import (
     NO_GPU_METRICS,
     PREFIXES,
@@ -29,6 +28,7 @@ from gpuwatch.fleet.series import (
     shown_address,
     target_state,
 )
+from gpuwatch.models import FleetState, NodeState
 
 DEFAULT_PORT = 19400
 """The port a gpuwatch daemon serves `/metrics` on in the docs' examples (`--listen 19400`)."""

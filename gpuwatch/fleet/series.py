@@ -18,8 +18,7 @@ from collections.abc import Iterable, Sequence
 from gpuwatch.fleet import series_dcgm, series_gpuwatch, series_smi
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.mapped import Mapped
-from gpuwatch.fleet.nodes import Exporter, NodeState, by_name
-from gpuwatch.models import Snapshot
+from gpuwatch.models import Exporter, NodeState, Snapshot
 
 PREFIXES = ("gpuwatch_", "DCGM_FI_", "nvidia_smi_")
 """Every series the fleet reads starts with one of these."""
@@ -137,7 +136,7 @@ def merged(states: Iterable[NodeState]) -> tuple[NodeState, ...]:
     for state in states:
         if (held := best.get(state.name)) is None or _rank(state) < _rank(held):
             best[state.name] = state
-    return by_name(list(best.values()))
+    return tuple(sorted(best.values(), key=lambda node: node.name))
 
 
 def _rank(state: NodeState) -> tuple[bool, int]:

@@ -20,8 +20,8 @@ from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet import node_figures as f
 from gpuwatch.fleet import node_work
 from gpuwatch.fleet.exposition import Sample
-from gpuwatch.fleet.nodes import Exporter, NodeState, NodeSummary
 from gpuwatch.fleet.promql import FamilyQuery, NodeFamilies, Query
+from gpuwatch.models import Exporter, NodeState, NodeSummary
 
 _MODELS = "gpuwatch:node_gpu_models:count"
 PROBE = f"count({_MODELS})"

@@ -12,10 +12,7 @@ import contextlib
 import os
 import select
 import time
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 _CHUNK_BYTES = 1 << 16
 _REAP_AFTER_KILL_S = 1.0

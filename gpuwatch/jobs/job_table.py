@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from gpuwatch._frozen import FrozenValue  # dataclass's methods, compiled once: see there
+from gpuwatch.models import GpuSample
 from gpuwatch.record_fields import (
     BadRecord,
     float_field,
@@ -19,20 +20,14 @@ from gpuwatch.record_fields import (
     text_field,
 )
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-    from gpuwatch.models import GpuSample
-
 MAX_JOBS = 100_000
 MAX_GPUS_PER_NODE = 1024
 _MAX_MINOR = 1 << 20
 _MAX_TIME = 1e11
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
-class Job(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class Job:
     """One job running on this node, as its scheduler reports it."""
 
     job_id: str
@@ -55,8 +50,8 @@ class Job(FrozenValue):
         return max(0.0, self.started_at + self.time_limit_s - now)
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
-class JobTable(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class JobTable:
     """The jobs of this node at `read_at`, and which holds each GPU.
 
     A reader that cannot tell (the scheduler absent, down or slow) returns `None`
@@ -150,3 +145,41 @@ def table_from_record(data: object) -> JobTable | None:
         read_at=float_field(data, "read_at", 0, _MAX_TIME),
         source=text_field(data, "source", 64),
     )
+
+
+MAX_WHY_CHARS = 200
+"""The longest reason a screen is given for jobs being unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeJobs:
+    """This node's jobs as a screen shows them.
+
+    `scheduler` False: no scheduler here, nothing is shown. Else `table` holds the jobs, or
+    is `None` and `unknown_why` says why they are unknown.
+    """
+
+    table: JobTable | None = None
+    unknown_why: str | None = None
+    allocated_idle_s: Mapping[str, float] = field(default_factory=dict)
+    """Seconds each allocated GPU has been idle, by UUID, where the daemon tracks it."""
+    idle_window_s: float | None = None
+    """From how long idle an allocated GPU is shown as such; `None`: never (not tracked)."""
+    scheduler: bool = False
+
+    def job_of(self, gpu: GpuSample) -> Job | None:
+        """The job holding `gpu`; `None` when free or unknown."""
+        return None if self.table is None else self.table.job_of_gpu(gpu)
+
+    def idle_s(self, gpu: GpuSample) -> float | None:
+        """How long `gpu` has been allocated and idle, when that is at least the window:
+        the GPUs to show as "allocated, idle"; `None` for the others."""
+        seconds = self.allocated_idle_s.get(gpu.uuid or "")
+        window = self.idle_window_s
+        if seconds is None or window is None or seconds < window:
+            return None
+        return seconds
+
+
+NO_JOBS = NodeJobs()
+"""No scheduler: nothing to show."""

@@ -43,8 +43,8 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from gpuwatch._frozen import FrozenValue
 from gpuwatch.errors import LeaseBusyError, LeaseDirError, LeaseError
 from gpuwatch.leases.locking import file_key, flock_holders, flock_within, process_uids
 from gpuwatch.leases.records import (
@@ -57,12 +57,7 @@ from gpuwatch.leases.records import (
 from gpuwatch.models import Device, GpuSample, Lease
 from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
 from gpuwatch.record_fields import Malformed
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
-
-    from gpuwatch.placement.request import Request, Waiter
+from gpuwatch.request import Request, Waiter
 
 # Paths are plain strings here: pathlib costs `gpuwatch pick` start-up time.
 
@@ -79,8 +74,8 @@ LOCK_WAIT_S = 10.0
 """The longest a picker waits for the directory lock, which is held for milliseconds."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class LeaseFiles(FrozenValue):
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseFiles:
     """What a look at the lease directory found."""
 
     leases: list[Lease]

@@ -13,7 +13,10 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from gpuwatch.choices import Strategy
 from gpuwatch.leases.locking import FileKey, file_key, process_uids
 from gpuwatch.models import Lease
 from gpuwatch.record_fields import (
@@ -26,16 +29,9 @@ from gpuwatch.record_fields import (
     optional,
     text_field,
 )
+from gpuwatch.request import Request, Waiter
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any, TypeVar
-
-    from gpuwatch.placement.choices import Strategy
-    from gpuwatch.placement.request import Request, Waiter
-
-    _T = TypeVar("_T")
+_T = TypeVar("_T")
 
 MAX_COMMAND_CHARS = 4096
 _MAX_GPU_INDEX = 1 << 16
@@ -83,7 +79,7 @@ def waiter_from(
     now_ns: int,
 ) -> Waiter:
     """A waiting job from its ticket, or `Malformed` for a ticket that cannot be believed."""
-    from gpuwatch.placement.request import Waiter  # only pickers read the line: status need not
+    from gpuwatch.request import Waiter  # only pickers read the line: status need not
 
     match = re.fullmatch(_TICKET_NAME, name)
     queued_ns = int(match.group(1)) if match else now_ns + 1
@@ -156,7 +152,7 @@ def request_from_record(data: object) -> Request:
     can write to. Fields older versions did not write take their defaults."""
     if not isinstance(data, dict) or "count" not in data:
         raise BadRecord(f"not a request: {data!r:.40}")
-    from gpuwatch.placement.request import Request  # as for waiter_from
+    from gpuwatch.request import Request  # as for waiter_from
 
     allowed = data.get("allowed")
     allow_busy = data.get("allow_busy", False)
@@ -199,7 +195,7 @@ def _mig_from_record(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _strategy(data: dict[str, Any]) -> Strategy:
-    from gpuwatch.placement.choices import Strategy
+    from gpuwatch.choices import Strategy
 
     value = data.get("strategy", Strategy.MOST_FREE.value)
     if isinstance(value, str) and value in {strategy.value for strategy in Strategy}:

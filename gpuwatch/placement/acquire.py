@@ -20,10 +20,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpuwatch import procfs
-from gpuwatch._frozen import FrozenValue
 from gpuwatch.backends.base import Backend, SampleScope
+from gpuwatch.choices import MIG_ANY as ANY
+from gpuwatch.choices import exclude_entries, named, said
 from gpuwatch.errors import (
     DaemonUnavailableError,
     InvalidValueError,
@@ -42,11 +44,11 @@ from gpuwatch.leases.directory import (
     user_name,
 )
 from gpuwatch.models import Device, Lease, Snapshot
-from gpuwatch.placement.choices import MIG_ANY as ANY
-from gpuwatch.placement.choices import exclude_entries, named, said
 from gpuwatch.placement.gpus import kind_for
-from gpuwatch.placement.request import Request, Waiter, describe_wish, request_of
 from gpuwatch.placement.rules import Choice, place
+
+# Loaded only inside a Slurm job (see `from_wishes`): every `gpuwatch pick` would pay.
+from gpuwatch.placement.slurmstep import SlurmStep
 from gpuwatch.placement.visible import (
     ORDER_VARIABLE,
     VARIABLE,
@@ -54,16 +56,10 @@ from gpuwatch.placement.visible import (
     resolve_mig,
     visible_entries,
 )
+from gpuwatch.request import Request, Waiter, describe_wish, request_of
 from gpuwatch.units import counted
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
-
-    # Loaded only inside a Slurm job (see `from_wishes`): every `gpuwatch pick` would pay.
-    from gpuwatch.placement.slurmstep import SlurmStep
-
-    # Loaded only for MIG work (see `_choose`): every `gpuwatch pick` would pay to make its classes.
+# Loaded only for MIG work (see `_choose`): every `gpuwatch pick` would pay to make its classes.
 
 POLL_S = 0.5
 OnWait = Callable[[Request, Choice, float], None]
@@ -72,8 +68,8 @@ OnNote = Callable[[str], None]
 """Told, in one line, of something the job should know but that does not stop it."""
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class Wanted(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class Wanted:
     """A job's wishes as written, before GPU names are resolved against the machine."""
 
     asked: Request = field(default_factory=Request)

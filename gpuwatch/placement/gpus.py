@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from functools import partial
 
 from gpuwatch.models import Device, GpuSample, ProcessUsage, Snapshot
-from gpuwatch.placement.request import Request
 from gpuwatch.placement.rules import Candidate, Kind, place
+from gpuwatch.request import Request
 
 
 class _Gpus(Kind):

@@ -5,12 +5,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
 from gpuwatch.errors import CommandNotExecutableError, CommandNotFoundError
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import NoReturn
 
 
 def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
+from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.models import Device, Lease, MigDevice, ProcessUsage, Snapshot
-from gpuwatch.placement.choices import MIG_ANY as ANY
-from gpuwatch.placement.request import Request
 from gpuwatch.placement.rules import Candidate, Kind, place, usable
+from gpuwatch.request import Request
 
 
 class _MigDevices(Kind):

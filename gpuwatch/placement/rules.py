@@ -25,10 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuwatch._frozen import FrozenValue
+from gpuwatch.choices import Strategy
 from gpuwatch.models import Device, Lease, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.placement.choices import Strategy
-from gpuwatch.placement.request import Request, Waiter
+from gpuwatch.request import Request, Waiter
 from gpuwatch.units import format_size
 
 _GIB = 1 << 30
@@ -38,8 +37,8 @@ GRAPHICS_ALLOWANCE_BYTES = 256 << 20
 """A graphics process using at most this much (Xorg, a desktop) does not make a GPU in use."""
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class Choice(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class Choice:
     """The outcome: `chosen` best first (empty unless all `count` qualify), and why not the rest."""
 
     chosen: tuple[Device, ...]

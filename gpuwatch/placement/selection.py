@@ -12,8 +12,10 @@ import os
 import sys
 import warnings
 from collections.abc import Iterable
+from typing import Any
 
 from gpuwatch.backends import open_backend
+from gpuwatch.choices import WISHES, Format, check_one_mig_device, checked_wishes, one_of
 from gpuwatch.errors import (
     AlreadySelectedError,
     CudaAlreadyInitializedError,
@@ -21,16 +23,10 @@ from gpuwatch.errors import (
     InvalidValueError,
     NoGpuError,
 )
-from gpuwatch.placement.choices import WISHES, Format, check_one_mig_device, checked_wishes, one_of
+from gpuwatch.leases.directory import HeldLease
+from gpuwatch.models import Device, GpuSample, MigDevice
 from gpuwatch.placement.cudastate import cuda_initialized
 from gpuwatch.units import parse_duration
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
-
-    from gpuwatch.leases.directory import HeldLease
-    from gpuwatch.models import Device, GpuSample, MigDevice
 
 
 class Selection:

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuwatch._frozen import FrozenValue
 from gpuwatch.errors import NoGpuError, VisibleDevicesError
 from gpuwatch.models import GpuSample
 from gpuwatch.placement.visible import VARIABLE, resolve
@@ -32,8 +31,8 @@ MAX_GRES_CONF_BYTES = 1 << 20
 _OFF = "set GPUWATCH_IGNORE_SLURM=1 to choose as outside Slurm"
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class SlurmStep(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class SlurmStep:
     """The GPUs Slurm gave this job or step, by the device files gres.conf names."""
 
     variable: str

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from gpuwatch.choices import Format
 from gpuwatch.errors import NoGpuError, VisibleDevicesError
 from gpuwatch.models import Device, GpuSample, MigDevice, Snapshot
-from gpuwatch.placement.choices import Format
 
 VARIABLE = "CUDA_VISIBLE_DEVICES"
 ORDER_VARIABLE = "CUDA_DEVICE_ORDER"

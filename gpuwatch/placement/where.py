@@ -16,12 +16,11 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from gpuwatch.fleet.nodes import FleetState, NodeState
-from gpuwatch.models import Device, GpuSample, Snapshot
-from gpuwatch.placement.choices import Strategy
+from gpuwatch.choices import Strategy
+from gpuwatch.models import Device, FleetState, GpuSample, NodeState, Snapshot
 from gpuwatch.placement.gpus import kind_for
-from gpuwatch.placement.request import Request
 from gpuwatch.placement.rules import Kind, could_ever_serve, needed_bytes, place, usable
+from gpuwatch.request import Request
 from gpuwatch.units import counted, format_duration, format_size
 
 

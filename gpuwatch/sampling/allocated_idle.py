@@ -24,10 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # annotations only: sampling loads nothing of the jobs floor for this
-    from gpuwatch.jobs import JobTable
-    from gpuwatch.models import GpuSample
+from gpuwatch.jobs import JobTable
+from gpuwatch.models import GpuSample
 
 IDLE_WINDOW_S = 600.0
 """From how long idle a held GPU is shown as such where nobody says otherwise (the TUI's

@@ -19,14 +19,10 @@ import json
 import os
 import stat
 import time
+from collections.abc import Callable
 
-from gpuwatch.jobs.job_table import table_from_record, table_record
+from gpuwatch.jobs.job_table import MAX_WHY_CHARS, NodeJobs, table_from_record, table_record
 from gpuwatch.record_fields import BadRecord
-from gpuwatch.sampling.node_jobs import MAX_WHY_CHARS, NodeJobs
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 FILE_NAME = "gpuwatch-jobs.json"
 FORMAT = 1

@@ -19,23 +19,19 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Sequence
 
+from gpuwatch.backends.base import Backend
 from gpuwatch.backends.daemon_client import fetch_jobs_record
 from gpuwatch.errors import DaemonUnavailableError
+from gpuwatch.jobs.job_table import MAX_WHY_CHARS, NO_JOBS, Job, NodeJobs
+from gpuwatch.jobs.slurm import SlurmJobs
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
+from gpuwatch.models import GpuSample
 from gpuwatch.paths import socket_candidates
 from gpuwatch.record_fields import BadRecord
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-
-    from gpuwatch.backends.base import Backend
-    from gpuwatch.jobs.job_table import Job, JobTable
-    from gpuwatch.jobs.slurm import SlurmJobs
-    from gpuwatch.models import GpuSample
-    from gpuwatch.sampling.allocated_idle import AllocatedIdle
-    from gpuwatch.sampling.jobs_cache import JobsCache
+from gpuwatch.sampling.allocated_idle import AllocatedIdle
+from gpuwatch.sampling.jobs_cache import JobsCache
 
 ONE_SHOT_DEADLINE_S = 1.0
 """How long a one-shot `gpuwatch status` waits for Slurm at most (counted from before the
@@ -43,58 +39,8 @@ GPUs are read: Slurm answers meanwhile)."""
 WATCH_DEADLINE_S = 2.0
 """The deadline of each Slurm command for a screen that refreshes (the TUI, `--watch`):
 it waits only the first time; later frames show the cached answer."""
-MAX_WHY_CHARS = 200
 _MAX_GPUS = 1024
 _MAX_IDLE_S = 1e10
-
-
-class NodeJobs:
-    """This node's jobs as a screen shows them.
-
-    `scheduler` False: no scheduler here, nothing is shown. Else `table` holds the jobs, or
-    is `None` and `unknown_why` says why they are unknown. A value, never changed once
-    made; a plain class with `__slots__` rather than a frozen dataclass, whose making would
-    cost every one-shot `gpuwatch status` a few milliseconds.
-    """
-
-    __slots__ = ("allocated_idle_s", "idle_window_s", "scheduler", "table", "unknown_why")
-
-    def __init__(
-        self,
-        table: JobTable | None = None,
-        unknown_why: str | None = None,
-        allocated_idle_s: Mapping[str, float] | None = None,
-        idle_window_s: float | None = None,
-        scheduler: bool = False,
-    ) -> None:
-        self.table = table
-        self.unknown_why = unknown_why
-        self.allocated_idle_s: Mapping[str, float] = allocated_idle_s or {}
-        """Seconds each allocated GPU has been idle, by UUID, where the daemon tracks it."""
-        self.idle_window_s = idle_window_s
-        """From how long idle an allocated GPU is shown as such; `None`: never (not tracked)."""
-        self.scheduler = scheduler
-
-    def __repr__(self) -> str:
-        known = "unknown" if self.table is None else f"{len(self.table.jobs)} jobs"
-        return f"NodeJobs({known}, why={self.unknown_why!r}, scheduler={self.scheduler})"
-
-    def job_of(self, gpu: GpuSample) -> Job | None:
-        """The job holding `gpu`; `None` when free or unknown."""
-        return None if self.table is None else self.table.job_of_gpu(gpu)
-
-    def idle_s(self, gpu: GpuSample) -> float | None:
-        """How long `gpu` has been allocated and idle, when that is at least the window:
-        the GPUs to show as "allocated, idle"; `None` for the others."""
-        seconds = self.allocated_idle_s.get(gpu.uuid or "")
-        window = self.idle_window_s
-        if seconds is None or window is None or seconds < window:
-            return None
-        return seconds
-
-
-NO_JOBS = NodeJobs()
-"""No scheduler: nothing to show."""
 
 
 def with_own_idle(

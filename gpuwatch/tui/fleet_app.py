@@ -22,8 +22,9 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Input, Static
 
 from gpuwatch.errors import GpuwatchError
-from gpuwatch.fleet.nodes import FleetSource, FleetState
+from gpuwatch.fleet.source import FleetSource
 from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.models import FleetState
 from gpuwatch.tui.fleet_cells import columns_for, node_width, totals_line
 from gpuwatch.tui.fleet_model import FleetView
 from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, RowMemory, build_rows, totals

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuwatch.fleet.nodes import GpuJob
+from gpuwatch.models import GpuJob
 from gpuwatch.tui import render
 from gpuwatch.tui.fleet_rows import NodeRow, Totals, UserRow
 

@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuwatch.fleet.node_figures import node_figures
-from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
-from gpuwatch.models import GpuSample, Lease, Snapshot
+from gpuwatch.models import FleetState, GpuSample, Lease, NodeState, NodeSummary, Snapshot
 from gpuwatch.placement.gpus import choose
-from gpuwatch.placement.request import Request
+from gpuwatch.request import Request
 from gpuwatch.tui.trends import IDLE_UTILIZATION_PCT, IdleClock
 
 _PLAIN_PICK = Request()

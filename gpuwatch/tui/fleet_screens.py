@@ -11,8 +11,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
-from gpuwatch.fleet.nodes import FleetState, GpuJob, NodeState
 from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.models import FleetState, GpuJob, NodeState
 from gpuwatch.tui import render
 from gpuwatch.tui.fleet_cells import job_note, user_line
 from gpuwatch.tui.fleet_rows import user_rows

@@ -18,12 +18,13 @@ from gpuwatch import procfs
 from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.placement.request import Waiter
 from gpuwatch.reports.training import TrainingReports
+from gpuwatch.request import Waiter
 from gpuwatch.sampling.allocated_idle import AllocatedIdle
-from gpuwatch.sampling.node_jobs import JobsReader, NodeJobs, with_own_idle
+from gpuwatch.sampling.node_jobs import JobsReader, with_own_idle
 from gpuwatch.sampling.poller import ticks
 
 HISTORY_WINDOW_S = 3600.0

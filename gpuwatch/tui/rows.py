@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpuwatch.models import Lease, ProcessUsage, Snapshot
-from gpuwatch.placement.request import Waiter
+from gpuwatch.request import Waiter
 from gpuwatch.tui import render
 from gpuwatch.tui.frames import Frame
 from gpuwatch.tui.trends import Idle, IdleClock

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.units import MIG_ANY, check_mig, parse_size
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["MIG_ANY", "check_mig"]  # re-exported: the simulated backend checks profiles too
 

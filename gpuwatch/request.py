@@ -9,14 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from gpuwatch._frozen import FrozenValue
-from gpuwatch.placement.choices import MIG_ANY, WISHES, Strategy
+from gpuwatch.choices import MIG_ANY, WISHES, Strategy
 from gpuwatch.units import format_size
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at run time
-if TYPE_CHECKING:
-    from typing import Any
 
 IDLE_MAX_UTIL_PCT = 5.0
 """The utilization above which a GPU counts as in use, unless `--max-util` says otherwise."""
@@ -25,8 +21,8 @@ IDLE_MAX_USED_BYTES = 1 << 30
 unless `--max-used` says otherwise."""
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class Request(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class Request:
     """What a job asks for. GPU sets hold NVML indices."""
 
     count: int = 1
@@ -86,8 +82,8 @@ class Request(FrozenValue):
         return IDLE_MAX_USED_BYTES if self.wants_idle else None
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)  # FrozenValue has them
-class Waiter(FrozenValue):
+@dataclass(frozen=True, slots=True)
+class Waiter:
     """A job that asked earlier and is still waiting: GPUs it can use are kept for it."""
 
     pid: int

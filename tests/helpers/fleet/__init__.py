@@ -1,0 +1,1 @@
+"""Fleet harnesses: real Prometheus, simulated nodes and exporters, hostile endpoints."""
