@@ -3,40 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gpuwatch.cli import main
-from tests.fake_nvml import FakeGpu, FakeNvml
-
-FROZEN_TIME = 1_790_000_000.0
-
-
-@dataclass(frozen=True)
-class CliResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
-def run_cli(*args: str, env: dict[str, str | None] | None = None) -> CliResult:
-    """Runs `gpuwatch ARGS` in-process, through the same `main()` as the console script."""
-    runner = CliRunner()
-    with runner.isolation(env=env) as (out, err, _):
-        try:
-            main(list(args))
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else 1
-        else:  # pragma: no cover - main() always exits
-            code = -1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return CliResult(code, out.getvalue().decode(), err.getvalue().decode())
+from tests.helpers.fake_nvml import FakeGpu, FakeNvml
 
 
 @pytest.fixture(autouse=True)

@@ -29,16 +29,16 @@ from gpuwatch.daemon.settings import Settings
 from gpuwatch.errors import BackendError, DaemonUnavailableError, DriverNotFoundError
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.poller import Poller
-from tests.conftest import run_cli
-from tests.daemon_helpers import (
+from tests.helpers.cli import run_cli
+from tests.helpers.daemon import (
     SLOW_CLIENTS,
     answering_once,
     flood,
     get_json,
     running_daemon,
 )
-from tests.other_user import as_user, other_user_ids
-from tests.wait import wait_until
+from tests.helpers.other_user import as_user, other_user_ids
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -27,8 +27,8 @@ from gpuwatch.leases.locking import flock_within
 from gpuwatch.models import Snapshot
 from gpuwatch.placement import acquire as selector
 from gpuwatch.placement.acquire import Wanted, acquire
-from tests.conftest import FROZEN_TIME, CliResult, run_cli
-from tests.other_user import (
+from tests.helpers.cli import FROZEN_TIME, CliResult, run_cli
+from tests.helpers.other_user import (
     USER,
     as_other_user,
     as_user,
@@ -406,7 +406,7 @@ class TestExtremeRecords:
         self, lease_dir: Path, tmp_path: Path
     ) -> None:
         from gpuwatch.backends.daemon_client import http_get
-        from tests.daemon_helpers import running_daemon
+        from tests.helpers.daemon import running_daemon
 
         LeaseDir(lease_dir)
         fds = [

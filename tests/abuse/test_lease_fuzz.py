@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from gpuwatch.backends.daemon_client import http_get
 from gpuwatch.leases.directory import LeaseDir
-from tests.conftest import run_cli
-from tests.daemon_helpers import running_daemon
+from tests.helpers.cli import run_cli
+from tests.helpers.daemon import running_daemon
 
 pytestmark = pytest.mark.slow
 

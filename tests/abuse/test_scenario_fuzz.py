@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.scenario_strategies import abuse, scenario_texts
+from tests.helpers.scenario_strategies import abuse, scenario_texts
 
 pytestmark = pytest.mark.slow
 

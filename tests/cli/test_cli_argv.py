@@ -9,7 +9,7 @@ import pytest
 from gpuwatch.cli.argv import Option, parse
 from gpuwatch.cli.pick import OPTIONS
 from gpuwatch.errors import InvalidValueError
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 
 def read(*args: str) -> tuple[dict[str, Any], list[str]]:

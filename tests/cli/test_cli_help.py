@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.cli.group import _COMMANDS
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 COMMANDS = [[], ["status"], ["pick"], ["daemon"], ["torch-report"]]
 

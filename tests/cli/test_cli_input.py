@@ -12,7 +12,7 @@ import pytest
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.models import Snapshot
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import GpuSample, ProcessUsage, Snapshot
-from tests.conftest import run_cli
-from tests.fake_nvml import FakeNvml
+from tests.helpers.cli import run_cli
+from tests.helpers.fake_nvml import FakeNvml
 
 
 def test_table_shows_every_gpu_and_its_processes() -> None:
@@ -202,8 +202,8 @@ def test_verbose_says_who_could_tamper_with_the_lease_directory(lease_dir: Path)
 def test_a_watch_says_once_that_it_lost_the_daemon_and_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.daemon_helpers import running_daemon
-    from tests.wait import wait_until
+    from tests.helpers.daemon import running_daemon
+    from tests.helpers.wait import wait_until
 
     # GIVEN `status --watch` reading a daemon (no driver here to stand in for it)
     monkeypatch.setenv("GPUWATCH_SOCKET", str(tmp_path / "gpuwatch.sock"))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gpuwatch.cli.status import status_options
 from gpuwatch.cli.status_command import status
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 # Words a command line is made of: every option, good and bad values, and mistakes.
 WORDS = [

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_helpers import get_json, running_daemon
-from tests.wait import wait_until
+from tests.helpers.daemon import get_json, running_daemon
+from tests.helpers.wait import wait_until
 
 DATA = Path(__file__).parents[1] / "jobs" / "data"
 # NVML indices 0-3 have minors 4-7; gres.conf lists 7, 5, 6, 4 (GRES index 0 is NVML 3).

@@ -15,12 +15,11 @@ from typing import Any
 import pytest
 from textual.widgets import Static
 
-from tests.cli.slurm_stand_in import NODE, SlurmNode, make_slurm_node
-from tests.cli.test_status_jobs import under
-from tests.conftest import run_cli
-from tests.daemon.net_helpers import free_port
-from tests.daemon_helpers import get_json, running_daemon
-from tests.wait import wait_until
+from tests.helpers.cli import run_cli, under
+from tests.helpers.daemon import get_json, running_daemon
+from tests.helpers.daemon_net import free_port
+from tests.helpers.slurm_stand_in import NODE, SlurmNode, make_slurm_node
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 

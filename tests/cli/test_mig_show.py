@@ -9,10 +9,9 @@ from gpuwatch.backends.daemon_client import DaemonBackend
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.table import render
 from gpuwatch.models import Lease, Snapshot
-from tests.conftest import FROZEN_TIME, run_cli
-from tests.daemon.test_metrics import scrape
-from tests.daemon_helpers import get_json, running_daemon
-from tests.unit.test_mig_select import NODE
+from tests.helpers.cli import FROZEN_TIME, run_cli
+from tests.helpers.daemon import get_json, running_daemon, scrape
+from tests.helpers.mig import NODE
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mig-node.toml"
 

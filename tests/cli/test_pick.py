@@ -17,9 +17,9 @@ import pytest
 
 from gpuwatch.backends.daemon_client import peak_utilization
 from gpuwatch.backends.sim import SimBackend
-from tests.conftest import FROZEN_TIME, run_cli
-from tests.daemon_helpers import get_json, running_daemon
-from tests.wait import wait_until
+from tests.helpers.cli import FROZEN_TIME, run_cli
+from tests.helpers.daemon import get_json, running_daemon
+from tests.helpers.wait import wait_until
 
 SIM4 = SimBackend(4, clock=lambda: FROZEN_TIME).sample()
 UUID = {gpu.index: gpu.uuid for gpu in SIM4.gpus}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-from tests.daemon_helpers import running_daemon
+from tests.helpers.cli import run_cli
+from tests.helpers.daemon import running_daemon
 
 NODE = Path(__file__).parents[1] / "jobs" / "data" / "slurm-node.toml"
 UUID = {minor: f"GPU-5e1a0000-0000-4000-8000-00000000000{minor}" for minor in (4, 5, 6, 7)}

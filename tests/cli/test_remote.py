@@ -11,19 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-
-STAND_IN_SSH = """#!/bin/sh
-# ssh -o BatchMode=yes HOST COMMAND, played locally.
-while [ "$1" = "-o" ]; do shift 2; done
-[ "$1" = "--" ] && shift
-host=$1; shift
-case $host in
-  *unreachable*) echo "ssh: connect to host ${host#*@} port 22: Connection refused" >&2; exit 255;;
-  *bare*) PATH=/usr/bin:/bin; export PATH;;
-esac
-exec sh -c "$*"
-"""
+from tests.helpers.cli import run_cli
+from tests.helpers.ssh import STAND_IN_SSH
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,7 @@
 """`gpuwatch status` on a Slurm node: the job under each GPU it holds, "jobs unknown" when
 Slurm does not answer, nothing on a machine without Slurm; the same in `--json`.
 
-Slurm is played by stand-in scripts printing recorded answers (tests/cli/slurm_stand_in.py);
+Slurm is played by stand-in scripts printing recorded answers (tests/helpers/slurm_stand_in.py);
 tests/jobs/test_status_real_slurm.py runs the same against a real Slurm.
 """
 
@@ -19,9 +19,9 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs.job_table import Job, JobTable, table_record
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
 from gpuwatch.sampling.jobs_cache import FILE_NAME, FORMAT, slurm_key
-from tests.cli.slurm_stand_in import NODE, SlurmNode, fake_daemon, make_slurm_node
-from tests.conftest import CliResult, run_cli
-from tests.wait import wait_until
+from tests.helpers.cli import CliResult, run_cli, under
+from tests.helpers.slurm_stand_in import NODE, SlurmNode, fake_daemon, make_slurm_node
+from tests.helpers.wait import wait_until
 
 
 @pytest.fixture
@@ -35,14 +35,6 @@ def status(*args: str) -> CliResult:
     result = run_cli("status", "--sim", str(NODE), *args)
     assert result.exit_code == 0, result.stderr
     return result
-
-
-def under(lines: list[str], index: int) -> list[str]:
-    """The lines between GPU `index`'s line and the next GPU's."""
-    start = next(n for n, line in enumerate(lines) if line.startswith(f"[{index}] "))
-    rest = lines[start + 1 :]
-    end = next((n for n, line in enumerate(rest) if line.startswith("[")), len(rest))
-    return rest[:end]
 
 
 def test_each_gpu_a_job_holds_shows_the_job_under_it(node: SlurmNode) -> None:
@@ -316,8 +308,8 @@ def test_through_a_real_daemon_the_jobs_are_shown(
 ) -> None:
     # GIVEN a real daemon on the Slurm node (its /v1/jobs, or none: status asks Slurm),
     # once it has read the jobs (its first read of Slurm may come after its first sample)
-    from tests.daemon_helpers import get_json, running_daemon
-    from tests.wait import wait_until
+    from tests.helpers.daemon import get_json, running_daemon
+    from tests.helpers.wait import wait_until
 
     (tmp_path / "daemon").mkdir()
     scenario = NODE.read_text()

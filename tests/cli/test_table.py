@@ -10,7 +10,7 @@ import pytest
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.table import Style, render
 from gpuwatch.models import Snapshot
-from tests.conftest import FROZEN_TIME
+from tests.helpers.cli import FROZEN_TIME
 
 
 def snapshot(gpus: int = 4) -> Snapshot:

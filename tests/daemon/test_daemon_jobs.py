@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.daemon_client import http_get
 from gpuwatch.jobs import table_from_record
-from tests.conftest import run_cli
-from tests.daemon_helpers import get_json, running_daemon
-from tests.wait import wait_until
+from tests.helpers.cli import run_cli
+from tests.helpers.daemon import get_json, running_daemon
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from gpuwatch.daemon.settings import Settings
 from gpuwatch.errors import BackendError
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.poller import Poller
-from tests.daemon.net_helpers import tcp_daemon
-from tests.wait import wait_until
+from tests.helpers.daemon_net import tcp_daemon
+from tests.helpers.wait import wait_until
 
 
 class GatedDriver(Backend):

@@ -11,7 +11,7 @@ from gpuwatch.daemon.view import View
 from gpuwatch.jobs import Job, JobTable
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.poller import PollState
-from tests.conftest import FROZEN_TIME
+from tests.helpers.cli import FROZEN_TIME
 
 TABLE = JobTable(
     (

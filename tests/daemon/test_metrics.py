@@ -8,27 +8,15 @@ import re
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.daemon.metrics import exposition
-from gpuwatch.daemon.view import View
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.placement.gpus import choose
-from gpuwatch.placement.request import Request
-from gpuwatch.sampling.poller import PollState
-from tests.conftest import FROZEN_TIME
+from gpuwatch.request import Request
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.daemon import scrape
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def scrape(
-    snapshot: Snapshot | None, leases: list[Lease], sampling: bool = True
-) -> dict[str, list]:
-    state = PollState(snapshot, None, 0.0, 1 if snapshot else 0)
-    view = View(state, None if sampling else "sampling fails", tuple(leases))
-    text = exposition(view).decode()
-    return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
 def sim_snapshot() -> Snapshot:

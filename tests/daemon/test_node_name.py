@@ -9,9 +9,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.daemon_client import http_get
-from tests.conftest import run_cli
-from tests.daemon.net_helpers import tcp_daemon
-from tests.daemon_helpers import SCENARIO, get_json, running_daemon
+from tests.helpers.cli import run_cli
+from tests.helpers.daemon import SCENARIO, get_json, running_daemon
+from tests.helpers.daemon_net import tcp_daemon
 
 pytestmark = pytest.mark.slow
 

@@ -9,38 +9,14 @@ import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
-import bcrypt
 import pytest
 
-from tests.daemon.certs import Certs, make_certs
-from tests.daemon.net_helpers import TcpDaemon, client_tls, tcp_daemon
-from tests.wait import wait_until
+from tests.helpers.certs import Certs, make_certs
+from tests.helpers.daemon_net import TcpDaemon, client_tls, tcp_daemon
+from tests.helpers.wait import wait_until
+from tests.helpers.web_config import MUTUAL_TLS, PASSWORD, web_config
 
 pytestmark = pytest.mark.slow
-
-PASSWORD = "correct horse"
-
-
-def bcrypt_hash(password: str) -> str:
-    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
-
-
-def web_config(tls: str = "", users: dict[str, str] | None = None) -> str:
-    """The YAML of a web config: a `tls_server_config` body, and users with their passwords."""
-    text = f"tls_server_config:\n{tls}" if tls else ""
-    if users:
-        text += "basic_auth_users:\n" + "".join(
-            f"  {user}: {bcrypt_hash(password)}\n" for user, password in users.items()
-        )
-    return text
-
-
-MUTUAL_TLS = """\
-  cert_file: server.crt
-  key_file: server.key
-  client_auth_type: RequireAndVerifyClientCert
-  client_ca_file: ca.crt
-"""
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.certs import Certs, make_certs
-from tests.daemon.net_helpers import free_port
+from tests.helpers.certs import Certs, make_certs
+from tests.helpers.daemon_net import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.deploy.manifests import one
+from tests.helpers.manifests import one
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PROMTOOL = shutil.which("promtool")

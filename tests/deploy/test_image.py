@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch._version import __version__
-from tests.deploy.manifests import CONTAINER, daemon_container
+from tests.helpers.manifests import CONTAINER, daemon_container
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

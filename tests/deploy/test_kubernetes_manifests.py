@@ -23,7 +23,7 @@ from gpuwatch.daemon.view import View
 from gpuwatch.jobs import Job, JobTable
 from gpuwatch.paths import SYSTEM_DIR, SYSTEM_LEASE_DIR, SYSTEM_SOCKET
 from gpuwatch.sampling.poller import PollState
-from tests.deploy.manifests import daemon_container, kustomization, one, pod_spec
+from tests.helpers.manifests import daemon_container, kustomization, one, pod_spec
 
 # Labels Prometheus and its Operator put on every target of a ServiceMonitor.
 TARGET_LABELS = {"job", "instance", "namespace", "service", "pod", "container", "endpoint"}

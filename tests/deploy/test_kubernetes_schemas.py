@@ -12,7 +12,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from tests.deploy.manifests import KUBERNETES, Manifest, kustomization, manifests
+from tests.helpers.manifests import KUBERNETES, Manifest, kustomization, manifests
 
 DATA = Path(__file__).with_name("data")
 CRD_SCHEMAS = {

@@ -10,15 +10,15 @@ exporters. Each factory fixture starts what a test asks for and stops it at tear
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
-from tests.fleet.daemons import RunningDaemon, SimNode, running_daemons
-from tests.fleet.endpoints import (
+from tests.helpers.fleet.daemons import RunningDaemon, SimNode, running_daemons
+from tests.helpers.fleet.endpoints import (
     Endpoint,
     SimFleet,
     hanging,
@@ -26,18 +26,17 @@ from tests.fleet.endpoints import (
     serving_dcgm,
     serving_sim_fleet,
 )
-from tests.fleet.prometheus_harness import (
+from tests.helpers.fleet.prometheus import (
     REQUIRE_ENV,
     Prometheus,
     PrometheusUnavailable,
+    StartDaemons,
+    StartPrometheus,
+    StartSimFleet,
     Target,
     prometheus_binary,
     running_prometheus,
 )
-
-StartPrometheus = Callable[..., Prometheus]
-StartDaemons = Callable[..., list[RunningDaemon]]
-StartSimFleet = Callable[..., SimFleet]
 
 
 def _unavailable(reason: str) -> NoReturn:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
-from tests.conftest import run_cli
-from tests.fleet.test_fleet_model import GPU_KEYS, NODE_KEYS
-from tests.tui.test_cli_tui import GPUWATCH, Tmux
+from tests.helpers.cli import run_cli
+from tests.helpers.fleet.document import GPU_KEYS, NODE_KEYS
+from tests.helpers.tmux import GPUWATCH, Tmux
 
 
 def test_once_prints_the_totals_and_a_line_per_node_within_80_columns() -> None:

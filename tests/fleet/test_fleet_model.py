@@ -10,15 +10,25 @@ from typing import Any
 
 import pytest
 
+from gpuwatch.backends.sim_fleet import STALE_AGE_S, SimFleet
 from gpuwatch.fleet.document import fleet_document
-from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState, NodeSummary
-from gpuwatch.fleet.sim_fleet import STALE_AGE_S, SimFleet
-from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.models import (
+    Exporter,
+    FleetState,
+    GpuSample,
+    Lease,
+    NodeState,
+    NodeSummary,
+    ProcessKind,
+    ProcessUsage,
+    Snapshot,
+)
 from gpuwatch.tui import fleet_rows
 from gpuwatch.tui.fleet_cells import cell_text, columns_for, plain_table
 from gpuwatch.tui.fleet_model import FleetView, NodeFilter
 from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, build_rows, totals, user_rows
-from tests.conftest import FROZEN_TIME
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.fleet.document import GPU_KEYS, NODE_KEYS
 
 GIB = 1 << 30
 
@@ -338,35 +348,6 @@ def test_a_thousand_nodes_cost_one_placement_and_one_filter_each(
 
 
 # --- the JSON document ----------------------------------------------------------------------
-
-NODE_KEYS = {
-    "node",
-    "up",
-    "age_s",
-    "error",
-    "exporter",
-    "lease_waiters",
-    "longest_wait_s",
-    "jobs_known",
-    "gpus",
-}
-GPU_KEYS = {
-    "index",
-    "uuid",
-    "name",
-    "memory_total_bytes",
-    "memory_free_bytes",
-    "memory_used_bytes",
-    "utilization_pct",
-    "temperature_c",
-    "power_w",
-    "leases_exclusive",
-    "leases_shared",
-    "mig_enabled",
-    "job_id",
-    "job_user",
-    "allocated_idle_s",
-}
 
 
 def test_the_document_has_the_issues_shape_and_null_for_the_unknown() -> None:

@@ -14,12 +14,11 @@ import yaml
 
 from gpuwatch.fleet import summaries
 from gpuwatch.fleet.exposition import Sample
-from gpuwatch.fleet.nodes import FleetState, NodeState, NodeSummary
 from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.models import FleetState, NodeState, NodeSummary
 from gpuwatch.tui.fleet_rows import NodeRow, build_rows, user_rows
-from tests.fleet.conftest import StartDaemons, StartPrometheus
-from tests.fleet.daemons import SimNode
-from tests.fleet.prometheus_harness import Target
+from tests.helpers.fleet.daemons import SimNode
+from tests.helpers.fleet.prometheus import StartDaemons, StartPrometheus, Target
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "examples" / "gpuwatch-fleet-rules.yml"

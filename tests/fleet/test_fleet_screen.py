@@ -17,17 +17,16 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.errors import SourceError
-from gpuwatch.fleet.nodes import FleetState, NodeState
 from gpuwatch.fleet.prometheus import PrometheusSource
-from gpuwatch.fleet.sim_fleet import SimFleet
+from gpuwatch.models import FleetState, NodeState
 from gpuwatch.tui.fleet_app import FleetApp
 from gpuwatch.tui.fleet_screens import NodeScreen, UsersScreen
 from gpuwatch.tui.fleet_widgets import FleetTable
-from tests.conftest import FROZEN_TIME
-from tests.fleet.conftest import StartDaemons, StartPrometheus
-from tests.fleet.daemons import SimNode
-from tests.fleet.prometheus_harness import Target
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.fleet.daemons import SimNode
+from tests.helpers.fleet.prometheus import StartDaemons, StartPrometheus, Target
 
 SnapCompare = Callable[..., bool]
 

@@ -7,15 +7,15 @@ import asyncio
 import json
 
 from gpuwatch.fleet.exposition import parse_exposition
-from gpuwatch.fleet.nodes import FleetState, NodeState
 from gpuwatch.fleet.series import PREFIXES, target_state
+from gpuwatch.models import FleetState, NodeState
 from gpuwatch.tui.fleet_app import FleetApp
 from gpuwatch.tui.fleet_cells import cell_text, plain_table
 from gpuwatch.tui.fleet_model import FleetView
 from gpuwatch.tui.fleet_rows import IdleTracker, build_rows, totals, user_rows
 from gpuwatch.tui.fleet_screens import NodeScreen
-from tests.conftest import run_cli
-from tests.fleet.servers import fixture
+from tests.helpers.cli import run_cli
+from tests.helpers.fleet.servers import fixture
 
 TAKEN_AT = 1.7954727494912333e09
 NODE = fixture("gpuwatch_node.prom").decode()

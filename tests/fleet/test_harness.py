@@ -9,11 +9,16 @@ import time
 
 import pytest
 
-from tests.fleet.conftest import StartDaemons, StartPrometheus, StartSimFleet
-from tests.fleet.daemons import GIB, SimNode
-from tests.fleet.endpoints import DCGM_FREE_MIB, DCGM_HOSTNAME, Endpoint
-from tests.fleet.net import fetch
-from tests.fleet.prometheus_harness import Sample, Target
+from tests.helpers.fleet.daemons import GIB, SimNode
+from tests.helpers.fleet.endpoints import DCGM_FREE_MIB, DCGM_HOSTNAME, Endpoint
+from tests.helpers.fleet.net import fetch
+from tests.helpers.fleet.prometheus import (
+    Sample,
+    StartDaemons,
+    StartPrometheus,
+    StartSimFleet,
+    Target,
+)
 
 pytestmark = pytest.mark.slow  # a real Prometheus and real daemons
 

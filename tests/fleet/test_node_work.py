@@ -8,12 +8,12 @@ import pytest
 
 from gpuwatch.fleet.document import fleet_document
 from gpuwatch.fleet.exposition import Sample, parse_exposition
-from gpuwatch.fleet.nodes import FleetState, GpuJob, NodeState
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
+from gpuwatch.models import FleetState, GpuJob, NodeState
 from gpuwatch.tui.fleet_rows import build_rows
-from tests.fleet.fakeprom import NOW, FakePrometheus, FakeTarget, with_node_figures
-from tests.fleet.servers import fixture, serving
+from tests.helpers.fleet.fakeprom import NOW, FakePrometheus, FakeTarget, with_node_figures
+from tests.helpers.fleet.servers import fixture, serving
 
 TAKEN_AT = 1.7954727494912333e09
 WORK = fixture("gpuwatch_node.prom").decode() + fixture("gpuwatch_work.prom").decode()

@@ -11,26 +11,26 @@ from dataclasses import replace
 
 import pytest
 
+from gpuwatch.choices import Strategy
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import parse_exposition
-from gpuwatch.fleet.nodes import Exporter, FleetState
 from gpuwatch.fleet.promapi import form_quoted
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
-from gpuwatch.placement.choices import Strategy
-from gpuwatch.placement.request import Request
+from gpuwatch.models import Exporter, FleetState
 from gpuwatch.placement.rules import needed_bytes
 from gpuwatch.placement.where import where
+from gpuwatch.request import Request
 from gpuwatch.tui.fleet_rows import build_rows
-from tests.fleet.fakeprom import (
+from tests.helpers.fleet.fakeprom import (
     NOW,
     FakePrometheus,
     FakeTarget,
     with_node_figures,
     with_verdicts,
 )
-from tests.fleet.servers import Reply, always, fixture, refusing, serving
+from tests.helpers.fleet.servers import Reply, always, fixture, refusing, serving
 
 DCGM = fixture("dcgm_node.prom").decode()
 SMI = fixture("nvidia_smi_node.prom").decode()

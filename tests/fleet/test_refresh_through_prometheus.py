@@ -9,10 +9,9 @@ import time
 import pytest
 
 from gpuwatch.fleet import promapi
-from gpuwatch.fleet.nodes import FleetState
 from gpuwatch.fleet.prometheus import PrometheusSource
-from tests.fleet.conftest import StartPrometheus, StartSimFleet
-from tests.fleet.prometheus_harness import Target
+from gpuwatch.models import FleetState
+from tests.helpers.fleet.prometheus import StartPrometheus, StartSimFleet, Target
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.fleet.nodes import Exporter, FleetState
 from gpuwatch.fleet.scrape import ScrapeSource, parse_target, read_nodes_file
-from tests.daemon_helpers import running_daemon
-from tests.fleet.servers import Reply, always, fixture, hanging, refusing, serving
+from gpuwatch.models import Exporter, FleetState
+from tests.helpers.daemon import running_daemon
+from tests.helpers.fleet.servers import Reply, always, fixture, hanging, refusing, serving
 
 DCGM = Reply(fixture("dcgm_node.prom"))
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 pytest.importorskip("cryptography", reason="certificates are made with the cryptography package")
 pytest.importorskip("bcrypt", reason="the web config's passwords are bcrypt hashes")
 
-from tests.daemon.certs import Certs, make_certs
-from tests.daemon.net_helpers import TcpDaemon, tcp_daemon
-from tests.daemon.test_web_config import MUTUAL_TLS, PASSWORD, web_config
+from tests.helpers.certs import Certs, make_certs
+from tests.helpers.daemon_net import TcpDaemon, tcp_daemon
+from tests.helpers.web_config import MUTUAL_TLS, PASSWORD, web_config
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.fleet.exposition import Sample, parse_exposition
-from gpuwatch.fleet.nodes import Exporter, NodeState
 from gpuwatch.fleet.series import PREFIXES, merged, safe_name, target_state
-from tests.fleet.servers import fixture
+from gpuwatch.models import Exporter, NodeState
+from tests.helpers.fleet.servers import fixture
 
 GIB = 1 << 30
 MIB = 1 << 20

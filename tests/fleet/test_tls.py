@@ -15,8 +15,8 @@ import pytest
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.scrape import ScrapeSource
-from tests.fleet.fakeprom import FakePrometheus, FakeTarget
-from tests.fleet.servers import Reply, Route, fixture, serving
+from tests.helpers.fleet.fakeprom import FakePrometheus, FakeTarget
+from tests.helpers.fleet.servers import Reply, Route, fixture, serving
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="needs the openssl command to make certificates"

@@ -9,11 +9,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.fleet.nodes import Exporter, FleetState, NodeState
-from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.placement.choices import Strategy
-from gpuwatch.placement.request import Request
+from gpuwatch.choices import Strategy
+from gpuwatch.models import (
+    Exporter,
+    FleetState,
+    GpuSample,
+    Lease,
+    MigDevice,
+    NodeState,
+    ProcessKind,
+    ProcessUsage,
+    Snapshot,
+)
 from gpuwatch.placement.where import where
+from gpuwatch.request import Request
 
 GIB = 1 << 30
 TOTAL = 80 * GIB

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
-from tests.conftest import run_cli
-from tests.fleet.conftest import StartDaemons
-from tests.fleet.daemons import SimNode
-from tests.fleet.endpoints import Endpoint
+from tests.helpers.cli import run_cli
+from tests.helpers.fleet.daemons import SimNode
+from tests.helpers.fleet.endpoints import Endpoint
+from tests.helpers.fleet.prometheus import StartDaemons
 
 pytestmark = pytest.mark.slow  # real daemons, one per node
 

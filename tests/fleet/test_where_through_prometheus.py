@@ -8,12 +8,11 @@ import time
 import pytest
 
 from gpuwatch.fleet.prometheus import PrometheusSource
-from gpuwatch.placement.request import Request
 from gpuwatch.placement.rules import needed_bytes
 from gpuwatch.placement.where import where
-from tests.fleet.conftest import StartDaemons, StartPrometheus
-from tests.fleet.daemons import SimNode
-from tests.fleet.prometheus_harness import Target
+from gpuwatch.request import Request
+from tests.helpers.fleet.daemons import SimNode
+from tests.helpers.fleet.prometheus import StartDaemons, StartPrometheus, Target
 
 pytestmark = pytest.mark.slow
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.fleet.nodes import FleetState
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.scrape import ScrapeSource
-from tests.fleet.conftest import StartPrometheus, StartSimFleet
-from tests.fleet.prometheus_harness import Target
-from tests.wait import wait_until
+from gpuwatch.models import FleetState
+from tests.helpers.fleet.prometheus import StartPrometheus, StartSimFleet, Target
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow  # a real Prometheus and a process of simulated nodes
 

@@ -14,8 +14,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpuwatch.backends.daemon_client import http_get
-from tests.wait import wait_until
+from gpuwatch.daemon.metrics import exposition
+from gpuwatch.daemon.view import View
+from gpuwatch.models import Lease, Snapshot
+from gpuwatch.sampling.poller import PollState
+from tests.helpers.wait import wait_until
 
 SCENARIO = """
 hostname = "daemon-node"
@@ -99,7 +105,7 @@ def running_daemon(
 
 
 # COUNT slow clients: `[sys.executable, SLOW_CLIENTS, "unix"|"tcp", ADDRESS, COUNT]`.
-SLOW_CLIENTS = str(Path(__file__).resolve().parents[1] / "bench" / "slow_clients.py")
+SLOW_CLIENTS = str(Path(__file__).resolve().parents[2] / "bench" / "slow_clients.py")
 
 
 @contextmanager
@@ -111,3 +117,12 @@ def flood(command: list[str]) -> Iterator[None]:
             yield
         finally:
             process.kill()
+
+
+def scrape(
+    snapshot: Snapshot | None, leases: list[Lease], sampling: bool = True
+) -> dict[str, list]:
+    state = PollState(snapshot, None, 0.0, 1 if snapshot else 0)
+    view = View(state, None if sampling else "sampling fails", tuple(leases))
+    text = exposition(view).decode()
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}

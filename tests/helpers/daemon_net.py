@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.daemon_helpers import running_daemon
+from tests.helpers.daemon import running_daemon
 
 
 def free_port() -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.wait import wait_until
+from tests.helpers.wait import wait_until
 
 USER = os.environ.get("GPUWATCH_TEST_USER", "nobody")
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gpuwatch.backends import scenario
 from gpuwatch.cli.exit_codes import ExitCode
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 _text = st.one_of(
     st.text(max_size=30),

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuwatch.jobs import SlurmJobs
+
 NVIDIA_MAJOR = 195
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scontrol", "sinfo", "scancel")
@@ -345,3 +347,41 @@ def _kill_stray_steps(root: Path) -> None:
         if f"SLURM_CONF={conf}".encode() in environ.split(b"\0"):
             with contextlib.suppress(OSError):
                 os.kill(int(entry.name), signal.SIGKILL)
+
+
+GRES_ORDER = (7, 5, 6, 4)
+"""The minor numbers of the cluster's GPU files in gres.conf's order: GRES index 0 is
+/dev/nvidia7. Not sorted, so that no test can pass by taking an index for a minor number."""
+
+
+READ_TIMEOUT_S = 10.0  # generous: the test machine's two cores are shared
+
+
+def slurm_reader(cluster: SlurmCluster, **settings: float) -> SlurmJobs:
+    """A reader of `cluster`'s jobs, as gpuwatch on its node would make one."""
+    settings.setdefault("timeout_s", READ_TIMEOUT_S)
+    return SlurmJobs(node=cluster.node, gres_conf=cluster.gres_conf, env=cluster.env, **settings)
+
+
+def job_env(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
+    """The environment the job's script ran with (it wrote `env -0` to a file)."""
+    path = cluster.root / f"env-{job_id}"
+    deadline = time.monotonic() + 30
+    while not path.exists() or not path.read_bytes().endswith(b"\0"):
+        assert time.monotonic() < deadline, f"job {job_id} wrote no environment"
+        time.sleep(0.1)
+    entries = path.read_bytes().decode().split("\0")
+    return dict(entry.split("=", 1) for entry in entries if "=" in entry)
+
+
+def gpu_job(cluster: SlurmCluster, gpus: int) -> str:
+    """A running job holding `gpus` GPUs, which writes its environment and its pid."""
+    root = cluster.root
+    job_id = cluster.sbatch(
+        f"--gres=gpu:{gpus}",
+        "--job-name=train",
+        wrap=f"echo $$ > {root}/pid-$SLURM_JOB_ID; env -0 > {root}/env-$SLURM_JOB_ID; "
+        "exec sleep 120",
+    )
+    cluster.wait_running([job_id])
+    return job_id

@@ -7,10 +7,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from gpuwatch.backends.sim import SimBackend
+from gpuwatch.jobs.job_table import Job, JobTable, NodeJobs
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.placement.request import Request, Waiter
+from gpuwatch.request import Request, Waiter
+from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.frames import Frame, HostStats, LocalSource, Source
-from tests.conftest import FROZEN_TIME
+from tests.helpers.cli import FROZEN_TIME
 
 GIB = 1 << 30
 HOST = HostStats(
@@ -131,3 +133,17 @@ class QuietSource(Source):
     def frames(self, interval_s: float, stop: threading.Event) -> Iterator[Frame]:
         stop.wait()
         yield from ()
+
+
+def slurm_jobs(uuids: list[str | None]) -> NodeJobs:
+    """Job 1234 of alice on GPUs 0 and 1 (minor numbers 0 and 1), 2 h 13 min 5 s left, GPU 1
+    allocated and idle for 20 min; job 1240 of bob on GPU 2, without a time limit."""
+    alice = Job("1234", "alice", "train-llm", (0, 1), FROZEN_TIME - 3600, 3600 + 7985.0)
+    bob = Job("1240", "bob", "eval", (2,), FROZEN_TIME - 60, None)
+    table = JobTable((alice, bob), FROZEN_TIME)
+    return NodeJobs(table, None, {uuids[1] or "": 1200.0, uuids[0] or "": 30.0}, 600.0, True)
+
+
+def fed_app() -> GpuwatchApp:
+    """An app with one quiet source, fed frames by the test."""
+    return GpuwatchApp([QuietSource()], interval_s=0.1, clock=lambda: FROZEN_TIME, sample=False)

@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gpuwatch.jobs import JobTable, SlurmJobs
-from tests.jobs.slurm_harness import SlurmCluster, start_cluster, why_not
-
-GRES_ORDER = (7, 5, 6, 4)
-"""The minor numbers of the cluster's GPU files in gres.conf's order: GRES index 0 is
-/dev/nvidia7. Not sorted, so that no test can pass by taking an index for a minor number."""
-READ_TIMEOUT_S = 10.0  # generous: the test machine's two cores are shared
+from gpuwatch.jobs import JobTable
+from tests.helpers.slurm import (
+    GRES_ORDER,
+    SlurmCluster,
+    slurm_reader,
+    start_cluster,
+    why_not,
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +54,3 @@ def read_slurm(slurm: SlurmCluster) -> Callable[..., JobTable | None]:
         return slurm_reader(slurm, **settings).table()
 
     return read
-
-
-def slurm_reader(cluster: SlurmCluster, **settings: float) -> SlurmJobs:
-    """A reader of `cluster`'s jobs, as gpuwatch on its node would make one."""
-    settings.setdefault("timeout_s", READ_TIMEOUT_S)
-    return SlurmJobs(node=cluster.node, gres_conf=cluster.gres_conf, env=cluster.env, **settings)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.jobs.command import run_command
-from tests.wait import wait_until
+from tests.helpers.wait import wait_until
 
 
 def script(tmp_path: Path, body: str) -> str:

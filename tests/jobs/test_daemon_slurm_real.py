@@ -1,4 +1,4 @@
-"""The daemon against a real Slurm (tests/jobs/slurm_harness.py): /metrics names the job on
+"""The daemon against a real Slurm (tests/helpers/slurm.py): /metrics names the job on
 exactly the GPUs Slurm gave it, forgets it when it ends, and goes on when Slurm stops.
 
 The daemon samples a simulated node whose GPUs have the device-file minor numbers of the
@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.daemon_client import http_get
-from tests.daemon_helpers import get_json, running_daemon
-from tests.jobs.slurm_harness import SlurmCluster
-from tests.wait import wait_until
+from tests.helpers.daemon import get_json, running_daemon
+from tests.helpers.slurm import SlurmCluster
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow  # a real slurmctld and slurmd, and a daemon
 

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_helpers import get_json, running_daemon
-from tests.jobs.conftest import GRES_ORDER
-from tests.jobs.slurm_harness import SlurmCluster, start_cluster, why_not
-from tests.wait import wait_until
+from tests.helpers.daemon import get_json, running_daemon
+from tests.helpers.slurm import GRES_ORDER, SlurmCluster, start_cluster, why_not
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow  # a real slurmctld and slurmd, and a daemon
 

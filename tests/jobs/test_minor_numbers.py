@@ -12,7 +12,7 @@ from gpuwatch.backends.nvml import NvmlBackend
 from gpuwatch.backends.scenario import ScenarioError, scenario_from_dict
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import Snapshot
-from tests.fake_nvml import FakeGpu, FakeNvml
+from tests.helpers.fake_nvml import FakeGpu, FakeNvml
 
 SECOND_BUS = "00000000:2A:00.0"
 

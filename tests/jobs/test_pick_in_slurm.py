@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobs.slurm_harness import SlurmCluster
-from tests.wait import wait_until
+from tests.helpers.slurm import SlurmCluster
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow  # a real slurmctld and slurmd
 

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,37 +15,12 @@ import pytest
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs import JobTable, job_id_of_process, step_gpu_minors
 from gpuwatch.jobs.gres import gres_gpu_files, minor_number_of
-from tests.jobs.conftest import slurm_reader
-from tests.jobs.slurm_harness import SlurmCluster
+from tests.helpers.slurm import SlurmCluster, gpu_job, job_env, slurm_reader
 
 pytestmark = pytest.mark.slow  # a real slurmctld and slurmd
 
 DATA = Path(__file__).parent / "data"
 Read = Callable[..., JobTable | None]
-
-
-def job_env(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
-    """The environment the job's script ran with (it wrote `env -0` to a file)."""
-    path = cluster.root / f"env-{job_id}"
-    deadline = time.monotonic() + 30
-    while not path.exists() or not path.read_bytes().endswith(b"\0"):
-        assert time.monotonic() < deadline, f"job {job_id} wrote no environment"
-        time.sleep(0.1)
-    entries = path.read_bytes().decode().split("\0")
-    return dict(entry.split("=", 1) for entry in entries if "=" in entry)
-
-
-def gpu_job(cluster: SlurmCluster, gpus: int) -> str:
-    """A running job holding `gpus` GPUs, which writes its environment and its pid."""
-    root = cluster.root
-    job_id = cluster.sbatch(
-        f"--gres=gpu:{gpus}",
-        "--job-name=train",
-        wrap=f"echo $$ > {root}/pid-$SLURM_JOB_ID; env -0 > {root}/env-$SLURM_JOB_ID; "
-        "exec sleep 120",
-    )
-    cluster.wait_running([job_id])
-    return job_id
 
 
 def test_a_job_is_seen_on_the_gpus_slurm_gave_it(slurm: SlurmCluster, read_slurm: Read) -> None:

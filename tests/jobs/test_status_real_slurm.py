@@ -1,5 +1,5 @@
 """`gpuwatch status` on a node of a real Slurm (Debian's slurm-wlm 22.05, started by
-tests/jobs/slurm_harness.py): each job is shown under exactly the GPUs Slurm gave it.
+tests/helpers/slurm.py): each job is shown under exactly the GPUs Slurm gave it.
 
 The GPUs are tests/jobs/data/slurm-node.toml: NVML index i has minor number 4 + i, and the
 cluster's gres.conf lists minors 7, 5, 6, 4, so no test passes by taking a GRES index for
@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.cli.slurm_stand_in import NODE
-from tests.conftest import run_cli
-from tests.jobs.slurm_harness import SlurmCluster
-from tests.jobs.test_slurm_real import gpu_job, job_env
-from tests.wait import wait_until
+from tests.helpers.cli import run_cli
+from tests.helpers.slurm import SlurmCluster, gpu_job, job_env
+from tests.helpers.slurm_stand_in import NODE
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow  # a real slurmctld and slurmd
 

@@ -84,7 +84,7 @@ with gpuwatch.torch.watch(model, per_module=True, oom_dir="oom", record_history=
 
 
 def test_a_real_oom_leaves_a_report_and_a_snapshot(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
+    from tests.helpers.cli import run_cli
 
     result = python(OOM_SCRIPT, tmp_path, timeout_s=600)
     assert result.returncode == 0, result.stderr

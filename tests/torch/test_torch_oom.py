@@ -15,7 +15,7 @@ from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.errors import GpuwatchError, InvalidValueError
 from gpuwatch.reports.oom import OomReport, advice, read_report
 from gpuwatch.reports.training import ModuleMemory, read_reports
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 torch = pytest.importorskip("torch")
 
@@ -273,7 +273,7 @@ def make_fifo(path: Path) -> None:
 
 
 def make_others_link(path: Path) -> None:
-    from tests.other_user import other_user
+    from tests.helpers.other_user import other_user
 
     elsewhere = path.parent / "elsewhere"
     elsewhere.mkdir()

@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuwatch.backends.daemon_client import http_get
 from gpuwatch.reports.training import TrainingReport, read_reports
 from gpuwatch.torch.publish import Sender, StepQueue, StepRecord
-from tests.daemon_helpers import get_json, running_daemon
-from tests.wait import wait_until
+from tests.helpers.daemon import get_json, running_daemon
+from tests.helpers.wait import wait_until
 
 pytest.importorskip("torch")
 

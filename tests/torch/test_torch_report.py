@@ -13,7 +13,7 @@ import pytest
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.reports.oom import OomReport, render
 from gpuwatch.reports.training import TrainingReport
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 REPORT = OomReport(
     pid=4242, rank=0, world_size=1, hostname="node1", device="cuda:0", at=1.79e9, step=812,

@@ -16,9 +16,9 @@ from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.keys import KEYS
 from gpuwatch.tui.screens import ConfirmScreen, DetailScreen, HelpScreen
 from gpuwatch.tui.widgets import ProcessTable, SectionView
-from tests.conftest import FROZEN_TIME
-from tests.tui_helpers import HungSource, QuietSource, frame, gpu, process, sim_source
-from tests.wait import wait_until, wait_until_async
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.tui import HungSource, QuietSource, fed_app, frame, gpu, process, sim_source
+from tests.helpers.wait import wait_until, wait_until_async
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -38,11 +38,6 @@ def table_pids(app: GpuwatchApp) -> list[int]:
         int(str(table.get_row_at(i)[table.get_column_index("pid")]).strip(" *"))
         for i in range(table.row_count)
     ]
-
-
-def fed_app() -> GpuwatchApp:
-    """An app with one quiet source, fed frames by the test."""
-    return GpuwatchApp([QuietSource()], interval_s=0.1, clock=lambda: FROZEN_TIME, sample=False)
 
 
 def sim_app(**options: object) -> GpuwatchApp:
@@ -353,7 +348,7 @@ def test_several_hosts_get_a_section_each_and_a_host_column(
     import stat
 
     from gpuwatch.tui.frames import RemoteSource
-    from tests.cli.test_remote import STAND_IN_SSH
+    from tests.helpers.ssh import STAND_IN_SSH
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -436,7 +431,7 @@ def test_with_the_daemon_the_graphs_are_full_from_the_first_frame(tmp_path: Path
     # GIVEN a daemon that has sampled for a while (3 GPUs at a constant 40%)
     from gpuwatch.backends.daemon_client import DaemonBackend
     from gpuwatch.tui.frames import LocalSource
-    from tests.daemon_helpers import get_json, running_daemon
+    from tests.helpers.daemon import get_json, running_daemon
 
     with running_daemon(tmp_path) as (_, socket_path, _):
         wait_until(

@@ -12,9 +12,8 @@ import pytest
 
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.widgets import ProcessTable
-from tests.conftest import FROZEN_TIME
-from tests.tui.test_tui_app import fed_app
-from tests.tui_helpers import frame, gpu, lease, process, waiter
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.tui import fed_app, frame, gpu, lease, process, waiter
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

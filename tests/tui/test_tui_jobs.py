@@ -11,26 +11,17 @@ import pytest
 from textual.widgets import Static
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.jobs.job_table import Job, JobTable
+from gpuwatch.jobs.job_table import Job, JobTable, NodeJobs
 from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S
-from gpuwatch.sampling.node_jobs import JobsReader, NodeJobs
+from gpuwatch.sampling.node_jobs import JobsReader
 from gpuwatch.tui import render
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.frames import Frame, LocalSource
 from gpuwatch.tui.rows import RowFilter, build_rows, columns_for
 from gpuwatch.tui.state import Section
 from gpuwatch.tui.widgets import ProcessTable
-from tests.conftest import FROZEN_TIME
-from tests.tui_helpers import HOST, QuietSource
-
-
-def slurm_jobs(uuids: list[str | None]) -> NodeJobs:
-    """Job 1234 of alice on GPUs 0 and 1 (minor numbers 0 and 1), 2 h 13 min 5 s left, GPU 1
-    allocated and idle for 20 min; job 1240 of bob on GPU 2, without a time limit."""
-    alice = Job("1234", "alice", "train-llm", (0, 1), FROZEN_TIME - 3600, 3600 + 7985.0)
-    bob = Job("1240", "bob", "eval", (2,), FROZEN_TIME - 60, None)
-    table = JobTable((alice, bob), FROZEN_TIME)
-    return NodeJobs(table, None, {uuids[1] or "": 1200.0, uuids[0] or "": 30.0}, 600.0, True)
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.tui import HOST, QuietSource, slurm_jobs
 
 
 def slurm_frame(jobs: NodeJobs | None = None) -> Frame:

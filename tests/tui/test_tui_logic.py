@@ -16,9 +16,9 @@ from gpuwatch.tui.layout import choose_layout
 from gpuwatch.tui.rows import BY_KEY, RowFilter, build_rows, cell_text, columns_for, sort_rows
 from gpuwatch.tui.state import ScreenState
 from gpuwatch.tui.trends import IdleClock, Series
-from tests.conftest import FROZEN_TIME
-from tests.contract.test_import_hygiene import HEAVY, loaded_after
-from tests.tui_helpers import GIB, frame, gpu, lease, process, waiter
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.imports import HEAVY, loaded_after
+from tests.helpers.tui import GIB, frame, gpu, lease, process, waiter
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import pytest
 from gpuwatch.tui.frames import Ancestor
 from gpuwatch.tui.model import DEFAULT_SORT, TableView
 from gpuwatch.tui.rows import Row, build_rows
-from tests.conftest import FROZEN_TIME
-from tests.contract.test_import_hygiene import HEAVY, loaded_after
-from tests.tui_helpers import frame, gpu, process
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.imports import HEAVY, loaded_after
+from tests.helpers.tui import frame, gpu, process
 
 
 def rows() -> list[Row]:

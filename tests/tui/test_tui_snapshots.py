@@ -16,9 +16,8 @@ from textual.pilot import Pilot
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.frames import LocalSource
-from tests.conftest import FROZEN_TIME
-from tests.tui.test_tui_jobs import slurm_jobs
-from tests.tui_helpers import HOST, QuietSource, lease, waiter
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.tui import HOST, QuietSource, lease, slurm_jobs, waiter
 
 SnapCompare = Callable[..., bool]
 

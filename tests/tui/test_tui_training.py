@@ -22,9 +22,9 @@ from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.frames import LocalSource
 from gpuwatch.tui.training_panel import training_lines
 from gpuwatch.tui.widgets import TrainingPanel
-from tests.conftest import FROZEN_TIME
-from tests.tui_helpers import QuietSource
-from tests.wait import wait_until_async
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.tui import QuietSource
+from tests.helpers.wait import wait_until_async
 
 pytestmark = pytest.mark.timeout(120)
 GIB = 1 << 30

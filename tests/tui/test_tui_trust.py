@@ -11,8 +11,8 @@ from textual.pilot import Pilot
 
 from gpuwatch.tui.app import GpuwatchApp
 from gpuwatch.tui.widgets import REMOVE_ONE_BY_ONE_MAX, ProcessTable
-from tests.conftest import FROZEN_TIME
-from tests.tui_helpers import QuietSource, frame, gpu, process
+from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.tui import QuietSource, frame, gpu, process
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

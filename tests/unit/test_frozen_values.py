@@ -1,9 +1,6 @@
-"""The model's values behave as frozen, slotted dataclasses, whoever writes their methods.
-
-Their equality, hash and repr come from `gpuwatch._frozen` (faster to load than methods
-compiled per class): each is checked against what `@dataclass(frozen=True, slots=True)`
-itself gives a twin class with the same fields.
-"""
+"""The model's values are frozen, slotted dataclasses: each is checked against what
+`@dataclass(frozen=True, slots=True)` gives a twin class with the same fields, and against
+copying, pickling and the JSON forms they travel in."""
 
 from __future__ import annotations
 
@@ -15,14 +12,14 @@ from typing import Any
 import pytest
 
 from gpuwatch.backends.scenario import Load, LoadShape
+from gpuwatch.choices import Strategy
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.jobs.job_table import Job
 from gpuwatch.leases.directory import LeaseFiles
 from gpuwatch.leases.records import request_from_record, request_record
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
-from gpuwatch.placement.choices import Strategy
-from gpuwatch.placement.request import Request, Waiter
 from gpuwatch.placement.rules import Choice
+from gpuwatch.request import Request, Waiter
 
 LEASE = Lease("GPU-1", 0, 42, "alice", "python train.py", 1.5e9, mem_bytes=None, lease_id="x")
 GPU = GpuSample(0, "GPU-1", "H100", "0000:18:00.0", memory_total_bytes=80 << 30, power_w=1.5)

@@ -12,7 +12,7 @@ from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.models import GpuSample, Snapshot
 from gpuwatch.sampling.history import History, history_bytes
 from gpuwatch.sampling.poller import Poller
-from tests.wait import wait_until
+from tests.helpers.wait import wait_until
 
 
 def snapshot(

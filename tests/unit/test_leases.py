@@ -27,10 +27,10 @@ from gpuwatch.errors import DaemonUnavailableError, LeaseError, WaitTimeoutError
 from gpuwatch.leases.directory import LeaseDir, Unleased, default_lease_dir
 from gpuwatch.models import GpuSample, Snapshot
 from gpuwatch.placement.acquire import Wanted, acquire
-from gpuwatch.placement.request import Request
-from tests.conftest import run_cli
-from tests.daemon_helpers import running_daemon
-from tests.wait import wait_until
+from gpuwatch.request import Request
+from tests.helpers.cli import run_cli
+from tests.helpers.daemon import running_daemon
+from tests.helpers.wait import wait_until
 
 GPU = GpuSample(index=3, uuid="GPU-3", name="H100", pci_bus_id=None)
 

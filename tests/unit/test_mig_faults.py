@@ -9,9 +9,9 @@ from pathlib import Path
 from gpuwatch.backends.mig_changes import MigChanges
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import MigDevice
-from tests.conftest import run_cli
-from tests.unit.test_mig_select import NODE, PICK
-from tests.wait import wait_until
+from tests.helpers.cli import run_cli
+from tests.helpers.mig import NODE, PICK
+from tests.helpers.wait import wait_until
 
 SMALL = MigDevice(0, 2, "MIG-small", profile="1g.10gb")
 BIG = MigDevice(0, 0, "MIG-big", profile="3g.40gb")

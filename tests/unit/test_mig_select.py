@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,43 +12,20 @@ import pytest
 
 import gpuwatch
 from gpuwatch.backends.sim import SimBackend
+from gpuwatch.choices import Strategy
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.leases.records import request_from_record, request_record
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.placement.choices import Strategy
 from gpuwatch.placement.gpus import choose
 from gpuwatch.placement.mig import choose_mig, stale_mig_leases
-from gpuwatch.placement.request import Request, Waiter
-from tests.conftest import FROZEN_TIME, run_cli
-from tests.wait import wait_until
+from gpuwatch.request import Request, Waiter
+from tests.helpers.cli import FROZEN_TIME, run_cli
+from tests.helpers.mig import NODE, PICK
+from tests.helpers.wait import wait_until
 
 GIB = 1 << 30
-PICK = (sys.executable, "-m", "gpuwatch", "pick")
 _UNTIL = "while [ ! -e {go} ]; do sleep 0.05; done"
-# GPU 0 in MIG mode: a busy 3g.40gb, a busy 2g.20gb, an idle 1g.10gb. GPU 1 whole, and busy.
-NODE = """
-hostname = "mig-node"
-[[gpu]]
-model = "A100-80GB"
-mig = ["3g.40gb", "2g.20gb", "1g.10gb"]
-[[gpu]]
-model = "A100-80GB"
-[[process]]
-gpu = 0
-mig = 0
-pid = 71001
-memory = "30GiB"
-[[process]]
-gpu = 0
-mig = 1
-pid = 72001
-memory = "14GiB"
-[[process]]
-gpu = 1
-pid = 73001
-memory = "70GiB"
-"""
 SEVEN = """
 [[gpu]]
 model = "A100-80GB"

@@ -13,7 +13,7 @@ from gpuwatch.backends.base import SampleScope
 from gpuwatch.backends.nvml import NvmlBackend
 from gpuwatch.errors import BackendError, DriverNotFoundError, NoGpuError
 from gpuwatch.models import ProcessKind
-from tests.fake_nvml import MIB, FakeGpu, FakeNvml, eight_gpu_node
+from tests.helpers.fake_nvml import MIB, FakeGpu, FakeNvml, eight_gpu_node
 
 Install = Callable[..., FakeNvml]
 

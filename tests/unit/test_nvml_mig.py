@@ -9,7 +9,7 @@ import pytest
 from gpuwatch.backends.base import SampleScope
 from gpuwatch.backends.nvml import NvmlBackend
 from gpuwatch.models import MigDevice, Snapshot
-from tests.fake_nvml import MIB, FakeGpu, FakeNvml, eight_gpu_node, mig_gpu
+from tests.helpers.fake_nvml import MIB, FakeGpu, FakeNvml, eight_gpu_node, mig_gpu
 
 Install = Callable[..., FakeNvml]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.choices import Strategy
 from gpuwatch.leases.records import request_from_record, request_record
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.placement.choices import Strategy
 from gpuwatch.placement.gpus import choose
-from gpuwatch.placement.request import Request, Waiter
 from gpuwatch.placement.rules import KEEP_LIMIT_S
+from gpuwatch.request import Request, Waiter
 
 GIB = 1 << 30
 

@@ -7,7 +7,7 @@ import pytest
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.poller import Poller
-from tests.wait import wait_until
+from tests.helpers.wait import wait_until
 
 
 def test_the_hook_gets_every_snapshot_with_its_time() -> None:

@@ -23,7 +23,7 @@ from gpuwatch.errors import (
 )
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.placement import selection as selection_module
-from tests.fake_nvml import FakeNvml
+from tests.helpers.fake_nvml import FakeNvml
 
 
 @pytest.fixture(autouse=True)

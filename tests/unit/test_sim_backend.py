@@ -20,7 +20,7 @@ from gpuwatch.errors import (
     ScenarioError,
 )
 from gpuwatch.models import Snapshot
-from tests.conftest import FROZEN_TIME
+from tests.helpers.cli import FROZEN_TIME
 
 SCENARIO = """
 hostname = "lab-7"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwatch.backends.scenario import MODELS
-from tests.fleet.net import fetch, free_port
+from tests.helpers.fleet.net import fetch, free_port
 
 GIB = 1 << 30
 START_TIMEOUT_S = 90.0  # a loaded 2-core machine starts a few interpreters slowly

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-DATA = Path(__file__).parent / "data"
-FLEET_NODES = Path(__file__).resolve().parents[2] / "bench" / "fleet_nodes.py"
+DATA = Path(__file__).resolve().parents[2] / "fleet" / "data"
+FLEET_NODES = Path(__file__).resolve().parents[3] / "bench" / "fleet_nodes.py"
 DCGM_FIXTURE = DATA / "dcgm.prom"
 # The node and GPUs `data/dcgm.prom` describes, for tests that check what a source made of it.
 DCGM_HOSTNAME = "dcgm-node-1"

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field, replace
 
 from gpuwatch.fleet import node_figures, node_work, promql, summaries
 from gpuwatch.fleet.exposition import Sample, parse_exposition
-from gpuwatch.fleet.nodes import Exporter
 from gpuwatch.fleet.promql import FamilyQuery
 from gpuwatch.fleet.series import PREFIXES, exporter_of, target_state
+from gpuwatch.models import Exporter
 from gpuwatch.placement.gpus import GPUS
-from gpuwatch.placement.request import IDLE_MAX_UTIL_PCT
 from gpuwatch.placement.rules import qualifying
-from tests.fleet.servers import Reply
+from gpuwatch.request import IDLE_MAX_UTIL_PCT
+from tests.helpers.fleet.servers import Reply
 
 NOW = 1_795_472_800.0
 _SLOW_FIGURES = frozenset(q.promql() for q in summaries.slow_plan(recorded=False))

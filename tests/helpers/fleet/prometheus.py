@@ -26,7 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fleet.net import fetch, free_port
+from tests.helpers.fleet.daemons import RunningDaemon
+from tests.helpers.fleet.endpoints import (
+    SimFleet,
+)
+from tests.helpers.fleet.net import fetch, free_port
 
 REQUIRE_ENV = "GPUWATCH_REQUIRE_PROMETHEUS"
 READY_TIMEOUT_S = 90.0
@@ -240,3 +244,12 @@ def running_prometheus(
         yield prometheus
     finally:
         prometheus.stop()
+
+
+StartPrometheus = Callable[..., Prometheus]
+
+
+StartDaemons = Callable[..., list[RunningDaemon]]
+
+
+StartSimFleet = Callable[..., SimFleet]

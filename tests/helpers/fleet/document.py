@@ -1,0 +1,34 @@
+"""The keys `gpuwatch fleet --json` promises for each node and each GPU."""
+
+from __future__ import annotations
+
+NODE_KEYS = {
+    "node",
+    "up",
+    "age_s",
+    "error",
+    "exporter",
+    "lease_waiters",
+    "longest_wait_s",
+    "jobs_known",
+    "gpus",
+}
+
+
+GPU_KEYS = {
+    "index",
+    "uuid",
+    "name",
+    "memory_total_bytes",
+    "memory_free_bytes",
+    "memory_used_bytes",
+    "utilization_pct",
+    "temperature_c",
+    "power_w",
+    "leases_exclusive",
+    "leases_shared",
+    "mig_enabled",
+    "job_id",
+    "job_user",
+    "allocated_idle_s",
+}
