@@ -11,13 +11,15 @@ costs one debug line.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import errno
+import heapq
 import ipaddress
+import itertools
 import logging
 import os
+import random
 import select
 import socket
 import socketserver
@@ -53,7 +55,8 @@ HOLD_S = 2.0
 """How long a new connection from a source that spent its budget of wrong passwords waits,
 without a thread or a slot, before it is served (429 to another guess, or the metrics to a
 password verified before): answered at once, a guesser would be back at once, each time
-costing the daemon a TLS handshake as dear as its own."""
+costing the daemon a TLS handshake as dear as its own. Each waits between half and one and a
+half times as long, so that a crowd let go together does not come back together."""
 MAX_HELD = 256
 """Connections held at most; beyond, a spent source's new connections are closed at once."""
 Answer = Callable[[str, str], Response]
@@ -210,7 +213,9 @@ class TcpMetricsServer(_Guarded, socketserver.TCPServer):
         request is checked against the passwords in force when it arrives."""
         self.checker = PasswordChecker()
         """Kept across reloads: a new web config hands out no new budgets."""
-        self._held: collections.deque[tuple[float, socket.socket, Any]] = collections.deque()
+        self._held: list[tuple[float, int, socket.socket, Any]] = []
+        """A heap of (when to serve, arrival number, connection, address)."""
+        self._arrivals = itertools.count()
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             socketserver.TCPServer.__init__(self, (host, port), socketserver.BaseRequestHandler)
@@ -231,7 +236,8 @@ class TcpMetricsServer(_Guarded, socketserver.TCPServer):
         if web is None or web.auth is None or not self.checker.spent(source):
             super().process_request(request, client_address)
         elif len(self._held) < MAX_HELD:
-            self._held.append((time.monotonic() + HOLD_S, request, client_address))
+            due = time.monotonic() + HOLD_S * random.uniform(0.5, 1.5)
+            heapq.heappush(self._held, (due, next(self._arrivals), request, client_address))
         else:
             self.shutdown_request(request)
 
@@ -240,14 +246,14 @@ class TcpMetricsServer(_Guarded, socketserver.TCPServer):
         twice a second)."""
         now = time.monotonic()
         while self._held and self._held[0][0] <= now:
-            _, request, client_address = self._held.popleft()
+            _, _, request, client_address = heapq.heappop(self._held)
             super().process_request(request, client_address)
 
     def server_close(self) -> None:
         super().server_close()
         self.checker.close()
         while self._held:
-            self.shutdown_request(self._held.popleft()[1])
+            self.shutdown_request(heapq.heappop(self._held)[2])
 
     def wrap(self, request: socket.socket) -> socket.socket:
         # TLS writes an answer in records, one write each: without this, the last waits for
