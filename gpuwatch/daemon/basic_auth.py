@@ -43,9 +43,11 @@ import bcrypt
 log = logging.getLogger("gpuwatch.daemon")
 
 MAX_REMEMBERED = 256
-FAILURE_BURST = 5
-FAILURE_REFILL_S = 12.0
-"""A source may fail `FAILURE_BURST` checks at once, then one every this long (5 a minute)."""
+FAILURE_BURST = 2
+FAILURE_REFILL_S = 30.0
+"""A source may fail `FAILURE_BURST` checks at once, then one every this long (2 a minute):
+enough for a mistyped password, and under a flood from 4 addresses the daemon spends at most
+about twice the guesser's CPU (bench/abuse_endpoint.py); a budget of 5 let it spend 3 times."""
 MAX_SOURCES = 4096
 """Sources whose failures are counted; beyond, those with a full budget are dropped, then the
 least recently seen (which then start afresh: one check at a time still bounds the CPU)."""

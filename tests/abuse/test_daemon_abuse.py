@@ -617,7 +617,8 @@ class TestTcpEndpointUnderAttack:
             assert statuses == [401] * basic_auth.FAILURE_BURST + [429], answered
             assert int(answered[-1][1] or 0) >= 1
         # AND the log names each guesser, once
-        warned = [daemon.log_line_with("failed 5 password checks") for _ in sources]
+        warning = f"failed {basic_auth.FAILURE_BURST} password checks"
+        warned = [daemon.log_line_with(warning) for _ in sources]
         assert sorted(line.split()[2] for line in warned) == sources
 
     def test_a_handshake_trickled_in_is_cut_off_at_the_first_requests_deadline(
