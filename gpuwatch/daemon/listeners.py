@@ -1,10 +1,12 @@
 """The daemon's listeners: the API on a Unix socket, `/metrics` over TCP.
 
 Every local user may connect, so no client can lock the others out: each
-request must arrive whole within a few seconds (`wire`), at most 128
-connections are served at once, and at most 16 of them for one client (a uid
-on the socket, an address over TCP), so that one client's crowd leaves room
-for everyone else. A client that goes away early costs one debug line.
+connection must shake hands and send its first request whole within
+`FIRST_REQUEST_S` of arriving, and each later request within `wire`'s
+deadline; the slots are shared fairly (`connection_pool`: a cap per client,
+the idlest connection closed when a newcomer needs room); over TCP, passwords
+cost the guesser, not the daemon (`basic_auth`). A client that goes away early
+costs one debug line.
 """
 
 from __future__ import annotations
@@ -12,23 +14,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import heapq
+import ipaddress
+import itertools
 import logging
 import os
+import random
+import select
 import socket
 import socketserver
+import ssl
 import stat
 import struct
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from gpuwatch.daemon.basic_auth import CHALLENGE
+from gpuwatch.daemon.basic_auth import CHALLENGE, PasswordChecker
+from gpuwatch.daemon.connection_pool import ConnectionPool, Slot
 from gpuwatch.daemon.webconfig import WebConfig
 from gpuwatch.daemon.wire import (
-    REQUEST_DEADLINE_S,
     BadRequest,
     Connection,
     Request,
@@ -41,8 +48,17 @@ from gpuwatch.paths import existing
 
 log = logging.getLogger("gpuwatch.daemon")
 
-MAX_CONNECTIONS = 128
-MAX_CONNECTIONS_PER_CLIENT = 16
+FIRST_REQUEST_S = 3.0
+"""A new connection must shake hands (TLS) and send its first request whole within this long:
+one that sits idle holds a slot no longer."""
+HOLD_S = 2.0
+"""How long a new connection from a source that spent its budget of wrong passwords waits,
+without a thread or a slot, before it is served (429 to another guess, or the metrics to a
+password verified before): answered at once, a guesser would be back at once, each time
+costing the daemon a TLS handshake as dear as its own. Each waits between half and one and a
+half times as long, so that a crowd let go together does not come back together."""
+MAX_HELD = 256
+"""Connections held at most; beyond, a spent source's new connections are closed at once."""
 Answer = Callable[[str, str], Response]
 """(method, target) -> response."""
 _BUSY = encode(
@@ -52,95 +68,88 @@ _BUSY = encode(
 )
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    """Answers one connection's requests in turn; `client_address` is the client's name."""
-
-    server: _Guarded
-
-    def handle(self) -> None:
-        connection = Connection(self.request)
-        try:
-            while (request := connection.read_request()) is not None:
-                response = self.server.respond(request)
-                connection.send(
-                    response, with_body=request.method != "HEAD", keep_alive=request.keep_alive
-                )
-                if not request.keep_alive:
-                    return
-        except BadRequest as error:
-            with contextlib.suppress(OSError):
-                connection.send(error.response, with_body=True, keep_alive=False)
-            log.debug("client %s: %s", self.client_address, error)
-        except OSError as error:  # gone, or too slow to take its answer: its own loss
-            log.debug("client %s: %s", self.client_address, error)
-
-
 class _Guarded(socketserver.BaseServer):
     """A server with a thread per connection that no client can exhaust: connections
-    beyond the caps are answered 503 and closed at once."""
+    beyond the pool's caps are answered 503 and closed at once."""
 
     request_queue_size = 256  # clients arrive in bursts; the default of 5 refuses them
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, thread_name: str) -> None:
         self.answer = answer
-        self._lock = threading.Lock()
-        self._per_client: Counter[str] = Counter()
+        self.pool = ConnectionPool()
+        self._thread_name = thread_name
 
     def client_name(self, request: socket.socket) -> str:
         raise NotImplementedError
 
-    def open_connection(self, request: socket.socket) -> socket.socket:
-        """The socket to speak HTTP on (TLS's, over TCP); raises OSError when there is none."""
+    def wrap(self, request: socket.socket) -> socket.socket:
+        """The socket to speak HTTP on (TLS's over TCP, which takes `request`'s descriptor)."""
         return request
 
-    def respond(self, request: Request) -> Response:
+    def shake_hands(self, connection: socket.socket, deadline: float) -> None:
+        """Makes `connection` ready by `deadline` (TLS's handshake); raises OSError if not."""
+
+    def respond(self, request: Request, client: str) -> Response:
         return self.answer(request.method, request.target)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        deadline = time.monotonic() + FIRST_REQUEST_S
         try:
             client = self.client_name(request)
         except OSError:  # gone before it could be named
             self.shutdown_request(request)
             return
-        if not self._take_slot(client):
+        slot = self.pool.take(client, request)
+        if slot is None:
             self._refuse(request)
             return
         try:
             threading.Thread(
-                target=self._serve, args=(request, client), daemon=True, name="gpuwatch-client"
+                target=self._serve,
+                args=(request, slot, deadline),
+                daemon=True,
+                name=self._thread_name,
             ).start()
         except RuntimeError:  # no thread to spare
-            self._give_slot(client)
+            self.pool.give_back(slot)
             self._refuse(request)
 
-    def _serve(self, request: socket.socket, client: str) -> None:
+    def _serve(self, request: socket.socket, slot: Slot, deadline: float) -> None:
         connection = request
         try:
-            connection = self.open_connection(request)
-            _Handler(connection, client, self)
+            connection = self.wrap(request)
+            self.shake_hands(connection, deadline)
+            self._converse(Connection(connection), slot, deadline)
         except OSError as error:  # a handshake refused or cut short: the client's loss
-            log.debug("client %s: %s", client, error)
+            log.debug("client %s: %s", slot.client, error)
         except Exception:  # a fault of the daemon's own, not of the client: worth a trace
-            log.exception("answering %s failed", client)
+            log.exception("answering %s failed", slot.client)
         finally:
-            self._give_slot(client)
+            self.pool.give_back(slot)  # before the descriptor is closed: see give_back
             if connection is not request:
                 connection.close()
             self.shutdown_request(request)
 
-    def _take_slot(self, client: str) -> bool:
-        with self._lock:
-            total = self._per_client.total()
-            if total >= MAX_CONNECTIONS or self._per_client[client] >= MAX_CONNECTIONS_PER_CLIENT:
-                return False
-            self._per_client[client] += 1
-            return True
-
-    def _give_slot(self, client: str) -> None:
-        with self._lock:
-            self._per_client[client] -= 1
-            if self._per_client[client] <= 0:
-                del self._per_client[client]
+    def _converse(self, connection: Connection, slot: Slot, deadline: float | None) -> None:
+        """Answers one connection's requests in turn, the first by `deadline`."""
+        try:
+            while (request := connection.read_request(deadline)) is not None:
+                if not self.pool.answering(slot):
+                    return  # closed to make room for a newcomer
+                response = self.respond(request, slot.client)
+                # A client told to wait (429) is let go: it must come back through the caps.
+                keep_alive = request.keep_alive and response.status != 429
+                connection.send(response, with_body=request.method != "HEAD", keep_alive=keep_alive)
+                if not keep_alive:
+                    return
+                self.pool.waiting(slot)
+                deadline = None
+        except BadRequest as error:
+            with contextlib.suppress(OSError):
+                connection.send(error.response, with_body=True, keep_alive=False)
+            log.debug("client %s: %s", slot.client, error)
+        except OSError as error:  # gone, or too slow to take its answer: its own loss
+            log.debug("client %s: %s", slot.client, error)
 
     def _refuse(self, request: socket.socket) -> None:
         with contextlib.suppress(OSError):  # a word for the client, without waiting on it
@@ -168,7 +177,7 @@ class UnixApiServer(_Guarded, socketserver.UnixStreamServer):
     """The API on a Unix socket that every local user may connect to."""
 
     def __init__(self, path: str, answer: Answer) -> None:
-        _Guarded.__init__(self, answer)
+        _Guarded.__init__(self, answer, "gpuwatch-api-client")
         self._path = path
         socketserver.UnixStreamServer.__init__(
             self, path, socketserver.BaseRequestHandler, bind_and_activate=False
@@ -192,16 +201,21 @@ class UnixApiServer(_Guarded, socketserver.UnixStreamServer):
 
 class TcpMetricsServer(_Guarded, socketserver.TCPServer):
     """Over TCP (`--listen`), for Prometheus: HTTPS and basic auth as `web` says. The TLS
-    handshake is made on the connection's own thread, under the request deadline, so that
-    a client slow to shake hands delays nobody else."""
+    handshake is made on the connection's own thread, under its first request's deadline,
+    so that a client slow to shake hands delays nobody else."""
 
     allow_reuse_address = True
 
     def __init__(self, host: str, port: int, answer: Answer, web: WebConfig | None) -> None:
-        _Guarded.__init__(self, answer)
+        _Guarded.__init__(self, answer, "gpuwatch-tcp-client")
         self.web = web
         """Swapped whole on SIGHUP: a connection keeps the TLS it shook hands with, and each
         request is checked against the passwords in force when it arrives."""
+        self.checker = PasswordChecker()
+        """Kept across reloads: a new web config hands out no new budgets."""
+        self._held: list[tuple[float, int, socket.socket, Any]] = []
+        """A heap of (when to serve, arrival number, connection, address)."""
+        self._arrivals = itertools.count()
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             socketserver.TCPServer.__init__(self, (host, port), socketserver.BaseRequestHandler)
@@ -209,34 +223,99 @@ class TcpMetricsServer(_Guarded, socketserver.TCPServer):
             raise DaemonError(f"cannot serve metrics on {host}:{port}: {error.strerror}") from error
 
     def client_name(self, request: socket.socket) -> str:
-        return str(request.getpeername()[0])
+        return source_name(str(request.getpeername()[0]))
 
-    def open_connection(self, request: socket.socket) -> socket.socket:
+    @property
+    def held(self) -> int:
+        """How many new connections wait, unanswered, for their source's turn (`HOLD_S`)."""
+        return len(self._held)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        web = self.web
+        source = source_name(str(client_address[0]))
+        if web is None or web.auth is None or not self.checker.spent(source):
+            super().process_request(request, client_address)
+        elif len(self._held) < MAX_HELD:
+            due = time.monotonic() + HOLD_S * random.uniform(0.5, 1.5)
+            heapq.heappush(self._held, (due, next(self._arrivals), request, client_address))
+        else:
+            self.shutdown_request(request)
+
+    def service_actions(self) -> None:
+        """Serves the held connections whose wait is over (after each accept, and at least
+        twice a second)."""
+        now = time.monotonic()
+        while self._held and self._held[0][0] <= now:
+            _, _, request, client_address = heapq.heappop(self._held)
+            super().process_request(request, client_address)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.checker.close()
+        while self._held:
+            self.shutdown_request(heapq.heappop(self._held)[2])
+
+    def wrap(self, request: socket.socket) -> socket.socket:
         # TLS writes an answer in records, one write each: without this, the last waits for
         # the client's delayed ACK (40 ms a scrape).
         request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.web is None or self.web.tls is None:
             return request
-        connection = self.web.tls.wrap_socket(
-            request, server_side=True, do_handshake_on_connect=False
-        )
-        try:
-            connection.settimeout(REQUEST_DEADLINE_S)
-            connection.do_handshake()
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+        return self.web.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
 
-    def respond(self, request: Request) -> Response:
+    def shake_hands(self, connection: socket.socket, deadline: float) -> None:
+        if isinstance(connection, ssl.SSLSocket):
+            _shake_hands(connection, deadline)
+
+    def respond(self, request: Request, client: str) -> Response:
         web = self.web
         if web is None:
-            return super().respond(request)
-        if web.auth is not None and not web.auth.allows(request.authorization):
-            response = error_response(401, "give a user and password of the web config", CHALLENGE)
-        else:
-            response = super().respond(request)
+            return super().respond(request, client)
+        response = self._checked(web, request, client)
         return dataclasses.replace(response, headers=(*response.headers, *web.headers))
+
+    def _checked(self, web: WebConfig, request: Request, client: str) -> Response:
+        """The answer, if the request's password is one of `web`'s; else why not."""
+        if web.auth is None:
+            return super().respond(request, client)
+        verdict = web.auth.check(request.authorization, client, self.checker)
+        if verdict.allowed:
+            return super().respond(request, client)
+        if verdict.retry_after_s is None:
+            return error_response(401, verdict.reason, CHALLENGE)
+        return error_response(429, verdict.reason, ("Retry-After", str(verdict.retry_after_s)))
+
+
+def source_name(address: str) -> str:
+    """Who a TCP client is, for its caps: its IPv4 address, or its IPv6 /64 (the least a
+    network hands one host, which may take any address in it)."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
+    return str(parsed)
+
+
+def _shake_hands(connection: ssl.SSLSocket, deadline: float) -> None:
+    """The TLS handshake, whole by `deadline` however slowly its bytes come (a timeout on
+    the socket would count afresh for each of them)."""
+    connection.setblocking(False)
+    poll = select.poll()
+    while True:
+        try:
+            connection.do_handshake()
+            return
+        except ssl.SSLWantReadError:
+            poll.register(connection, select.POLLIN)
+        except ssl.SSLWantWriteError:
+            poll.register(connection, select.POLLOUT)
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0 or not poll.poll(remaining_s * 1000):
+            raise TimeoutError("no TLS handshake by the first request's deadline")
 
 
 def _listen_in_place(listener: socket.socket, path: str, backlog: int) -> int:

@@ -26,7 +26,8 @@ from gpuwatch.daemon.listeners import TcpMetricsServer, UnixApiServer
 from gpuwatch.daemon.node import NamedNode
 from gpuwatch.daemon.notify import Notifier
 from gpuwatch.daemon.settings import Settings, with_config_file
-from gpuwatch.daemon.webconfig import WebConfig, load_web_config
+from gpuwatch.daemon.webconfig import WebConfig, load_web_config, weakening
+from gpuwatch.errors import ConfigFileError
 from gpuwatch.paths import socket_candidates
 from gpuwatch.sampling.poller import Poller
 from gpuwatch.units import counted
@@ -129,6 +130,7 @@ class Daemon:
         try:
             fresh = with_config_file(self._flags)
             web = _web_config(fresh)  # read again: new certificates, new passwords
+            self._refuse_weaker(fresh, web)
             if fresh.listen != self.settings.listen:
                 tcp = self._bind_tcp(fresh, web)  # the old listener stays until the new one binds
                 self._close_tcp(self._tcp)
@@ -150,6 +152,18 @@ class Daemon:
             )
         self.poller.reopen()  # picks up a driver that was upgraded, or an edited scenario
         self.notifier.ready(self._status_line())
+
+    def _refuse_weaker(self, fresh: Settings, web: WebConfig | None) -> None:
+        """A reload never lowers the TCP listener's guard: a web config truncated or
+        dropped from the config file by accident must not serve /metrics to anyone."""
+        if self.settings.listen is None or fresh.listen is None:
+            return
+        if (why := weakening(self.web, web)) is not None:
+            where = fresh.web_config_path or f"no web config (none in {fresh.config_path})"
+            raise ConfigFileError(
+                f"{where}: {why}, so the reload is refused; restart the daemon to do that on "
+                "purpose"
+            )
 
     def _open_source(self) -> Backend:
         # The daemon is where snapshots come from, so it never asks a daemon for them.

@@ -18,28 +18,44 @@ Everything is checked when the file is read (at start, and on SIGHUP): a key thi
 daemon does not know or does not implement, a bad value, a certificate or key that
 cannot be read: one line naming the key, and the daemon does not start (a reload
 keeps the configuration in force). Nothing of the file is silently ignored, since
-what it leaves out would be security left out.
+what it leaves out would be security left out; and nothing weakens by accident:
+
+- a file that sets nothing (empty, truncated, only comments) and an empty
+  `basic_auth_users` are refused, not read as "plain HTTP, no passwords";
+- TLS below 1.2 is refused, and so is a bcrypt cost above `MAX_BCRYPT_COST`
+  (each new password would cost the daemon seconds of CPU);
+- the file, its certificates and key must be the daemon's user's or root's, and
+  writable by no one else (else refused); a key that others may read is warned of;
+- a reload that would turn TLS, client certificates or passwords off is refused
+  (`weakening`): restart the daemon to do that on purpose.
 """
 
 from __future__ import annotations
 
+import grp
+import logging
 import os
+import pwd
 import re
 import ssl
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.daemon.basic_auth import BasicAuth
+from gpuwatch.daemon.basic_auth import BasicAuth, hash_cost
 from gpuwatch.errors import ConfigFileError
 
+log = logging.getLogger("gpuwatch.daemon")
+
+MAX_BCRYPT_COST = 14
+"""About 1 to 2.5 s of CPU a check here; each step above doubles it."""
 _TLS_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
     "TLS12": ssl.TLSVersion.TLSv1_2,
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
+_OLD_TLS = ("TLS10", "TLS11")
 # RequestClientCert asks for a certificate it never uses: here it is not asked for at all.
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
@@ -64,7 +80,7 @@ _NOT_HERE = {
     "cipher_suites": "OpenSSL's defaults apply; remove it",
     "curve_preferences": "OpenSSL's defaults apply; remove it",
     "client_allowed_sans": "issue client certificates from a CA of their own instead",
-    "rate_limit": "the daemon caps connections per client already; remove it",
+    "rate_limit": "the daemon caps connections and failed passwords per client already; remove it",
 }
 _HEADERS: dict[str, Callable[[str], bool]] = {
     "Content-Security-Policy": lambda value: True,
@@ -92,6 +108,24 @@ class WebConfig:
     def scheme(self) -> str:
         return "http" if self.tls is None else "https"
 
+    @property
+    def client_certificates(self) -> ssl.VerifyMode:
+        """Whether a client's certificate is checked: never, where sent, or required."""
+        return ssl.CERT_NONE if self.tls is None else self.tls.verify_mode
+
+
+def weakening(old: WebConfig | None, new: WebConfig | None) -> str | None:
+    """What `new` would turn off that `old` has on (TLS, client certificates, passwords);
+    `None` when nothing. `None` stands for no web config: plain HTTP, no passwords."""
+    old, new = old or WebConfig(), new or WebConfig()
+    if old.tls is not None and new.tls is None:
+        return "it would turn TLS off"
+    if new.client_certificates < old.client_certificates:
+        return "it would stop requiring verified client certificates"
+    if old.auth is not None and new.auth is None:
+        return "it would turn passwords off"
+    return None
+
 
 def load_web_config(path: str) -> WebConfig:
     """Reads and checks the file at `path`; raises `ConfigFileError` with one line."""
@@ -107,10 +141,11 @@ class _Bad(Exception):
 
 
 def _read_yaml(path: str) -> Mapping[str, Any]:
-    import yaml
+    import yaml  # here: PyYAML's 20 ms of import stay off a daemon without a web config
 
     try:
         with open(path, "rb") as file:
+            _refuse_if_others_may_write(os.fstat(file.fileno()), "it")
             text = file.read(_MAX_FILE_BYTES + 1)
     except OSError as error:
         raise _Bad(f"cannot read it ({error.strerror or error})") from None
@@ -123,8 +158,11 @@ def _read_yaml(path: str) -> Mapping[str, Any]:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(error, "problem", None) or type(error).__name__
         raise _Bad(f"not YAML{where}: {problem}") from None
-    if data is None:
-        return {}  # an empty file: plain HTTP, no passwords, as the exporters read it
+    if not data:  # as the exporters read it, plain HTTP: here, a file spoiled by accident
+        raise _Bad(
+            "it sets nothing (empty, or only comments); give tls_server_config or "
+            "basic_auth_users, or leave the web config out to serve plain HTTP"
+        )
     if not isinstance(data, dict):
         raise _Bad("not a mapping of settings (tls_server_config, basic_auth_users, ...)")
     return data
@@ -136,11 +174,19 @@ def _build(path: str, data: Mapping[str, Any]) -> WebConfig:
     directory = Path(path).parent
     tls = _tls_context(_section(data, "tls_server_config"), directory)
     users = _section(data, "basic_auth_users")
-    return WebConfig(
+    if "basic_auth_users" in data and not users:
+        raise _Bad(
+            "basic_auth_users is empty: give user: bcrypt-hash lines, or leave the key out "
+            "to ask for no password"
+        )
+    web = WebConfig(
         tls=tls,
         auth=BasicAuth(_hashes(users)) if users else None,
         headers=_headers(_section(data, "http_server_config")),
     )
+    if web == WebConfig():
+        raise _Bad("it sets nothing; give tls_server_config or basic_auth_users")
+    return web
 
 
 def _check_keys(data: Mapping[str, Any], known: tuple[str, ...] | set[str], within: str) -> None:
@@ -187,12 +233,14 @@ def _tls_context(section: Mapping[str, Any], directory: Path) -> ssl.SSLContext 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = _version(text["min_version"] or "TLS12", "min_version")
     context.maximum_version = _version(text["max_version"] or "TLS13", "max_version")
+    if context.minimum_version > context.maximum_version:
+        raise _Bad(f"{within}.min_version is above max_version: no client could connect")
     if section.get("prefer_server_cipher_suites", True) is True:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     elif section["prefer_server_cipher_suites"] is not False:
         raise _Bad(f"{within}.prefer_server_cipher_suites takes true or false")
     for key, file in files.items():
-        _readable(file, f"{within}.{key}")
+        _check_file(file, f"{within}.{key}", secret=key == "key_file")
     try:
         context.load_cert_chain(files["cert_file"], files["key_file"])
     except ssl.SSLError as error:
@@ -234,20 +282,73 @@ def _client_auth(
 
 
 def _version(text: str, key: str) -> ssl.TLSVersion:
+    if text in _OLD_TLS:
+        raise _Bad(
+            f"tls_server_config.{key} {text}: TLS below 1.2 is not served (its ciphers are "
+            "broken, and every current client speaks TLS12); give TLS12 or TLS13"
+        )
     if text not in _TLS_VERSIONS:
         raise _Bad(f"tls_server_config.{key} {text!r}: one of {', '.join(_TLS_VERSIONS)}")
     return _TLS_VERSIONS[text]
 
 
-def _readable(file: str, key: str) -> None:
-    """Says which file cannot be read, and why, before OpenSSL says less."""
+def _check_file(file: str, key: str, *, secret: bool) -> None:
+    """Says which file cannot be read, and why, before OpenSSL says less; refuses one that
+    others may change, and warns of a secret one that others may read."""
     try:
-        with open(file, "rb"):
-            pass
+        with open(file, "rb") as opened:
+            info = os.fstat(opened.fileno())
     except OSError as error:
         raise _Bad(f"{key} {file}: cannot read it ({error.strerror or error})") from None
-    if not os.path.isfile(file):
+    if not stat.S_ISREG(info.st_mode):
         raise _Bad(f"{key} {file}: not a file")
+    _refuse_if_others_may_write(info, f"{key} {file}")
+    if secret and (reader := _other_readers(info)) is not None:
+        log.warning(
+            "%s %s: %s may read this private key; chmod 600 it (or 640 with the daemon's group)",
+            key,
+            file,
+            reader,
+        )
+
+
+def _refuse_if_others_may_write(info: os.stat_result, what: str) -> None:
+    """Refuses a file that someone but root and the daemon's user may change: they could
+    swap the endpoint's certificate, key, client CA or passwords."""
+    if info.st_uid not in (0, os.geteuid()):
+        writer = f"its owner {_user(info.st_uid)}"
+    elif info.st_mode & stat.S_IWOTH:
+        writer = "every local user"
+    elif info.st_mode & stat.S_IWGRP and info.st_gid not in (0, os.getegid()):
+        writer = f"the group {_group(info.st_gid)}"
+    else:
+        return
+    raise _Bad(
+        f"{what}: {writer} may change it, and so what secures the endpoint; give it to root "
+        "or the daemon's user, writable by no one else (chmod go-w)"
+    )
+
+
+def _other_readers(info: os.stat_result) -> str | None:
+    if info.st_mode & stat.S_IROTH:
+        return "every local user"
+    if info.st_mode & stat.S_IRGRP and info.st_gid not in (0, os.getegid()):
+        return f"the group {_group(info.st_gid)}"
+    return None
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
 
 
 def _hashes(users: Mapping[Any, Any]) -> dict[str, bytes]:
@@ -259,6 +360,12 @@ def _hashes(users: Mapping[Any, Any]) -> dict[str, bytes]:
             raise _Bad(
                 f"basic_auth_users.{user}: not a bcrypt hash (like $2y$10$ and 53 characters; "
                 "make one with htpasswd -nBC 10 \"\" | tr -d ':\\n')"
+            )
+        if (cost := hash_cost(hashed.encode())) > MAX_BCRYPT_COST:
+            raise _Bad(
+                f"basic_auth_users.{user}: bcrypt cost {cost} would cost the daemon seconds of "
+                f"CPU for each new password; give a hash of cost {MAX_BCRYPT_COST} or less "
+                "(htpasswd -nBC 10)"
             )
         hashes[user] = hashed.encode()
     return hashes

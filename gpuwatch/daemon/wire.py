@@ -68,16 +68,20 @@ class Connection:
         self._buffer = b""
         self._closed = False
 
-    def read_request(self) -> Request | None:
-        """The next request, or `None` when the client closed or stayed idle before one."""
-        deadline = time.monotonic() + REQUEST_DEADLINE_S
+    def read_request(self, deadline: float | None = None) -> Request | None:
+        """The next request, or `None` when the client closed or stayed idle before one.
+
+        It must arrive whole by `deadline` (a `time.monotonic()`; default: `REQUEST_DEADLINE_S`
+        from now)."""
+        if deadline is None:
+            deadline = time.monotonic() + REQUEST_DEADLINE_S
         while b"\r\n\r\n" not in (buffer := self._buffer.lstrip(b"\r\n")):
             self._buffer = buffer  # blank lines before a request are allowed, and skipped
             if len(self._buffer) > MAX_HEAD_BYTES:
                 raise BadRequest(431, f"request head over {MAX_HEAD_BYTES} bytes")
             if not self._receive(deadline):
                 if self._buffer and not self._closed:
-                    raise BadRequest(408, f"request incomplete after {REQUEST_DEADLINE_S:g}s")
+                    raise BadRequest(408, "request incomplete at its deadline")
                 return None  # gone, or idle: nothing to answer
         head, self._buffer = buffer.split(b"\r\n\r\n", 1)
         if len(head) > MAX_HEAD_BYTES:
@@ -106,7 +110,7 @@ class Connection:
     def _skip_body(self, size: int, deadline: float) -> None:
         while len(self._buffer) < size:
             if not self._receive(deadline):
-                raise BadRequest(408, f"request body incomplete after {REQUEST_DEADLINE_S:g}s")
+                raise BadRequest(408, "request body incomplete at its deadline")
         self._buffer = self._buffer[size:]
 
     def _send_all(self, data: bytes) -> None:

@@ -2,33 +2,42 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import http.client
 import json
 import os
 import pwd
 import re
+import select
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuwatch import paths
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.daemon_client import DaemonBackend, http_get
 from gpuwatch.backends.sim import SimBackend
+from gpuwatch.daemon import basic_auth
 from gpuwatch.daemon.api import Api
 from gpuwatch.daemon.settings import Settings
 from gpuwatch.errors import BackendError, DaemonUnavailableError, DriverNotFoundError
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.poller import Poller
+from tests.helpers.certs import make_certs
 from tests.helpers.cli import run_cli
 from tests.helpers.daemon import (
     SLOW_CLIENTS,
@@ -37,8 +46,12 @@ from tests.helpers.daemon import (
     get_json,
     running_daemon,
 )
+from tests.helpers.daemon_net import TcpDaemon, client_tls, connect_from, tcp_daemon
 from tests.helpers.other_user import as_user, other_user_ids
 from tests.helpers.wait import wait_until
+from tests.helpers.web_config import PASSWORD, web_config
+
+SERVER_TLS = "  cert_file: server.crt\n  key_file: server.key\n"
 
 pytestmark = pytest.mark.slow
 
@@ -515,8 +528,6 @@ def test_a_driver_unloaded_under_the_daemon_is_never_served_as_current(tmp_path:
 def test_root_without_a_runtime_dir_serves_where_every_client_looks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuwatch import paths
-
     if os.geteuid() != 0:
         pytest.skip("the system socket is root's")
     # GIVEN root, in a container or a cron job: no XDG_RUNTIME_DIR, no systemd
@@ -551,3 +562,122 @@ def test_a_lease_directory_of_another_user_names_the_command_that_fixes_it(
     (warning,) = [line for line in result.stderr.splitlines() if "lease directory" in line]
     assert "`sudo install -d -m 1777 /run/gpuwatch/leases`" in warning
     assert f"lets {pwd.getpwuid(uid).pw_name} remove or forge leases" in warning
+
+
+class TestTcpEndpointUnderAttack:
+    """The daemon's TCP listener over TLS with a password, as another host attacks it."""
+
+    @pytest.fixture
+    def secured(self, tmp_path: Path) -> Iterator[tuple[TcpDaemon, ssl.SSLContext]]:
+        make_certs(tmp_path)
+        web = tmp_path / "web.yml"
+        web.write_text(web_config(SERVER_TLS, {"prometheus": PASSWORD}))
+        with tcp_daemon(tmp_path, "--web-config", str(web)) as daemon:
+            yield daemon, client_tls(tmp_path / "ca.crt")
+
+    def test_a_password_flood_leaves_the_scraper_and_the_socket_answered(
+        self, secured: tuple[TcpDaemon, ssl.SSLContext]
+    ) -> None:
+        daemon, tls = secured
+        # GIVEN a scraper whose password was verified
+        assert daemon.get("/metrics", tls=tls, user="prometheus", password=PASSWORD).status == 200
+
+        # WHEN four addresses guess passwords on kept-alive connections until told to wait
+        def guess(source: str) -> list[tuple[int, str | None]]:
+            with guessing_connection(daemon.port, source) as connection:
+                answers = []
+                for n in range(basic_auth.FAILURE_BURST + 3):
+                    token = base64.b64encode(f"mallory:guess {n}".encode()).decode()
+                    connection.request(
+                        "GET", "/metrics", headers={"Authorization": f"Basic {token}"}
+                    )
+                    response = connection.getresponse()
+                    response.read()
+                    answers.append((response.status, response.getheader("Retry-After")))
+                    if response.status == 429:
+                        break
+                return answers
+
+        sources = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+        with ThreadPoolExecutor(len(sources)) as pool:
+            guessed = pool.map(guess, sources)
+            # THEN meanwhile the scraper and the local socket are answered
+            scrapes = [
+                daemon.get(
+                    "/metrics", tls=tls, user="prometheus", password=PASSWORD, source="127.0.0.6"
+                ).status
+                for _ in range(5)
+            ]
+            health = [get_json(daemon.socket_path, "/v1/health")[0] for _ in range(5)]
+            answers = list(guessed)
+        assert scrapes == [200] * 5 and health == [200] * 5
+        # AND each guesser had its budget of checks, then was told when to come back
+        for answered in answers:
+            statuses = [status for status, _ in answered]
+            assert statuses == [401] * basic_auth.FAILURE_BURST + [429], answered
+            assert int(answered[-1][1] or 0) >= 1
+        # AND the log names each guesser, once
+        warning = f"failed {basic_auth.FAILURE_BURST} password checks"
+        warned = [daemon.log_line_with(warning) for _ in sources]
+        assert sorted(line.split()[2] for line in warned) == sources
+
+    def test_a_handshake_trickled_in_is_cut_off_at_the_first_requests_deadline(
+        self, secured: tuple[TcpDaemon, ssl.SSLContext]
+    ) -> None:
+        daemon, _ = secured
+        hello = client_hello()
+        with connect_from("127.0.0.7", daemon.port) as slow:
+            # GIVEN a client that sends its TLS hello a byte every 0.2 s (over a minute in all)
+            closed = False
+            for byte in hello[:300]:
+                try:
+                    slow.send(bytes([byte]))
+                except OSError:
+                    closed = True
+                    break
+                readable, _, _ = select.select([slow], [], [], 0.2)
+                if readable and not slow.recv(4096, socket.MSG_PEEK):
+                    closed = True
+                    break
+            # THEN the daemon let it go long before it was done
+            assert closed, "the handshake was still waited for after a minute"
+
+    def test_eight_addresses_of_idle_connections_leave_a_ninth_served(self, tmp_path: Path) -> None:
+        port = free_port()
+        with running_daemon(tmp_path, "--listen", str(port)) as (process, _, _):
+            # GIVEN 8 addresses holding 16 idle connections each, coming back when let go
+            with flood([sys.executable, SLOW_CLIENTS, "idle", str(port), "128"]):
+                # WHEN a ninth address scrapes, THEN it is answered every time
+                scrapes = [
+                    exchange(
+                        (socket.AF_INET, ("127.0.0.1", port)), b"GET /metrics HTTP/1.1\r\n\r\n"
+                    )[0]
+                    for _ in range(10)
+                ]
+            assert [status_of(answer) for answer in scrapes] == [200] * 10
+            assert process.poll() is None
+
+
+@contextmanager
+def guessing_connection(port: int, source: str) -> Iterator[http.client.HTTPSConnection]:
+    """A kept-alive HTTPS connection from `source` that does not check the certificate."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", port, timeout=30, context=context, source_address=(source, 0)
+    )
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def client_hello() -> bytes:
+    """The first bytes a TLS client sends."""
+    context = ssl.create_default_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    return outgoing.read()

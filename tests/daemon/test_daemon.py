@@ -6,19 +6,25 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.backends.daemon_client import http_get
+from gpuwatch.backends.daemon_client import DaemonBackend, http_get
+from gpuwatch.errors import DaemonUnavailableError, InvalidValueError
 from gpuwatch.leases.directory import LeaseDir
-from gpuwatch.models import GpuSample
+from gpuwatch.models import GpuSample, Snapshot
+from gpuwatch.paths import existing
+from gpuwatch.request import Request
 from tests.helpers.cli import run_cli
 from tests.helpers.daemon import SCENARIO, answering_once, get_json, running_daemon
 from tests.helpers.fake_nvml import FakeNvml
@@ -110,11 +116,11 @@ def test_metrics_over_tcp_when_asked(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with running_daemon(tmp_path, "--listen", str(port)):
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-            assert b"gpuwatch_memory_free_bytes" in reply.read()
+    with (
+        running_daemon(tmp_path, "--listen", str(port)),
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply,
+    ):
+        assert b"gpuwatch_memory_free_bytes" in reply.read()
 
 
 def test_a_fault_injected_at_run_time_shows_on_that_gpu_only(tmp_path: Path) -> None:
@@ -203,7 +209,7 @@ def test_fifty_clients_polling_at_10_hz_for_10_s_all_get_answers(tmp_path: Path)
                     failures.append(repr(error))
                 else:
                     answered[number] += status == 200
-                time.sleep(0.1)
+                time.sleep(0.1)  # the pace of a client polling at 10 Hz: nothing to wait for
 
         threads = [threading.Thread(target=client, args=(n,)) for n in range(50)]
         for thread in threads:
@@ -402,9 +408,6 @@ class TestFaults:
 
     @pytest.mark.skipif(os.getuid() != 0, reason="needs root to plant another user's socket")
     def test_a_socket_planted_by_another_user_is_ignored_and_replaced(self, tmp_path: Path) -> None:
-        from gpuwatch.backends.daemon_client import DaemonBackend
-        from gpuwatch.errors import DaemonUnavailableError
-
         planted = tmp_path / "gpuwatch.sock"
         squatter = socket.socket(socket.AF_UNIX)
         squatter.bind(str(planted))
@@ -421,8 +424,6 @@ class TestFaults:
 
 
 def _serves_metrics(port: int) -> bool:
-    import urllib.request
-
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
@@ -568,8 +569,6 @@ def _ready(listener: socket.socket) -> bool:
 
 
 def test_a_field_a_newer_daemon_adds_is_ignored_by_the_client(tmp_path: Path) -> None:
-    from gpuwatch.models import Snapshot
-
     # GIVEN a snapshot from the daemon with fields this client does not know, at every level
     with running_daemon(tmp_path) as (_, sock, _):
         data = get_json(sock, "/v1/snapshot")[1]
@@ -583,9 +582,6 @@ def test_a_field_a_newer_daemon_adds_is_ignored_by_the_client(tmp_path: Path) ->
 
 
 def test_a_client_of_a_daemon_in_another_snapshot_format_is_told_why(tmp_path: Path) -> None:
-    from gpuwatch.backends.daemon_client import DaemonBackend
-    from gpuwatch.errors import DaemonUnavailableError
-
     # GIVEN a daemon that sends snapshots in a format this client does not read
     path = str(tmp_path / "newer.sock")
     body = b'{"format_version": 2, "snapshot": {}}'
@@ -598,11 +594,6 @@ def test_a_client_of_a_daemon_in_another_snapshot_format_is_told_why(tmp_path: P
 
 
 def test_the_path_check_takes_nothing_or_its_kind_and_refuses_the_rest(tmp_path: Path) -> None:
-    import stat
-
-    from gpuwatch.errors import InvalidValueError
-    from gpuwatch.paths import existing
-
     # GIVEN nothing, a directory and a file
     (tmp_path / "file").write_text("x")
     # THEN nothing is None, the right kind is what is there, and another kind is refused
@@ -617,11 +608,12 @@ def test_a_daemon_stopped_and_continued_serves_on_without_reloading(tmp_path: Pa
     # GIVEN a daemon serving WHEN it is stopped and continued again and again (a debugger,
     # kill -STOP; sigtimedwait may then hand back a siginfo it never filled in)
     with running_daemon(tmp_path) as (process, socket_path, _):
+        seen = psutil.Process(process.pid)
         for _ in range(20):
             process.send_signal(signal.SIGSTOP)
-            time.sleep(0.02)
+            wait_until(lambda: seen.status() == psutil.STATUS_STOPPED, "the daemon stopped")
             process.send_signal(signal.SIGCONT)
-            time.sleep(0.05)
+            wait_until(lambda: seen.status() != psutil.STATUS_STOPPED, "the daemon going on")
         # THEN it still serves, and it neither stopped nor reloaded on its own
         assert get_json(socket_path, "/v1/health")[0] == 200
         assert process.poll() is None
@@ -641,17 +633,16 @@ def _waiting(sock: Path) -> tuple[float, float]:
 
 
 def test_metrics_count_the_jobs_waiting_in_line_for_gpus(tmp_path: Path, lease_dir: Path) -> None:
-    from gpuwatch.request import Request
-
     line = LeaseDir(lease_dir)
     with running_daemon(tmp_path) as (_, sock, _):
         # GIVEN no job in line, THEN none is counted
         assert _waiting(sock) == (0, 0)
         # GIVEN two jobs in line for GPUs (real tickets, held by this process)
         tickets = [line.enqueue(Request(count=1), "python train.py") for _ in range(2)]
-        time.sleep(0.05)
         try:
-            waiters, longest_s = _waiting(sock)
+            waiters, longest_s = wait_until(
+                lambda: (counted := _waiting(sock))[1] > 0 and counted, "a wait of some length"
+            )
         finally:
             for ticket in tickets:
                 ticket.release()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.certs import Certs, make_certs
-from tests.helpers.daemon_net import free_port
+from tests.helpers.daemon_net import free_port, tcp_daemon
+from tests.helpers.other_user import other_user_ids
+from tests.helpers.web_config import MUTUAL_TLS, web_config
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +63,31 @@ CASES = {
     ),
     "bad-min-version": (
         "tls_server_config:\n" + SERVER + "  min_version: TLS14\n",
-        "tls_server_config.min_version 'TLS14': one of TLS10",
+        "tls_server_config.min_version 'TLS14': one of TLS12, TLS13",
+    ),
+    "tls10-allowed": (
+        "tls_server_config:\n" + SERVER + "  min_version: TLS10\n",
+        "tls_server_config.min_version TLS10: TLS below 1.2 is not served",
+    ),
+    "tls11-at-most": (
+        "tls_server_config:\n" + SERVER + "  max_version: TLS11\n",
+        "tls_server_config.max_version TLS11: TLS below 1.2 is not served",
+    ),
+    "min-above-max": (
+        "tls_server_config:\n" + SERVER + "  min_version: TLS13\n  max_version: TLS12\n",
+        "min_version is above max_version",
+    ),
+    "empty-file": ("", "it sets nothing (empty, or only comments)"),
+    "only-comments": ("# being rewritten\n", "it sets nothing (empty, or only comments)"),
+    "empty-sections": ("tls_server_config:\nhttp_server_config:\n", "it sets nothing"),
+    "no-users": (
+        "tls_server_config:\n" + SERVER + "basic_auth_users:\n",
+        "basic_auth_users is empty",
+    ),
+    "no-users-in-braces": ("basic_auth_users: {}\n", "basic_auth_users is empty"),
+    "bcrypt-cost-15": (
+        "basic_auth_users:\n  prometheus: $2b$15$" + "a" * 53 + "\n",
+        "basic_auth_users.prometheus: bcrypt cost 15 would cost the daemon seconds",
     ),
     "unsupported-key": (
         "tls_server_config:\n" + SERVER + "  client_allowed_sans: [prometheus]\n",
@@ -133,3 +160,57 @@ def test_a_key_the_daemon_cannot_read_is_refused(tmp_path: Path, certs: Certs) -
     result = start_daemon(tmp_path, "--web-config", str(web))
     assert result.returncode == 2 and "key_file" in result.stderr
     assert "cannot read it (Permission denied)" in result.stderr
+
+
+def beside_their_files(tmp_path: Path, certs: Certs) -> Path:
+    """A web config naming a certificate, key and client CA copied beside it; its path."""
+    for made in (certs.server_cert, certs.server_key, certs.ca):
+        (tmp_path / made.name).write_bytes(made.read_bytes())
+        (tmp_path / made.name).chmod(0o600 if made.suffix == ".key" else 0o644)
+    web = tmp_path / "web.yml"
+    web.write_text(web_config(MUTUAL_TLS))
+    return web
+
+
+def other_group() -> int:
+    return other_user_ids()[1]
+
+
+# file, mode, owner (None: this user), what the line says of it
+WRITABLE = {
+    "web-config-for-everyone": ("web.yml", 0o666, None, "it: every local user may change it"),
+    "key-for-everyone": ("server.key", 0o602, None, "server.key: every local user may change it"),
+    "client-ca-for-everyone": ("ca.crt", 0o646, None, "ca.crt: every local user may change it"),
+    "key-for-another-group": ("server.key", 0o620, "group", "server.key: the group "),
+    "key-of-another-user": ("server.key", 0o600, "user", "server.key: its owner "),
+}
+
+
+@pytest.mark.parametrize(("name", "mode", "owner", "message"), WRITABLE.values(), ids=WRITABLE)
+def test_a_web_config_or_file_others_may_change_is_refused(
+    tmp_path: Path, certs: Certs, name: str, mode: int, owner: str | None, message: str
+) -> None:
+    # GIVEN a web config whose file, or one it names, someone else may change
+    web = beside_their_files(tmp_path, certs)
+    target = tmp_path / name
+    if owner == "user":
+        os.chown(target, other_user_ids()[0], -1)
+    elif owner == "group":
+        os.chown(target, -1, other_group())
+    target.chmod(mode)
+    # WHEN the daemon starts with it THEN it refuses in one line naming the file and who
+    result = start_daemon(tmp_path, "--web-config", str(web))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert "may change it, and so what secures the endpoint" in result.stderr
+
+
+def test_a_key_others_may_read_is_warned_of(tmp_path: Path, certs: Certs) -> None:
+    # GIVEN a web config whose key every local user may read
+    web = beside_their_files(tmp_path, certs)
+    (tmp_path / "server.key").chmod(0o644)
+    # WHEN the daemon starts THEN it serves, and says so in a line naming the key
+    with tcp_daemon(tmp_path, "--web-config", str(web)) as daemon:
+        warning = daemon.log_line_with("private key")
+        assert f"key_file {tmp_path}/server.key: every local user may read" in warning
+        assert "chmod 600" in warning

@@ -1,18 +1,29 @@
-"""A real daemon with a TCP listener, and a client for it that speaks HTTPS where asked."""
+"""A real daemon with a TCP listener, the listener alone in this process, and a client for
+them that speaks HTTPS where asked, from any loopback address (127.0.0.2 plays another host)."""
 
 from __future__ import annotations
 
 import base64
 import http.client
+import os
+import select
 import socket
 import ssl
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuwatch.daemon.listeners import TcpMetricsServer
+from gpuwatch.daemon.webconfig import WebConfig
+from gpuwatch.daemon.wire import Response
 from tests.helpers.daemon import running_daemon
+
+METRICS = b"gpuwatch_sampling_up 1\n"
+"""What the listener alone (`metrics_listener`) answers to everyone it lets in."""
 
 
 def free_port() -> int:
@@ -28,11 +39,47 @@ class Reply:
     body: str
 
 
+def get(
+    port: int,
+    path: str,
+    *,
+    tls: ssl.SSLContext | None = None,
+    user: str | None = None,
+    password: str = "",
+    source: str = "127.0.0.1",
+) -> Reply:
+    """GET `path` from 127.0.0.1:`port` (HTTPS with `tls`), with basic auth as `user` when
+    given, on a connection of its own from the loopback address `source`."""
+    address = (source, 0)
+    if tls is None:
+        connection: http.client.HTTPConnection = http.client.HTTPConnection(
+            "127.0.0.1", port, timeout=10, source_address=address
+        )
+    else:
+        connection = http.client.HTTPSConnection(
+            "127.0.0.1", port, timeout=10, context=tls, source_address=address
+        )
+    headers = {}
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        body = response.read().decode()
+        return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, body)
+    finally:
+        connection.close()
+
+
 @dataclass(frozen=True)
 class TcpDaemon:
     process: subprocess.Popen[str]
     socket_path: Path
     port: int
+    _log: bytearray = field(default_factory=bytearray)
+    """What was read of the log past the last line returned (read from the pipe itself: the
+    text stream's own buffer would hide lines from `select`)."""
 
     def get(
         self,
@@ -41,27 +88,30 @@ class TcpDaemon:
         tls: ssl.SSLContext | None = None,
         user: str | None = None,
         password: str = "",
+        source: str = "127.0.0.1",
     ) -> Reply:
         """GET `path` over TCP (HTTPS with `tls`), with basic auth as `user` when given."""
-        if tls is None:
-            connection: http.client.HTTPConnection = http.client.HTTPConnection(
-                "127.0.0.1", self.port, timeout=10
-            )
-        else:
-            connection = http.client.HTTPSConnection(
-                "127.0.0.1", self.port, timeout=10, context=tls
-            )
-        headers = {}
-        if user is not None:
-            token = base64.b64encode(f"{user}:{password}".encode()).decode()
-            headers["Authorization"] = f"Basic {token}"
-        try:
-            connection.request("GET", path, headers=headers)
-            response = connection.getresponse()
-            body = response.read().decode()
-            return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, body)
-        finally:
-            connection.close()
+        return get(self.port, path, tls=tls, user=user, password=password, source=source)
+
+    def log_line_with(self, text: str, timeout_s: float = 30) -> str:
+        """The next line of the daemon's log that holds `text` (those before it are passed)."""
+        assert self.process.stderr is not None
+        descriptor = self.process.stderr.fileno()
+        deadline = time.monotonic() + timeout_s
+        seen: list[str] = []
+        while True:
+            while b"\n" in self._log:
+                end = self._log.index(b"\n") + 1
+                line = self._log[:end].decode(errors="replace")
+                del self._log[:end]
+                if text in line:
+                    return line
+                seen.append(line)
+            ready, _, _ = select.select([descriptor], [], [], max(0, deadline - time.monotonic()))
+            assert ready, f"the daemon logged no {text!r} in {timeout_s:g}s; it logged {seen}"
+            chunk = os.read(descriptor, 65536)
+            assert chunk, f"the daemon ended without logging {text!r}; it logged {seen}"
+            self._log.extend(chunk)
 
 
 @contextmanager
@@ -85,3 +135,56 @@ def client_tls(ca: Path, cert: Path | None = None, key: Path | None = None) -> s
     if cert is not None:
         context.load_cert_chain(str(cert), str(key) if key else None)
     return context
+
+
+@dataclass(frozen=True)
+class Listener:
+    """`TcpMetricsServer` serving in this process, so that a test can see inside it."""
+
+    server: TcpMetricsServer
+    port: int
+    unblock: threading.Event
+    """Lets the answers to `/block` go, which wait for it (at most 30 s)."""
+    blocked: list[str]
+    """One entry for each answer to `/block` begun."""
+
+    def get(
+        self,
+        path: str = "/metrics",
+        *,
+        tls: ssl.SSLContext | None = None,
+        user: str | None = None,
+        password: str = "",
+        source: str = "127.0.0.1",
+    ) -> Reply:
+        return get(self.port, path, tls=tls, user=user, password=password, source=source)
+
+
+@contextmanager
+def metrics_listener(web: WebConfig | None) -> Iterator[Listener]:
+    """The daemon's TCP listener on a free loopback port, answering `METRICS` to whom `web`
+    lets in (to `/block`, once `unblock` is set)."""
+    unblock = threading.Event()
+    blocked: list[str] = []
+
+    def answer(method: str, target: str) -> Response:
+        if target == "/block":
+            blocked.append(target)
+            unblock.wait(30)
+        return Response(200, "text/plain; version=0.0.4", METRICS)
+
+    server = TcpMetricsServer("127.0.0.1", 0, answer, web)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield Listener(server, server.server_address[1], unblock, blocked)
+    finally:
+        unblock.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def connect_from(source: str, port: int) -> socket.socket:
+    """A plain TCP connection to 127.0.0.1:`port` from the loopback address `source`."""
+    return socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))

@@ -14,16 +14,18 @@ MUTUAL_TLS = """\
 """
 
 
-def bcrypt_hash(password: str) -> str:
-    """A hash at the lowest cost bcrypt takes: tests check who gets in, not bcrypt's speed."""
-    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+def bcrypt_hash(password: str, cost: int = 4) -> str:
+    """A hash at the lowest cost bcrypt takes, by default: tests check who gets in, not
+    bcrypt's speed."""
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=cost)).decode()
 
 
-def web_config(tls: str = "", users: dict[str, str] | None = None) -> str:
-    """The YAML of a web config: a `tls_server_config` body, and users with their passwords."""
+def web_config(tls: str = "", users: dict[str, str] | None = None, cost: int = 4) -> str:
+    """The YAML of a web config: a `tls_server_config` body, and users with their passwords
+    (hashed at bcrypt's `cost`)."""
     text = f"tls_server_config:\n{tls}" if tls else ""
     if users:
         text += "basic_auth_users:\n" + "".join(
-            f"  {user}: {bcrypt_hash(password)}\n" for user, password in users.items()
+            f"  {user}: {bcrypt_hash(password, cost)}\n" for user, password in users.items()
         )
     return text
