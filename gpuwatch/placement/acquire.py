@@ -59,8 +59,6 @@ from gpuwatch.placement.visible import (
 from gpuwatch.request import Request, Waiter, describe_wish, request_of
 from gpuwatch.units import counted
 
-# Loaded only for MIG work (see `_choose`): every `gpuwatch pick` would pay to make its classes.
-
 POLL_S = 0.5
 OnWait = Callable[[Request, Choice, float], None]
 """Told, while waiting, what is asked for, why it cannot be had yet, and for how long."""

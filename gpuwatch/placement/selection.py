@@ -256,7 +256,7 @@ def device() -> Any:
     answer is `cpu` too: a `RuntimeWarning` says why, once, and the GPUs
     leased to this process are given back for other jobs.
     """
-    import torch
+    import torch  # here: `import gpuwatch` and select() must not import torch
 
     selection = _this_process.selection
     if selection is None:

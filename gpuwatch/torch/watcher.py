@@ -25,6 +25,7 @@ from gpuwatch.reports.training import (
     TrainingReport,
     this_hostname,
 )
+from gpuwatch.torch.driver import ProcessMemory
 from gpuwatch.torch.modules import ModuleSampler
 from gpuwatch.torch.oom_writer import (
     check_report_dir,
@@ -33,6 +34,7 @@ from gpuwatch.torch.oom_writer import (
     write_oom,
 )
 from gpuwatch.torch.publish import Sender, StepQueue, StepRecord
+from gpuwatch.torch.simulated import SimulatedOutOfMemory
 from gpuwatch.torch.stats import CudaStatsSource, StatsSource
 
 _noticed: set[str] = set()
@@ -271,8 +273,6 @@ class Watch:
         )
 
     def _start_sender(self, lease_dir: str | None) -> Sender:
-        from gpuwatch.torch.driver import ProcessMemory
-
         uses_cuda = isinstance(self.source, CudaStatsSource)
         self._driver = ProcessMemory(self._gpu_uuid) if uses_cuda else None
         sender = Sender(
@@ -297,7 +297,7 @@ class Watch:
 
     def _default_source(self) -> StatsSource | None:
         try:
-            import torch
+            import torch  # here: importing gpuwatch.torch must not import torch
         except ImportError:
             self.notice = "torch is not installed: step times only"
             _notice(f"gpuwatch.torch: {self.notice}")
@@ -342,8 +342,6 @@ def _cuda_index_of(model: Any) -> int | None:
 
 
 def _is_oom(error: BaseException) -> bool:
-    from gpuwatch.torch.simulated import SimulatedOutOfMemory
-
     if isinstance(error, SimulatedOutOfMemory):
         return True
     torch = sys.modules.get("torch")
