@@ -41,12 +41,20 @@ _noticed: set[str] = set()
 
 
 class Watch:
-    """A running watch. Use it as a context manager, or call `close()`.
+    """A running watch of a training loop's GPU memory (`gpuwatch.torch.watch()` starts one).
+    Use it as a context manager, or call `close()`.
 
     Without an optimizer, call `step()` once per training step. With one, steps
     are counted from the optimizer's step hook, and `step()` counts a step only
     when the optimizer did not step since the previous `step()` (a step AMP's
     scaler skipped), so calling both never counts twice.
+
+    >>> import torch
+    >>> model = torch.nn.Linear(4, 2)
+    >>> with watch(model, per_module=True, publish=False) as memory:  # doctest: +SKIP
+    ...     for _ in range(3):
+    ...         model(torch.randn(8, 4)).sum().backward()
+    ...         memory.step()
     """
 
     def __init__(
@@ -365,31 +373,6 @@ def _notice(text: str) -> None:
         sys.stderr.write(text + "\n")
 
 
-def watch(
-    model: Any = None,
-    *,
-    optimizer: Any = None,
-    every: int = 1,
-    per_module: bool = False,
-    oom_dir: str | os.PathLike[str] | None = None,
-    record_history: bool = False,
-    **options: Any,
-) -> Watch:
-    """Watches a training loop's GPU memory; see `Watch` and docs/guide/training.md.
-
-    >>> import torch
-    >>> model = torch.nn.Linear(4, 2)
-    >>> with watch(model, per_module=True, publish=False) as memory:  # doctest: +SKIP
-    ...     for _ in range(3):
-    ...         model(torch.randn(8, 4)).sum().backward()
-    ...         memory.step()
-    """
-    return Watch(
-        model,
-        optimizer=optimizer,
-        every=every,
-        per_module=per_module,
-        oom_dir=oom_dir,
-        record_history=record_history,
-        **options,
-    )
+watch = Watch
+"""`gpuwatch.torch.watch(model, ...)`: starts watching a training loop (a `Watch`); see
+docs/guide/training.md."""
