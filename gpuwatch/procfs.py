@@ -7,13 +7,14 @@ psutil reads every other process detail (`gpuwatch.hostinfo`). Left here:
 - `in_initial_pid_namespace`: whether this process sees the host's pids (psutil cannot say);
 - `read_usage`: the CPU time, resident memory and start of a process, from one `pread` of
   its `/proc/PID/stat`, kept open (`open_stat`). The daemon asks it of every GPU process
-  every second. Measured over 100 live processes (`python bench/process_details_cost.py`,
-  a loaded 2-core machine): 6 µs a process here against 71 to 98 µs for psutil's
-  `cpu_times()` and `memory_info()` under `oneshot()`, and 136 to 175 µs with psutil's check
-  that the pid still names the same process: at 1 Hz, 0.7 to 1.8 % of a core through
+  every second. Over 100 live processes (`python bench/process_details_cost.py`, a loaded
+  2-core machine, four runs): 8 to 12 µs a process here, against 70 to 115 µs for psutil's
+  `cpu_times()` and `memory_info()` under `oneshot()`, and 105 to 175 µs with psutil's
+  check that the pid still names the same process; at 1 Hz, 0.7 to 1.8 % of a core through
   psutil, where the daemon's whole figure is 0.25 to 0.5 %. Opening the file for each read
-  instead of keeping it open costs 10 µs more a process: 0.1 % of a core, a fifth of that
-  figure.
+  instead costs 4 to 14 µs more a process: the daemon at 1 Hz on 8 GPUs and 100 live
+  processes took 0.63 % of a core so, beside 0.52 % for the daemon that kept its files
+  open (each pair over the same 60 s), a fifth of its figure; keeping them open, 0.53 %.
 
 Everything here is input another local user controls in part (a process names itself):
 nothing read is trusted beyond its type. Each function takes `proc`, the mount point, so
