@@ -1,9 +1,9 @@
-"""NVML calls per look at an 8-GPU node with 40 processes, counted two ways.
+"""NVML calls per look at an 8-GPU node with 40 processes, counted by the driver's stand-in.
 
-1. Through the fake pynvml of the test suite (no C library needed).
-2. Through the real pynvml over ../shared/fakenvml (FAKENVML_STATS), beside
-   gpustat, nvitop and nvisel when they are installed.
-3. On fakenvml's MIG node (mig-a100.txt: one A100 with 3 MIG devices, one
+1. Through the real pynvml over ../shared/fakenvml (FAKENVML_STATS): a one-shot status, each
+   further --watch sample, and one selection (what pick and select() read), beside gpustat,
+   nvitop and nvisel when they are installed.
+2. On fakenvml's MIG node (mig-a100.txt: one A100 with 3 MIG devices, one
    without MIG), gpuwatch beside nvitop -1, which also shows MIG devices.
 
 Run: python bench/nvml_calls.py
@@ -16,38 +16,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-from _common import FAKENVML, REPO, build_fakenvml, fakenvml_env, tool, total_calls
-
-sys.path.insert(0, str(REPO))
-from gpuwatch.backends.base import SampleScope
-from gpuwatch.backends.nvml import NvmlBackend
-from tests.helpers.fake_nvml import eight_gpu_node
+from _common import FAKENVML, build_fakenvml, fakenvml_env, tool, total_calls
 
 WATCH_SAMPLES = 11
 MIG_A100 = FAKENVML / "scenarios" / "mig-a100.txt"
-
-
-def through_fake_module() -> None:
-    with pytest.MonkeyPatch.context() as patch:
-        fake = eight_gpu_node().install(patch)
-        with NvmlBackend() as backend:
-            backend.sample()
-        one_shot = fake.total_calls
-        fake.calls.clear()
-        with NvmlBackend() as backend:
-            backend.sample()
-            fake.calls.clear()
-            backend.sample()
-            further = fake.total_calls
-        fake.calls.clear()
-        with NvmlBackend() as backend:
-            backend.sample(SampleScope.SELECTION)
-        selection = fake.total_calls
-    print("fake pynvml module, 8 GPUs / 40 processes:")
-    print(f"  one-shot full sample (status --json)   {one_shot:4d} calls")
-    print(f"  each further sample (--watch)          {further / 8:6.1f} per GPU")
-    print(f"  one selection (open, sample, close)    {selection:4d} calls  (4 per GPU + 3 = 35)")
+ONE_SELECTION = (
+    "from gpuwatch.backends.base import SampleScope\n"
+    "from gpuwatch.backends.nvml import NvmlBackend\n"
+    "with NvmlBackend() as backend:\n"
+    "    backend.sample(SampleScope.SELECTION)\n"
+)
 
 
 def through_fakenvml() -> None:
@@ -66,6 +44,7 @@ def through_fakenvml() -> None:
             "--count",
             str(WATCH_SAMPLES),
         ],
+        "one selection (open, sample, close)": [sys.executable, "-c", ONE_SELECTION],
     }
     for name, argv in (
         ("gpustat --json", ["--json"]),
@@ -126,5 +105,4 @@ def through_fakenvml_mig(library: Path, work: Path) -> None:
 
 
 if __name__ == "__main__":
-    through_fake_module()
     through_fakenvml()

@@ -1,7 +1,6 @@
 """The named choices and checked numbers shared by `gpuwatch pick` and `gpuwatch.select()`.
 
-Kept apart from the policy so that checking a caller's arguments loads nothing
-heavy (the data model is loaded only once there is a GPU to choose).
+Vocabulary, kept apart from the policy: it sits below the leases, which record it.
 """
 
 from __future__ import annotations

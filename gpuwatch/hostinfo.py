@@ -1,4 +1,4 @@
-"""What the host knows of a process the GPU driver reports: user, command, CPU, RSS.
+"""What the host knows of a process the GPU driver reports: user, command, CPU, RSS, start.
 
 The driver gives only pids, as the host's initial PID namespace numbers them.
 A pid may have exited since, or be hidden from this user (`hidepid`): it then
@@ -7,78 +7,57 @@ namespace (a container without `--pid=host`), the same numbers name other,
 unrelated processes here (the driver's pid 1 is the host's init, not the
 container's), so no pid gets details at all.
 
-Read from Linux's /proc (through `gpuwatch.procfs`), and cheaply, since the daemon does it for
-every GPU process every second: a process seen before costs one `pread` of
-its /proc/PID/stat, kept open (its user and command are remembered for its
-lifetime); a new one costs three reads. At most `MAX_OPEN_STAT_FILES` are
-kept open, so that a node of thousands of GPU processes never runs the
-daemon out of descriptors (each client connection needs one): a process
-beyond them costs an open, a read and a close of its stat instead.
+A process is learnt through psutil once, the first time it is seen: its user and its
+command line, which are kept for its lifetime. Its CPU time and RSS are read again at
+each look with one `pread` of its /proc/PID/stat, kept open (`gpuwatch.procfs.read_usage`
+says why), and the start time read there tells whether the pid still names the same
+process. At most `MAX_OPEN_STAT_FILES` are kept open, so that a node of thousands of GPU
+processes never runs the daemon out of descriptors (each client connection needs one): a
+process beyond them costs an open, a read and a close of its stat instead. A command line
+is free text another user wrote: it is made printable here, where it enters.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
+import shlex
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
 
 from gpuwatch import procfs
-from gpuwatch.procfs import STAT_RSS_PAGES as _RSS_PAGES
-from gpuwatch.procfs import STAT_STARTTIME as _STARTTIME
-from gpuwatch.procfs import STAT_STIME as _STIME
-from gpuwatch.procfs import STAT_UTIME as _UTIME
+from gpuwatch.record_fields import printable
 
-_CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 MAX_OPEN_STAT_FILES = 512
 """At most this many /proc/PID/stat files are kept open (a quarter of the unit's
 LimitNOFILE=4096 in all, and a small part of it)."""
-# Characters a POSIX shell takes literally, as in shlex.quote (which would import re).
-_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
 
 
+@dataclass(frozen=True, slots=True)
 class HostProcess:
-    """Host-side details of one process; `None` where the host would not tell.
+    """Host-side details of one process; `None` where the host would not tell."""
 
-    A plain slotted class rather than a frozen dataclass: the daemon makes one per GPU
-    process per second, and a frozen dataclass costs several times more to make.
-    """
-
-    __slots__ = ("command", "cpu_pct", "rss_bytes", "started_at", "user")
-
-    def __init__(
-        self,
-        user: str | None,
-        command: str | None,
-        cpu_pct: float | None,
-        rss_bytes: int | None,
-        started_at: float | None,
-    ) -> None:
-        self.user = user
-        self.command = command
-        self.cpu_pct = cpu_pct
-        self.rss_bytes = rss_bytes
-        self.started_at = started_at
+    user: str | None
+    command: str | None
+    cpu_pct: float | None
+    rss_bytes: int | None
+    started_at: float | None
 
 
+@dataclass(slots=True)
 class _Known:
     """A process seen before: what does not change, and where its CPU clock stood."""
 
-    __slots__ = ("command", "cpu_s", "start_ticks", "stat_fd", "user", "wall_s")
-
-    def __init__(self, start_ticks: int, user: str, command: str, stat_fd: int | None) -> None:
-        self.start_ticks = start_ticks
-        self.user = user
-        self.command = command
-        self.stat_fd = stat_fd
-        """/proc/PID/stat, open: re-read from offset 0 it describes the process afresh;
-        `None` past `MAX_OPEN_STAT_FILES`, when it is opened for each look."""
-        self.cpu_s = 0.0
-        self.wall_s = 0.0
-
-    def forget(self) -> None:
-        if self.stat_fd is not None:
-            os.close(self.stat_fd)
+    start_ticks: int
+    user: str
+    command: str
+    stat_fd: int | None
+    """Its /proc/PID/stat, open; `None` past `MAX_OPEN_STAT_FILES`, when it is opened for
+    each look."""
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
 
 
 class HostProcessTable:
@@ -89,14 +68,12 @@ class HostProcessTable:
     (as `top` does).
     """
 
-    def __init__(self, proc: str = "/proc", *, max_open_files: int = MAX_OPEN_STAT_FILES) -> None:
-        self._proc = proc
+    def __init__(self, *, max_open_files: int = MAX_OPEN_STAT_FILES) -> None:
         self._max_open_files = max_open_files
         self._known: dict[int, _Known] = {}
         self._open_files = 0
-        self._users: dict[int, str] = {}
         self._boot_time_s: float | None = None
-        self.pids_are_local = procfs.in_initial_pid_namespace(proc)
+        self.pids_are_local = procfs.in_initial_pid_namespace()
         """Whether the driver's pids name this namespace's processes; if not, none is looked up."""
 
     def lookup(self, pids: set[int]) -> dict[int, HostProcess]:
@@ -120,104 +97,119 @@ class HostProcessTable:
 
     def _lookup_one(self, pid: int, now: float, boot_time_s: float) -> HostProcess | None:
         known = self._known.get(pid)
-        fields: list[str] = []
-        if known is not None:
-            try:  # a process that exited fails the read of its open stat
-                stat = self._stat_of(pid, known.stat_fd)
-                fields = procfs.stat_fields(stat)
-            except OSError:
-                pass
-            if not fields or int(fields[_STARTTIME]) != known.start_ticks:
-                self._forget(pid)  # gone, or the pid now names another process
-                known = None
-        if known is None:
+        usage = self._again(pid, known) if known is not None else None
+        if known is None or usage is None:
             try:
-                known, stat = self._learn(pid)
-            except OSError:  # exited, another namespace, or hidden from us
+                known, usage = self._learn(pid)
+            except (OSError, ValueError, IndexError, psutil.Error):  # exited, or hidden from us
                 return None
-            fields = procfs.stat_fields(stat)
-        cpu_s = (int(fields[_UTIME]) + int(fields[_STIME])) / _CLOCK_TICKS_PER_S
-        started_at = boot_time_s + known.start_ticks / _CLOCK_TICKS_PER_S
+        started_at = boot_time_s + usage.start_ticks / procfs.CLOCK_TICKS_PER_S
         if known.wall_s == 0.0:  # first look: the average over the process's life, as ps
-            cpu_pct = _percent(cpu_s, now - started_at)
+            cpu_pct = _percent(usage.cpu_s, now - started_at)
         else:  # since the last look, as top
-            cpu_pct = _percent(cpu_s - known.cpu_s, now - known.wall_s)
-        known.cpu_s, known.wall_s = cpu_s, now
-        return HostProcess(
-            known.user, known.command, cpu_pct, int(fields[_RSS_PAGES]) * _PAGE_BYTES, started_at
-        )
+            cpu_pct = _percent(usage.cpu_s - known.cpu_s, now - known.wall_s)
+        known.cpu_s, known.wall_s = usage.cpu_s, now
+        return HostProcess(known.user, known.command, cpu_pct, usage.rss_bytes, started_at)
 
-    def _learn(self, pid: int) -> tuple[_Known, str]:
-        stat_fd = procfs.open_stat(pid, self._proc)
+    def _again(self, pid: int, known: _Known) -> procfs.Usage | None:
+        """`pid`'s usage now; `None` (and it is forgotten) when it has exited, or when the
+        pid now names another process."""
+        try:  # a process that exited fails the read of its open stat
+            usage = _usage(pid, known.stat_fd)
+        except (OSError, ValueError, IndexError):
+            usage = None
+        if usage is None or usage.start_ticks != known.start_ticks:
+            self._forget(pid)
+            return None
+        return usage
+
+    def _learn(self, pid: int) -> tuple[_Known, procfs.Usage]:
+        stat_fd = procfs.open_stat(pid)
         try:
-            stat = procfs.pread_stat(stat_fd)
-            argv = procfs.read_cmdline(pid, self._proc)
-            uid = os.fstat(stat_fd).st_uid
-        except OSError:
+            usage = procfs.read_usage(stat_fd)
+            user, command = _identity(pid)
+        except BaseException:
             os.close(stat_fd)
             raise
-        start_ticks = int(procfs.stat_fields(stat)[_STARTTIME])
-        name = procfs.stat_name(stat)
-        command = shell_command(argv) or name
+        known = _Known(usage.start_ticks, user, command, stat_fd)
         if self._open_files >= self._max_open_files:
             os.close(stat_fd)
-            known = _Known(start_ticks, self._user(uid), command, None)
+            known.stat_fd = None
         else:
-            known = _Known(start_ticks, self._user(uid), command, stat_fd)
             self._open_files += 1
         self._known[pid] = known
-        return known, stat
+        return known, usage
 
     def _forget(self, pid: int) -> None:
         known = self._known.pop(pid)
         if known.stat_fd is not None:
+            os.close(known.stat_fd)
             self._open_files -= 1
-        known.forget()
-
-    def _stat_of(self, pid: int, stat_fd: int | None) -> str:
-        if stat_fd is not None:
-            return procfs.pread_stat(stat_fd)
-        return procfs.read_stat(pid, self._proc)
-
-    def _user(self, uid: int) -> str:
-        if (name := self._users.get(uid)) is None:
-            try:
-                name = pwd.getpwuid(uid).pw_name
-            except KeyError:  # a uid with no passwd entry here, as in many containers
-                name = str(uid)
-            self._users[uid] = name
-        return name
 
     def _boot_time(self) -> float:
         if self._boot_time_s is None:
-            self._boot_time_s = procfs.read_boot_time(self._proc)
+            self._boot_time_s = psutil.boot_time()
         return self._boot_time_s
+
+
+def _usage(pid: int, stat_fd: int | None) -> procfs.Usage:
+    return procfs.read_usage(stat_fd) if stat_fd is not None else procfs.read_usage_of(pid)
+
+
+def _identity(pid: int) -> tuple[str, str]:
+    """What stays true of `pid` for its life, made printable: its user, and its command line
+    (or, where that is empty or not readable, its name, as for a kernel thread)."""
+    process = psutil.Process(pid)
+    with process.oneshot():
+        user = process.username()
+        try:
+            command = shell_command(process.cmdline())
+        except (psutil.AccessDenied, psutil.ZombieProcess):  # another user's; exited
+            command = ""
+        return printable(user), printable(command or process.name())
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One process as its family tree needs it: parent, effective user's uid and name."""
+
+    pid: int
+    ppid: int
+    uid: int
+    name: str
+    """The kernel's name of the process (at most 15 characters), made printable."""
+
+
+def read_lineage(pids: Iterable[int], limit: int = 4096) -> list[Link]:
+    """Each of `pids` and its ancestors below init; one not visible ends its chain there
+    (gone, hidden, or in another PID namespace). At most `limit` processes in all."""
+    found: dict[int, Link] = {}
+    for start in pids:
+        pid = start
+        while pid > 1 and pid not in found and len(found) < limit:
+            try:
+                process = psutil.Process(pid)
+                with process.oneshot():
+                    ppid, uid, name = process.ppid(), process.uids().effective, process.name()
+            except psutil.Error:
+                break
+            found[pid] = Link(pid, ppid, uid, printable(name))
+            pid = ppid
+    return list(found.values())
 
 
 def shell_command(argv: list[str]) -> str:
     """A command line as a shell would take it back: `python3 -c 'import time; ...'`.
 
-    `argv` is /proc/PID/cmdline split at its NULs. A process that rewrote its
-    command line into one string (`postgres: checkpointer`, padded with NULs)
-    is shown as it wrote it, as `ps` and nvitop show it.
+    `argv` is a process's command line (psutil's `cmdline()`). A process that rewrote
+    its command line into one string (`postgres: checkpointer`, padded with NULs) is
+    shown as it wrote it, as `ps` and nvitop show it.
     """
     while argv and not argv[-1]:
         argv = argv[:-1]
     if len(argv) == 1:
         return argv[0]
-    return shell_join(argv)
-
-
-def shell_join(argv: list[str]) -> str:
-    """`argv` as a shell would take it back (as `shlex.join`): lease commands are shown
-    quoted the same way as the command lines read from /proc."""
-    return " ".join(_shell_quote(arg) for arg in argv)
-
-
-def _shell_quote(arg: str) -> str:
-    if arg and all(c in _SHELL_SAFE for c in arg):
-        return arg
-    return "'" + arg.replace("'", "'\"'\"'") + "'"
+    return shlex.join(argv)
 
 
 def _percent(cpu_s: float, wall_s: float) -> float | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 
 from gpuwatch.errors import InvalidValueError
 
@@ -62,8 +63,6 @@ def daemon_socket_path() -> str:
     if _private_dir(_user_tmp_dir(), 0o700):
         return os.path.join(_user_tmp_dir(), SOCKET_NAME)
     # Someone else took /tmp/gpuwatch-UID: a fresh name nobody can guess.
-    import tempfile
-
     return os.path.join(tempfile.mkdtemp(prefix=f"gpuwatch-{os.geteuid()}-"), SOCKET_NAME)
 
 

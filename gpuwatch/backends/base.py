@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import abc
 import enum
-from types import TracebackType
 
 from gpuwatch.models import Snapshot
 
@@ -52,10 +51,5 @@ class Backend(abc.ABC):
     def __enter__(self) -> Backend:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -9,6 +9,7 @@ measures it).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 from gpuwatch.backends import BACKEND_KINDS, open_backend
@@ -21,7 +22,6 @@ from gpuwatch.choices import (
 from gpuwatch.cli.argv import HELP, Option, parse
 from gpuwatch.cli.wish_options import WISH_OPTIONS
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.hostinfo import shell_join
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Device, MigDevice
 from gpuwatch.placement.acquire import Wanted, acquire, passed_down
@@ -154,7 +154,7 @@ def run_pick(args: list[str]) -> int:
             backend,
             wanted,
             lease_dir=lease_dir,
-            command=shell_join(command) or "(print only)",
+            command=shlex.join(command) or "(print only)",
             hold=bool(command),
             wait=waiting,
             timeout_s=options["timeout"],

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
-from prometheus_client import generate_latest
+from prometheus_client import ProcessCollector, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -154,8 +154,6 @@ class _Labelled(Collector):
 def registry_for(view: View) -> CollectorRegistry:
     """A registry with the metrics of `view` (GPUs, leases, training: `gpuwatch_torch_*`)
     and the daemon's own (`gpuwatch_daemon_process_*`)."""
-    from prometheus_client import ProcessCollector
-
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ViewCollector(view))
     process = ProcessCollector(namespace="gpuwatch_daemon", registry=None)

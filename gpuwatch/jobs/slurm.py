@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 from gpuwatch import procfs
 from gpuwatch.jobs.command import run_command
 from gpuwatch.jobs.gres import default_gres_conf, gres_gpu_files, minor_number_of
@@ -184,8 +186,9 @@ class SlurmJobs:
 
 def job_id_of_process(pid: int, proc: str = procfs.PROC) -> str | None:
     """The Slurm job `pid` runs in: from its cgroup (`.../slurm/uid_N/job_N/...` under
-    cgroup v1, `.../slurmstepd.scope/job_N/...` under v2), else its `SLURM_JOB_ID` where
-    its environment is readable; `None` outside Slurm or when not visible."""
+    cgroup v1, `.../slurmstepd.scope/job_N/...` under v2, read under `proc`), else its
+    `SLURM_JOB_ID` where its environment is readable (through psutil); `None` outside Slurm
+    or when not visible."""
     try:
         paths = procfs.read_cgroup_paths(pid, proc)
     except OSError:
@@ -194,7 +197,7 @@ def job_id_of_process(pid: int, proc: str = procfs.PROC) -> str | None:
         if match := _CGROUP_JOB.search(path):
             return match.group(1)
     try:
-        job_id = procfs.read_environ(pid, proc).get("SLURM_JOB_ID", "")
-    except OSError:
+        job_id = psutil.Process(pid).environ().get("SLURM_JOB_ID", "")
+    except psutil.Error:  # gone, or another user's
         return None
     return job_id if job_id.isdecimal() and len(job_id) <= 20 else None

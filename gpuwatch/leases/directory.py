@@ -59,8 +59,6 @@ from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
 from gpuwatch.record_fields import Malformed
 from gpuwatch.request import Request, Waiter
 
-# Paths are plain strings here: pathlib costs `gpuwatch pick` start-up time.
-
 ENV_VARIABLE = "GPUWATCH_LEASE_DIR"
 HELD_VARIABLE = "GPUWATCH_HELD"
 """Lease ids a job holds, passed down to the processes it starts: their GPUs are its own."""

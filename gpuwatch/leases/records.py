@@ -79,8 +79,6 @@ def waiter_from(
     now_ns: int,
 ) -> Waiter:
     """A waiting job from its ticket, or `Malformed` for a ticket that cannot be believed."""
-    from gpuwatch.request import Waiter  # only pickers read the line: status need not
-
     match = re.fullmatch(_TICKET_NAME, name)
     queued_ns = int(match.group(1)) if match else now_ns + 1
     pid = int_field(data, "pid", 1, MAX_PID)
@@ -152,8 +150,6 @@ def request_from_record(data: object) -> Request:
     can write to. Fields older versions did not write take their defaults."""
     if not isinstance(data, dict) or "count" not in data:
         raise BadRecord(f"not a request: {data!r:.40}")
-    from gpuwatch.request import Request  # as for waiter_from
-
     allowed = data.get("allowed")
     allow_busy = data.get("allow_busy", False)
     if not isinstance(allow_busy, bool):
@@ -195,8 +191,6 @@ def _mig_from_record(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _strategy(data: dict[str, Any]) -> Strategy:
-    from gpuwatch.choices import Strategy
-
     value = data.get("strategy", Strategy.MOST_FREE.value)
     if isinstance(value, str) and value in {strategy.value for strategy in Strategy}:
         return Strategy(value)

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuwatch import procfs
+import psutil
+
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.choices import exclude_entries, named, said
@@ -45,10 +46,9 @@ from gpuwatch.leases.directory import (
 )
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.placement.gpus import kind_for
+from gpuwatch.placement.mig import free_mig_devices, stale_mig_leases, usable_mig_devices
 from gpuwatch.placement.rules import Choice, place
-
-# Loaded only inside a Slurm job (see `from_wishes`): every `gpuwatch pick` would pay.
-from gpuwatch.placement.slurmstep import SlurmStep
+from gpuwatch.placement.slurmstep import SlurmStep, allowed_in_step, slurm_step, step_indices
 from gpuwatch.placement.visible import (
     ORDER_VARIABLE,
     VARIABLE,
@@ -58,8 +58,6 @@ from gpuwatch.placement.visible import (
 )
 from gpuwatch.request import Request, Waiter, describe_wish, request_of
 from gpuwatch.units import counted
-
-# Loaded only for MIG work (see `_choose`): every `gpuwatch pick` would pay to make its classes.
 
 POLL_S = 0.5
 OnWait = Callable[[Request, Choice, float], None]
@@ -105,8 +103,6 @@ class Wanted:
         )
         if wanted.wants_mig or not os.environ.get("SLURM_JOB_ID"):
             return wanted
-        from gpuwatch.placement.slurmstep import slurm_step
-
         return replace(wanted, slurm=slurm_step(os.environ))
 
     @property
@@ -133,8 +129,6 @@ class Wanted:
         gpus = snapshot.gpus
         job_gpus = None
         if self.slurm is not None:
-            from gpuwatch.placement.slurmstep import allowed_in_step, step_indices
-
             allowed, note = allowed_in_step(
                 self.slurm, gpus, self.visible, device_order=self.device_order
             )
@@ -198,8 +192,6 @@ class Wanted:
             device_order="PCI_BUS_ID",
             what=self._named("exclude"),
         )
-        from gpuwatch.placement.mig import usable_mig_devices
-
         request = replace(
             self.asked, mig=mig, mig_allowed=allowed, mig_excluded=mig_excluded, excluded=excluded
         )
@@ -368,7 +360,7 @@ def _own_pids(snapshot: Snapshot, lease_dir: LeaseDir, held: frozenset[str]) -> 
 
 
 def _descends(pid: int, roots: set[int]) -> bool:
-    """Whether `pid` is one of `roots` or runs under one, as /proc tells (a process of
+    """Whether `pid` is one of `roots` or runs under one, as the host tells (a process of
     another PID namespace, or gone, is nobody's)."""
     for _ in range(_MAX_ANCESTORS):
         if pid in roots:
@@ -376,8 +368,8 @@ def _descends(pid: int, roots: set[int]) -> bool:
         if pid <= 1:
             return False
         try:
-            pid = procfs.parent_pid(pid)
-        except (OSError, ValueError):
+            pid = psutil.Process(pid).ppid()
+        except psutil.Error:
             return False
     return False
 
@@ -412,8 +404,6 @@ def _without_stale(lease_dir: LeaseDir, leases: list[Lease], snapshot: Snapshot)
     their files are removed, which is all a stale lease leaves behind."""
     if not any(lease.gpu_uuid.startswith("MIG-") for lease in leases):
         return leases
-    from gpuwatch.placement.mig import stale_mig_leases
-
     stale = stale_mig_leases(snapshot, leases)
     for lease in stale:
         lease_dir.drop(lease)
@@ -424,8 +414,6 @@ def _mig_hint(backend: Backend, snapshot: Snapshot, request: Request, leases: li
     """`; 2 MIG devices are free: ...` when whole GPUs were asked for and only MIG devices are."""
     if request.mig is not None or not snapshot.mig_devices:
         return ""
-    from gpuwatch.placement.mig import free_mig_devices
-
     snapshot = backend.sample(SampleScope.FULL)  # whether they run processes: once, on failure
     free = free_mig_devices(snapshot, leases)
     if not free:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from functools import partial
 
 from gpuwatch.models import Device, GpuSample, ProcessUsage, Snapshot
+from gpuwatch.placement.mig import MIG_DEVICES
 from gpuwatch.placement.rules import Candidate, Kind, place
 from gpuwatch.request import Request
 
@@ -73,10 +74,5 @@ choose = partial(place, GPUS)
 
 
 def kind_for(request: Request) -> Kind:
-    """The kind of device `request` asks for: whole GPUs, or MIG devices with `--mig`
-    (the MIG module is loaded only then)."""
-    if request.mig is None:
-        return GPUS
-    from gpuwatch.placement.mig import MIG_DEVICES
-
-    return MIG_DEVICES
+    """The kind of device `request` asks for: whole GPUs, or MIG devices with `--mig`."""
+    return GPUS if request.mig is None else MIG_DEVICES

@@ -1,14 +1,13 @@
 """`gpuwatch.select()` and `gpuwatch.device()`: GPUs for a script, chosen before CUDA starts.
 
-This module is what `import gpuwatch; gpuwatch.select()` loads first, so it
-stays light: the selection engine (`gpuwatch.placement.acquire`) is imported only once
-there is a GPU to select. On a machine without the NVIDIA library,
-`select(fallback="cpu")` answers without loading it.
+On a machine without the NVIDIA library, `select(fallback="cpu")` answers without
+loading it (`open_backend` imports the NVML bindings only to open them).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Iterable
@@ -23,9 +22,11 @@ from gpuwatch.errors import (
     InvalidValueError,
     NoGpuError,
 )
-from gpuwatch.leases.directory import HeldLease
+from gpuwatch.leases.directory import HELD_VARIABLE, HeldLease, LeaseDir
 from gpuwatch.models import Device, GpuSample, MigDevice
+from gpuwatch.placement.acquire import Wanted, acquire, passed_down
 from gpuwatch.placement.cudastate import cuda_initialized
+from gpuwatch.placement.visible import ORDER_VARIABLE, VARIABLE, child_environment, visible_entries
 from gpuwatch.units import parse_duration
 
 
@@ -48,8 +49,6 @@ class Selection:
         previous: dict[str, str | None] | None = None,
         asked: dict[str, Any] | None = None,
     ) -> None:
-        from gpuwatch.models import GpuSample
-
         self.gpus: tuple[GpuSample, ...] = tuple(g for g in gpus if isinstance(g, GpuSample))
         self.mig_devices: tuple[MigDevice, ...] = tuple(
             g for g in gpus if not isinstance(g, GpuSample)
@@ -224,18 +223,11 @@ def _same_as(earlier: Selection, asked: dict[str, Any]) -> Selection:
 def _check_something_visible() -> None:
     """Raises `NoGpuError` when CUDA_VISIBLE_DEVICES hides every GPU, before any is read."""
     if (value := os.environ.get("CUDA_VISIBLE_DEVICES")) is not None:
-        from gpuwatch.placement.visible import visible_entries  # loads the data model
-
         visible_entries(value)
 
 
 def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selection:
     source = open_backend(asked["backend"], asked["sim"])
-    # There are GPUs: now load the engine.
-    from gpuwatch.leases.directory import HELD_VARIABLE, LeaseDir
-    from gpuwatch.placement.acquire import Wanted, acquire, passed_down
-    from gpuwatch.placement.visible import ORDER_VARIABLE, VARIABLE, child_environment
-
     wanted = Wanted.from_wishes(asked, by_pick=False)
     if wanted.wants_mig:
         check_one_mig_device(wanted.asked.count, "process")
@@ -264,7 +256,7 @@ def device() -> Any:
     answer is `cpu` too: a `RuntimeWarning` says why, once, and the GPUs
     leased to this process are given back for other jobs.
     """
-    import torch
+    import torch  # here: `import gpuwatch` and select() must not import torch
 
     selection = _this_process.selection
     if selection is None:
@@ -302,9 +294,7 @@ def _warn(message: str) -> None:
 
 
 def _own_command() -> str:
-    from gpuwatch.hostinfo import shell_join  # quoted as status shows /proc command lines
-
-    return shell_join([os.path.basename(sys.executable), *sys.argv]).strip() or "python"
+    return shlex.join([os.path.basename(sys.executable), *sys.argv]).strip() or "python"
 
 
 def _checked_fallback(fallback: str) -> str:

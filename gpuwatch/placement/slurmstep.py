@@ -17,10 +17,12 @@ numbers are no GPU's; CUDA_VISIBLE_DEVICES of `MIG-` UUIDs decides, as outside S
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuwatch.errors import NoGpuError, VisibleDevicesError
+from gpuwatch.jobs.gres import default_gres_conf, gres_gpu_files, minor_number_of, parse_index_list
 from gpuwatch.models import GpuSample
 from gpuwatch.placement.visible import VARIABLE, resolve
 
@@ -64,9 +66,6 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
     )
     if named is None:
         return None
-    # Loaded only inside a job with GPUs: every `gpuwatch pick` would pay for the jobs floor.
-    from gpuwatch.jobs.gres import parse_index_list
-
     variable, value = named
     indices = parse_index_list(value)
     if indices is None or len(set(indices)) != len(indices):
@@ -76,8 +75,6 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
 
 
 def _step_files(environ: Mapping[str, str], said: str, indices: Sequence[int]) -> tuple[str, ...]:
-    from gpuwatch.jobs.gres import default_gres_conf, gres_gpu_files
-
     path = default_gres_conf(environ)
     node = environ.get("SLURMD_NODENAME") or _host_name()
     try:
@@ -101,14 +98,10 @@ def _step_files(environ: Mapping[str, str], said: str, indices: Sequence[int]) -
 def _host_name() -> str:
     """The short host name: Slurm's name for the node where slurmd did not say
     (`SLURMD_NODENAME`, which Slurm sets in every job)."""
-    import socket  # only here: pick's start-up pays for every import
-
     return socket.gethostname().split(".")[0]
 
 
 def _minors(files: Sequence[str], said: str) -> tuple[int, ...]:
-    from gpuwatch.jobs.gres import minor_number_of
-
     minors = []
     for path in files:
         minor = minor_number_of(path)

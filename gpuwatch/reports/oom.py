@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuwatch.record_fields import (
-    MAX_PID,
     BadRecord,
     bool_field,
     bytes_field,
@@ -25,7 +24,7 @@ from gpuwatch.record_fields import (
     optional,
     text_field,
 )
-from gpuwatch.reports.training import ModuleMemory, module_from_dict
+from gpuwatch.reports.training import ModuleMemory, RankOfTraining, module_from_dict, rank_fields
 from gpuwatch.units import format_size
 
 FORMAT = "gpuwatch-oom/1"
@@ -45,14 +44,9 @@ class TensorSize:
 
 
 @dataclass(frozen=True, slots=True)
-class OomReport:
+class OomReport(RankOfTraining):
     """The facts at an out-of-memory error. Allocator figures are `None` when unknown."""
 
-    pid: int
-    rank: int
-    world_size: int
-    hostname: str
-    device: str
     at: float
     step: int
     requested_bytes: int | None = None
@@ -78,8 +72,7 @@ def report_from_dict(data: object) -> OomReport:
     """An OOM report from decoded JSON, every field checked; raises `BadRecord`."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BadRecord("not a gpuwatch OOM report")
-    world_size = int_field(data, "world_size", 1, 1 << 20)
-    sizes = (
+    names = (
         "requested_bytes",
         "device_free_bytes",
         "allocated_bytes",
@@ -88,15 +81,12 @@ def report_from_dict(data: object) -> OomReport:
         "inactive_split_bytes",
         "nvml_process_bytes",
     )
+    sizes: dict[str, Any] = {name: optional(data, name, bytes_field) for name in names}
     return OomReport(
-        pid=int_field(data, "pid", 1, MAX_PID),
-        rank=int_field(data, "rank", 0, world_size - 1),
-        world_size=world_size,
-        hostname=text_field(data, "hostname"),
-        device=text_field(data, "device"),
+        *rank_fields(data),
         at=float_field(data, "at", 0, 1e11),
         step=int_field(data, "step"),
-        **{name: optional(data, name, bytes_field) for name in sizes},
+        **sizes,
         alloc_retries=optional(data, "alloc_retries", int_field),
         gpu_uuid=optional(data, "gpu_uuid", text_field),
         model_training=optional(data, "model_training", bool_field),

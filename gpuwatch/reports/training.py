@@ -60,6 +60,31 @@ MEMORY_FIELDS = (
 
 
 @dataclass(frozen=True, slots=True)
+class RankOfTraining:
+    """Which process of which training a report is from: one rank of `world_size`, on a
+    host and a device. Training and out-of-memory reports begin with these fields."""
+
+    pid: int
+    rank: int
+    world_size: int
+    hostname: str
+    device: str
+
+
+def rank_fields(data: dict[str, Any]) -> tuple[int, int, int, str, str]:
+    """The `RankOfTraining` fields of a report's decoded JSON, in order (the first fields of
+    every report), checked; raises `BadRecord`."""
+    world_size = int_field(data, "world_size", 1, _MAX_WORLD)
+    return (
+        int_field(data, "pid", 1, MAX_PID),
+        int_field(data, "rank", 0, world_size - 1),
+        world_size,
+        text_field(data, "hostname"),
+        text_field(data, "device"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ModuleMemory:
     """One module's memory in a sampled step: change across its forward and backward, and
     the highest level above the start of each. Backward figures are `None` when its backward
@@ -88,7 +113,7 @@ class MemoryPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class TrainingReport:
+class TrainingReport(RankOfTraining):
     """One training process (one rank) as it last published itself.
 
     Allocator figures are `None` while CUDA is not in use (not yet initialised, a
@@ -97,11 +122,6 @@ class TrainingReport:
     every library included, so it is at least `reserved_bytes`.
     """
 
-    pid: int
-    rank: int
-    world_size: int
-    hostname: str
-    device: str
     step: int
     published_at: float
     gpu_uuid: str | None = None
@@ -146,18 +166,14 @@ def report_from_dict(data: object, *, user: str = "") -> TrainingReport:
     """A report from decoded JSON, every field checked; raises `BadRecord`."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BadRecord("not a gpuwatch training report")
-    world_size = int_field(data, "world_size", 1, _MAX_WORLD)
+    sizes: dict[str, Any] = {name: optional(data, name, bytes_field) for name in MEMORY_FIELDS}
     return TrainingReport(
-        pid=int_field(data, "pid", 1, MAX_PID),
-        rank=int_field(data, "rank", 0, world_size - 1),
-        world_size=world_size,
-        hostname=text_field(data, "hostname"),
-        device=text_field(data, "device"),
+        *rank_fields(data),
         step=int_field(data, "step"),
         published_at=float_field(data, "published_at", 0, 1e11),
         gpu_uuid=optional(data, "gpu_uuid", text_field),
         step_time_s=optional(data, "step_time_s", _seconds),
-        **{name: optional(data, name, bytes_field) for name in MEMORY_FIELDS},
+        **sizes,
         alloc_retries=optional(data, "alloc_retries", int_field),
         ooms=optional(data, "ooms", int_field),
         nvml_process_bytes=optional(data, "nvml_process_bytes", bytes_field),

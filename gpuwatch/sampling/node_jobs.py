@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from collections.abc import Callable, Sequence
 
 from gpuwatch.backends.base import Backend
 from gpuwatch.backends.daemon_client import fetch_jobs_record
 from gpuwatch.errors import DaemonUnavailableError
-from gpuwatch.jobs.job_table import MAX_WHY_CHARS, NO_JOBS, Job, NodeJobs
+from gpuwatch.jobs.job_table import MAX_WHY_CHARS, NO_JOBS, Job, NodeJobs, table_from_record
 from gpuwatch.jobs.slurm import SlurmJobs
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
 from gpuwatch.models import GpuSample
 from gpuwatch.paths import socket_candidates
 from gpuwatch.record_fields import BadRecord
-from gpuwatch.sampling.allocated_idle import AllocatedIdle
+from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S, AllocatedIdle
 from gpuwatch.sampling.jobs_cache import JobsCache
 
 ONE_SHOT_DEADLINE_S = 1.0
@@ -54,8 +55,6 @@ def with_own_idle(
     count.update(gpus, jobs.table, now)
     if jobs.table is None:
         return jobs
-    from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S
-
     idle = count.idle_s(jobs.table, gpus)
     return NodeJobs(jobs.table, None, idle, IDLE_WINDOW_S, scheduler=True)
 
@@ -175,8 +174,6 @@ def jobs_from_daemon(record: dict[str, object], *, scheduler_here: bool) -> Node
     """The `NodeJobs` of a `/v1/jobs` answer, every field checked (another user's daemon
     could send anything). A daemon that cannot read jobs, on a node where this user has no
     scheduler either, has nothing to show."""
-    from gpuwatch.jobs.job_table import table_from_record
-
     try:
         table = table_from_record(record)
     except BadRecord as error:
@@ -232,17 +229,7 @@ def _cut(text: str) -> str:
 def slurm_conf() -> str | None:
     """This node's slurm.conf when Slurm's commands are here (`configured_slurm_conf`);
     `None` without squeue on the PATH, or with squeue but no configuration."""
-    return configured_slurm_conf(os.environ) if on_path("squeue") else None
-
-
-def on_path(command: str, path: str | None = None) -> bool:
-    """Whether `command` is an executable file on the PATH (`shutil.which` without the
-    import: a one-shot status pays for every module)."""
-    for folder in (os.environ.get("PATH", "") if path is None else path).split(os.pathsep):
-        candidate = os.path.join(folder or ".", command)
-        if os.access(candidate, os.X_OK) and os.path.isfile(candidate):
-            return True
-    return False
+    return configured_slurm_conf(os.environ) if shutil.which("squeue") else None
 
 
 def jobs_reader(
@@ -254,29 +241,11 @@ def jobs_reader(
     if not wanted:
         return JobsReader()
     socket_path = getattr(source, "socket_path", None)  # the daemon's, or the auto backend's
-    if not one_shot:  # loaded here, not on the sampling thread that will read the jobs
-        import gpuwatch.jobs.job_table  # noqa: F401
-
-        if slurm_conf() is not None:
-            load_slurm_reader()
     if isinstance(socket_path, str):
         if local is not None:  # a daemon came up since: it answers instead
             local.close()
         return DaemonReader(socket_path, lambda: _local_reader(one_shot))
     return local if local is not None else _local_reader(one_shot)
-
-
-def load_slurm_reader() -> type[SlurmJobs]:
-    """`SlurmJobs`, with every module its thread uses loaded, on the calling thread.
-
-    Call it from the main thread before any other thread may need it: an import on one
-    thread while another imports too can hand the other a module half made (dataclasses
-    peeks at `typing` in sys.modules, and fails on a partial one). The commands are run
-    without `subprocess` (`gpuwatch.jobs.command`): nothing is loaded on first use.
-    """
-    from gpuwatch.jobs.slurm import SlurmJobs
-
-    return SlurmJobs
 
 
 def early_reader(*, wanted: bool = True) -> JobsReader | None:
@@ -300,13 +269,9 @@ def _local_reader(one_shot: bool) -> JobsReader:
     gres_conf = os.path.join(os.path.dirname(conf), "gres.conf")
 
     def slurm() -> SlurmJobs:
-        return load_slurm_reader()(timeout_s=deadline_s, gres_conf=gres_conf)
+        return SlurmJobs(timeout_s=deadline_s, gres_conf=gres_conf)
 
-    cache = None
-    if one_shot:
-        from gpuwatch.sampling.jobs_cache import JobsCache
-
-        cache = JobsCache.for_this_user()
+    cache = JobsCache.for_this_user() if one_shot else None
     return SlurmReader(slurm, deadline_s=deadline_s, cache=cache, one_shot=one_shot)
 
 

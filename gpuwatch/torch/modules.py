@@ -78,7 +78,7 @@ class ModuleSampler:
         """Puts the forward hooks on; tensor hooks follow during the step."""
         if self._handles:
             return
-        from torch.nn.modules import module
+        from torch.nn.modules import module  # here: importing gpuwatch.torch must not import torch
 
         # The allocator, once CUDA runs and if it sees every tensor; else the tensors' bytes.
         source = self._source
@@ -333,13 +333,13 @@ def _collect(value: Any, tensor_type: type, found: list[Any], depth: int) -> Non
 
 
 def _grad_mode() -> Callable[[], bool]:
-    import torch
+    import torch  # here: importing gpuwatch.torch must not import torch
 
     return torch.is_grad_enabled
 
 
 @functools.cache
 def _tensor_type() -> type:
-    import torch  # here, not at the top: importing gpuwatch.torch must not import torch
+    import torch  # here: importing gpuwatch.torch must not import torch
 
     return torch.Tensor

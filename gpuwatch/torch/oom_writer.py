@@ -24,13 +24,14 @@ from typing import Any, BinaryIO
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.reports.oom import MAX_ITEMS, OomReport, TensorSize, render
 from gpuwatch.reports.training import this_hostname
+from gpuwatch.units import parse_size
 
 _NAME_ATTEMPTS = 8
 
 
 def largest_tensors(device_type: str, limit: int = 10) -> tuple[TensorSize, ...]:
     """The largest live tensors on devices of `device_type`, each storage once."""
-    import torch
+    import torch  # here: importing gpuwatch.torch must not import torch
 
     seen: dict[int, TensorSize] = {}
     for obj in gc.get_objects():
@@ -144,8 +145,6 @@ def requested_from_message(message: str) -> int | None:
     words = message.split()
     for index, word in enumerate(words[:-2]):
         if word == "allocate":
-            from gpuwatch.units import parse_size
-
             try:
                 return parse_size(words[index + 1] + words[index + 2].rstrip(".;,)"))
             except InvalidValueError:

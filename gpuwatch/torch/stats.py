@@ -102,7 +102,7 @@ class CudaStatsSource(StatsSource):
     """torch's CUDA caching allocator for one device (the current one when `index` is None)."""
 
     def __init__(self, index: int | None = None) -> None:
-        import torch
+        import torch  # here: importing gpuwatch.torch must not import torch
 
         self._torch: Any = torch  # typed loosely: torch's stubs lag behind its CUDA calls
         self._index = index
@@ -194,7 +194,7 @@ class _ObserverRegistry:
         with self._lock:
             self._by_device.append((device, observer))
             if not self._attached:
-                import torch
+                import torch  # here: importing gpuwatch.torch must not import torch
 
                 torch._C._cuda_attach_out_of_memory_observer(self._dispatch)  # type: ignore[attr-defined]
                 self._attached = True

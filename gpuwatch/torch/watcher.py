@@ -25,6 +25,7 @@ from gpuwatch.reports.training import (
     TrainingReport,
     this_hostname,
 )
+from gpuwatch.torch.driver import ProcessMemory
 from gpuwatch.torch.modules import ModuleSampler
 from gpuwatch.torch.oom_writer import (
     check_report_dir,
@@ -33,18 +34,27 @@ from gpuwatch.torch.oom_writer import (
     write_oom,
 )
 from gpuwatch.torch.publish import Sender, StepQueue, StepRecord
+from gpuwatch.torch.simulated import SimulatedOutOfMemory
 from gpuwatch.torch.stats import CudaStatsSource, StatsSource
 
 _noticed: set[str] = set()
 
 
 class Watch:
-    """A running watch. Use it as a context manager, or call `close()`.
+    """A running watch of a training loop's GPU memory (`gpuwatch.torch.watch()` starts one).
+    Use it as a context manager, or call `close()`.
 
     Without an optimizer, call `step()` once per training step. With one, steps
     are counted from the optimizer's step hook, and `step()` counts a step only
     when the optimizer did not step since the previous `step()` (a step AMP's
     scaler skipped), so calling both never counts twice.
+
+    >>> import torch
+    >>> model = torch.nn.Linear(4, 2)
+    >>> with watch(model, per_module=True, publish=False) as memory:  # doctest: +SKIP
+    ...     for _ in range(3):
+    ...         model(torch.randn(8, 4)).sum().backward()
+    ...         memory.step()
     """
 
     def __init__(
@@ -271,8 +281,6 @@ class Watch:
         )
 
     def _start_sender(self, lease_dir: str | None) -> Sender:
-        from gpuwatch.torch.driver import ProcessMemory
-
         uses_cuda = isinstance(self.source, CudaStatsSource)
         self._driver = ProcessMemory(self._gpu_uuid) if uses_cuda else None
         sender = Sender(
@@ -297,7 +305,7 @@ class Watch:
 
     def _default_source(self) -> StatsSource | None:
         try:
-            import torch
+            import torch  # here: importing gpuwatch.torch must not import torch
         except ImportError:
             self.notice = "torch is not installed: step times only"
             _notice(f"gpuwatch.torch: {self.notice}")
@@ -342,8 +350,6 @@ def _cuda_index_of(model: Any) -> int | None:
 
 
 def _is_oom(error: BaseException) -> bool:
-    from gpuwatch.torch.simulated import SimulatedOutOfMemory
-
     if isinstance(error, SimulatedOutOfMemory):
         return True
     torch = sys.modules.get("torch")
@@ -367,31 +373,6 @@ def _notice(text: str) -> None:
         sys.stderr.write(text + "\n")
 
 
-def watch(
-    model: Any = None,
-    *,
-    optimizer: Any = None,
-    every: int = 1,
-    per_module: bool = False,
-    oom_dir: str | os.PathLike[str] | None = None,
-    record_history: bool = False,
-    **options: Any,
-) -> Watch:
-    """Watches a training loop's GPU memory; see `Watch` and docs/guide/training.md.
-
-    >>> import torch
-    >>> model = torch.nn.Linear(4, 2)
-    >>> with watch(model, per_module=True, publish=False) as memory:  # doctest: +SKIP
-    ...     for _ in range(3):
-    ...         model(torch.randn(8, 4)).sum().backward()
-    ...         memory.step()
-    """
-    return Watch(
-        model,
-        optimizer=optimizer,
-        every=every,
-        per_module=per_module,
-        oom_dir=oom_dir,
-        record_history=record_history,
-        **options,
-    )
+watch = Watch
+"""`gpuwatch.torch.watch(model, ...)`: starts watching a training loop (a `Watch`); see
+docs/guide/training.md."""

@@ -1,6 +1,6 @@
 """What the detail view says of one process beyond its row: parents and environment.
 
-Read from this machine's /proc (`gpuwatch.procfs`), each part failing on its own
+Read from this machine through psutil, each part failing on its own
 into a sentence (another user's environment is not readable, a process in
 another container is not visible).
 """
@@ -10,7 +10,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from gpuwatch import procfs
+import psutil
+
+from gpuwatch.leases.directory import user_name
 from gpuwatch.tui.render import printable
 
 MAX_PARENTS = 32
@@ -26,49 +28,50 @@ class ProcessDetails:
     """`NAME=value` lines, sorted; or one line saying why not."""
 
 
-def read_details(pid: int, proc: str = procfs.PROC) -> ProcessDetails:
-    if not procfs.visible(pid, proc):
+def read_details(pid: int) -> ProcessDetails:
+    try:
+        process = psutil.Process(pid)
+    except psutil.Error:
         gone = ("not visible from this machine (another container, or it has exited)",)
         return ProcessDetails(None, gone, gone)
-    return ProcessDetails(_command(pid, proc), _parents(pid, proc), _environment(pid, proc))
+    return ProcessDetails(_command(process), _parents(process), _environment(process))
 
 
-def _command(pid: int, proc: str) -> str | None:
+def _command(process: psutil.Process) -> str | None:
     try:
-        argv = procfs.read_cmdline(pid, proc)
-    except OSError:
+        argv = process.cmdline()
+    except psutil.Error:
         return None
     while argv and not argv[-1]:
         argv.pop()  # the kernel's terminating NUL, or a rewritten command line's padding
     return printable(shlex.join(argv)) if argv else None
 
 
-def _parents(pid: int, proc: str) -> tuple[str, ...]:
-    from gpuwatch.leases.directory import user_name
-
+def _parents(process: psutil.Process) -> tuple[str, ...]:
     try:
-        parent = procfs.parent_pid(pid, proc)
-    except (OSError, ValueError) as error:
+        parent = process.ppid()
+    except psutil.Error as error:
         return (f"not readable: {type(error).__name__}",)
     lines: list[str] = []
     while parent > 0 and len(lines) < MAX_PARENTS:
         try:
-            stat = procfs.read_stat(parent, proc)
-            user = user_name(procfs.owner_uid(parent, proc))
-            lines.append(f"{parent:>8}  {user:<10} {printable(procfs.stat_name(stat))}")
-            parent = procfs.stat_parent_pid(stat)
-        except (OSError, ValueError, IndexError):
+            ancestor = psutil.Process(parent)
+            with ancestor.oneshot():
+                user = user_name(ancestor.uids().effective)
+                lines.append(f"{parent:>8}  {user:<10} {printable(ancestor.name())}")
+                parent = ancestor.ppid()
+        except psutil.Error:
             lines.append(f"{parent:>8}  (not readable)")
             break
     return tuple(lines) or ("(none)",)
 
 
-def _environment(pid: int, proc: str) -> tuple[str, ...]:
+def _environment(process: psutil.Process) -> tuple[str, ...]:
     try:
-        environment = procfs.read_environ(pid, proc)
-    except PermissionError:
+        environment = process.environ()
+    except psutil.AccessDenied:
         return ("not readable by you (only its owner and root may read it)",)
-    except OSError as error:
+    except psutil.Error as error:
         return (f"not readable: {type(error).__name__}",)
     return tuple(printable(f"{name}={value}") for name, value in sorted(environment.items()))
 

@@ -14,12 +14,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from gpuwatch import procfs
+import psutil
+
 from gpuwatch.backends.base import Backend
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.hostinfo import read_lineage
 from gpuwatch.jobs.job_table import NodeJobs
-from gpuwatch.leases.directory import LeaseDir
+from gpuwatch.leases.directory import LeaseDir, user_name
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.reports.training import TrainingReports
 from gpuwatch.request import Waiter
@@ -112,30 +114,31 @@ class Source(abc.ABC):
 
 
 class HostStatsReader:
-    """This machine's CPU (since the previous call), memory, swap and load, from /proc.
+    """This machine's CPU (since the previous call), memory, swap and load, through psutil.
 
     The first call gives the CPU's average since boot; later ones, since the call before
     (as `top`)."""
 
-    def __init__(self, proc: str = procfs.PROC) -> None:
-        self._proc = proc
-        self._cpu_ticks = (0, 0)
+    def __init__(self) -> None:
+        self._cpu_s = (0.0, 0.0)
 
     def __call__(self) -> HostStats:
-        busy, total = procfs.read_cpu_times(self._proc)
-        busy_before, total_before = self._cpu_ticks
-        self._cpu_ticks = (busy, total)
+        times = psutil.cpu_times()
+        # Busy is all but idle and iowait, as `top` counts; guest time is inside user and nice.
+        total = sum(times) - times.guest - times.guest_nice
+        busy = total - times.idle - times.iowait
+        busy_before, total_before = self._cpu_s
+        self._cpu_s = (busy, total)
         elapsed = total - total_before
-        sizes = procfs.read_meminfo(self._proc)
-        memory_total, swap_total = sizes.get("MemTotal", 0), sizes.get("SwapTotal", 0)
+        memory, swap = psutil.virtual_memory(), psutil.swap_memory()
         load = os.getloadavg()
         return HostStats(
             cpu_pct=round(100.0 * (busy - busy_before) / elapsed, 1) if elapsed > 0 else 0.0,
             cpu_count=os.cpu_count() or 1,
-            memory_used_bytes=memory_total - sizes.get("MemAvailable", sizes.get("MemFree", 0)),
-            memory_total_bytes=memory_total,
-            swap_used_bytes=swap_total - sizes.get("SwapFree", swap_total),
-            swap_total_bytes=swap_total,
+            memory_used_bytes=memory.total - memory.available,
+            memory_total_bytes=memory.total,
+            swap_used_bytes=swap.used,
+            swap_total_bytes=swap.total,
             load_1m=load[0],
             load_5m=load[1],
             load_15m=load[2],
@@ -295,13 +298,9 @@ class RemoteSource(Source):
             stop.wait(self.retry_s)
 
 
-def read_ancestors(
-    pids: set[int], proc: str = procfs.PROC, limit: int = 4096
-) -> tuple[Ancestor, ...]:
-    """Each of `pids` and its ancestors below init, from /proc; unreadable ones are left out."""
-    from gpuwatch.leases.directory import user_name
-
-    lineage = procfs.read_lineage(pids, proc, limit)
+def read_ancestors(pids: set[int], limit: int = 4096) -> tuple[Ancestor, ...]:
+    """Each of `pids` and its ancestors below init; unreadable ones are left out."""
+    lineage = read_lineage(pids, limit)
     return tuple(Ancestor(link.pid, link.ppid, user_name(link.uid), link.name) for link in lineage)
 
 

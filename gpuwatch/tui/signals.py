@@ -12,7 +12,10 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuwatch import procfs
+import psutil
+
+from gpuwatch.leases.directory import user_name
+from gpuwatch.tui.render import printable
 from gpuwatch.tui.rows import Row
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
@@ -43,10 +46,8 @@ def may_signal(my_uid: int, target_uids: tuple[int, int]) -> bool:
     return my_uid == 0 or my_uid in target_uids
 
 
-def plan(rows: Iterable[Row], my_uid: int | None = None, proc: str = procfs.PROC) -> Plan:
+def plan(rows: Iterable[Row], my_uid: int | None = None) -> Plan:
     """Sorts `rows` into processes the user may signal and the others (with a reason)."""
-    from gpuwatch.leases.directory import user_name
-
     uid = os.geteuid() if my_uid is None else my_uid
     targets, refused, seen = [], [], set()
     for row in rows:
@@ -56,26 +57,27 @@ def plan(rows: Iterable[Row], my_uid: int | None = None, proc: str = procfs.PROC
         if not row.local:
             refused.append(f"pid {row.pid}: on {row.source}, not on this machine")
             continue
-        uids = procfs.read_uids(row.pid, proc)
-        if uids is None or len(uids) < 3:
+        try:
+            uids = psutil.Process(row.pid).uids()
+        except psutil.Error:
             refused.append(f"pid {row.pid}: no such process here (another container, or gone)")
             continue
         user = user_name(uids[0])
         if not may_signal(uid, (uids[0], uids[2])):
             refused.append(f"pid {row.pid}: belongs to {user}, not you")
             continue
-        targets.append(Target(row.pid, user, row.command or _name(row.pid, proc), row.started_at))
+        targets.append(Target(row.pid, user, row.command or _name(row.pid), row.started_at))
     return Plan(tuple(targets), tuple(refused), uid == 0)
 
 
-def _name(pid: int, proc: str) -> str:
+def _name(pid: int) -> str:
     try:
-        return procfs.stat_name(procfs.read_stat(pid, proc))
-    except OSError:
+        return printable(psutil.Process(pid).name())
+    except psutil.Error:
         return "?"
 
 
-def send(targets: Iterable[Target], name: str, proc: str = procfs.PROC) -> list[str]:
+def send(targets: Iterable[Target], name: str) -> list[str]:
     """Sends signal `name` to each target; one line per target saying what happened.
 
     A target whose pid now names a process started at another time is left alone: the
@@ -86,13 +88,13 @@ def send(targets: Iterable[Target], name: str, proc: str = procfs.PROC) -> list[
         try:
             if (
                 target.started_at is not None
-                and abs(procfs.read_start_time(target.pid, proc) - target.started_at)
+                and abs(psutil.Process(target.pid).create_time() - target.started_at)
                 > _START_TOLERANCE_S
             ):
                 outcomes.append(f"pid {target.pid}: now another process; not signalled")
                 continue
             os.kill(target.pid, number)
-        except (ProcessLookupError, FileNotFoundError):
+        except (ProcessLookupError, psutil.NoSuchProcess):
             outcomes.append(f"pid {target.pid}: already gone")
         except PermissionError:
             outcomes.append(f"pid {target.pid}: not permitted")

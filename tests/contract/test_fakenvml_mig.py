@@ -17,16 +17,8 @@ from tests.helpers.fakenvml import (
     size,
     total_calls,
 )
-from tests.helpers.wait import wait_until
 
 MIG_A100 = SCENARIOS / "mig-a100.txt"
-PICK = (sys.executable, "-m", "gpuwatch", "pick", "--mig", "any", "--", "sh", "-c")
-SEVEN = (
-    """\
-gpu name="NVIDIA A100-SXM4-80GB" total=81920MiB cc=8.0 mig=1
-"""
-    + "mig gpu=0 profile=1g.10gb\n" * 7
-)
 
 
 def nvml_env(library_dir: Path, scenario: Path) -> dict[str, str]:
@@ -92,43 +84,6 @@ def test_pick_never_hands_out_the_mig_gpu_whole(library_dir: Path) -> None:
     chosen = gpuwatch(library_dir, MIG_A100, "pick", "--backend", "nvml", "--mig", "any")
     assert chosen.returncode == 0, chosen.stderr
     assert chosen.stdout.strip() == records(MIG_A100, "mig")[2]["uuid"]
-
-
-def test_eight_concurrent_picks_share_seven_free_mig_devices(
-    library_dir: Path, tmp_path: Path
-) -> None:
-    # GIVEN a GPU with 7 idle 1g.10gb MIG devices and 8 jobs started at once
-    scenario, go = tmp_path / "seven.txt", tmp_path / "go"
-    scenario.write_text(SEVEN)
-    notes = [tmp_path / f"job{n}" for n in range(8)]
-    hold = "while [ ! -e {go} ]; do sleep 0.05; done"
-    env = {**nvml_env(library_dir, scenario), "GPUWATCH_LEASE_DIR": str(tmp_path / "leases")}
-    jobs = [
-        subprocess.Popen(
-            [*PICK, f'echo "$CUDA_VISIBLE_DEVICES" > {note}; {hold.format(go=go)}'],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for note in notes
-    ]
-    try:
-        wait_until(
-            lambda: sum(n.exists() for n in notes) + sum(j.poll() is not None for j in jobs) >= 8,
-            "every job to hold a device or be refused",
-            timeout_s=120,
-            interval_s=0.05,
-        )
-        refused = [job for job in jobs if job.poll() is not None]
-    finally:
-        go.touch()
-        for job in jobs:
-            job.communicate(timeout=60)
-    # THEN 7 hold 7 distinct MIG devices and 1 is refused with exit code 4
-    held = [note.read_text().strip() for note in notes if note.exists()]
-    assert len(held) == len(set(held)) == 7 and all(uuid.startswith("MIG-") for uuid in held)
-    assert [job.returncode for job in refused] == [4]
 
 
 RECONFIGURE = """

@@ -1,4 +1,4 @@
-"""Random scenario files, for property tests and `bench/abuse_scenarios.py`.
+"""Random scenario files, for property tests.
 
 Mostly the keys a scenario knows, with values of every type and size (NaN,
 infinities, 400-digit numbers, negative counts, control and format

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from gpuwatch.jobs import SlurmJobs, job_id_of_process
 
 DATA = Path(__file__).parent / "data"
 HUNG_S = 60  # a stand-in that hangs sleeps this long: far past any timeout used here
+SLEEP = shutil.which("sleep") or "/bin/sleep"
 
 
 class Clock:
@@ -208,24 +211,28 @@ def test_a_gres_conf_naming_no_gpu_file_makes_jobs_unknown(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("cgroup", "environ", "job"),
     [
-        pytest.param("4:memory:/slurm/uid_1000/job_42/step_0/task_0\n", "", "42", id="cgroup-v1"),
+        pytest.param("4:memory:/slurm/uid_1000/job_42/step_0/task_0\n", {}, "42", id="cgroup-v1"),
         pytest.param(
-            "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n", "", "77", id="v2"
+            "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n", {}, "77", id="v2"
         ),
-        pytest.param("0::/user.slice\n", "SLURM_JOB_ID=9\0HOME=/root\0", "9", id="environ"),
-        pytest.param("0::/user.slice\n", "SLURM_JOB_ID=9; rm\0", None, id="environ-garbled"),
-        pytest.param("0::/user.slice\n", "", None, id="outside-slurm"),
+        pytest.param("0::/user.slice\n", {"SLURM_JOB_ID": "9", "HOME": "/root"}, "9", id="environ"),
+        pytest.param("0::/user.slice\n", {"SLURM_JOB_ID": "9; rm"}, None, id="environ-garbled"),
+        pytest.param("0::/user.slice\n", {}, None, id="outside-slurm"),
     ],
 )
 def test_a_process_is_placed_in_its_job(
-    tmp_path: Path, cgroup: str, environ: str, job: str | None
+    tmp_path: Path, cgroup: str, environ: dict[str, str], job: str | None
 ) -> None:
-    # GIVEN a /proc with one process's cgroup and environment
-    (tmp_path / "123").mkdir()
-    (tmp_path / "123" / "cgroup").write_text(cgroup)
-    (tmp_path / "123" / "environ").write_text(environ)
-    # WHEN its job is asked THEN the cgroup's word comes first, the environment second
-    assert job_id_of_process(123, proc=str(tmp_path)) == job
+    # GIVEN a process started with ENVIRON, and a /proc that puts it in CGROUP
+    process = subprocess.Popen([SLEEP, "60"], env=environ)
+    try:
+        (tmp_path / str(process.pid)).mkdir()
+        (tmp_path / str(process.pid) / "cgroup").write_text(cgroup)
+        # WHEN its job is asked THEN the cgroup's word comes first, the environment second
+        assert job_id_of_process(process.pid, proc=str(tmp_path)) == job
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_a_process_that_is_gone_has_no_job(tmp_path: Path) -> None:

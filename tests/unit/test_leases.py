@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gpuwatch import paths
@@ -109,7 +110,8 @@ os.execvp("sh", ["sh", "-c", "echo ready; exec sleep 60"])
 def test_waiting_line_is_in_arrival_order_and_forgets_the_dead(tmp_path: Path) -> None:
     lease_dir = LeaseDir(tmp_path)
     first = lease_dir.enqueue(Request(count=1), "first")
-    time.sleep(0.001)
+    stamped_by = time.time_ns()  # tickets are stamped with the clock: the next one later
+    wait_until(lambda: time.time_ns() > stamped_by, "the clock to move on")
     second = lease_dir.enqueue(Request(count=2), "second")
     assert [w.request.count for w in lease_dir.waiting_before(second)] == [1]
     assert lease_dir.waiting_before(first) == []
@@ -562,16 +564,10 @@ class TestWaitersOutliveTheDaemon:
         # GIVEN a daemon, a job holding both GPUs, and two jobs waiting (auto and daemon backend)
         with running_daemon(tmp_path, scenario=TWO_GPUS):
             jobs.holder()
-            waiters = [jobs.waiter(), jobs.waiter("--backend", "daemon")]
-            wait_until(
-                lambda: len(list(lease_dir.glob("*.wait"))) == 2,
-                "both jobs to queue",
-                timeout_s=60,
-                interval_s=0.02,
-            )
+            waiters = jobs.two_waiters_in_line(lease_dir)
         # WHEN the daemon stops (the waiters find no daemon, nor a driver, for a while)
         # and starts again, and then the GPUs are given back
-        time.sleep(1.5)
+        looked_again(waiters)
         assert [waiter.poll() for waiter in waiters] == [None, None]
         with running_daemon(tmp_path, scenario=TWO_GPUS):
             jobs.release()
@@ -586,17 +582,11 @@ class TestWaitersOutliveTheDaemon:
         # GIVEN a daemon, a job holding both GPUs, and two jobs waiting (auto and daemon backend)
         with running_daemon(tmp_path, scenario=TWO_GPUS) as (daemon, _, _):
             jobs.holder()
-            waiters = [jobs.waiter(), jobs.waiter("--backend", "daemon")]
-            wait_until(
-                lambda: len(list(lease_dir.glob("*.wait"))) == 2,
-                "both jobs to queue",
-                timeout_s=60,
-                interval_s=0.02,
-            )
+            waiters = jobs.two_waiters_in_line(lease_dir)
             # WHEN the daemon hangs past the time a client waits for an answer (2s)
             daemon.send_signal(signal.SIGSTOP)
             try:
-                time.sleep(3.0)
+                looked_again(waiters)
                 hung = [waiter.poll() for waiter in waiters]
                 jobs.release()
             finally:
@@ -606,6 +596,25 @@ class TestWaitersOutliveTheDaemon:
         assert hung == [None, None]
         assert codes == [0, 0], jobs.errors()
         assert sorted(jobs.gpus_of_waiters()) == sorted(jobs.gpus_of_holder())
+
+
+def looked_again(waiters: list[subprocess.Popen[str]]) -> None:
+    """Waits until each waiter has gone back to waiting three more times, as the kernel
+    counts its voluntary context switches: whatever it was doing, it has since made a whole
+    round of looking (given up on a hung daemon's answer after its timeout, or found none)."""
+    before = [_waits(waiter.pid) for waiter in waiters]
+    wait_until(
+        lambda: all(
+            waiter.poll() is not None or _waits(waiter.pid) >= count + 3
+            for waiter, count in zip(waiters, before, strict=True)
+        ),
+        "the waiters to look for the daemon again",
+        timeout_s=60,
+    )
+
+
+def _waits(pid: int) -> int:
+    return int(psutil.Process(pid).num_ctx_switches().voluntary)
 
 
 class Jobs:
@@ -629,6 +638,18 @@ class Jobs:
         return self._start(
             "--wait", "--timeout", "60", *options, "--", "sh", "-c", self._script(note)
         )
+
+    def two_waiters_in_line(self, lease_dir: Path) -> list[subprocess.Popen[str]]:
+        """Two jobs waiting for GPUs, one through the auto backend, one through the daemon's,
+        once both have their ticket in line."""
+        waiters = [self.waiter(), self.waiter("--backend", "daemon")]
+        wait_until(
+            lambda: len(list(lease_dir.glob("*.wait"))) == 2,
+            "both jobs to queue",
+            timeout_s=60,
+            interval_s=0.02,
+        )
+        return waiters
 
     def release(self) -> None:
         self.go.touch()
