@@ -180,7 +180,7 @@ def _local_frames(
 
 def _early_jobs(one_shot: bool) -> JobsReader | None:
     """This Slurm node's reader, asked before the driver opens (see `early_reader`); `None`
-    elsewhere, without loading the jobs modules where no Slurm is."""
+    where no Slurm is."""
     if not one_shot:
         return None
     return early_reader() if slurm_conf() is not None else None

@@ -65,6 +65,16 @@ def test_pick_loads_no_heavy_library() -> None:
     assert loaded_after(statement).isdisjoint(HEAVY_FOR_COMMANDS)
 
 
+def test_where_loads_no_heavy_library() -> None:
+    # `gpuwatch where` is asked from scripts: it loads neither the screens nor the daemon.
+    statement = (
+        "from gpuwatch.cli import main\n"
+        "try:\n    main(['where', '--sim', '3', '-n', '1'])\n"
+        "except SystemExit as done:\n    assert done.code == 0, done.code\n"
+    )
+    assert loaded_after(statement).isdisjoint(HEAVY_FOR_COMMANDS)
+
+
 def test_importing_gpuwatch_is_nearly_free() -> None:
     # The public API is loaded on first use, so `import gpuwatch` costs scripts nothing.
     assert "dataclasses" not in loaded_after("import gpuwatch")
