@@ -30,18 +30,23 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 
 def _run_click(args: list[str]) -> int:
-    """Runs `gpuwatch ARGS`; click's own errors become a message and an exit code here."""
+    """Runs `gpuwatch ARGS`; click's own errors become a message and an exit code here.
+
+    The group is run as click's `main()` runs it, less its handling of errors: click
+    would turn a reader that went away into exit status 1, and Ctrl-C into `Abort`.
+    """
     try:
-        result = cli.main(
-            args=args, prog_name="gpuwatch", standalone_mode=False, terminal_width=help_width()
-        )
+        with cli.make_context("gpuwatch", args, terminal_width=help_width()) as ctx:
+            result = cli.invoke(ctx)
+    except click.exceptions.Exit as done:  # --help, --version
+        return done.exit_code
     except click.UsageError as error:
         # click gives no context for some errors (an option without its value)
         named = args[:1] if args[:1] and not args[0].startswith("-") else []
         command = error.ctx.command_path if error.ctx else " ".join(["gpuwatch", *named])
         message = error.format_message().rstrip(".")
         return fail(f"{message} (see '{command} --help')", ExitCode.USAGE)
-    except click.Abort:
+    except click.Abort:  # a prompt's Ctrl-C
         return ExitCode.INTERRUPTED
     except click.ClickException as error:
         return fail(error.format_message(), error.exit_code)

@@ -25,7 +25,7 @@ from gpuwatch.cli.options import (
 )
 from gpuwatch.cli.status_jobs import with_jobs
 from gpuwatch.cli.table import Style, render
-from gpuwatch.cli.terminal import printable, reader_gone, terminal_columns
+from gpuwatch.cli.terminal import printable, terminal_columns
 from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
@@ -116,14 +116,10 @@ def status(
         frames = _remote_frames(host, backend, sim, interval_s, count, verbose)
     else:
         frames = _local_frames(backend, sim, interval_s, count, verbose, not no_jobs)
-    try:
-        for number, (snapshot, leases, node_jobs) in enumerate(frames):
-            if number and not as_json:
-                sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
-            show(snapshot, leases, node_jobs, pretty=interval_s is None)
-    except BrokenPipeError:
-        # Here, not in gpuwatch.cli.main: click turns a broken pipe into exit status 1.
-        return reader_gone()
+    for number, (snapshot, leases, node_jobs) in enumerate(frames):
+        if number and not as_json:
+            sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
+        show(snapshot, leases, node_jobs, pretty=interval_s is None)
     return ExitCode.OK
 
 
