@@ -31,28 +31,33 @@ PYTHON = sys.executable
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))  # the console script users run
 PICK_ARGV = ("pick", "-n", "2", "--", "true")
 
-# The steps of gpuwatch.cli.pick.run_pick, timed one by one (the exec is left out).
+# The steps of `gpuwatch pick -n 2 -- true`, timed one by one (the exec is left out).
 PHASES = """
 import json, os, sys, time
 marks = [("start", time.perf_counter())]
 def mark(name):
     marks.append((name, time.perf_counter()))
 from gpuwatch.cli import main
-mark("import gpuwatch.cli")
-from gpuwatch.cli import pick
+mark("import gpuwatch.cli (click, the group)")
+from gpuwatch.cli.group import command
+pick = command("pick")
 mark("import gpuwatch.cli.pick")
-options, command = pick.parse(pick.OPTIONS, ["-n", "2", "--", "true"], command="gpuwatch pick")
-wishes = {name: options[flag.lstrip("-").replace("-", "_")] for name, _, flag in pick.WISHES}
-wanted = pick.Wanted.from_wishes(wishes, by_pick=True)
-lease_dir = pick.LeaseDir()
+from gpuwatch.choices import Format
+from gpuwatch.cli.wish_options import wishes_of
+from gpuwatch.leases.directory import LeaseDir
+from gpuwatch.placement.acquire import Wanted, acquire, passed_down
+from gpuwatch.placement.visible import child_environment
+params = pick.make_context("pick", ["-n", "2", "--", "true"]).params
+wanted = Wanted.from_wishes(wishes_of(params), by_pick=True)
+lease_dir = LeaseDir.for_job(say=print)
 mark("read options, open lease directory")
 from gpuwatch.backends.daemon_client import DaemonBackend
 mark("import the daemon client")
 backend = DaemonBackend()
 mark("fetch and read the snapshot")
-chosen, leases = pick.acquire(backend, wanted, lease_dir=lease_dir, command="true")
+chosen, leases = acquire(backend, wanted, lease_dir=lease_dir, command="true")
 mark("choose and lease (under the lock)")
-env = pick.passed_down(leases, pick.child_environment(chosen, pick.Format.UUID, os.environ))
+env = passed_down(leases, child_environment(chosen, Format.UUID, os.environ))
 for lease in leases:
     lease.pass_to_child()
 mark("environment for the command")

@@ -34,8 +34,9 @@ marks = [("start", time.perf_counter())]
 def mark(name):
     marks.append((name, time.perf_counter()))
 from gpuwatch.cli import main
-mark("import gpuwatch.cli")
-from gpuwatch.cli import status
+mark("import gpuwatch.cli (click, the group)")
+from gpuwatch.cli.group import command
+command("status")
 mark("import gpuwatch.cli.status")
 from gpuwatch.backends.daemon_client import DaemonBackend
 mark("import the daemon client")
@@ -81,7 +82,7 @@ def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 21
     gpus = int(sys.argv[2]) if len(sys.argv) > 2 else 8
     work = Path(tempfile.mkdtemp())
-    daemon, socket_path = start_daemon(work, gpus)
+    daemon, socket_path = start_daemon(work, str(gpus))
     env = {
         **os.environ,
         "GPUWATCH_SOCKET": socket_path,

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gpuwatch.cli.group import COMMANDS
+
 PAGE = Path(__file__).resolve().parent / "reference" / "cli.md"
 WIDTH = "100"
 
@@ -31,9 +33,7 @@ exit codes: [Exit codes](exit-codes.md).
 
 def commands() -> list[str]:
     """The commands `gpuwatch --help` lists, in its order."""
-    from gpuwatch.cli.group import _COMMANDS
-
-    return list(_COMMANDS)
+    return list(COMMANDS)
 
 
 def help_text(*args: str) -> str:

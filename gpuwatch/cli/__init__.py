@@ -4,10 +4,6 @@ Every failure ends in one line on stderr, `gpuwatch: error: ...` (for a pick
 that found too few GPUs, followed by one indented line per GPU), and a code
 from `ExitCode`. A traceback is shown only for a bug, and only with
 `GPUWATCH_DEBUG=1`.
-
-`gpuwatch pick`, `status` and `where` are parsed without click: pick starts
-jobs, status is a glance and where is asked from scripts, so their start-up
-time is the user's (see gpuwatch/cli/pick.py, status.py and where.py).
 """
 
 from __future__ import annotations
@@ -17,7 +13,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+import click
+
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
+from gpuwatch.cli.group import cli
+from gpuwatch.cli.terminal import help_width, printable, reader_gone
 from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NotEnoughGpusError
 
 _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
@@ -26,25 +26,35 @@ _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Runs the command line and exits with its code."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
-    if args[:1] == ["pick"]:
-        from gpuwatch.cli.pick import run_pick
-
-        sys.exit(run_reporting_errors(lambda: run_pick(args[1:])))
-    if args[:1] == ["where"]:
-        from gpuwatch.cli.where_command import run_where
-
-        sys.exit(run_reporting_errors(lambda: run_where(args[1:])))
-    if args[:1] == ["status"]:
-        from gpuwatch.cli.status import show_status, status_options
-
-        given = status_options(args[1:])  # None: help or a mistake, which click words
-        if given is not None:
-            sys.exit(run_reporting_errors(lambda: show_status(**given)))
-    sys.exit(run_reporting_errors(lambda: _run_click(args)))
+    sys.exit(_reporting_errors(lambda: _run_click(args)))
 
 
-def run_reporting_errors(command: Callable[[], int]) -> int:
-    """Runs `command`, turning every way it can fail into a message and an exit code."""
+def _run_click(args: list[str]) -> int:
+    """Runs `gpuwatch ARGS`; click's own errors become a message and an exit code here.
+
+    The group is run as click's `main()` runs it, less its handling of errors: click
+    would turn a reader that went away into exit status 1, and Ctrl-C into `Abort`.
+    """
+    try:
+        with cli.make_context("gpuwatch", args, terminal_width=help_width()) as ctx:
+            result = cli.invoke(ctx)
+    except click.exceptions.Exit as done:  # --help, --version
+        return done.exit_code
+    except click.UsageError as error:
+        # click gives no context for some errors (an option without its value)
+        named = args[:1] if args[:1] and not args[0].startswith("-") else []
+        command = error.ctx.command_path if error.ctx else " ".join(["gpuwatch", *named])
+        message = error.format_message().rstrip(".")
+        return fail(f"{message} (see '{command} --help')", ExitCode.USAGE)
+    except click.Abort:  # a prompt's Ctrl-C
+        return ExitCode.INTERRUPTED
+    except click.ClickException as error:
+        return fail(error.format_message(), error.exit_code)
+    return result if isinstance(result, int) else ExitCode.OK
+
+
+def _reporting_errors(command: Callable[[], int]) -> int:
+    """Runs `command`, turning every other way it can fail into a message and an exit code."""
     try:
         return command()
     except GpuwatchError as error:
@@ -67,46 +77,13 @@ def run_reporting_errors(command: Callable[[], int]) -> int:
         )
 
 
-def reader_gone() -> int:
-    """The reader of stdout went away (`gpuwatch status --json --watch 1 | head -1`): not
-    an error. What is still buffered goes nowhere, so that exiting does not fail on it."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return ExitCode.OK
-
-
 def fail(message: str, code: int, *, details: Sequence[str] = ()) -> int:
     """Prints `gpuwatch: error: MESSAGE` (and indented details) to stderr; returns `code`.
 
     Messages quote what they were given (file names, values, lease records), which
     may hold escape sequences: those are shown as `?`.
     """
-    from gpuwatch.cli.terminal import printable  # here: pick loads it only when it fails
-
     lines = [f"gpuwatch: error: {message}", *(f"  {detail}" for detail in details)]
     lines = [printable(line) for line in lines]
     sys.stderr.write("\n".join(lines) + "\n")
     return code
-
-
-def _run_click(args: list[str]) -> int:
-    import click
-
-    from gpuwatch.cli.group import cli
-    from gpuwatch.cli.terminal import help_width
-
-    try:
-        result = cli.main(
-            args=args, prog_name="gpuwatch", standalone_mode=False, terminal_width=help_width()
-        )
-    except click.UsageError as error:
-        # click gives no context for some errors (an option without its value)
-        named = args[:1] if args[:1] and not args[0].startswith("-") else []
-        command = error.ctx.command_path if error.ctx else " ".join(["gpuwatch", *named])
-        message = error.format_message().rstrip(".")
-        return fail(f"{message} (see '{command} --help')", ExitCode.USAGE)
-    except click.Abort:
-        return ExitCode.INTERRUPTED
-    except click.ClickException as error:
-        return fail(error.format_message(), error.exit_code)
-    return result if isinstance(result, int) else ExitCode.OK

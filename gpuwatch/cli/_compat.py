@@ -7,15 +7,11 @@ the plain class, so one definition works with click 8.1 and later.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
-    FloatParamType = click.ParamType[float]
-    IntParamType = click.ParamType[int]
-    StrParamType = click.ParamType[str]
+    AnyParamType = click.ParamType[Any]
 else:
-    FloatParamType = click.ParamType
-    IntParamType = click.ParamType
-    StrParamType = click.ParamType
+    AnyParamType = click.ParamType

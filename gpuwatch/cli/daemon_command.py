@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import click
 from click.core import ParameterSource
 
-from gpuwatch.cli.options import Command, Duration
+from gpuwatch.cli.options import Command, Duration, F, Parsed
+from gpuwatch.daemon.service import run_daemon
 from gpuwatch.daemon.settings import (
     DEFAULT_HISTORY_S,
     DEFAULT_IDLE_WINDOW_S,
@@ -42,26 +45,63 @@ _FLAG_SETTINGS = {
 _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
+class FilePath(click.Path):
+    """A path, which may not exist yet; not empty (click.Path takes `''`)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            flag = param.opts[-1] if param is not None else "the option"
+            self.fail(f"give a path, or leave {flag} out", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _listen(text: str) -> tuple[str, int] | None:
+    if not text:  # in the config file, an empty `listen` turns TCP off; here it is a slip
+        raise InvalidValueError("give [HOST:]PORT, or leave --listen out")
+    return parse_listen(text)
+
+
+def _duration_option(
+    flag: str, name: str, *, least_s: float, most_s: float | None, default_s: float, help: str
+) -> Callable[[F], F]:
+    """A duration the daemon keeps to: the help ends with `[default: ...]`, as written."""
+    most = {} if most_s is None else {"maximum_s": most_s}
+    return click.option(
+        flag,
+        name,
+        type=Duration(minimum_s=least_s, **most),
+        default=default_s,
+        metavar="DURATION",
+        help=help,
+    )
+
+
+def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
+    """A file the daemon reads (it may not be there yet)."""
+    return click.option(flag, name, type=FilePath(dir_okay=False), metavar="FILE", help=help)
+
+
 @click.command(cls=Command)
-@click.option(
+@_duration_option(
     "--interval",
     "interval_s",
-    type=Duration(minimum_s=MIN_INTERVAL_S, maximum_s=MAX_INTERVAL_S),
-    default=DEFAULT_INTERVAL_S,
-    metavar="DURATION",
+    least_s=MIN_INTERVAL_S,
+    most_s=MAX_INTERVAL_S,
+    default_s=DEFAULT_INTERVAL_S,
     help="How often to sample the GPUs (100ms to 1h).  [default: 1s]",
 )
-@click.option(
+@_duration_option(
     "--history",
     "history_s",
-    type=Duration(minimum_s=MIN_INTERVAL_S),
-    default=DEFAULT_HISTORY_S,
-    metavar="DURATION",
+    least_s=MIN_INTERVAL_S,
+    most_s=None,
+    default_s=DEFAULT_HISTORY_S,
     help="How much history to keep in memory (8 GPUs, 24h at 1s: 9.0 MB).  [default: 24h]",
 )
 @click.option(
     "--socket",
     "socket_path",
+    type=FilePath(),  # what is there is the daemon's to refuse, with its own words
     metavar="PATH",
     help="The Unix socket of the API.  [default: $RUNTIME_DIRECTORY/gpuwatch.sock "
     "under systemd, else $XDG_RUNTIME_DIR/gpuwatch.sock, else /run/gpuwatch/gpuwatch.sock "
@@ -69,23 +109,23 @@ _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 )
 @click.option(
     "--listen",
+    type=Parsed(_listen, "address"),
     metavar="[HOST:]PORT",
     help="Also serve /metrics, /-/healthy and /-/ready over TCP; a PORT alone listens on "
     "loopback only.",
 )
 @click.option(
     "--node-name",
+    type=Parsed(parse_node_name, "name"),
     metavar="NAME",
     envvar="GPUWATCH_NODE_NAME",
     help="The node's name: the hostname label of every series, and the name in the API, "
     "e.g. where the daemon runs in a container.  [env: GPUWATCH_NODE_NAME; default: the "
     "host name]",
 )
-@click.option(
+@_file_option(
     "--web-config",
     "web_config_path",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
     help="Prometheus's web config (YAML, as node_exporter reads it) for --listen: "
     "tls_server_config for HTTPS, basic_auth_users for passwords; re-read on SIGHUP.",
 )
@@ -96,35 +136,32 @@ _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     help="Who tells which job holds each GPU: auto (Slurm where squeue is on PATH and a "
     "slurm.conf is found), slurm, or off (never ask).  [default: auto]",
 )
-@click.option(
+@_duration_option(
     "--jobs-refresh",
     "jobs_refresh_s",
-    type=Duration(minimum_s=MIN_JOBS_REFRESH_S, maximum_s=MAX_JOBS_REFRESH_S),
-    default=DEFAULT_JOBS_REFRESH_S,
-    metavar="DURATION",
+    least_s=MIN_JOBS_REFRESH_S,
+    most_s=MAX_JOBS_REFRESH_S,
+    default_s=DEFAULT_JOBS_REFRESH_S,
     help="How often Slurm is asked (sooner when slurmd starts or ends a job step).  [default: 30s]",
 )
-@click.option(
+@_duration_option(
     "--idle-window",
     "idle_window_s",
-    type=Duration(minimum_s=MIN_IDLE_WINDOW_S, maximum_s=MAX_IDLE_WINDOW_S),
-    default=DEFAULT_IDLE_WINDOW_S,
-    metavar="DURATION",
+    least_s=MIN_IDLE_WINDOW_S,
+    most_s=MAX_IDLE_WINDOW_S,
+    default_s=DEFAULT_IDLE_WINDOW_S,
     help="How long a GPU a job holds may compute nothing before it counts as idle "
     "(/v1/jobs, the GpuAllocatedIdle alert).  [default: 10m]",
 )
-@click.option(
+@_file_option(
     "--slurm-conf",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
+    "slurm_conf",
     help="The slurm.conf of this node's Slurm (gres.conf is read beside it).  "
     "[default: $SLURM_CONF, else /etc/slurm/slurm.conf]",
 )
-@click.option(
+@_file_option(
     "--config",
     "config_path",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
     help="A TOML file with interval, history, listen, node_name, web_config, jobs, "
     "jobs_refresh, idle_window and slurm_conf; re-read on SIGHUP. Flags and their "
     "environment variables win over it.",
@@ -138,22 +175,7 @@ _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 )
 @click.option("--sim", metavar="N|FILE", help="Serve a simulated node: N GPUs, or a scenario file.")
 @click.pass_context
-def daemon(
-    ctx: click.Context,
-    interval_s: float,
-    history_s: float,
-    socket_path: str | None,
-    listen: str | None,
-    node_name: str | None,
-    web_config_path: str | None,
-    jobs: str,
-    jobs_refresh_s: float,
-    idle_window_s: float,
-    slurm_conf: str | None,
-    config_path: str | None,
-    backend: str,
-    sim: str | None,
-) -> int:
+def daemon(ctx: click.Context, /, socket_path: str | None, **flags: Any) -> int:
     """Sample the GPUs for every local client, keep history, serve Prometheus.
 
     Clients (status, pick) use the daemon when it runs and read the driver
@@ -170,31 +192,8 @@ def daemon(
       gpuwatch daemon --jobs slurm --idle-window 30m
       curl --unix-socket /tmp/gw.sock http://gw/v1/health
     """
-    from gpuwatch.daemon.service import run_daemon
-
-    for option, value in (
-        ("--socket", socket_path),
-        ("--config", config_path),
-        ("--web-config", web_config_path),
-        ("--slurm-conf", slurm_conf),
-    ):
-        if value == "":
-            raise click.BadParameter(
-                f"give a path, or leave {option} out", param_hint=f"'{option}'"
-            )
-    if listen == "":
-        raise click.BadParameter("give [HOST:]PORT, or leave --listen out", param_hint="'--listen'")
-    socket_path = socket_path or daemon_socket_path()
     try:
-        listen_at = parse_listen(listen) if listen is not None else None
-    except InvalidValueError as error:
-        raise click.BadParameter(str(error), param_hint="'--listen'") from None
-    try:
-        node_name = parse_node_name(node_name) if node_name is not None else None
-    except InvalidValueError as error:
-        raise click.BadParameter(str(error), param_hint="'--node-name'") from None
-    try:
-        check_retention(interval_s, history_s)
+        check_retention(flags["interval_s"], flags["history_s"])
     except InvalidValueError as error:
         raise click.BadParameter(str(error), param_hint="'--history'") from None
     fixed = frozenset(
@@ -203,20 +202,6 @@ def daemon(
         if ctx.get_parameter_source(name) in _GIVEN
     )
     logging.basicConfig(level=logging.INFO, format="gpuwatch daemon: %(message)s")
-    settings = Settings(
-        socket_path=socket_path,
-        interval_s=interval_s,
-        history_s=history_s,
-        listen=listen_at,
-        node_name=node_name,
-        web_config_path=web_config_path,
-        backend=backend,
-        sim=sim,
-        config_path=config_path,
-        jobs=jobs,
-        jobs_refresh_s=jobs_refresh_s,
-        idle_window_s=idle_window_s,
-        slurm_conf=slurm_conf,
-        fixed_by_flags=fixed,
-    )
-    return run_daemon(settings)
+    # Each option's parameter is named after the setting it gives.
+    socket_path = socket_path or daemon_socket_path()
+    return run_daemon(Settings(socket_path=socket_path, fixed_by_flags=fixed, **flags))

@@ -15,9 +15,14 @@ from typing import Any
 
 import click
 
-from gpuwatch.cli.fleet_source import click_options, open_fleet_source
+from gpuwatch.cli.fleet_source import open_fleet_source, source_options
 from gpuwatch.cli.options import Command, Duration
+from gpuwatch.cli.terminal import terminal_columns
+from gpuwatch.fleet.document import fleet_document
 from gpuwatch.fleet.source import FleetSource
+from gpuwatch.tui.fleet_cells import plain_table
+from gpuwatch.tui.fleet_model import FleetView
+from gpuwatch.tui.fleet_rows import build_rows, totals
 
 
 @click.command(cls=Command)
@@ -45,7 +50,7 @@ from gpuwatch.fleet.source import FleetSource
     "has been idle this long: as the screen saw it, or as Prometheus did for gpuwatch "
     "daemons (then at least 1m); up to 7d; --once elsewhere: idle now.  [default: 10m]",
 )
-@click_options
+@source_options
 def fleet(
     once: bool,
     as_json: bool,
@@ -82,18 +87,11 @@ def fleet(
 
 
 def print_json(source: FleetSource) -> int:
-    from gpuwatch.fleet.document import fleet_document
-
     sys.stdout.write(json.dumps(fleet_document(source.read()), allow_nan=False) + "\n")
     return 0
 
 
 def print_table(source: FleetSource) -> int:
-    from gpuwatch.cli.terminal import terminal_columns
-    from gpuwatch.tui.fleet_cells import plain_table
-    from gpuwatch.tui.fleet_model import FleetView
-    from gpuwatch.tui.fleet_rows import build_rows, totals
-
     state = source.read()
     rows = build_rows(state)
     width = max(80, terminal_columns()) if sys.stdout.isatty() else 80
@@ -103,6 +101,7 @@ def print_table(source: FleetSource) -> int:
 
 
 def run_screen(source: FleetSource, interval_s: float | None, idle_after_s: float | None) -> int:
+    # Here: textual, which --once and --json do without.
     from gpuwatch.tui.fleet_app import DEFAULT_IDLE_AFTER_S, DEFAULT_INTERVAL_S, FleetApp
 
     first = source.read()  # a source that cannot be read at all: one line, before the screen

@@ -1,66 +1,77 @@
 """The options that say which fleet to read, shared by `gpuwatch where` and `gpuwatch fleet`.
 
-One table, in `gpuwatch.cli.argv`'s terms (where is parsed without click);
-`gpuwatch fleet` turns the same table into click options (`click_options`).
-Secrets are named by file, never given on the command line, where every user
-of the machine could read them in `ps`.
+One decorator, so that the two commands take, check and resolve them alike. Secrets are
+named by file, never given on the command line, where every user of the machine could
+read them in `ps`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import closing
 from typing import Any
 
-from gpuwatch.cli.argv import Option
+import click
+
+from gpuwatch.backends.sim_fleet import SimFleet
+from gpuwatch.cli.options import Duration, F, WholeNumber
+from gpuwatch.fleet.config import SourceOptions, resolve
 from gpuwatch.fleet.source import FleetSource
-from gpuwatch.units import parse_duration, parse_whole_number
 
 _MAX_SIM_NODES = 10_000
 
-SOURCE_OPTIONS = (
-    Option(
-        "--prometheus",
-        metavar="URL",
-        help="Read the fleet from this Prometheus server (or Thanos, VictoriaMetrics, Mimir).  "
-        "[default: $GPUWATCH_PROMETHEUS, else ~/.config/gpuwatch/fleet.toml]",
-    ),
-    Option(
-        "--node",
-        metavar="HOST[:PORT]",
-        repeat=True,
-        help="Scrape this node's /metrics directly (a gpuwatch daemon, dcgm-exporter or "
-        "nvidia_gpu_exporter); repeatable.",
-    ),
-    Option("--nodes-file", metavar="FILE", help="Scrape the nodes FILE lists, one per line."),
-    Option(
-        "--timeout",
-        metavar="DURATION",
-        convert=parse_duration,
-        help="How long one request may take (the server, or each node).",
-    ),
-    Option("--ca-file", metavar="FILE", help="Trust this CA for https."),
-    Option("--client-cert", metavar="FILE", help="Present this client certificate."),
-    Option("--client-key", metavar="FILE", help="The client certificate's key."),
-    Option(
-        "--user",
-        metavar="NAME",
-        help="Basic auth user; the password comes from "
-        "--password-file or $GPUWATCH_FLEET_PASSWORD.",
-    ),
-    Option("--password-file", metavar="FILE", help="The basic auth password, in a file."),
-    Option(
-        "--token-file",
-        metavar="FILE",
-        help="A bearer token, in a file.  [default: $GPUWATCH_FLEET_TOKEN]",
-    ),
-    Option(
-        "--sim",
-        metavar="N",
-        convert=lambda text: parse_whole_number(text, low=1, high=_MAX_SIM_NODES),
-        help="A simulated fleet of N nodes, to try it without one.",
-    ),
-)
+
+def source_options(command: F) -> F:
+    """Decorates a command with the options that name its fleet source (see
+    `open_fleet_source`)."""
+    options = (
+        click.option(
+            "--prometheus",
+            metavar="URL",
+            help="Read the fleet from this Prometheus server (or Thanos, VictoriaMetrics, "
+            "Mimir).  [default: $GPUWATCH_PROMETHEUS, else ~/.config/gpuwatch/fleet.toml]",
+        ),
+        click.option(
+            "--node",
+            metavar="HOST[:PORT]",
+            multiple=True,
+            help="Scrape this node's /metrics directly (a gpuwatch daemon, dcgm-exporter or "
+            "nvidia_gpu_exporter); repeatable.",
+        ),
+        click.option(
+            "--nodes-file", metavar="FILE", help="Scrape the nodes FILE lists, one per line."
+        ),
+        click.option(
+            "--timeout",
+            type=Duration(),
+            metavar="DURATION",
+            help="How long one request may take (the server, or each node).",
+        ),
+        click.option("--ca-file", metavar="FILE", help="Trust this CA for https."),
+        click.option("--client-cert", metavar="FILE", help="Present this client certificate."),
+        click.option("--client-key", metavar="FILE", help="The client certificate's key."),
+        click.option(
+            "--user",
+            metavar="NAME",
+            help="Basic auth user; the password comes from --password-file or "
+            "$GPUWATCH_FLEET_PASSWORD.",
+        ),
+        click.option("--password-file", metavar="FILE", help="The basic auth password, in a file."),
+        click.option(
+            "--token-file",
+            metavar="FILE",
+            help="A bearer token, in a file.  [default: $GPUWATCH_FLEET_TOKEN]",
+        ),
+        click.option(
+            "--sim",
+            metavar="N",
+            type=WholeNumber(1, _MAX_SIM_NODES),
+            help="A simulated fleet of N nodes, to try it without one.",
+        ),
+    )
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 def open_fleet_source(
@@ -70,17 +81,13 @@ def open_fleet_source(
     per_node: bool = False,
     idle_after_s: float | None = None,
 ) -> closing[FleetSource]:
-    """The source the options (by `dest`) name, else the environment's or the config
-    file's, to use in a `with` block; `InvalidValueError` when none is set. `placement`:
-    read only what placement's rules use (`gpuwatch where`); `per_node`: the fleet table's
-    figures may come per node, idle holders after `idle_after_s`
+    """The source the options (by parameter name) name, else the environment's or the
+    config file's, to use in a `with` block; `InvalidValueError` when none is set.
+    `placement`: read only what placement's rules use (`gpuwatch where`); `per_node`: the
+    fleet table's figures may come per node, idle holders after `idle_after_s`
     (`gpuwatch.fleet.config.resolve`)."""
     if values["sim"] is not None:
-        from gpuwatch.backends.sim_fleet import SimFleet
-
         return closing(SimFleet(values["sim"]))
-    from gpuwatch.fleet.config import SourceOptions, resolve
-
     options = SourceOptions(
         prometheus=values["prometheus"],
         nodes=tuple(values["node"]),
@@ -96,36 +103,3 @@ def open_fleet_source(
     return closing(
         resolve(options, placement=placement, per_node=per_node, idle_after_s=idle_after_s)
     )
-
-
-def click_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorates a click command with `SOURCE_OPTIONS`, each checked by its own converter,
-    so that `gpuwatch fleet` takes and refuses them as `gpuwatch where` does."""
-    import click
-
-    for option in reversed(SOURCE_OPTIONS):
-        command = click.option(
-            *option.names,
-            option.dest,
-            metavar=option.metavar,
-            multiple=option.repeat,
-            callback=_converted(option),
-            help=option.help,
-        )(command)
-    return command
-
-
-def _converted(option: Option) -> Callable[[Any, Any, Any], Any]:
-    def convert(_: Any, __: Any, value: Any) -> Any:
-        import click
-
-        from gpuwatch.errors import InvalidValueError
-
-        if value is None or option.convert is None or option.repeat:
-            return value
-        try:
-            return option.convert(value)
-        except InvalidValueError as error:
-            raise click.BadParameter(str(error)) from None
-
-    return convert

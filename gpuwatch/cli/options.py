@@ -1,72 +1,77 @@
-"""Options, value types and the help layout shared by the click commands."""
+"""What the commands share: the value types of their options, the options several commands
+take, and the layout of help.
+
+Every option's value is read by one of gpuwatch's own parsers (`gpuwatch.units`,
+`gpuwatch.choices`), which raise `InvalidValueError` saying what is wrong; `Parsed` hands
+that to click, which words it as `Invalid value for '--mem': '10' has no unit`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, TypeVar
 
 import click
 
 from gpuwatch.backends import BACKEND_KINDS
-from gpuwatch.cli._compat import FloatParamType, IntParamType, StrParamType
+from gpuwatch.cli._compat import AnyParamType
 from gpuwatch.cli.terminal import definition_list, fit_line, paragraphs
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.units import MAX_DURATION_S, format_duration, parse_duration, parse_whole_number
 
 F = TypeVar("F", bound=Callable[..., Any])
+"""A function a decorator adds click options to."""
 
 
-class Duration(FloatParamType):
-    """A duration such as 500ms, 2s, 10m or 24h; a plain number is seconds."""
+class Parsed(AnyParamType):
+    """A value read by `parse`, which raises `InvalidValueError` saying what is wrong with it.
 
-    name = "duration"
+    A value that is not text (a default given as the value itself) is taken as it is.
+    """
+
+    def __init__(self, parse: Callable[[str], Any], name: str = "text") -> None:
+        self.parse = parse
+        self.name = name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.parse(value)
+        except InvalidValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+class Duration(Parsed):
+    """A duration such as 500ms, 2s, 10m or 24h, within a range; a plain number is seconds."""
 
     def __init__(self, *, minimum_s: float = 0.0, maximum_s: float = MAX_DURATION_S) -> None:
-        self.minimum_s = minimum_s
-        self.maximum_s = maximum_s
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            seconds = parse_duration(str(value), most_s=self.maximum_s)
-        except InvalidValueError as error:
-            self.fail(str(error), param, ctx)
-        if seconds < self.minimum_s:
-            least = format_duration(self.minimum_s)
-            self.fail(f"{value!r} is too short: the least is {least}", param, ctx)
-        return seconds
+        super().__init__(partial(_duration, least_s=minimum_s, most_s=maximum_s), "duration")
 
 
-class WholeNumber(IntParamType):
+class WholeNumber(Parsed):
     """A whole number within a range, in ASCII digits (click's INT takes `'٣'` and `'1_0'`)."""
 
-    name = "number"
-
     def __init__(self, low: int, high: int) -> None:
-        self.low, self.high = low, high
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_whole_number(str(value), low=self.low, high=self.high)
-        except InvalidValueError as error:
-            self.fail(str(error), param, ctx)
+        super().__init__(partial(parse_whole_number, low=low, high=high), "number")
 
 
-class HostName(StrParamType):
+def _duration(text: str, *, least_s: float, most_s: float) -> float:
+    seconds = parse_duration(text, most_s=most_s)
+    if seconds < least_s:
+        raise InvalidValueError(f"{text!r} is too short: the least is {format_duration(least_s)}")
+    return seconds
+
+
+def host_name(text: str) -> str:
     """A host for ssh, `HOST` or `USER@HOST`: not empty, and not read by ssh as an option."""
+    if not text.strip() or text.startswith("-"):
+        raise InvalidValueError(f"{text!r} is not a host name: give HOST or USER@HOST")
+    return text
 
-    name = "host"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        host = str(value)
-        if not host.strip() or host.startswith("-"):
-            self.fail(f"{host!r} is not a host name: give HOST or USER@HOST", param, ctx)
-        return host
+HOST = Parsed(host_name, "host")
 
 
 def backend_options(command: F) -> F:
@@ -75,8 +80,7 @@ def backend_options(command: F) -> F:
         "--sim",
         metavar="N|FILE",
         help="Simulate N GPUs, or the node a scenario file describes "
-        "(docs/reference/scenario.md).  "
-        "[default: $GPUWATCH_SIM]",
+        "(docs/reference/scenario.md).  [default: $GPUWATCH_SIM]",
     )(command)
     return click.option(
         "--backend",
@@ -86,8 +90,17 @@ def backend_options(command: F) -> F:
     )(command)
 
 
+def no_jobs_option(shown: str) -> Callable[[F], F]:
+    """`--no-jobs`, for a command that shows which job holds each GPU `shown` so."""
+    return click.option(
+        "--no-jobs",
+        is_flag=True,
+        help=f"Do not ask the daemon or Slurm which job holds each GPU ({shown}).",
+    )
+
+
 class HelpFormatter(click.HelpFormatter):
-    """click's help, laid out by the same functions as `gpuwatch pick --help`."""
+    """click's help, with examples kept as written and narrowed by their comments."""
 
     def write_text(self, text: str) -> None:
         self.buffer.extend(

@@ -1,11 +1,4 @@
-"""`gpuwatch status`: the GPUs now, as a table or JSON, once or every few seconds.
-
-A look at the GPUs is over in a blink, so click's start-up would be most of
-it: options are read here, by `gpuwatch.cli.argv`, as pick's are. Anything
-but a well-formed command line (`--help`, an unknown option, a bad value) is
-left to the click definition (gpuwatch.cli.status_command), which words help
-and errors as for every other command.
-"""
+"""`gpuwatch status`: the GPUs now, as a table or JSON, once or every few seconds."""
 
 from __future__ import annotations
 
@@ -14,20 +7,30 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator
 
-from gpuwatch.backends import BACKEND_KINDS, open_backend
+import click
+
+from gpuwatch.backends import open_backend
 from gpuwatch.backends.base import Backend
-from gpuwatch.cli import reader_gone
-from gpuwatch.cli.argv import Option, parse
+from gpuwatch.backends.ssh import remote_snapshots
 from gpuwatch.cli.exit_codes import ExitCode
-from gpuwatch.errors import InvalidValueError
+from gpuwatch.cli.options import (
+    HOST,
+    Command,
+    Duration,
+    WholeNumber,
+    backend_options,
+    no_jobs_option,
+)
+from gpuwatch.cli.status_jobs import with_jobs
+from gpuwatch.cli.table import Style, render
+from gpuwatch.cli.terminal import printable, terminal_columns
 from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.sampling.node_jobs import JobsReader
-from gpuwatch.units import parse_duration, parse_whole_number
+from gpuwatch.sampling.node_jobs import JobsReader, early_reader, jobs_reader, slurm_conf
+from gpuwatch.sampling.poller import watch
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MIN_WATCH_S = 0.05
@@ -36,60 +39,52 @@ MAX_COUNT = 1_000_000_000
 COLORS = ("auto", "always", "never")
 
 
-def _interval(text: str) -> float:
-    seconds = parse_duration(text, most_s=MAX_WATCH_S)
-    if seconds < MIN_WATCH_S:
-        raise InvalidValueError("too short")  # worded by click
-    return seconds
-
-
-def _count(text: str) -> int:
-    return parse_whole_number(text, low=1, high=MAX_COUNT)
-
-
-def _host(text: str) -> str:
-    if not text.strip() or text.startswith("-"):
-        raise InvalidValueError("not a host name")  # worded by click
-    return text
-
-
-# The options of gpuwatch.cli.status_command, with the same names, values and checks.
-OPTIONS = (
-    Option("--backend", choices=BACKEND_KINDS),
-    Option("--sim", metavar="N|FILE"),
-    Option("--json"),
-    Option("--watch", metavar="SECONDS", convert=_interval),
-    Option("--count", metavar="N", convert=_count),
-    Option("--host", metavar="[USER@]HOST", convert=_host),
-    Option("--color", choices=COLORS, default="auto"),
-    Option("-v", "--verbose"),
-    Option("--no-jobs"),
+@click.command(cls=Command)
+@backend_options
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON: the snapshot's fields, with `gpus`, `processes` and `leases`, and "
+    "`jobs` (on a Slurm node; each GPU's `job_id`).",
 )
-
-
-def status_options(args: Sequence[str]) -> dict[str, Any] | None:
-    """`show_status`'s arguments from `gpuwatch status ARGS`; `None` for help or a mistake,
-    which the click definition words."""
-    try:
-        options, extra = parse(OPTIONS, args, command="gpuwatch status")
-    except InvalidValueError:
-        return None
-    if options["help"] or extra or (options["count"] is not None and options["watch"] is None):
-        return None
-    return {
-        "backend": options["backend"],
-        "sim": options["sim"],
-        "as_json": options["json"],
-        "interval_s": options["watch"],
-        "count": options["count"],
-        "host": options["host"],
-        "color": options["color"],
-        "verbose": options["verbose"],
-        "no_jobs": options["no_jobs"],
-    }
-
-
-def show_status(
+@click.option(
+    "--watch",
+    "interval_s",
+    type=Duration(minimum_s=MIN_WATCH_S, maximum_s=MAX_WATCH_S),
+    metavar="SECONDS",
+    help="Sample again every SECONDS (e.g. 1, 500ms; 50ms to 24h): redraw the table, or "
+    "with --json print one JSON object per line (NDJSON).",
+)
+@click.option(
+    "--count",
+    type=WholeNumber(1, MAX_COUNT),
+    metavar="N",
+    help="With --watch, stop after N samples.  [default: run until Ctrl-C]",
+)
+@click.option(
+    "--host",
+    metavar="[USER@]HOST",
+    type=HOST,
+    help="Show another machine's GPUs, read over ssh (gpuwatch must be installed "
+    "there); --backend and --sim apply on that machine.",
+)
+@click.option(
+    "--color",
+    type=click.Choice(COLORS),
+    default="auto",
+    show_default=True,
+    help="Colour the table; auto colours a terminal unless NO_COLOR is set.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Say where the GPUs were read from (the daemon, or the driver and why), and how "
+    "many malformed lease files were skipped.",
+)
+@no_jobs_option("shown on a Slurm node, under each GPU; in JSON as `jobs` and each GPU's `job_id`")
+def status(
     backend: str | None,
     sim: str | None,
     as_json: bool,
@@ -98,37 +93,54 @@ def show_status(
     host: str | None,
     color: str,
     verbose: bool,
-    no_jobs: bool = False,
+    no_jobs: bool,
 ) -> int:
-    """Prints the GPUs once, or every `interval_s` (`count` times, or until Ctrl-C), with
-    the job holding each (unless `no_jobs`); returns the exit status."""
+    """Show every GPU with its memory, load, temperature, power, processes and leases.
+
+    GPUs are read from the gpuwatch daemon when one runs, else from the driver. On a Slurm
+    node, each GPU a job holds says which (id, user, name, time left).
+
+    \b
+    Examples:
+      gpuwatch status                   # a table, like gpustat
+      gpuwatch status --sim 4           # a simulated 4-GPU node
+      gpuwatch status --json | jq '.gpus[].utilization_pct'
+      gpuwatch status --watch 2         # redraw every 2 seconds
+      gpuwatch status --json --watch 1 >> gpus.ndjson
+      gpuwatch status --host alice@node7 --watch 2
+    """
+    if count is not None and interval_s is None:
+        raise click.UsageError("--count needs --watch")
     show = _print_json if as_json else _table_printer(color)
     if host is not None:
-        from gpuwatch.backends.ssh import remote_snapshots
-
-        if verbose:
-            _say(f"reading GPUs of {host} over ssh (gpuwatch status there)")
-        remote = remote_snapshots(
-            host,
-            interval_s=interval_s or 1.0,
-            count=count if interval_s else 1,
-            backend=backend,
-            sim=sim,
-        )
-        frames: Iterator[tuple[Snapshot, list[Lease], NodeJobs | None]] = (
-            (snapshot, leases, None) for snapshot, leases in remote
-        )
+        frames = _remote_frames(host, backend, sim, interval_s, count, verbose)
     else:
         frames = _local_frames(backend, sim, interval_s, count, verbose, not no_jobs)
-    try:
-        for number, (snapshot, leases, node_jobs) in enumerate(frames):
-            if number and not as_json:
-                sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
-            show(snapshot, leases, node_jobs, pretty=interval_s is None)
-    except BrokenPipeError:
-        # Here, not in gpuwatch.cli.main: click turns a broken pipe into exit status 1.
-        return reader_gone()
+    for number, (snapshot, leases, node_jobs) in enumerate(frames):
+        if number and not as_json:
+            sys.stdout.write(_CLEAR_SCREEN if sys.stdout.isatty() else "\n")
+        show(snapshot, leases, node_jobs, pretty=interval_s is None)
     return ExitCode.OK
+
+
+def _remote_frames(
+    host: str,
+    backend: str | None,
+    sim: str | None,
+    interval_s: float | None,
+    count: int | None,
+    verbose: bool,
+) -> Iterator[tuple[Snapshot, list[Lease], NodeJobs | None]]:
+    if verbose:
+        _say(f"reading GPUs of {host} over ssh (gpuwatch status there)")
+    remote = remote_snapshots(
+        host,
+        interval_s=interval_s or 1.0,
+        count=count if interval_s else 1,
+        backend=backend,
+        sim=sim,
+    )
+    return ((snapshot, leases, None) for snapshot, leases in remote)
 
 
 def _local_frames(
@@ -153,8 +165,6 @@ def _local_frames(
                 snapshot = source.sample()
                 yield snapshot, _leases(lease_dir, say), _read_jobs(reader)
                 return
-            from gpuwatch.sampling.poller import watch  # a one-shot status does without it
-
             lost = _LostDaemon(interval_s)
             for snapshot in watch(source, interval_s, count=count, on_unavailable=lost.tell):
                 lost.back()
@@ -166,11 +176,9 @@ def _local_frames(
 
 def _early_jobs(one_shot: bool) -> JobsReader | None:
     """This Slurm node's reader, asked before the driver opens (see `early_reader`); `None`
-    elsewhere, without loading the jobs modules where no Slurm is."""
+    where no Slurm is."""
     if not one_shot:
         return None
-    from gpuwatch.sampling.node_jobs import early_reader, slurm_conf
-
     return early_reader() if slurm_conf() is not None else None
 
 
@@ -181,8 +189,6 @@ def _jobs_reader(
     (no daemon to ask, no Slurm)."""
     if not wanted:
         return None
-    from gpuwatch.sampling.node_jobs import jobs_reader, slurm_conf
-
     if getattr(source, "socket_path", None) is None and slurm_conf() is None:
         return None
     return jobs_reader(source, one_shot=one_shot, local=early)
@@ -217,8 +223,6 @@ def _described(source: Backend) -> str:
 
 
 def _say(message: str) -> None:
-    from gpuwatch.cli.terminal import printable
-
     sys.stderr.write(printable(f"gpuwatch: {message}") + "\n")
     sys.stderr.flush()
 
@@ -235,8 +239,6 @@ def _leases(lease_dir: LeaseDir | None, say: Callable[[str], None] | None) -> li
 def _print_json(
     snapshot: Snapshot, leases: list[Lease], jobs: NodeJobs | None, *, pretty: bool
 ) -> None:
-    from gpuwatch.cli.status_jobs import with_jobs
-
     data = {**snapshot.to_dict(), "leases": [lease.to_dict() for lease in leases]}
     data = with_jobs(data, snapshot, jobs)
     text = json.dumps(_strict(data), indent=2 if pretty else None, allow_nan=False)
@@ -257,9 +259,6 @@ def _strict(value: object) -> object:
 
 
 def _table_printer(color: str) -> Callable[..., None]:
-    from gpuwatch.cli.table import Style, render
-    from gpuwatch.cli.terminal import terminal_columns
-
     if color == "auto":
         use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     else:

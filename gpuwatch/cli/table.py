@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from gpuwatch.cli.terminal import printable
 from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage, Snapshot
+from gpuwatch.sampling.node_jobs import idle_text, time_left_text
 from gpuwatch.units import format_size
 
 _GIB = float(1 << 30)
@@ -287,8 +288,6 @@ def _lease_line(lease: Lease, style: Style, width: int) -> str:
 def _job_line(gpu: GpuSample, jobs: NodeJobs, style: Style, width: int, now: float) -> list[str]:
     """`  job 1234 alice  train-llm  2:13:05 left  allocated, idle 12m`: the name is cut
     first, then left out, when the line is too wide."""
-    from gpuwatch.sampling.node_jobs import idle_text, time_left_text
-
     job = jobs.job_of(gpu)
     if job is None:
         return []

@@ -1,16 +1,15 @@
-"""What every command shares about the terminal: its width, safe text, and the layout of help.
-
-Both parsers draw their help with these functions (click through
-`gpuwatch.cli.options.HelpFormatter`, pick's own in `gpuwatch.cli.pick`), so
-that every command's help looks the same. Nothing here imports click: `gpuwatch
-pick` uses it too, and its start-up time is paid by every job it starts.
+"""What every command shares about the terminal: its width, safe text, a reader that went
+away, and the layout of help (which click draws through `gpuwatch.cli.options.HelpFormatter`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
+
+from gpuwatch.cli.exit_codes import ExitCode
 
 _DEFAULT_COLUMNS = 80
 _MAX_COLUMNS = 1000  # a wider COLUMNS is a mistake; a line that long helps nobody
@@ -34,6 +33,14 @@ def help_width(columns: int | None = None) -> int:
     """How wide help text is drawn: the terminal less a margin, within 38 to 98 columns."""
     columns = terminal_columns() if columns is None else columns
     return max(_HELP_MIN_WIDTH, min(columns, _HELP_MAX_WIDTH) - 2)
+
+
+def reader_gone() -> int:
+    """The reader of stdout went away (`gpuwatch status --json --watch 1 | head -1`): not
+    an error. What is still buffered goes nowhere, so that exiting does not fail on it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return ExitCode.OK
 
 
 def printable(text: str) -> str:
@@ -83,8 +90,6 @@ def definition_list(rows: Sequence[tuple[str, str]], width: int, indent: int = 2
 
 def wrap(text: str, width: int) -> list[str]:
     """`text` as lines of at most `width`, breaking at spaces only (as click does)."""
-    import textwrap
-
     return textwrap.wrap(
         text, width, break_long_words=False, break_on_hyphens=False, replace_whitespace=True
     )

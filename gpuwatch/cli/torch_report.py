@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import click
 
-from gpuwatch.cli.options import HELP_OPTION_NAMES
+from gpuwatch.cli.options import Command
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.record_fields import BadRecord
 from gpuwatch.reports.memsnapshot import MAX_FILE_BYTES, NotASnapshot, load, summarize
@@ -27,9 +27,7 @@ _WHAT_TO_GIVE = "give the .json or .pickle that gpuwatch.torch.watch() wrote"
 
 
 @click.command(
-    "torch-report",
-    short_help="Show an OOM report or summarise a memory snapshot.",
-    context_settings={"help_option_names": HELP_OPTION_NAMES},  # as Command does: see there
+    "torch-report", cls=Command, short_help="Show an OOM report or summarise a memory snapshot."
 )
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 def torch_report(file: str) -> int:

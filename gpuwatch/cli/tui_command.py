@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from gpuwatch.cli.options import Command, Duration, HostName, backend_options
+from gpuwatch.backends import open_backend
+from gpuwatch.cli.options import HOST, Command, Duration, backend_options, no_jobs_option
+from gpuwatch.leases.directory import LeaseDir
+from gpuwatch.reports.training import reports_for_this_machine
+from gpuwatch.sampling.node_jobs import jobs_reader
+from gpuwatch.tui.app import GpuwatchApp
+from gpuwatch.tui.frames import LocalSource, RemoteSource, Source
+from gpuwatch.tui.widgets import TrainingPanel
 
 
 @click.command(cls=Command)
@@ -21,7 +28,7 @@ from gpuwatch.cli.options import Command, Duration, HostName, backend_options
 @click.option(
     "--host",
     "hosts",
-    type=HostName(),
+    type=HOST,
     multiple=True,
     metavar="[USER@]HOST",
     help="Show another machine, read over ssh (repeat for several; gpuwatch must be "
@@ -38,12 +45,7 @@ from gpuwatch.cli.options import Command, Duration, HostName, backend_options
     help="Mark a process as an idle holder when it holds memory on a GPU idle this long "
     "(up to 7d).",
 )
-@click.option(
-    "--no-jobs",
-    is_flag=True,
-    help="Do not ask the daemon or Slurm which job holds each GPU (on a Slurm node: a JOB "
-    "column, and the job on each GPU card).",
-)
+@no_jobs_option("on a Slurm node: a JOB column, and the job on each GPU card")
 def tui(
     backend: str | None,
     sim: str | None,
@@ -61,25 +63,15 @@ def tui(
       gpuwatch tui --sim 8              # a simulated 8-GPU node
       gpuwatch tui --host node7 --host alice@node8 --readonly
     """
-    from gpuwatch.tui.frames import LocalSource, RemoteSource, Source
-
     sources: list[Source]
     if hosts:
         sources = [RemoteSource(host, backend=backend, sim=sim) for host in hosts]
     else:
-        from gpuwatch.backends import open_backend
-        from gpuwatch.leases.directory import LeaseDir
-        from gpuwatch.reports.training import reports_for_this_machine
-        from gpuwatch.sampling.node_jobs import jobs_reader
-
         opened = open_backend(backend, sim)
         jobs = jobs_reader(opened, one_shot=False, wanted=not no_jobs)
         sources = [
             LocalSource(opened, LeaseDir.read_only(), training=reports_for_this_machine, jobs=jobs)
         ]
-    from gpuwatch.tui.app import GpuwatchApp
-    from gpuwatch.tui.widgets import TrainingPanel
-
     panels = [] if hosts else [TrainingPanel()]  # training reports are this machine's own
     app = GpuwatchApp(
         sources,

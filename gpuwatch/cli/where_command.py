@@ -3,108 +3,91 @@
 It reads the fleet once (from Prometheus, or each node's `/metrics`), runs
 `gpuwatch.placement.where` on it (pick's rules, on every node) and prints one
 line per node that fits, the node name first, so that a script can take the
-first word of the first line. Parsed without click, as pick is: it is asked
-from scripts, and its start-up time is theirs.
+first word of the first line.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
-from gpuwatch.choices import WISHES
-from gpuwatch.cli.argv import HELP, Option, parse
-from gpuwatch.cli.fleet_source import SOURCE_OPTIONS, open_fleet_source
-from gpuwatch.cli.wish_options import WISH_OPTIONS
-from gpuwatch.errors import InvalidValueError, NotEnoughGpusError
+import click
+
+from gpuwatch.cli.fleet_source import open_fleet_source, source_options
+from gpuwatch.cli.options import Command, WholeNumber
+from gpuwatch.cli.terminal import printable
+from gpuwatch.cli.wish_options import wish_options, wishes_of
+from gpuwatch.errors import NotEnoughGpusError
 from gpuwatch.fleet.source import FleetSource
 from gpuwatch.models import Device, GpuSample
+from gpuwatch.placement.rules import needed_bytes
 from gpuwatch.placement.where import Answer, NodeFit, NodeMiss, where
 from gpuwatch.request import Request, describe_wish, request_of
-from gpuwatch.units import format_size, parse_whole_number
+from gpuwatch.units import format_size
 
-_USAGE = "gpuwatch where [OPTIONS]"
-_DESCRIPTION = """\
-Which nodes of the fleet could run a job now: pick's rules (idle GPUs unless
---mem or --allow-busy; leases; MIG) run on every node's latest data. One line
-per node that fits, best first: the node, the GPUs it would give (nvidia-smi
-indices) and their free memory.
-
-Examples:
-  gpuwatch where -n 2 --min-free 40GiB
-  ssh "$(gpuwatch where -n 2 --min-free 40GiB | head -1 | cut -d' ' -f1)"
-  gpuwatch where --mem 10GiB --strategy pack --limit 3
-  gpuwatch where --mig 1g.10gb --json
-  gpuwatch where --prometheus http://prom:9090 --exclude-node gpu-07
-
-A node that is down, or whose data is stale, never fits; nor does a GPU of
-unknown free memory. Leases are known only on nodes that run the gpuwatch
-daemon (-v says which do not).
-
-Exit status: 0 some node fits; 2 bad usage; 4 no node fits (why, for the
-closest ones, on stderr); 6 the fleet source cannot be read."""
 _CLOSEST_SHOWN = 3
 _REASONS_SHOWN = 8
 
-OPTIONS = (
-    *(option for option in WISH_OPTIONS),
-    Option(
-        "--exclude-node",
-        metavar="NAME",
-        repeat=True,
-        help="Never this node (repeatable).",
-    ),
-    Option(
-        "--limit",
-        metavar="K",
-        convert=lambda text: parse_whole_number(text, low=1, high=1_000_000),
-        help="At most K nodes.  [default: all that fit]",
-    ),
-    Option("--json", help="Print a JSON list of {node, gpus, uuids, memory_free_bytes}."),
-    *SOURCE_OPTIONS,
-    Option(
-        "-v",
-        "--verbose",
-        help="Say on stderr where leases are unknown and which nodes are down.",
-    ),
+
+@click.command("where", cls=Command, short_help="Which nodes of the fleet could run a job now.")
+@wish_options
+@click.option("--exclude-node", metavar="NAME", multiple=True, help="Never this node (repeatable).")
+@click.option(
+    "--limit",
+    metavar="K",
+    type=WholeNumber(1, 1_000_000),
+    help="At most K nodes.  [default: all that fit]",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print a JSON list of {node, gpus, uuids, memory_free_bytes}.",
+)
+@source_options
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Say on stderr where leases are unknown and which nodes are down.",
+)
+def where_command(
+    exclude_node: tuple[str, ...],
+    limit: int | None,
+    as_json: bool,
+    verbose: bool,
+    **options: Any,
+) -> int:
+    """Which nodes of the fleet could run a job now: pick's rules (idle GPUs unless
+    --mem or --allow-busy; leases; MIG) run on every node's latest data. One line
+    per node that fits, best first: the node, the GPUs it would give (nvidia-smi
+    indices) and their free memory.
 
+    Examples:
+      gpuwatch where -n 2 --min-free 40GiB
+      ssh "$(gpuwatch where -n 2 --min-free 40GiB | head -1 | cut -d' ' -f1)"
+      gpuwatch where --mem 10GiB --strategy pack --limit 3
+      gpuwatch where --mig 1g.10gb --json
+      gpuwatch where --prometheus http://prom:9090 --exclude-node gpu-07
 
-def where_help() -> str:
-    """`gpuwatch where --help`, drawn as the click commands draw theirs."""
-    from gpuwatch.cli.terminal import definition_list, help_width, paragraphs
+    A node that is down, or whose data is stale, never fits; nor does a GPU of
+    unknown free memory. Leases are known only on nodes that run the gpuwatch
+    daemon (-v says which do not).
 
-    width = help_width()
-    lines = [f"Usage: {_USAGE}", ""]
-    lines += paragraphs(_DESCRIPTION.split("\n\n"), width)
-    lines += ["", "Options:"]
-    lines += definition_list([option.help_row() for option in (*OPTIONS, HELP)], width)
-    return "\n".join(lines) + "\n"
-
-
-def run_where(args: list[str]) -> int:
-    """`gpuwatch where ARGS`: prints the nodes that fit; raises when none does."""
-    options, left = parse(OPTIONS, args, command="gpuwatch where")
-    if options["help"]:
-        sys.stdout.write(where_help())
-        return 0
-    if left:
-        raise InvalidValueError(f"unexpected argument {left[0]!r} (see 'gpuwatch where --help')")
-    wishes = {
-        name: options[option.lstrip("-").replace("-", "_")]
-        for name, _, option in WISHES
-        if name != "exclude"  # GPUs of one machine: where has --exclude-node instead
-    }
-    request = request_of(wishes)
-    excluded = frozenset(options["exclude_node"])
+    Exit status: 0 some node fits; 2 bad usage; 4 no node fits (why, for the
+    closest ones, on stderr); 6 the fleet source cannot be read.
+    """
+    request = request_of(wishes_of(options))
+    excluded = frozenset(exclude_node)
     with open_fleet_source(options, placement=True) as source:
-        answer = _placed(source, request, excluded) if not options["verbose"] else None
+        answer = _placed(source, request, excluded) if not verbose else None
         if answer is None:
             answer = where(source.read(), request, excluded_nodes=excluded)
-    if options["verbose"]:
+    if verbose:
         _explain(answer)
-    fits = answer.fits[: options["limit"]]
-    if options["json"]:
+    fits = answer.fits[:limit]
+    if as_json:
         _print_json(fits)
     else:
         sys.stdout.writelines(f"{_line(fit)}\n" for fit in fits)
@@ -124,8 +107,6 @@ def _placed(source: FleetSource, request: Request, excluded: frozenset[str]) -> 
     read_placed = getattr(source, "read_placed", None)
     if read_placed is None:
         return None
-    from gpuwatch.placement.rules import needed_bytes
-
     read_available = getattr(source, "read_available", None)
     fleet = None
     if read_available is not None and request.judged_as_default:
@@ -147,7 +128,7 @@ def _line(fit: NodeFit) -> str:
     noun = "GPU" if isinstance(fit.devices[0], GpuSample) else "MIG"
     plural = "s" if len(fit.devices) > 1 and noun == "GPU" else ""
     free = ", ".join(format_size(size) for size in fit.free_bytes)
-    return f"{_safe(fit.node)} {noun}{plural} {names} ({free} free)"
+    return f"{printable(fit.node)} {noun}{plural} {names} ({free} free)"
 
 
 def _name(device: Device) -> str:
@@ -155,8 +136,6 @@ def _name(device: Device) -> str:
 
 
 def _print_json(fits: tuple[NodeFit, ...]) -> None:
-    import json
-
     document: list[dict[str, Any]] = [
         {
             "node": fit.node,
@@ -177,7 +156,7 @@ def _closest(misses: tuple[NodeMiss, ...]) -> tuple[str, ...]:
     """The closest nodes' reasons, as pick gives its GPUs': a line each, indented below."""
     lines: list[str] = []
     for miss in misses[:_CLOSEST_SHOWN]:
-        lines.append(f"{_safe(miss.node)}: {miss.summary}")
+        lines.append(f"{printable(miss.node)}: {miss.summary}")
         lines += [f"  {reason}" for reason in miss.reasons[:_REASONS_SHOWN]]
         if len(miss.reasons) > _REASONS_SHOWN:
             lines.append(f"  ... and {len(miss.reasons) - _REASONS_SHOWN} more")
@@ -195,16 +174,10 @@ def _counted_nodes(answer: Answer) -> str:
 def _explain(answer: Answer) -> None:
     for fit in answer.fits:
         if not fit.leases_known:
-            _say(f"{_safe(fit.node)}: leases unknown (it does not run the gpuwatch daemon)")
+            _say(f"{printable(fit.node)}: leases unknown (it does not run the gpuwatch daemon)")
     for miss in answer.misses:
-        _say(f"{_safe(miss.node)}: {miss.summary}")
+        _say(f"{printable(miss.node)}: {miss.summary}")
 
 
 def _say(message: str) -> None:
     sys.stderr.write(f"gpuwatch: {message}\n")
-
-
-def _safe(name: str) -> str:
-    from gpuwatch.cli.terminal import printable
-
-    return printable(name)

@@ -1,14 +1,19 @@
-"""The options that state a job's wishes, as `gpuwatch pick` and `gpuwatch where` read them.
+"""The options that state a job's wishes, as `gpuwatch pick` and `gpuwatch where` take them.
 
-One table (in `gpuwatch.cli.argv`'s terms, which pick needs for its start-up time) so that
-the two commands take, check and explain each wish alike; `choices.WISHES` says which
-request field each one fills.
+One decorator, so that the two commands take, check and explain each wish alike;
+`choices.WISHES` says which request field each one fills. Each option's parameter is
+named after its flag (`--min-free` is `min_free`), as `wishes_of` reads them.
 """
 
 from __future__ import annotations
 
-from gpuwatch.choices import Strategy, check_gpu_count, check_mig, check_percent
-from gpuwatch.cli.argv import Option
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from gpuwatch.choices import WISHES, Strategy, check_gpu_count, check_mig, check_percent
+from gpuwatch.cli.options import F, Parsed
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.units import parse_number, parse_size, parse_whole_number
 
@@ -36,58 +41,76 @@ def _percent(text: str) -> float:
     return check_percent(parse_number(text.strip().removesuffix("%"), low=0, high=100))
 
 
-WISH_OPTIONS = (
-    Option(
-        "-n",
-        "--gpus",
-        metavar="N",
-        convert=_gpu_count,
-        default=1,
-        help=f"How many GPUs (1 to {MAX_GPU_COUNT}).",
-    ),
-    Option(
-        "--min-free",
-        metavar="SIZE",
-        convert=_size,
-        help="Only GPUs with at least SIZE free memory (8GiB, 500MB, ...; a unit is required).",
-    ),
-    Option(
-        "--max-util",
-        metavar="PCT",
-        convert=_percent,
-        help="Only GPUs at most PCT% busy (0 to 100), now and, with the daemon running, "
-        "over the last minute.  [default: 5 without --mem or --allow-busy]",
-    ),
-    Option(
-        "--max-used",
-        metavar="SIZE",
-        convert=_size,
-        help="Only GPUs with at most SIZE memory in use (beyond the driver's reserve).  "
-        "[default: 1GiB without --mem or --allow-busy]",
-    ),
-    Option(
-        "--allow-busy",
-        help="Take GPUs other jobs use as if free, ranked by free memory alone; "
-        "--max-util and --max-used still apply when given.",
-    ),
-    Option(
-        "--mem",
-        metavar="SIZE",
-        convert=_declared_size,
-        help="Memory the job will use: share a GPU with others while all fit.  "
-        "[default: the GPU is the job's alone]",
-    ),
-    Option(
-        "--strategy",
-        choices=[s.value for s in Strategy],
-        default=Strategy.MOST_FREE.value,
-        help="Ranking: most free memory, least busy, or the tightest fit (pack).",
-    ),
-    Option(
-        "--mig",
-        metavar="PROFILE|any",
-        convert=check_mig,
-        help="A MIG device of a MIG-enabled GPU instead of a whole GPU: of this profile "
-        "(1g.10gb, 3g.40gb, ...) or any.",
-    ),
-)
+SIZE = Parsed(_size, "size")
+
+
+def wish_options(command: F) -> F:
+    """Decorates a command with the options of a job's wishes (all but `--exclude`, which
+    names GPUs of one machine: pick's own)."""
+    options = (
+        click.option(
+            "-n",
+            "--gpus",
+            metavar="N",
+            type=Parsed(_gpu_count, "count"),
+            default=1,
+            show_default=True,
+            help=f"How many GPUs (1 to {MAX_GPU_COUNT}).",
+        ),
+        click.option(
+            "--min-free",
+            metavar="SIZE",
+            type=SIZE,
+            help="Only GPUs with at least SIZE free memory (8GiB, 500MB, ...; a unit is required).",
+        ),
+        click.option(
+            "--max-util",
+            metavar="PCT",
+            type=Parsed(_percent, "percentage"),
+            help="Only GPUs at most PCT% busy (0 to 100), now and, with the daemon running, "
+            "over the last minute.  [default: 5 without --mem or --allow-busy]",
+        ),
+        click.option(
+            "--max-used",
+            metavar="SIZE",
+            type=SIZE,
+            help="Only GPUs with at most SIZE memory in use (beyond the driver's reserve).  "
+            "[default: 1GiB without --mem or --allow-busy]",
+        ),
+        click.option(
+            "--allow-busy",
+            is_flag=True,
+            help="Take GPUs other jobs use as if free, ranked by free memory alone; "
+            "--max-util and --max-used still apply when given.",
+        ),
+        click.option(
+            "--mem",
+            metavar="SIZE",
+            type=Parsed(_declared_size, "size"),
+            help="Memory the job will use: share a GPU with others while all fit.  "
+            "[default: the GPU is the job's alone]",
+        ),
+        click.option(
+            "--strategy",
+            type=click.Choice([s.value for s in Strategy]),
+            default=Strategy.MOST_FREE.value,
+            show_default=True,
+            help="Ranking: most free memory, least busy, or the tightest fit (pack).",
+        ),
+        click.option(
+            "--mig",
+            metavar="PROFILE|any",
+            type=Parsed(check_mig, "profile"),
+            help="A MIG device of a MIG-enabled GPU instead of a whole GPU: of this profile "
+            "(1g.10gb, 3g.40gb, ...) or any.",
+        ),
+    )
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def wishes_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The wishes among a command's parameters, keyed by request field (`choices.WISHES`);
+    `exclude` is `None` where the command has no `--exclude`."""
+    return {field: values.get(flag.lstrip("-").replace("-", "_")) for field, _, flag in WISHES}

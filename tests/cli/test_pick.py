@@ -9,7 +9,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -429,14 +428,15 @@ class TestRunningCommands:
         wait_until(lambda: tickets() == 1, "B to queue", timeout_s=60, interval_s=0.02)
         third = group.start("--wait", *job("C"))
         wait_until(lambda: tickets() == 2, "C to queue", timeout_s=60, interval_s=0.02)
-        for name, process in (("A", first), ("B", second), ("C", third)):
+        for behind, name, process in ((2, "A", first), (1, "B", second), (0, "C", third)):
             wait_until(
                 lambda name=name: f"start {name}" in log.read_text(),
                 f"{name} to start",
                 timeout_s=60,
                 interval_s=0.02,
             )
-            time.sleep(0.3)  # room for a wrongly admitted job to show up in the log
+            # the jobs behind it are all still in line: none was let in beside it
+            assert tickets() == behind, log.read_text()
             go[name].touch()
             assert group.finish(process)[0] == 0
         assert log.read_text().split("\n")[:-1] == [

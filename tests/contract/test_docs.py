@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
-from gpuwatch.cli.group import _COMMANDS
+from gpuwatch.cli.group import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -66,7 +66,7 @@ def test_every_command_has_a_docs_section() -> None:
     headings = "\n".join(
         line for page in pages() if page != CLI_PAGE for line in page.read_text().splitlines()
     )
-    for name in _COMMANDS:
+    for name in COMMANDS:
         assert re.search(rf"^#+ .*`gpuwatch {name}`", headings, re.MULTILINE), (
             f"docs/ lacks a section for gpuwatch {name}"
         )
@@ -113,7 +113,7 @@ EXAMPLES = [
 def test_examples_use_commands_and_options_that_exist(
     source: Path, command: str, option: str
 ) -> None:
-    assert command in _COMMANDS, f"{source.name} shows gpuwatch {command}, which does not exist"
+    assert command in COMMANDS, f"{source.name} shows gpuwatch {command}, which does not exist"
     if option:
         pattern = rf"(?<![\w-]){re.escape(option)}(?![\w-])"
         assert re.search(pattern, help_of(command)), (

@@ -58,9 +58,19 @@ def test_pick_loads_no_heavy_library() -> None:
     statement = (
         "import os, tempfile\n"
         "os.environ['GPUWATCH_LEASE_DIR'] = tempfile.mkdtemp()\n"
-        "from gpuwatch.cli import run_reporting_errors\n"
-        "from gpuwatch.cli.pick import run_pick\n"
-        "assert run_reporting_errors(lambda: run_pick(['--sim', '4'])) == 0"
+        "from gpuwatch.cli import main\n"
+        "try:\n    main(['pick', '--sim', '4'])\n"
+        "except SystemExit as done:\n    assert done.code == 0, done.code\n"
+    )
+    assert loaded_after(statement).isdisjoint(HEAVY_FOR_COMMANDS)
+
+
+def test_where_loads_no_heavy_library() -> None:
+    # `gpuwatch where` is asked from scripts: it loads neither the screens nor the daemon.
+    statement = (
+        "from gpuwatch.cli import main\n"
+        "try:\n    main(['where', '--sim', '3', '-n', '1'])\n"
+        "except SystemExit as done:\n    assert done.code == 0, done.code\n"
     )
     assert loaded_after(statement).isdisjoint(HEAVY_FOR_COMMANDS)
 
@@ -163,21 +173,10 @@ def test_status_with_the_daemon_up_loads_no_driver_bindings_nor_heavy_library(
             loaded = modules_after(statement)
         finally:
             held.release()
-    # THEN it loads no driver bindings, no heavy library and no sampling loop
-    unused = {*HEAVY_FOR_COMMANDS, "gpuwatch.backends.nvml", "gpuwatch.sampling.poller"}
+    # THEN it loads no driver bindings and no heavy library
+    unused = {*HEAVY_FOR_COMMANDS, "gpuwatch.backends.nvml"}
     assert loaded & unused == set()
     assert "gpuwatch.backends.daemon_client" in loaded  # it did go through the daemon
-
-
-def test_a_one_shot_status_loads_no_sampling_loop() -> None:
-    statement = (
-        "from gpuwatch.cli import main\n"
-        "try:\n    main(['status', '--json', '--sim', '2'])\n"
-        "except SystemExit as done:\n    assert done.code == 0, done.code\n"
-        "import sys\n"
-        "assert 'gpuwatch.sampling.poller' not in sys.modules\n"
-    )
-    loaded_after(statement)
 
 
 def test_gpuwatch_torch_resolves_on_first_use_without_importing_torch() -> None:

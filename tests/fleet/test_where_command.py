@@ -142,7 +142,7 @@ def test_excluded_nodes_and_limit(fleet: list[str]) -> None:
         (["--prometheus", "ftp://prom:9090"], "give http(s)://HOST:PORT"),
         (["--nodes-file", "/nonexistent/nodes"], "/nonexistent/nodes"),
         (["--sim", "0"], "Invalid value for '--sim'"),
-        (["stray"], "unexpected argument 'stray'"),
+        (["stray"], "Got unexpected extra argument (stray)"),
         (["--no-such"], "No such option '--no-such'"),
     ],
     ids=["limit", "size-unit", "count", "url", "nodes-file", "sim", "stray", "unknown"],
