@@ -34,6 +34,7 @@ from pathlib import Path
 
 from gpuwatch.jobs.hostlist import HostlistError, expand_hostlist, in_hostlist
 from gpuwatch.jobs.slurm_config import ConfigLine, SlurmConfigError, read_config
+from gpuwatch.models import GpuSample
 
 _DETECTORS = ("nvml", "rsmi", "oneapi", "nrt", "nvidia")
 """slurmd's AutoDetect values that find GPUs themselves (matched as slurmd does: a
@@ -88,6 +89,18 @@ class GpuLayout:
         return nvml_order(self.slots, detected)
 
 
+def detected_gpus(gpus: Sequence[GpuSample]) -> tuple[DetectedGpu, ...] | None:
+    """The GPUs as slurmd's NVML detection finds them, in NVML's order; `None` where a
+    minor number is not known (then neither is slurmd's order)."""
+    ordered = sorted(gpus, key=lambda gpu: gpu.index)
+    if not ordered or any(gpu.minor_number is None for gpu in ordered):
+        return None
+    return tuple(
+        DetectedGpu(f"/dev/nvidia{gpu.minor_number}", slurm_type_of(gpu.name or ""))
+        for gpu in ordered
+    )
+
+
 def slurm_type_of(name: str) -> str:
     """The GPU type slurmd's NVML detection gives a model name (`NVIDIA A100-SXM4-40GB`:
     `nvidia_a100-sxm4-40gb`)."""
@@ -107,7 +120,7 @@ def gpu_layout(gres_conf: Path, slurm_conf: Path | None, node: str) -> GpuLayout
     records = _merge_slurm_conf(records, slurm_conf, node, source)
     if detector is None:
         if not any(slot.files for slot in records):
-            raise GresOrderUnknown(f"{source} names no GPU File= for node {node}")
+            raise GresOrderUnknown(f"{source} lists no GPU File= for node {node}")
         return GpuLayout(tuple(records), source=source)
     if detector != "nvml" or not records or not all(slot.files for slot in records):
         why = "names no GPU File=" if not any(s.files for s in records) else "is not NVML"
@@ -250,12 +263,14 @@ def _merge_slurm_conf(
 
 def _slurm_conf_gpus(slurm_conf: Path, node: str) -> list[tuple[str | None, int]] | None:
     """slurm.conf's GPUs for `node`: (type or `None`, count) in `Gres=`'s order; `None`
-    where slurm.conf cannot be read or does not define the node (then nothing is merged)."""
+    where slurm.conf cannot be read or defines no node at all (then nothing is merged).
+    `GresOrderUnknown` where it defines nodes, but not this one: Slurm calls this node
+    otherwise, and whatever is read for it would be another node's."""
     try:
         lines = read_config(slurm_conf, slurm_conf=slurm_conf)
     except SlurmConfigError:
         return None
-    default_gres = ""
+    default_gres, any_node = "", False
     for line in lines:
         if line.first_key != "nodename":
             continue
@@ -263,8 +278,15 @@ def _slurm_conf_gpus(slurm_conf: Path, node: str) -> list[tuple[str | None, int]
         gres = line.get("Gres")
         if names.lower() == "default":
             default_gres = gres if gres is not None else default_gres
-        elif in_hostlist(node, names):
+            continue
+        any_node = True
+        if in_hostlist(node, names):
             return _gpu_types(gres if gres is not None else default_gres)
+    if any_node:
+        raise GresOrderUnknown(
+            f"{slurm_conf} defines no node named {node}: Slurm knows this node by another "
+            "name (give the daemon --node-name, or set SLURMD_NODENAME)"
+        )
     return None
 
 

@@ -65,6 +65,9 @@ class SlurmCluster:
     oversubscribe: int = 1
     epilog: Path | None = None
     min_job_age_s: int = 2
+    gres_text: str | None = None
+    """gres.conf as given (`{dev}`: the cluster's device folder, `{node}`: its node);
+    `None`: one line naming the device files in `gpu_minors`' order."""
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -174,12 +177,15 @@ def start_cluster(
     *,
     epilog: Path | None = None,
     min_job_age_s: int = 2,
+    gres_conf: str | None = None,
 ) -> SlurmCluster:
     """Writes the configuration under `root` and starts munged, slurmctld and slurmd;
     returns once `sinfo` shows the node idle. Stops what it started if that fails.
 
     `epilog`: slurm.conf's `Epilog=`, run by slurmd as root when each job ends on the node;
-    `min_job_age_s`: how long scontrol still shows a job that ended."""
+    `min_job_age_s`: how long scontrol still shows a job that ended; `gres_conf`: the
+    text of gres.conf (`{dev}`: the folder of the device files, `{node}`: the node), where
+    it is not one line naming `gpu_minors` in order."""
     cluster = SlurmCluster(
         root=root,
         node=socket.gethostname().split(".")[0],
@@ -187,6 +193,7 @@ def start_cluster(
         oversubscribe=oversubscribe,
         epilog=epilog,
         min_job_age_s=min_job_age_s,
+        gres_text=gres_conf,
     )
     try:
         _write_files(cluster)
@@ -207,7 +214,8 @@ def _write_files(cluster: SlurmCluster) -> None:
     for path, minor in zip(cluster.device_files, cluster.gpu_minors, strict=True):
         os.mknod(path, 0o600 | 0o020000, os.makedev(NVIDIA_MAJOR, minor))
     files = ",".join(str(path) for path in cluster.device_files)
-    cluster.gres_conf.write_text(f"AutoDetect=off\nName=gpu File={files}\n")
+    text = cluster.gres_text or "AutoDetect=off\nName=gpu File={files}\n"
+    cluster.gres_conf.write_text(text.format(files=files, dev=root / "dev", node=cluster.node))
     cluster.conf.write_text(_slurm_conf(cluster))
     key = root / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
