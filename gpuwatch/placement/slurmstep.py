@@ -128,7 +128,7 @@ def slurm_step(environ: Mapping[str, str], openable: Openable | None = None) -> 
         return SlurmStep(variable, value, tuple(indices), None, str(error))
     if beyond := [index for index in indices if index >= len(layout.slots)]:
         raise VisibleDevicesError(
-            f"{variable}={value}: {path} lists only {len(layout.slots)} GPUs for node {node}, "
+            f"{variable}={value}: {path} lists only {len(layout.slots)} GPU File= for node {node}, "
             f"so GRES index {beyond[0]} names no GPU; {_OFF}"
         )
     return SlurmStep(variable, value, tuple(indices), layout)
@@ -268,6 +268,8 @@ def _indices_in_step(
     that can be told (on a node of mixed models CUDA's order cannot: nothing is said)."""
     said = f"{VARIABLE}={','.join(indices)}"
     theirs = f"this step's {_described(ours, gpus)}, which {step.said} names"
+    if step.layout is not None:
+        theirs += f" ({', '.join(step.files_among(gpus))})"
     if any(int(entry) >= len(gpus) for entry in indices):
         return None, f"{said} names no GPU here, not {theirs}; choosing among the step's GPUs"
     try:

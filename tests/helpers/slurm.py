@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuwatch.jobs import SlurmJobs
+from tests.helpers.wait import wait_until
 
 NVIDIA_MAJOR = 195
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -104,35 +105,32 @@ class SlurmCluster:
         out = self.run("sbatch", "--parsable", output, *options, "--wrap", wrap).stdout
         return out.strip().split(";")[0]
 
+    def queued(self, *states: str) -> set[str]:
+        """The ids of the jobs squeue shows (in `states`, by default pending or running)."""
+        chosen = ["-t", ",".join(states)] if states else []
+        return set(self.run("squeue", "-h", *chosen, "-o", "%i").stdout.split())
+
     def wait_running(self, job_ids: Sequence[str], timeout_s: float = 60.0) -> None:
-        """Waits until every job is RUNNING; raises with squeue's view if not."""
-        deadline = time.monotonic() + timeout_s
+        """Waits until every job is RUNNING."""
         wanted = set(job_ids)
-        while True:
-            out = self.run("squeue", "-h", "-t", "R", "-o", "%i").stdout
-            if wanted <= set(out.split()):
-                return
-            if time.monotonic() > deadline:
-                view = self.run("squeue", "-o", "%i %T %r").stdout
-                raise TimeoutError(f"jobs {sorted(wanted)} not all running:\n{view}")
-            time.sleep(0.2)
+        wait_until(
+            lambda: wanted <= self.queued("R"),
+            f"jobs {sorted(wanted)} running",
+            timeout_s=timeout_s,
+        )
 
     def wait_gone(self, job_ids: Sequence[str], timeout_s: float = 60.0) -> None:
         """Waits until no job of `job_ids` is pending or running."""
-        deadline = time.monotonic() + timeout_s
-        while set(self.run("squeue", "-h", "-o", "%i").stdout.split()) & set(job_ids):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"jobs {list(job_ids)} still queued")
-            time.sleep(0.2)
+        wait_until(
+            lambda: not self.queued() & set(job_ids),
+            f"jobs {list(job_ids)} gone from the queue",
+            timeout_s=timeout_s,
+        )
 
     def cancel_all(self) -> None:
         """Cancels every job and waits until none is left."""
         self.run("scancel", "--user", "root")
-        deadline = time.monotonic() + 30
-        while self.run("squeue", "-h", "-o", "%i").stdout.strip():
-            if time.monotonic() > deadline:
-                raise TimeoutError("jobs still queued 30 s after scancel")
-            time.sleep(0.2)
+        wait_until(lambda: not self.queued(), "no job queued after scancel")
 
     def stop(self, name: str) -> None:
         """Stops one daemon (`slurmctld`, `slurmd`, `munged`) and waits for it."""
@@ -374,10 +372,7 @@ def slurm_reader(cluster: SlurmCluster, **settings: float) -> SlurmJobs:
 def job_env(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
     """The environment the job's script ran with (it wrote `env -0` to a file)."""
     path = cluster.root / f"env-{job_id}"
-    deadline = time.monotonic() + 30
-    while not path.exists() or not path.read_bytes().endswith(b"\0"):
-        assert time.monotonic() < deadline, f"job {job_id} wrote no environment"
-        time.sleep(0.1)
+    wait_until(lambda: path.read_bytes().endswith(b"\0"), f"job {job_id}'s environment")
     entries = path.read_bytes().decode().split("\0")
     return dict(entry.split("=", 1) for entry in entries if "=" in entry)
 
