@@ -14,11 +14,11 @@ import stat
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.fleet.exposition import Sample, parse_exposition
-from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all_digested
+from gpuwatch.fleet.fetch import Answer, Budget, HttpOptions, Request, fetch_all
 from gpuwatch.fleet.series import (
     NO_GPU_METRICS,
     PREFIXES,
@@ -152,26 +152,29 @@ class ScrapeSource:
     def read(self) -> FleetState:
         """Every node now; one that cannot be read is down with why."""
         # Each node's text is parsed in its own thread as it comes: the nodes that answer
-        # are ready when the last one times out.
-        found = get_all_digested(
-            [target.url for target in self.targets],
+        # are ready when the last one times out. Each node may send `max_bytes`.
+        budget = Budget(
+            self.timeout_s, self.max_bytes * len(self.targets), answer_bytes=self.max_bytes
+        )
+        found = fetch_all(
+            [Request(target.url) for target in self.targets],
             options=self.options,
-            timeout_s=self.timeout_s,
-            max_bytes=self.max_bytes,
+            budget=budget,
+            then=_parsed,
             headers={"Accept": "text/plain;version=0.0.4"},
-            digest=_samples,
         )
         now = self._clock()
         states = [self._state(t, a, s, now) for t, (a, s) in zip(self.targets, found, strict=True)]
         return FleetState(taken_at=now, source=self.description, nodes=merged(states))
 
-    def _state(self, target: Target, answer: Answer, parsed: object, now: float) -> NodeState:
+    def _state(
+        self, target: Target, answer: Answer, samples: list[Sample], now: float
+    ) -> NodeState:
         down = safe_name(target.label)
         if answer.error is not None:
             return NodeState(down, up=False, snapshot=None, error=answer.error)
         if answer.status != 200:
             return NodeState(down, up=False, snapshot=None, error=_status(answer.status))
-        samples = parsed if isinstance(parsed, list) else _samples(answer)
         if exporter_of(samples) is None:
             return NodeState(down, up=False, snapshot=None, error=NO_GPU_METRICS)
         return target_state(
@@ -186,10 +189,12 @@ class ScrapeSource:
         """Nothing stays open between reads."""
 
 
-def _samples(answer: Answer) -> list[Sample]:
+def _parsed(answer: Answer) -> tuple[Answer, list[Sample]]:
+    """The answer, less its body, and the samples of the families the fleet reads."""
     if answer.error is not None or answer.status != 200:
-        return []
-    return list(parse_exposition(answer.body.decode("utf-8", errors="replace"), PREFIXES))
+        return answer, []
+    text = answer.body.decode("utf-8", errors="replace")
+    return replace(answer, body=b""), list(parse_exposition(text, PREFIXES))
 
 
 def _status(status: int | None) -> str:

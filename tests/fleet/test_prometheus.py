@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.parse
 from dataclasses import replace
 
 import pytest
@@ -15,7 +14,6 @@ from gpuwatch.choices import Strategy
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import parse_exposition
-from gpuwatch.fleet.promapi import form_quoted
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
 from gpuwatch.models import Exporter, FleetState
@@ -491,17 +489,3 @@ def test_a_daemon_that_exports_no_figures_has_the_table_read_gpu_by_gpu() -> Non
             "gpu-node-01",
             "gpu-node-02",
         ]
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        'max by (job, instance) (gpuwatch_node_gpus{instance=~"gpu\\\\.01:9400|gpu-02"})',
-        "a b+c&d=e%f/g?h#i;j'k\"l~m_n.o-p",
-        "".join(map(chr, range(128))),
-        "nœud-ünïcode 東京",
-    ],
-    ids=["narrowed", "specials", "ascii", "unicode"],
-)
-def test_a_query_is_quoted_as_the_standard_library_quotes_a_form(text: str) -> None:
-    assert form_quoted(text) == urllib.parse.quote_plus(text)
