@@ -8,9 +8,7 @@ down, with why, and never delays the others beyond its own timeout.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -37,7 +35,6 @@ DEFAULT_MAX_BYTES = 8 << 20
 DEFAULT_STALE_AFTER_S = 15.0
 """A daemon's snapshot older than this is stale: fifteen samples at its default 1s interval,
 three at a 5s one; only a daemon whose sampling stalled falls that far behind."""
-MAX_NODES_FILE_BYTES = 1 << 20
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
@@ -81,43 +78,6 @@ def parse_target(text: str, *, https: bool = False) -> Target:
     query = f"?{parts.query}" if parts.query else ""
     label = text
     return Target(f"{parts.scheme}://{host}:{port}{path}{query}", host.strip("[]"), label)
-
-
-def read_nodes_file(path: str, *, https: bool = False) -> list[Target]:
-    """The nodes named in the file at `path`: one per line, `#` comments and blank lines
-    skipped. A line that is not a node is an error naming `path:LINE`."""
-    text = _read_text(path)
-    targets = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        entry = line.split("#", 1)[0].strip()
-        if not entry:
-            continue
-        try:
-            targets.append(parse_target(entry, https=https))
-        except InvalidValueError as error:
-            raise InvalidValueError(f"{safe_name(path)}:{number}: {error}") from None
-    if not targets:
-        raise InvalidValueError(f"{safe_name(path)}: names no node; write one HOST[:PORT] a line")
-    return targets
-
-
-def _read_text(path: str) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        raise InvalidValueError(f"nodes file {safe_name(path)}: {error.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidValueError(f"nodes file {safe_name(path)}: not a regular file")
-        data = os.read(fd, MAX_NODES_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_NODES_FILE_BYTES:
-        raise InvalidValueError(f"nodes file {safe_name(path)}: larger than 1MiB")
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        raise InvalidValueError(f"nodes file {safe_name(path)}: not UTF-8 text") from None
 
 
 class ScrapeSource:

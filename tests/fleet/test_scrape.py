@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.fleet.scrape import ScrapeSource, parse_target, read_nodes_file
+from gpuwatch.fleet.config import read_nodes_file
+from gpuwatch.fleet.scrape import ScrapeSource, parse_target
 from gpuwatch.models import Exporter, FleetState
 from tests.helpers.daemon import running_daemon
 from tests.helpers.fleet.servers import Reply, always, fixture, hanging, refusing, serving
