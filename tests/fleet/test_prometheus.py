@@ -21,6 +21,7 @@ from gpuwatch.placement.rules import needed_bytes
 from gpuwatch.placement.where import where
 from gpuwatch.request import Request
 from gpuwatch.tui.fleet_rows import build_rows
+from tests.helpers.fleet.endpoints import Endpoint
 from tests.helpers.fleet.fakeprom import (
     NOW,
     FakePrometheus,
@@ -28,7 +29,7 @@ from tests.helpers.fleet.fakeprom import (
     with_node_figures,
     with_verdicts,
 )
-from tests.helpers.fleet.servers import Reply, always, fixture, refusing, serving
+from tests.helpers.fleet.servers import Reply, always, fixture, serving
 
 DCGM = fixture("dcgm_node.prom").decode()
 SMI = fixture("nvidia_smi_node.prom").decode()
@@ -146,8 +147,8 @@ def test_a_server_that_is_not_prometheus_is_one_clear_line(reply: Reply, says: s
     assert message.isprintable()
 
 
-def test_a_refused_connection_is_one_clear_line() -> None:
-    url = f"http://{refusing()}"
+def test_a_refused_connection_is_one_clear_line(refusing_endpoint: Endpoint) -> None:
+    url = f"http://{refusing_endpoint.address}"
     with pytest.raises(SourceError, match="connection refused"):
         PrometheusSource(url, timeout_s=1.0).read()
 

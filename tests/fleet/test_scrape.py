@@ -3,7 +3,6 @@ hangs, refuses, drips or sends the wrong thing is down with why, and never hides
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -14,7 +13,9 @@ from gpuwatch.fleet.config import read_nodes_file
 from gpuwatch.fleet.scrape import ScrapeSource, parse_target
 from gpuwatch.models import Exporter, FleetState
 from tests.helpers.daemon import running_daemon
-from tests.helpers.fleet.servers import Reply, always, fixture, hanging, refusing, serving
+from tests.helpers.fleet.endpoints import Endpoint, hanging
+from tests.helpers.fleet.net import free_port
+from tests.helpers.fleet.servers import Reply, always, fixture, serving
 
 DCGM = Reply(fixture("dcgm_node.prom"))
 
@@ -109,7 +110,7 @@ def read(*targets: str, timeout_s: float = 2.0, **options: float) -> FleetState:
 
 def test_a_real_daemon_scraped_is_a_node_up_with_its_gpus(tmp_path: Path) -> None:
     # GIVEN a gpuwatch daemon serving /metrics on loopback
-    port = _free_port()
+    port = free_port()
     with running_daemon(tmp_path, "--listen", f"127.0.0.1:{port}"):
         # WHEN it is scraped
         fleet = read(f"127.0.0.1:{port}")
@@ -145,8 +146,8 @@ def test_a_node_that_answers_wrong_is_down_and_the_others_are_not(reply: Reply, 
     assert broken.error is not None and error in broken.error
 
 
-def test_a_refused_node_is_down_with_why() -> None:
-    target = refusing()
+def test_a_refused_node_is_down_with_why(refusing_endpoint: Endpoint) -> None:
+    target = refusing_endpoint.address
     (node,) = read(target).nodes
     assert (node.name, node.up, node.error) == (target, False, "connection refused")
 
@@ -164,7 +165,7 @@ def test_twenty_nodes_some_hung_some_dripping_answer_within_one_timeout() -> Non
 
     with serving(route) as base, hanging() as h1, hanging() as h2, hanging() as h3:
         targets = [f"{base}/node{i:02}/metrics" for i in range(14)]
-        targets += [h1, h2, h3] + [f"{base}/drip{i}/metrics" for i in range(3)]
+        targets += [h.address for h in (h1, h2, h3)] + [f"{base}/drip{i}/metrics" for i in range(3)]
         # WHEN all are read
         started = time.monotonic()
         fleet = read(*targets, timeout_s=timeout_s)
@@ -175,9 +176,3 @@ def test_twenty_nodes_some_hung_some_dripping_answer_within_one_timeout() -> Non
     assert up == [f"node{i:02}" for i in range(14)]
     down = [node for node in fleet.nodes if not node.up]
     assert len(down) == 6 and all(node.error for node in down)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
