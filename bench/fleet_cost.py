@@ -33,7 +33,7 @@ Prometheus runs on this machine too, so every figure carries its load.
 
 Run: python bench/fleet_cost.py [--sizes 100,500,1000] [--where-at 500] [--runs 11]
                                 [--scrape-interval 5] [--timeout 2] [--cpu-seconds 30]
-                                [--baseline VENV] [--only-direct]
+                                [--baseline VENV] [--parts abcde]
 (`--baseline VENV` times that environment's `gpuwatch where` in the same runs, for a
 before-and-after.) Bytecode is written under a temporary PYTHONPYCACHEPREFIX,
 as an installed gpuwatch has it, even where PYTHONDONTWRITEBYTECODE is set.
@@ -285,7 +285,7 @@ def main() -> None:
     parser.add_argument(
         "--baseline", type=Path, metavar="VENV", help="also time this environment's where"
     )
-    parser.add_argument("--only-direct", action="store_true", help="(d) only: no Prometheus")
+    parser.add_argument("--parts", default="abcde", help="which figures, e.g. abd (default: all)")
     args = parser.parse_args()
     # As installed (pip compiles the bytecode): where PYTHONDONTWRITEBYTECODE is set, each
     # gpuwatch process would compile the package anew, which no user's does.
@@ -296,8 +296,9 @@ def main() -> None:
     rows = []
     others = {"dcgm": OTHER_EXPORTERS, "smi": OTHER_EXPORTERS}
     with serving_nodes(max(*sizes, 90), gpus=8, hang=5, refuse=5, **others) as fleet:
-        scrape_directly(fleet, args.timeout, args.runs, args.baseline)
-        if args.only_direct:
+        if "d" in args.parts:
+            scrape_directly(fleet, args.timeout, args.runs, args.baseline)
+        if not set(args.parts) & set("abce"):
             return
         with (
             tempfile.TemporaryDirectory(prefix="fleet-cost-") as home,
@@ -307,13 +308,16 @@ def main() -> None:
         ):
             for nodes in sizes:
                 load(prometheus, fleet, nodes)
-                if nodes == args.where_at:
+                if nodes == args.where_at and set(args.parts) & set("ab"):
                     compare_where(prometheus.url, args.runs, args.baseline)
+                if nodes == args.where_at and "e" in args.parts:
                     screen = {"evaluated": raw_proxy.url, "recorded": proxy.url}
                     screen_cpu(screen, 2.0, args.cpu_seconds)
                 for mode, via in (("gpus", proxy), ("evaluated", raw_proxy), ("recorded", proxy)):
-                    rows.append(refresh_cost(via, nodes, args.refreshes, mode, args.interval))
-    print_table(rows)
+                    if "c" in args.parts:
+                        rows.append(refresh_cost(via, nodes, args.refreshes, mode, args.interval))
+    if rows:
+        print_table(rows)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@ hangs, refuses, drips or sends the wrong thing is down with why, and never hides
 
 from __future__ import annotations
 
+import gzip
 import time
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.fleet import fetch
 from gpuwatch.fleet.config import read_nodes_file
 from gpuwatch.fleet.scrape import ScrapeSource, parse_target
 from gpuwatch.models import Exporter, FleetState
@@ -18,6 +20,7 @@ from tests.helpers.fleet.net import free_port
 from tests.helpers.fleet.servers import Reply, always, fixture, serving
 
 DCGM = Reply(fixture("dcgm_node.prom"))
+GZIP = {"Content-Encoding": "gzip"}
 
 
 @pytest.mark.parametrize(
@@ -133,8 +136,10 @@ def test_a_real_daemon_scraped_is_a_node_up_with_its_gpus(tmp_path: Path) -> Non
         (Reply(b"", status=401), "credentials"),
         (Reply(b"x" * 10_000, drip_s=0.01), "within"),
         (Reply(b"", endless_bytes=200 << 20), "too large"),
+        (Reply(gzip.compress(b"0" * (20 << 20)), headers=GZIP), "too large"),
+        (Reply(b"not gzip at all", headers=GZIP), "gzip"),
     ],
-    ids=["html", "404", "401", "slow-drip", "huge-body"],
+    ids=["html", "404", "401", "slow-drip", "huge-body", "gzip-bomb", "not-gzip"],
 )
 def test_a_node_that_answers_wrong_is_down_and_the_others_are_not(reply: Reply, error: str) -> None:
     with serving(always(DCGM)) as good, serving(always(reply)) as bad:
@@ -144,6 +149,28 @@ def test_a_node_that_answers_wrong_is_down_and_the_others_are_not(reply: Reply, 
     broken = by_name[bad]
     assert broken.up is False and broken.snapshot is None
     assert broken.error is not None and error in broken.error
+
+
+def test_a_gzipped_answer_is_read_as_its_text() -> None:
+    # GIVEN a node that answers gzipped, as exporters do when asked
+    with serving(always(Reply(gzip.compress(DCGM.body), headers=GZIP))) as url:
+        # WHEN it is read THEN it is up with its GPUs
+        (node,) = read(f"{url}/metrics").nodes
+    assert node.up and node.snapshot is not None and len(node.snapshot.gpus) == 2
+
+
+def test_more_nodes_than_threads_are_all_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN five nodes and requests that may run two at a time
+    monkeypatch.setattr(fetch, "MAX_THREADS", 2)
+
+    def route(path: str, headers: dict[str, str]) -> Reply:
+        name = path.split("/")[1]
+        return Reply(fixture("dcgm_node.prom").replace(b"dgx-a100-03", name.encode()))
+
+    with serving(route) as base:
+        # WHEN they are read THEN every one is up
+        fleet = read(*(f"{base}/node{n}/metrics" for n in range(5)))
+    assert [(node.name, node.up) for node in fleet.nodes] == [(f"node{n}", True) for n in range(5)]
 
 
 def test_a_refused_node_is_down_with_why(refusing_endpoint: Endpoint) -> None:
