@@ -5,10 +5,11 @@ house's 20 % of the figure it touches: a direct read of a fleet (`ScrapeSource.r
 `gpuwatch where --node`, `fleet --once`). Measured side by side (`bench/fleet_cost.py`
 (d), runs interleaved, a 2-core machine shared with other work), 100 nodes all answering
 (80 gpuwatch daemons of 8 GPUs, 10 dcgm-exporters, 10 nvidia_gpu_exporters, their recorded
-output): 0.79 s with this parser, 1.88 s with the library's (+138 %). The library builds a
-family object for every line and parses labels a character at a time; this reads only the
-lines whose name the fleet maps, labels by one regular expression. (Where 5 nodes hang,
-both read in the 2 s timeout: each node is parsed in its thread while they are awaited.)
+output): 0.72 to 1.02 s with this parser, 1.70 to 2.02 s with the library's (+98 % to
++144 %, four runs). The library builds a family object for every line and scans labels a
+character at a time; this reads only the lines whose name the fleet maps, labels by one
+regular expression. (Where 5 nodes hang, both read within the 2 s timeout: each node is
+parsed in its thread while the others are awaited.)
 What it does not understand it skips: a node's answer is input, not an error of ours.
 """
 
