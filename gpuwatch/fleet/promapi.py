@@ -25,7 +25,7 @@ MAX_GET_URL_CHARS = 4000
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One series of a vector (one point) or of a matrix (many), as the API returns it."""
+    """One series of a range query's matrix, as the API returns it."""
 
     labels: dict[str, str]
     values: list[tuple[float, float]]
@@ -94,7 +94,7 @@ class PromClient:
         data = self._data(self._get([("query_range", params)], budget)[0])
         if data.get("resultType") != "matrix":
             raise self._error("answers a range query without a matrix")
-        return [p for item in _list(data.get("result")) if (p := _series(item, "values"))]
+        return [p for item in _list(data.get("result")) if (p := _series(item))]
 
     def _get(
         self, calls: Sequence[tuple[str, dict[str, str]]], budget: Budget | None
@@ -163,15 +163,11 @@ def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _series(item: object, key: str) -> Point | None:
-    """One result entry, or `None` when it is not the API's shape."""
+def _series(item: object) -> Point | None:
+    """One series of a matrix, or `None` when it is not the API's shape."""
     if type(item) is not dict or type(metric := item.get("metric")) is not dict:
         return None
-    if key == "value":
-        pair = _pair(item.get(key))
-        values = [pair] if pair is not None else []
-    else:
-        values = [pair for entry in _list(item.get(key)) if (pair := _pair(entry)) is not None]
+    values = [pair for entry in _list(item.get("values")) if (pair := _pair(entry)) is not None]
     # JSON keys are always texts; a value that is not one is dropped.
     if not all(type(value) is str for value in metric.values()):
         metric = {k: v for k, v in metric.items() if type(v) is str}
