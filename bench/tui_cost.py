@@ -174,9 +174,9 @@ def memory_over_hours() -> list[tuple[int, float, int, str]]:
     import psutil
 
     from gpuwatch.backends import open_backend
-    from gpuwatch.tui.app import GpuwatchApp
-    from gpuwatch.tui.frames import LocalSource
-    from gpuwatch.tui.widgets import ProcessTable
+    from gpuwatch.tui.node.app import GpuwatchApp
+    from gpuwatch.tui.node.sources import LocalSource
+    from gpuwatch.tui.node.widgets import ProcessTable
 
     churn = Churn(Path(os.environ["FAKENVML_SCENARIO"]))
     os.environ["FAKENVML_SCENARIO"] = str(churn.path)  # read by nvmlInit, below

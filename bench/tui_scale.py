@@ -21,9 +21,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gpuwatch.models import GpuSample, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.frames import Frame, Source
-from gpuwatch.tui.widgets import ProcessTable
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.sources import Frame, Source
+from gpuwatch.tui.node.widgets import ProcessTable
 
 SIZE = (160, 48)
 GIB = 1 << 30

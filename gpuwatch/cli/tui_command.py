@@ -61,7 +61,7 @@ def tui(
       gpuwatch tui --sim 8              # a simulated 8-GPU node
       gpuwatch tui --host node7 --host alice@node8 --readonly
     """
-    from gpuwatch.tui.frames import LocalSource, RemoteSource, Source
+    from gpuwatch.tui.node.sources import LocalSource, RemoteSource, Source
 
     sources: list[Source]
     if hosts:
@@ -77,8 +77,8 @@ def tui(
         sources = [
             LocalSource(opened, LeaseDir.read_only(), training=reports_for_this_machine, jobs=jobs)
         ]
-    from gpuwatch.tui.app import GpuwatchApp
-    from gpuwatch.tui.widgets import TrainingPanel
+    from gpuwatch.tui.node.app import GpuwatchApp
+    from gpuwatch.tui.node.widgets import TrainingPanel
 
     panels = [] if hosts else [TrainingPanel()]  # training reports are this machine's own
     app = GpuwatchApp(

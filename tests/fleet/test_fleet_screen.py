@@ -21,9 +21,9 @@ from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.errors import SourceError
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.models import FleetState, NodeState
-from gpuwatch.tui.fleet_app import FleetApp
-from gpuwatch.tui.fleet_screens import NodeScreen, UsersScreen
-from gpuwatch.tui.fleet_widgets import FleetTable
+from gpuwatch.tui.common.table import FleetTable
+from gpuwatch.tui.fleet.app import FleetApp
+from gpuwatch.tui.fleet.screens import NodeScreen, UsersScreen
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.fleet.daemons import SimNode
 from tests.helpers.fleet.prometheus import StartDaemons, StartPrometheus, Target
@@ -312,7 +312,7 @@ def test_users_view(snap_compare: SnapCompare) -> None:
 def test_the_guides_key_table_lists_every_key() -> None:
     from pathlib import Path
 
-    from gpuwatch.tui.fleet_screens import FLEET_KEYS
+    from gpuwatch.tui.fleet.screens import FLEET_KEYS
 
     guide = Path(__file__).resolve().parents[2] / "docs" / "guide" / "fleet-screen.md"
     table = guide.read_text().split("| key | does |", 1)[1].split("\n\n", 1)[0]

@@ -12,10 +12,10 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.keys import KEYS
-from gpuwatch.tui.screens import ConfirmScreen, DetailScreen, HelpScreen
-from gpuwatch.tui.widgets import ProcessTable, SectionView
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.keys import KEYS
+from gpuwatch.tui.node.screens import ConfirmScreen, DetailScreen, HelpScreen
+from gpuwatch.tui.node.widgets import ProcessTable, SectionView
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.tui import HungSource, QuietSource, fed_app, frame, gpu, process, sim_source
 from tests.helpers.wait import wait_until, wait_until_async
@@ -347,7 +347,7 @@ def test_several_hosts_get_a_section_each_and_a_host_column(
     import shutil
     import stat
 
-    from gpuwatch.tui.frames import RemoteSource
+    from gpuwatch.tui.node.sources import RemoteSource
     from tests.helpers.ssh import STAND_IN_SSH
 
     bin_dir = tmp_path / "bin"
@@ -379,8 +379,8 @@ def test_several_hosts_get_a_section_each_and_a_host_column(
 
 def test_an_added_panel_is_shown_and_handed_every_frame() -> None:
     # GIVEN a panel such as the training panel another part of gpuwatch adds
-    from gpuwatch.tui.state import ScreenState
-    from gpuwatch.tui.widgets import Panel
+    from gpuwatch.tui.common.section import ScreenState
+    from gpuwatch.tui.node.widgets import Panel
 
     class Counting(Panel):
         frames = 0
@@ -430,7 +430,7 @@ def test_mig_devices_sit_under_their_gpu_and_name_where_processes_run() -> None:
 def test_with_the_daemon_the_graphs_are_full_from_the_first_frame(tmp_path: Path) -> None:
     # GIVEN a daemon that has sampled for a while (3 GPUs at a constant 40%)
     from gpuwatch.backends.daemon_client import DaemonBackend
-    from gpuwatch.tui.frames import LocalSource
+    from gpuwatch.tui.node.sources import LocalSource
     from tests.helpers.daemon import get_json, running_daemon
 
     with running_daemon(tmp_path) as (_, socket_path, _):
@@ -457,8 +457,8 @@ def test_with_the_daemon_the_graphs_are_full_from_the_first_frame(tmp_path: Path
 
 
 def test_as_root_the_confirmation_warns_that_anyones_job_can_stop() -> None:
-    from gpuwatch.tui.screens import confirm_text
-    from gpuwatch.tui.signals import Plan, Target
+    from gpuwatch.tui.node.screens import confirm_text
+    from gpuwatch.tui.node.signals import Plan, Target
 
     plan = Plan((Target(7, "bob", "python train.py", None),), (), as_root=True)
     shown = "".join(text for text, _ in confirm_text("SIGKILL", plan))
@@ -470,7 +470,7 @@ def test_shift_t_shows_the_tree_and_asks_the_source_for_parents() -> None:
     # GIVEN two ranks of one launcher, with their parents known
     from dataclasses import replace
 
-    from gpuwatch.tui.frames import Ancestor
+    from gpuwatch.tui.node.sources import Ancestor
 
     source = QuietSource()
     source.tree = False  # type: ignore[attr-defined]

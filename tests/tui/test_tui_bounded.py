@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.widgets import ProcessTable
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.widgets import ProcessTable
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.tui import fed_app, frame, gpu, lease, process, waiter
 

@@ -14,12 +14,12 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs.job_table import Job, JobTable, NodeJobs
 from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S
 from gpuwatch.sampling.node_jobs import JobsReader
-from gpuwatch.tui import render
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.frames import Frame, LocalSource
-from gpuwatch.tui.rows import RowFilter, build_rows, columns_for
-from gpuwatch.tui.state import Section
-from gpuwatch.tui.widgets import ProcessTable
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.section import Section
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.rows import RowFilter, build_rows, columns_for
+from gpuwatch.tui.node.sources import Frame, LocalSource
+from gpuwatch.tui.node.widgets import ProcessTable
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.tui import HOST, QuietSource, slurm_jobs
 

@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 
 from gpuwatch.backends.daemon_client import parse_series
 from gpuwatch.models import GpuSample
-from gpuwatch.tui import render, signals
-from gpuwatch.tui.layout import choose_layout
-from gpuwatch.tui.rows import BY_KEY, RowFilter, build_rows, cell_text, columns_for, sort_rows
-from gpuwatch.tui.state import ScreenState
-from gpuwatch.tui.trends import IdleClock, Series
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.layout import choose_layout
+from gpuwatch.tui.common.section import ScreenState
+from gpuwatch.tui.common.trends import IdleClock, Series
+from gpuwatch.tui.node import signals
+from gpuwatch.tui.node.rows import BY_KEY, RowFilter, build_rows, cell_text, columns_for, sort_rows
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.imports import HEAVY, loaded_after
 from tests.helpers.tui import GIB, frame, gpu, lease, process, waiter
@@ -319,14 +320,14 @@ def test_state_stays_bounded_over_an_hour_of_samples() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "gpuwatch.tui.render",
-        "gpuwatch.tui.rows",
-        "gpuwatch.tui.state",
-        "gpuwatch.tui.layout",
-        "gpuwatch.tui.signals",
-        "gpuwatch.tui.frames",
-        "gpuwatch.tui.keys",
-        "gpuwatch.tui.training_panel",
+        "gpuwatch.tui.common.render",
+        "gpuwatch.tui.node.rows",
+        "gpuwatch.tui.common.section",
+        "gpuwatch.tui.common.layout",
+        "gpuwatch.tui.node.signals",
+        "gpuwatch.tui.node.sources",
+        "gpuwatch.tui.node.keys",
+        "gpuwatch.tui.node.training",
     ],
 )
 def test_the_tui_logic_imports_no_textual(module: str) -> None:
@@ -453,8 +454,8 @@ def test_cells_never_exceed_the_bar(total: int, parts: list[float]) -> None:
 
 def test_the_tree_puts_ranks_under_their_launcher_and_starts_where_it_branches() -> None:
     # GIVEN two ranks started by torchrun (from a shell under sshd), and an unrelated job
-    from gpuwatch.tui.frames import Ancestor
-    from gpuwatch.tui.tree import tree_order
+    from gpuwatch.tui.node.sources import Ancestor
+    from gpuwatch.tui.node.tree import tree_order
 
     ancestors = {
         a.pid: a
@@ -485,8 +486,8 @@ def test_the_tree_puts_ranks_under_their_launcher_and_starts_where_it_branches()
 
 
 def test_a_forged_parent_loop_still_ends() -> None:
-    from gpuwatch.tui.frames import Ancestor
-    from gpuwatch.tui.tree import tree_order
+    from gpuwatch.tui.node.sources import Ancestor
+    from gpuwatch.tui.node.tree import tree_order
 
     ancestors = {7: Ancestor(7, 8, None, "a"), 8: Ancestor(8, 7, None, "b")}
     rows = build_rows(frame([gpu(0)], [process(7, 0)]), {}, FROZEN_TIME, 600)
@@ -494,7 +495,7 @@ def test_a_forged_parent_loop_still_ends() -> None:
 
 
 def test_ancestors_are_read_from_proc_up_to_init() -> None:
-    from gpuwatch.tui.frames import read_ancestors
+    from gpuwatch.tui.node.sources import read_ancestors
 
     found = {a.pid: a for a in read_ancestors({os.getpid()})}
     assert found[os.getpid()].ppid == os.getppid()
@@ -532,7 +533,7 @@ def test_a_gpu_idle_24_s_after_the_wall_clock_jumps_a_day_is_idle_24_s() -> None
 
 def test_help_lines_too_long_go_on_under_their_description() -> None:
     # GIVEN the help at the width of an 80-column terminal's box
-    from gpuwatch.tui.screens import HELP_WIDTH, help_text
+    from gpuwatch.tui.node.screens import HELP_WIDTH, help_text
 
     text = "".join(part for part, _ in help_text(readonly=False, width=HELP_WIDTH))
     lines = text.splitlines()
@@ -547,13 +548,13 @@ def test_help_lines_too_long_go_on_under_their_description() -> None:
 
 
 def test_every_column_title_has_room_for_the_sort_arrow() -> None:
-    from gpuwatch.tui.rows import COLUMNS
+    from gpuwatch.tui.node.rows import COLUMNS
 
     assert all(c.width >= len(c.title) + 2 for c in COLUMNS if c.key != "command")
 
 
 def test_sizes_read_as_gpuwatch_status_writes_them() -> None:
-    from gpuwatch.tui import render
+    from gpuwatch.tui.common import render
     from gpuwatch.units import format_size
 
     for num_bytes in (1000 << 20, 512 << 20, int(61.5 * GIB), 3 << 40):
@@ -563,7 +564,7 @@ def test_sizes_read_as_gpuwatch_status_writes_them() -> None:
 
 @pytest.mark.parametrize("width", [40, 60, 80, 100, 160])
 def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None:
-    from gpuwatch.tui.widgets import _header, fit_parts
+    from gpuwatch.tui.node.widgets import _header, fit_parts
 
     state = ScreenState(["sim-node"], 1.0)
     state.apply(0, frame([gpu(0)], waiters=[waiter(9)], source="sim-node"), 0.0)
@@ -584,7 +585,7 @@ def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None
 
 
 def test_a_lost_driver_says_its_error_once() -> None:
-    from gpuwatch.tui.widgets import _header, shared_error
+    from gpuwatch.tui.node.widgets import _header, shared_error
 
     error = "NVML: driver/library version mismatch or GPU fallen off the bus (reboot needed)"
     gpus = [gpu(i, error=error) for i in range(4)]

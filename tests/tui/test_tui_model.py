@@ -1,12 +1,12 @@
-"""The table's model (`gpuwatch.tui.model`): every transition, without a terminal."""
+"""The table's model (`gpuwatch.tui.node.model`): every transition, without a terminal."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuwatch.tui.frames import Ancestor
-from gpuwatch.tui.model import DEFAULT_SORT, TableView
-from gpuwatch.tui.rows import Row, build_rows
+from gpuwatch.tui.node.model import DEFAULT_SORT, TableView
+from gpuwatch.tui.node.rows import Row, build_rows
+from gpuwatch.tui.node.sources import Ancestor
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.imports import HEAVY, loaded_after
 from tests.helpers.tui import frame, gpu, process
@@ -29,7 +29,7 @@ def pids(view: TableView, **kwargs: object) -> list[int]:
 
 
 def test_the_model_loads_no_textual() -> None:
-    assert not loaded_after("import gpuwatch.tui.model") & set(HEAVY)
+    assert not loaded_after("import gpuwatch.tui.node.model") & set(HEAVY)
 
 
 def test_the_start_is_by_gpu_memory_largest_first() -> None:

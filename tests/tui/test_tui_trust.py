@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 from textual.pilot import Pilot
 
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.widgets import REMOVE_ONE_BY_ONE_MAX, ProcessTable
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.widgets import REMOVE_ONE_BY_ONE_MAX, ProcessTable
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.tui import QuietSource, frame, gpu, process
 
@@ -141,7 +141,7 @@ def test_home_and_end_select_the_first_and_the_last_process() -> None:
 
 
 def test_8_gpus_at_80x24_all_show_without_scrolling() -> None:
-    from gpuwatch.tui.widgets import SectionView
+    from gpuwatch.tui.node.widgets import SectionView
 
     app = fed_app()
 

@@ -160,7 +160,7 @@ def test_start_time_and_visibility_of_this_process() -> None:
 
 
 def test_details_of_a_forged_process_tree_stay_printable(tmp_path: Path) -> None:
-    from gpuwatch.tui.details import read_details
+    from gpuwatch.tui.node.details import read_details
 
     # GIVEN a process whose parent named itself with a terminal escape, and an ancestor
     # that is not readable

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuwatch import procfs
-from gpuwatch.tui.rows import Row
+from gpuwatch.tui.node.rows import Row
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 _START_TOLERANCE_S = 2.0

@@ -14,12 +14,12 @@ from textual.widgets import DataTable, Static
 
 from gpuwatch.models import GpuSample
 from gpuwatch.reports.training import TrainingReports
-from gpuwatch.tui import render
-from gpuwatch.tui.frames import HostStats
-from gpuwatch.tui.layout import CARD_GAP, Layout
-from gpuwatch.tui.rows import Column, Row, cell_text
-from gpuwatch.tui.state import GRAPH_WINDOW_S, ScreenState, Section
-from gpuwatch.tui.training_panel import training_lines
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.layout import CARD_GAP, Layout
+from gpuwatch.tui.common.section import GRAPH_WINDOW_S, ScreenState, Section
+from gpuwatch.tui.node.rows import Column, Row, cell_text
+from gpuwatch.tui.node.sources import HostStats
+from gpuwatch.tui.node.training import training_lines
 
 REMOVE_ONE_BY_ONE_MAX = 64
 """Past this many rows gone at once, the table is emptied and refilled instead: DataTable

@@ -17,9 +17,9 @@ from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowKey
 
-from gpuwatch.tui.fleet_cells import Column, cell_text
-from gpuwatch.tui.fleet_rows import NodeRow
-from gpuwatch.tui.widgets import REMOVE_ONE_BY_ONE_MAX, SPAN_STYLES, KeyedText, Painter
+from gpuwatch.tui.fleet.cells import Column, cell_text
+from gpuwatch.tui.fleet.rows import NodeRow
+from gpuwatch.tui.node.widgets import REMOVE_ONE_BY_ONE_MAX, SPAN_STYLES, KeyedText, Painter
 
 CELL_CACHE_SIZE = 20_000
 """Drawn cells kept: a tall screen's cells several times over."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuwatch.tui.frames import Ancestor
-from gpuwatch.tui.rows import BY_KEY, Row, RowFilter, sort_rows
+from gpuwatch.tui.node.rows import BY_KEY, Row, RowFilter, sort_rows
+from gpuwatch.tui.node.sources import Ancestor
 
 DEFAULT_SORT = "gpu_mem"
 """The column sorted by at start, and when the one chosen is no longer shown."""
@@ -101,7 +101,7 @@ class TableView:
         shown = [row for row in rows if self.row_filter.matches(row)]
         shown = sort_rows(shown, self.sort_column, reverse=self.sort_reverse, now=now)
         if self.tree:
-            from gpuwatch.tui.tree import tree_order
+            from gpuwatch.tui.node.tree import tree_order
 
             for source, known in ancestors:
                 shown = tree_order(shown, known, source)

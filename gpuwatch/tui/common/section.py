@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Lease
 from gpuwatch.sampling.node_jobs import idle_text, time_left_text
-from gpuwatch.tui import render
-from gpuwatch.tui.frames import Backfill, Frame
-from gpuwatch.tui.rows import Row, build_rows, device_labels, process_key
-from gpuwatch.tui.trends import GpuTrend, ProcessTrends
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.trends import GpuTrend, ProcessTrends
+from gpuwatch.tui.node.rows import Row, build_rows, device_labels, process_key
+from gpuwatch.tui.node.sources import Backfill, Frame
 
 GRAPH_WINDOW_S = 600.0
 """The span the GPU graphs cover."""

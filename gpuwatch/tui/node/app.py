@@ -21,15 +21,15 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from gpuwatch.tui import rows as row_logic
-from gpuwatch.tui.frames import Ancestor, Frame, HostStats, Source
-from gpuwatch.tui.keys import KEYS
-from gpuwatch.tui.layout import Layout, choose_layout
-from gpuwatch.tui.model import TableView
-from gpuwatch.tui.rows import Row
-from gpuwatch.tui.sampler import SAMPLER_EXIT_WAIT_S, BackfillArrived, FrameArrived, Sampler
-from gpuwatch.tui.state import ScreenState
-from gpuwatch.tui.widgets import HostLine, Panel, ProcessTable, SectionView
+from gpuwatch.tui.common.layout import Layout, choose_layout
+from gpuwatch.tui.common.section import ScreenState
+from gpuwatch.tui.node import rows as row_logic
+from gpuwatch.tui.node.keys import KEYS
+from gpuwatch.tui.node.model import TableView
+from gpuwatch.tui.node.rows import Row
+from gpuwatch.tui.node.sampler import SAMPLER_EXIT_WAIT_S, BackfillArrived, FrameArrived, Sampler
+from gpuwatch.tui.node.sources import Ancestor, Frame, HostStats, Source
+from gpuwatch.tui.node.widgets import HostLine, Panel, ProcessTable, SectionView
 
 DEFAULT_IDLE_AFTER_S = 600.0
 
@@ -37,7 +37,7 @@ DEFAULT_IDLE_AFTER_S = 600.0
 class GpuwatchApp(App[int]):
     """The GPUs, processes, leases and waiting jobs of one or several machines."""
 
-    CSS_PATH = "gpuwatch.tcss"
+    CSS_PATH = "node.tcss"
     TITLE = "gpuwatch"
 
     def __init__(
@@ -275,7 +275,7 @@ class GpuwatchApp(App[int]):
     # --- actions --------------------------------------------------------------------------
 
     def action_help(self) -> None:
-        from gpuwatch.tui.screens import HelpScreen
+        from gpuwatch.tui.node.screens import HelpScreen
 
         self.push_screen(HelpScreen(self.readonly))
 
@@ -343,8 +343,8 @@ class GpuwatchApp(App[int]):
             self.redraw()
 
     def action_detail(self) -> None:
-        from gpuwatch.tui.details import read_details, remote_details
-        from gpuwatch.tui.screens import DetailScreen
+        from gpuwatch.tui.node.details import read_details, remote_details
+        from gpuwatch.tui.node.screens import DetailScreen
 
         row = self.selected_row()
         if row is None or len(self.screen_stack) > 1:
@@ -355,7 +355,7 @@ class GpuwatchApp(App[int]):
         self.call_after_refresh(self._refresh_detail)
 
     def _refresh_detail(self) -> None:
-        from gpuwatch.tui.screens import DetailScreen
+        from gpuwatch.tui.node.screens import DetailScreen
 
         screen = self.screen_stack[-1] if self.screen_stack else None
         if isinstance(screen, DetailScreen):
@@ -371,8 +371,8 @@ class GpuwatchApp(App[int]):
             screen.refresh_from(row, self.state.process_trends.get(key), self.size.width)
 
     def action_signal(self, name: str) -> None:
-        from gpuwatch.tui.screens import ConfirmScreen
-        from gpuwatch.tui.signals import plan
+        from gpuwatch.tui.node.screens import ConfirmScreen
+        from gpuwatch.tui.node.signals import plan
 
         table = self._home.query_one(ProcessTable)
         chosen = self.view.targets(table.rows_by_key, self.selected_row())
@@ -383,7 +383,7 @@ class GpuwatchApp(App[int]):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                from gpuwatch.tui.signals import send
+                from gpuwatch.tui.node.signals import send
 
                 self.notify_status("; ".join(send(proposal.targets, name)))
                 self.view = self.view.untag_all()

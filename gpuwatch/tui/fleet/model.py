@@ -1,6 +1,6 @@
 """How the fleet table is seen: sort, filter, selection, the users view, the status line.
 
-Pure, as `gpuwatch.tui.model` is for the node screen: `FleetView` is a frozen value,
+Pure, as `gpuwatch.tui.node.model` is for the node screen: `FleetView` is a frozen value,
 each thing a user can do returns the next one, and `arrange` turns the rows into the
 rows shown: a filter pass and one sort, so 1,000 nodes cost n log n, never n².
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuwatch.tui.fleet_cells import BY_KEY
-from gpuwatch.tui.fleet_rows import NodeRow
+from gpuwatch.tui.fleet.cells import BY_KEY
+from gpuwatch.tui.fleet.rows import NodeRow
 
 DEFAULT_SORT = "free"
 """At start, nodes with the most free GPUs first (then the most free memory on one)."""

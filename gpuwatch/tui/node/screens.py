@@ -10,13 +10,13 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer
 
-from gpuwatch.tui import render
-from gpuwatch.tui.details import ProcessDetails
-from gpuwatch.tui.keys import KEYS
-from gpuwatch.tui.rows import Row
-from gpuwatch.tui.signals import Plan
-from gpuwatch.tui.trends import ProcessTrend
-from gpuwatch.tui.widgets import Painted
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.trends import ProcessTrend
+from gpuwatch.tui.node.details import ProcessDetails
+from gpuwatch.tui.node.keys import KEYS
+from gpuwatch.tui.node.rows import Row
+from gpuwatch.tui.node.signals import Plan
+from gpuwatch.tui.node.widgets import Painted
 
 HELP_WIDTH = 72
 """The help text's width at most (the box is 80 wide: border, padding and scroll bar take 6)."""

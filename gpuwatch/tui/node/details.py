@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from gpuwatch import procfs
-from gpuwatch.tui.render import printable
+from gpuwatch.tui.common.render import printable
 
 MAX_PARENTS = 32
 

@@ -18,7 +18,7 @@ from gpuwatch.fleet.node_figures import node_figures
 from gpuwatch.models import FleetState, GpuSample, Lease, NodeState, NodeSummary, Snapshot
 from gpuwatch.placement.gpus import choose
 from gpuwatch.request import Request
-from gpuwatch.tui.trends import IDLE_UTILIZATION_PCT, IdleClock
+from gpuwatch.tui.common.trends import IDLE_UTILIZATION_PCT, IdleClock
 
 _PLAIN_PICK = Request()
 

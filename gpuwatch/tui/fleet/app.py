@@ -25,13 +25,13 @@ from gpuwatch.errors import GpuwatchError
 from gpuwatch.fleet.source import FleetSource
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import FleetState
-from gpuwatch.tui.fleet_cells import columns_for, node_width, totals_line
-from gpuwatch.tui.fleet_model import FleetView
-from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, RowMemory, build_rows, totals
-from gpuwatch.tui.fleet_screens import FLEET_KEYS, NodeScreen, UsersScreen
-from gpuwatch.tui.fleet_widgets import FleetTable
-from gpuwatch.tui.state import GRAPH_WINDOW_S
-from gpuwatch.tui.widgets import Painted
+from gpuwatch.tui.common.section import GRAPH_WINDOW_S
+from gpuwatch.tui.common.table import FleetTable
+from gpuwatch.tui.fleet.cells import columns_for, node_width, totals_line
+from gpuwatch.tui.fleet.model import FleetView
+from gpuwatch.tui.fleet.rows import IdleTracker, NodeRow, RowMemory, build_rows, totals
+from gpuwatch.tui.fleet.screens import FLEET_KEYS, NodeScreen, UsersScreen
+from gpuwatch.tui.node.widgets import Painted
 
 DEFAULT_INTERVAL_S = 2.0
 DEFAULT_IDLE_AFTER_S = 600.0
@@ -60,7 +60,7 @@ class HistoryRead(Message):
 class FleetApp(App[int]):
     """Every node of a fleet, one row each, with the fleet's totals above."""
 
-    CSS_PATH = ["gpuwatch.tcss", "fleet.tcss"]  # noqa: RUF012 - Textual's declaration style
+    CSS_PATH = ["../node/node.tcss", "fleet.tcss"]  # noqa: RUF012 - Textual's declaration style
     TITLE = "gpuwatch fleet"
 
     def __init__(
@@ -343,7 +343,7 @@ class FleetApp(App[int]):
         self.call_after_refresh(self.redraw)
 
     def action_help(self) -> None:
-        from gpuwatch.tui.fleet_screens import FleetHelpScreen
+        from gpuwatch.tui.fleet.screens import FleetHelpScreen
 
         self.push_screen(FleetHelpScreen(id="help"))
 

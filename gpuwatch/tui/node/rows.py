@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 
 from gpuwatch.models import Lease, ProcessUsage, Snapshot
 from gpuwatch.request import Waiter
-from gpuwatch.tui import render
-from gpuwatch.tui.frames import Frame
-from gpuwatch.tui.trends import Idle, IdleClock
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.trends import Idle, IdleClock
+from gpuwatch.tui.node.sources import Frame
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The fleet table's columns and cells, and the same table as plain text (`fleet --once`).
 
 Pure and without Textual: what each cell says and its style name (the span styles of
-`gpuwatch.tui.render`), which columns fit a width, the totals line.
+`gpuwatch.tui.common.render`), which columns fit a width, the totals line.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuwatch.models import GpuJob
-from gpuwatch.tui import render
-from gpuwatch.tui.fleet_rows import NodeRow, Totals, UserRow
+from gpuwatch.tui.common import render
+from gpuwatch.tui.fleet.rows import NodeRow, Totals, UserRow
 
 _CELL_PADDING = 2  # DataTable's padding around each cell
 MIN_NODE_WIDTH = 16

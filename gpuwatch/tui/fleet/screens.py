@@ -13,15 +13,15 @@ from textual.widgets import Footer, Static
 
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import FleetState, GpuJob, NodeState
-from gpuwatch.tui import render
-from gpuwatch.tui.fleet_cells import job_note, user_line
-from gpuwatch.tui.fleet_rows import user_rows
-from gpuwatch.tui.frames import Backfill, Frame
-from gpuwatch.tui.keys import Key
-from gpuwatch.tui.layout import CHROME_LINES, MIN_TABLE_LINES, choose_layout
-from gpuwatch.tui.screens import _hanging
-from gpuwatch.tui.state import Section
-from gpuwatch.tui.widgets import Painted, SectionView
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.layout import CHROME_LINES, MIN_TABLE_LINES, choose_layout
+from gpuwatch.tui.common.section import Section
+from gpuwatch.tui.fleet.cells import job_note, user_line
+from gpuwatch.tui.fleet.rows import user_rows
+from gpuwatch.tui.node.keys import Key
+from gpuwatch.tui.node.screens import _hanging
+from gpuwatch.tui.node.sources import Backfill, Frame
+from gpuwatch.tui.node.widgets import Painted, SectionView
 
 FLEET_KEYS: tuple[Key, ...] = (
     Key("question_mark", "help", "Show this help", "?", footer="help"),
