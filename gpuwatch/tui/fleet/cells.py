@@ -7,64 +7,53 @@ Pure and without Textual: what each cell says and its style name (the span style
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import fields
+from operator import attrgetter
 
 from gpuwatch.models import GpuJob
 from gpuwatch.tui.common import render
+from gpuwatch.tui.common.columns import CELL_PADDING, Column, fitting, sortable
 from gpuwatch.tui.fleet.rows import NodeRow, Totals, UserRow
 
-_CELL_PADDING = 2  # DataTable's padding around each cell
 MIN_NODE_WIDTH = 16
 """Room for most host names (`gpu-node-107.lab`) before a column is dropped."""
 MAX_NODE_WIDTH = 40
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
-    key: str
-    title: str
-    width: int
-    sort_value: Callable[[NodeRow], object]
-    drop_rank: int
-    """Narrow screens drop columns with the highest rank first; 0 is never dropped."""
+def _figure(
+    key: str, title: str, width: int, sort_value: Callable[[NodeRow], object], drop_rank: int
+) -> Column[NodeRow]:
+    return Column(key, title, width, sort_value, drop_rank, justify="right")
 
 
-def _num(value: float | None) -> float:
-    return -1.0 if value is None else value
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("node", "NODE", MIN_NODE_WIDTH, lambda r: r.node, 0),
-    Column("free", "FREE", 7, lambda r: (_num(r.gpus_free), _num(r.most_free_bytes)), 0),
-    Column("most_free", "MOST-FREE", 9, lambda r: _num(r.most_free_bytes), 0),
-    Column("util", "UTIL", 5, lambda r: _num(r.utilization_pct), 0),
-    Column("temp", "TEMP", 5, lambda r: _num(r.hottest_c), 5),
-    Column("power", "POWER", 7, lambda r: _num(r.power_w), 6),
-    Column("leases", "LEASES", 6, lambda r: (_num(r.leases), _num(r.lease_waiters)), 3),
-    Column("wait", "WAIT", 5, lambda r: (_num(r.longest_wait_s), _num(r.lease_waiters)), 7),
-    Column("jobs", "JOBS", 4, lambda r: (_num(r.idle_allocated), _num(r.jobs)), 2),
-    Column("idle", "IDLE", 4, lambda r: _num(r.idle_held), 4),
-    Column("age", "AGE", 9, lambda r: _num(r.age_s), 0),
+COLUMNS: tuple[Column[NodeRow], ...] = (
+    Column("node", "NODE", MIN_NODE_WIDTH, lambda r: r.node, 0, justify="left"),
+    _figure("free", "FREE", 7, lambda r: (sortable(r.gpus_free), sortable(r.most_free_bytes)), 0),
+    _figure("most_free", "MOST-FREE", 9, lambda r: sortable(r.most_free_bytes), 0),
+    _figure("util", "UTIL", 5, lambda r: sortable(r.utilization_pct), 0),
+    _figure("temp", "TEMP", 5, lambda r: sortable(r.hottest_c), 5),
+    _figure("power", "POWER", 7, lambda r: sortable(r.power_w), 6),
+    _figure("leases", "LEASES", 6, lambda r: (sortable(r.leases), sortable(r.lease_waiters)), 3),
+    _figure(
+        "wait", "WAIT", 5, lambda r: (sortable(r.longest_wait_s), sortable(r.lease_waiters)), 7
+    ),
+    _figure("jobs", "JOBS", 4, lambda r: (sortable(r.idle_allocated), sortable(r.jobs)), 2),
+    _figure("idle", "IDLE", 4, lambda r: sortable(r.idle_held), 4),
+    _figure("age", "AGE", 9, lambda r: sortable(r.age_s), 0),
 )
-BY_KEY: Mapping[str, Column] = {column.key: column for column in COLUMNS}
+BY_KEY: Mapping[str, Column[NodeRow]] = {column.key: column for column in COLUMNS}
 
 
-def columns_for(width: int) -> tuple[Column, ...]:
+def columns_for(width: int) -> tuple[Column[NodeRow], ...]:
     """The columns that fit `width` cells (the node column takes what is left, at least
     `MIN_NODE_WIDTH`), dropping the least needed first."""
-    chosen = list(COLUMNS)
-    while sum(c.width + _CELL_PADDING for c in chosen) + 1 > width:
-        droppable = [c for c in chosen if c.drop_rank > 0]
-        if not droppable:
-            break
-        chosen.remove(max(droppable, key=lambda c: c.drop_rank))
-    return tuple(chosen)
+    return fitting(COLUMNS, width, room_for=1)
 
 
-def node_width(columns: Sequence[Column], width: int, longest_name: int) -> int:
+def node_width(columns: Sequence[Column[NodeRow]], width: int, longest_name: int) -> int:
     """The node column's width: the longest name where it fits, else what is left."""
-    others = sum(c.width + _CELL_PADDING for c in columns if c.key != "node")
-    room = width - others - _CELL_PADDING - 1
+    others = sum(c.width + CELL_PADDING for c in columns if c.key != "node")
+    room = width - others - CELL_PADDING - 1
     return max(MIN_NODE_WIDTH, min(MAX_NODE_WIDTH, room, max(longest_name, MIN_NODE_WIDTH)))
 
 
@@ -75,6 +64,45 @@ def cell_text(row: NodeRow, key: str) -> tuple[str, str]:
     if not row.up and key not in ("node", "age"):
         style = "dim"
     return text, style
+
+
+class RowCells:
+    """Each row's cells, kept from one read to the next: a read builds every node's row
+    again, but most rows changed nothing but their age (one cell), or nothing at all, and
+    their other cells are kept. Only the rows of the latest call are kept."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, tuple[NodeRow, tuple[str, ...], list[render.Span]]] = {}
+
+    def of(
+        self, rows: Sequence[NodeRow], columns: Sequence[Column[NodeRow]]
+    ) -> list[list[render.Span]]:
+        """The cells of `rows` in `columns`, one list per row."""
+        keys = tuple(column.key for column in columns)
+        made: dict[str, tuple[NodeRow, tuple[str, ...], list[render.Span]]] = {}
+        for row in rows:
+            before = self._made.get(row.key)
+            if before is None or before[1] != keys:
+                cells = [cell_text(row, key) for key in keys]
+            elif before[0] is row:
+                cells = before[2]
+            elif _same_but_age(before[0], row):
+                cells = [
+                    cell_text(row, key) if key == "age" else cell
+                    for key, cell in zip(keys, before[2], strict=True)
+                ]
+            else:
+                cells = [cell_text(row, key) for key in keys]
+            made[row.key] = (row, keys, cells)
+        self._made = made
+        return [made[row.key][2] for row in rows]
+
+
+_ALL_BUT_AGE = attrgetter(*(field.name for field in fields(NodeRow) if field.name != "age_s"))
+
+
+def _same_but_age(before: NodeRow, row: NodeRow) -> bool:
+    return bool(_ALL_BUT_AGE(before) == _ALL_BUT_AGE(row))
 
 
 def _cell(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per column

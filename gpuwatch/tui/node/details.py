@@ -1,4 +1,5 @@
-"""What the detail view says of one process beyond its row: parents and environment.
+"""What the detail view says of one process: its graphs, and beyond its row, its parents
+and environment.
 
 Read from this machine's /proc (`gpuwatch.procfs`), each part failing on its own
 into a sentence (another user's environment is not readable, a process in
@@ -11,7 +12,10 @@ import shlex
 from dataclasses import dataclass
 
 from gpuwatch import procfs
-from gpuwatch.tui.common.render import printable
+from gpuwatch.leases.directory import user_name
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.trends import ProcessTrend
+from gpuwatch.tui.node.rows import Row
 
 MAX_PARENTS = 32
 
@@ -40,12 +44,10 @@ def _command(pid: int, proc: str) -> str | None:
         return None
     while argv and not argv[-1]:
         argv.pop()  # the kernel's terminating NUL, or a rewritten command line's padding
-    return printable(shlex.join(argv)) if argv else None
+    return render.printable(shlex.join(argv)) if argv else None
 
 
 def _parents(pid: int, proc: str) -> tuple[str, ...]:
-    from gpuwatch.leases.directory import user_name
-
     try:
         parent = procfs.parent_pid(pid, proc)
     except (OSError, ValueError) as error:
@@ -55,7 +57,7 @@ def _parents(pid: int, proc: str) -> tuple[str, ...]:
         try:
             stat = procfs.read_stat(parent, proc)
             user = user_name(procfs.owner_uid(parent, proc))
-            lines.append(f"{parent:>8}  {user:<10} {printable(procfs.stat_name(stat))}")
+            lines.append(f"{parent:>8}  {user:<10} {render.printable(procfs.stat_name(stat))}")
             parent = procfs.stat_parent_pid(stat)
         except (OSError, ValueError, IndexError):
             lines.append(f"{parent:>8}  (not readable)")
@@ -70,9 +72,65 @@ def _environment(pid: int, proc: str) -> tuple[str, ...]:
         return ("not readable by you (only its owner and root may read it)",)
     except OSError as error:
         return (f"not readable: {type(error).__name__}",)
-    return tuple(printable(f"{name}={value}") for name, value in sorted(environment.items()))
+    return tuple(render.printable(f"{name}={value}") for name, value in sorted(environment.items()))
 
 
 def remote_details() -> ProcessDetails:
     elsewhere = ("on another machine: only what gpuwatch status reports there is shown",)
     return ProcessDetails(None, elsewhere, elsewhere)
+
+
+def graphs_text(row: Row, trend: ProcessTrend | None, width: int, *, gone: bool) -> render.Line:
+    """Its GPU memory and CPU over its last samples, one cell per sample."""
+    spans: render.Line = []
+    gpu = "-" if row.gpu is None else str(row.gpu)
+    spans.append((f"pid {row.pid}", "heading"))
+    spans.append((f"  user {render.render.printable(row.user or '?')}  GPU {gpu}  {row.kind}", ""))
+    if gone:
+        spans.append(("  (no longer on the GPU)", "alarm"))
+    spans.append(("\n", ""))
+    cells = max(10, width - 14)
+    memory = trend.memory_bytes.latest(cells) if trend else []
+    cpu = trend.cpu_pct.latest(cells) if trend else []
+    peak = max((v for v in memory if v is not None), default=0.0) or 1.0
+    cpu_peak = max(100.0, max((v for v in cpu if v is not None), default=0.0))
+    for title, values, top, now in (
+        (
+            "GPU memory",
+            [None if v is None else v / peak for v in memory],
+            render.size(int(peak)),
+            render.size(row.gpu_memory_bytes),
+        ),
+        (
+            "CPU",
+            [None if v is None else v / cpu_peak for v in cpu],
+            f"{cpu_peak:.0f}%",
+            "-" if row.cpu_pct is None else f"{row.cpu_pct:.0f}%",
+        ),
+    ):
+        spans.append((f"\n{title}: {now} now (top of graph {top}, one cell per sample)\n", ""))
+        for line in render.sparkline(values, 3):
+            spans.append((line + "\n", "graph-memory"))
+    return spans
+
+
+def details_text(row: Row, details: ProcessDetails) -> render.Line:
+    """Its command, lease, idle time, parents and environment."""
+    spans: render.Line = []
+    spans.append(("\nCommand\n", "heading"))
+    spans.append(
+        (render.render.printable(details.command or row.command or "(not visible from here)") + "\n", "")
+    )
+    if row.wants:
+        spans.append((f"\nWaiting for: {row.wants}\n", ""))
+    if row.lease:
+        spans.append((f"\nLease: {render.render.printable(row.lease)}\n", ""))
+    if row.idle is not None:
+        prefix = "at least " if row.idle.at_least else ""
+        idle = f"{prefix}{render.duration(row.idle.seconds)}"
+        spans.append((f"\nIdle holder: its GPU has been idle for {idle}\n", "heading"))
+    spans.append(("\nParents (nearest first)\n", "heading"))
+    spans.append(("\n".join(details.parents) + "\n", ""))
+    spans.append(("\nEnvironment\n", "heading"))
+    spans.append(("\n".join(details.environment) + "\n", ""))
+    return spans

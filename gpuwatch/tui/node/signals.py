@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuwatch import procfs
+from gpuwatch.leases.directory import user_name
+from gpuwatch.tui.common import render
 from gpuwatch.tui.node.rows import Row
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
@@ -45,8 +47,6 @@ def may_signal(my_uid: int, target_uids: tuple[int, int]) -> bool:
 
 def plan(rows: Iterable[Row], my_uid: int | None = None, proc: str = procfs.PROC) -> Plan:
     """Sorts `rows` into processes the user may signal and the others (with a reason)."""
-    from gpuwatch.leases.directory import user_name
-
     uid = os.geteuid() if my_uid is None else my_uid
     targets, refused, seen = [], [], set()
     for row in rows:
@@ -102,3 +102,22 @@ def send(targets: Iterable[Target], name: str, proc: str = procfs.PROC) -> list[
         else:
             outcomes.append(f"pid {target.pid}: {name} sent")
     return outcomes
+
+
+def confirm_text(signal_name: str, plan: Plan) -> render.Line:
+    """What the confirmation says: who would get the signal, and who was left out."""
+    spans: render.Line = []
+    if plan.as_root:
+        spans.append(("You are root: this can stop anyone's job.\n\n", "alarm"))
+    if plan.targets:
+        spans.append((f"Send {signal_name} to:\n", "heading"))
+        for target in plan.targets:
+            command = render.fit(render.printable(target.command), 60).rstrip()
+            spans.append((f"  pid {target.pid}  {render.printable(target.user)}  {command}\n", ""))
+    else:
+        spans.append((f"No process to send {signal_name} to.\n", "heading"))
+    if plan.refused:
+        spans.append(("\nLeft out:\n", "heading"))
+        for reason in plan.refused:
+            spans.append((f"  {render.printable(reason)}\n", ""))
+    return spans
