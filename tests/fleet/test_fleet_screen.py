@@ -21,7 +21,6 @@ from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.errors import SourceError
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.models import FleetState, NodeState
-from gpuwatch.tui.common.table import FleetTable
 from gpuwatch.tui.fleet.app import FleetApp
 from gpuwatch.tui.fleet.screens import NodeScreen, UsersScreen
 from tests.helpers.cli import FROZEN_TIME
@@ -74,7 +73,7 @@ def synced(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
 
 
 def shown(app: FleetApp) -> list[str]:
-    return list(app.query_one(FleetTable).order)
+    return list(app.table().order)
 
 
 # --- keys -----------------------------------------------------------------------------------
@@ -90,7 +89,7 @@ async def test_sort_keys_change_the_order_and_reverse_it() -> None:
         # WHEN s is pressed THEN the next column sorts, highest first
         await pilot.press("s")
         assert app.view.sort_column == "most_free"
-        free = [app.query_one(FleetTable)._rows[k].most_free_bytes or -1 for k in shown(app)]
+        free = [app.table().row(k).most_free_bytes or -1 for k in shown(app)]
         assert free == sorted(free, reverse=True)
         # WHEN r is pressed THEN the order turns around
         before = shown(app)
@@ -157,7 +156,7 @@ async def test_a_thousand_nodes_are_a_thousand_rows() -> None:
     app = frozen_app(1000)
     async with app.run_test(size=(80, 24)) as pilot:
         await first_read(pilot)
-        assert app.query_one(FleetTable).row_count == 1000
+        assert app.table().row_count == 1000
         # AND a second read updates them in place: the same rows, the same order
         order = shown(app)
         app.feed(app.source.read())
@@ -166,7 +165,7 @@ async def test_a_thousand_nodes_are_a_thousand_rows() -> None:
 
 
 def drawn_lines(app: FleetApp) -> list[str]:
-    table = app.query_one(FleetTable)
+    table = app.table()
     return [table.render_line(y).text for y in range(table.size.height)]
 
 
@@ -312,7 +311,7 @@ def test_users_view(snap_compare: SnapCompare) -> None:
 def test_the_guides_key_table_lists_every_key() -> None:
     from pathlib import Path
 
-    from gpuwatch.tui.fleet.screens import FLEET_KEYS
+    from gpuwatch.tui.fleet.keys import FLEET_KEYS
 
     guide = Path(__file__).resolve().parents[2] / "docs" / "guide" / "fleet-screen.md"
     table = guide.read_text().split("| key | does |", 1)[1].split("\n\n", 1)[0]

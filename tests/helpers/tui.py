@@ -10,8 +10,9 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs.job_table import Job, JobTable, NodeJobs
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.request import Request, Waiter
+from gpuwatch.tui.common.frames import Frame, HostStats
 from gpuwatch.tui.node.app import GpuwatchApp
-from gpuwatch.tui.node.sources import Frame, HostStats, LocalSource, Source
+from gpuwatch.tui.node.sources import LocalSource, Source
 from tests.helpers.cli import FROZEN_TIME
 
 GIB = 1 << 30

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuwatch.backends.auto import AutoBackend
+from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.daemon_client import parse_series
-from gpuwatch.models import GpuSample
+from gpuwatch.backends.sim import SimBackend
+from gpuwatch.errors import DriverNotFoundError
+from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.models import GpuSample, Snapshot
 from gpuwatch.tui.common import render
 from gpuwatch.tui.common.layout import choose_layout
-from gpuwatch.tui.common.section import ScreenState
 from gpuwatch.tui.common.trends import IdleClock, Series
 from gpuwatch.tui.node import signals
 from gpuwatch.tui.node.rows import BY_KEY, RowFilter, build_rows, cell_text, columns_for, sort_rows
+from gpuwatch.tui.node.sources import LocalSource
+from gpuwatch.tui.node.state import ScreenState
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.imports import HEAVY, loaded_after
 from tests.helpers.tui import GIB, frame, gpu, lease, process, waiter
@@ -127,7 +134,7 @@ def _rows():  # type: ignore[no-untyped-def]
 def test_sort_by_any_column_with_a_stable_tie_break(
     column: str, reverse: bool, pids: list[int]
 ) -> None:
-    ordered = sort_rows(_rows(), column, reverse=reverse, now=FROZEN_TIME)
+    ordered = sort_rows(_rows(), column, reverse=reverse)
     assert [r.pid for r in ordered] == pids
 
 
@@ -454,7 +461,7 @@ def test_cells_never_exceed_the_bar(total: int, parts: list[float]) -> None:
 
 def test_the_tree_puts_ranks_under_their_launcher_and_starts_where_it_branches() -> None:
     # GIVEN two ranks started by torchrun (from a shell under sshd), and an unrelated job
-    from gpuwatch.tui.node.sources import Ancestor
+    from gpuwatch.tui.common.frames import Ancestor
     from gpuwatch.tui.node.tree import tree_order
 
     ancestors = {
@@ -471,7 +478,7 @@ def test_the_tree_puts_ranks_under_their_launcher_and_starts_where_it_branches()
     f = frame(
         [gpu(0), gpu(1)], [process(101, 0, gib=9), process(200, 1, gib=5), process(102, 1, gib=1)]
     )
-    rows = sort_rows(build_rows(f, {}, FROZEN_TIME, 600), "gpu_mem", reverse=True, now=FROZEN_TIME)
+    rows = sort_rows(build_rows(f, {}, FROZEN_TIME, 600), "gpu_mem", reverse=True)
     # WHEN laid out as a tree
     tree = tree_order(rows, ancestors, "node1")
     # THEN torchrun heads its ranks (sshd and bash above it are left out), biggest first
@@ -486,7 +493,7 @@ def test_the_tree_puts_ranks_under_their_launcher_and_starts_where_it_branches()
 
 
 def test_a_forged_parent_loop_still_ends() -> None:
-    from gpuwatch.tui.node.sources import Ancestor
+    from gpuwatch.tui.common.frames import Ancestor
     from gpuwatch.tui.node.tree import tree_order
 
     ancestors = {7: Ancestor(7, 8, None, "a"), 8: Ancestor(8, 7, None, "b")}
@@ -533,7 +540,8 @@ def test_a_gpu_idle_24_s_after_the_wall_clock_jumps_a_day_is_idle_24_s() -> None
 
 def test_help_lines_too_long_go_on_under_their_description() -> None:
     # GIVEN the help at the width of an 80-column terminal's box
-    from gpuwatch.tui.node.screens import HELP_WIDTH, help_text
+    from gpuwatch.tui.common.keys import HELP_WIDTH
+    from gpuwatch.tui.node.keys import help_text
 
     text = "".join(part for part, _ in help_text(readonly=False, width=HELP_WIDTH))
     lines = text.splitlines()
@@ -564,11 +572,11 @@ def test_sizes_read_as_gpuwatch_status_writes_them() -> None:
 
 @pytest.mark.parametrize("width", [40, 60, 80, 100, 160])
 def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None:
-    from gpuwatch.tui.node.widgets import _header, fit_parts
+    from gpuwatch.tui.common.cards import fit_parts, header_parts
 
     state = ScreenState(["sim-node"], 1.0)
     state.apply(0, frame([gpu(0)], waiters=[waiter(9)], source="sim-node"), 0.0)
-    parts = _header(state.sections[0], None, None, graphs=True)
+    parts = header_parts(state.sections[0], None, None, graphs=True)
     text = "".join(t for t, _ in fit_parts(parts, width))
     assert len(text) <= width
     wanted = [
@@ -585,7 +593,7 @@ def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None
 
 
 def test_a_lost_driver_says_its_error_once() -> None:
-    from gpuwatch.tui.node.widgets import _header, shared_error
+    from gpuwatch.tui.common.cards import header_parts, shared_error
 
     error = "NVML: driver/library version mismatch or GPU fallen off the bus (reboot needed)"
     gpus = [gpu(i, error=error) for i in range(4)]
@@ -594,9 +602,53 @@ def test_a_lost_driver_says_its_error_once() -> None:
     state = ScreenState(["node1"], 1.0)
     state.apply(0, frame(gpus), 0.0)
     header = "".join(
-        t for _, spans in _header(state.sections[0], None, error, graphs=False) for t, _ in spans
+        t
+        for _, spans in header_parts(state.sections[0], None, error, graphs=False)
+        for t, _ in spans
     )
     assert header.count(error) == 1
     card = render.gpu_card(gpus[1], render.CardInput(error_above=True), 80, 0)
     text = "".join(t for line in card for t, _ in line)
     assert error not in text and text.count("see above") == 1
+
+
+class DaemonWithHistory(SimBackend):
+    """The daemon as the screen sees it: snapshots, and its history of each GPU."""
+
+    name = "daemon"
+
+    def history(self, window_s: float) -> list[GpuSeries]:
+        times = [FROZEN_TIME - 600 + 10 * n for n in range(61)]
+        return [GpuSeries(0, "GPU-0", times, [GIB] * 61, [40] * 61, [50] * 61, [200.0] * 61)]
+
+
+class NoDriver(Backend):
+    name = "nvml"
+
+    def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
+        raise DriverNotFoundError("no driver here")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("backend", "note"),
+    [
+        (lambda: DaemonWithHistory(1), "from the daemon's history (10 min)"),
+        (lambda: AutoBackend(DaemonWithHistory(1), NoDriver), "from the daemon's history (10 min)"),
+        (lambda: SimBackend(1), "from this screen's samples"),
+    ],
+    ids=["backend-daemon", "default-backend-over-the-daemon", "no-history-kept"],
+)
+def test_the_screen_starts_with_the_history_its_backend_keeps(
+    backend: Callable[[], Backend], note: str
+) -> None:
+    # GIVEN a source over a backend that keeps a history (the daemon's, whether asked for
+    # directly or behind the default backend) or none
+    source = LocalSource(backend(), None, host_stats=None)
+    # WHEN the screen asks for the past
+    backfill = source.backfill()
+    # THEN it gets the daemon's samples where there are some, and says where they come from
+    assert backfill.note == note
+    assert len(backfill.series) == (0 if "screen" in note else 1)

@@ -1,19 +1,17 @@
 """The fleet table's columns and cells, and the same table as plain text (`fleet --once`).
 
 Pure and without Textual: what each cell says and its style name (the span styles of
-`gpuwatch.tui.common.render`), which columns fit a width, the totals line.
+`gpuwatch.tui.common.render`), which columns fit a width, the totals line, the users view.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
-from operator import attrgetter
 
-from gpuwatch.models import GpuJob
+from gpuwatch.models import FleetState
 from gpuwatch.tui.common import render
 from gpuwatch.tui.common.columns import CELL_PADDING, Column, fitting, sortable
-from gpuwatch.tui.fleet.rows import NodeRow, Totals, UserRow
+from gpuwatch.tui.fleet.rows import NodeRow, Totals, UserRow, user_rows
 
 MIN_NODE_WIDTH = 16
 """Room for most host names (`gpu-node-107.lab`) before a column is dropped."""
@@ -64,45 +62,6 @@ def cell_text(row: NodeRow, key: str) -> tuple[str, str]:
     if not row.up and key not in ("node", "age"):
         style = "dim"
     return text, style
-
-
-class RowCells:
-    """Each row's cells, kept from one read to the next: a read builds every node's row
-    again, but most rows changed nothing but their age (one cell), or nothing at all, and
-    their other cells are kept. Only the rows of the latest call are kept."""
-
-    def __init__(self) -> None:
-        self._made: dict[str, tuple[NodeRow, tuple[str, ...], list[render.Span]]] = {}
-
-    def of(
-        self, rows: Sequence[NodeRow], columns: Sequence[Column[NodeRow]]
-    ) -> list[list[render.Span]]:
-        """The cells of `rows` in `columns`, one list per row."""
-        keys = tuple(column.key for column in columns)
-        made: dict[str, tuple[NodeRow, tuple[str, ...], list[render.Span]]] = {}
-        for row in rows:
-            before = self._made.get(row.key)
-            if before is None or before[1] != keys:
-                cells = [cell_text(row, key) for key in keys]
-            elif before[0] is row:
-                cells = before[2]
-            elif _same_but_age(before[0], row):
-                cells = [
-                    cell_text(row, key) if key == "age" else cell
-                    for key, cell in zip(keys, before[2], strict=True)
-                ]
-            else:
-                cells = [cell_text(row, key) for key in keys]
-            made[row.key] = (row, keys, cells)
-        self._made = made
-        return [made[row.key][2] for row in rows]
-
-
-_ALL_BUT_AGE = attrgetter(*(field.name for field in fields(NodeRow) if field.name != "age_s"))
-
-
-def _same_but_age(before: NodeRow, row: NodeRow) -> bool:
-    return bool(_ALL_BUT_AGE(before) == _ALL_BUT_AGE(row))
 
 
 def _cell(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per column
@@ -159,19 +118,6 @@ def _jobs_cell(row: NodeRow) -> tuple[str, str]:
     if row.idle_allocated:
         return f"{row.jobs}!", "warn"
     return str(row.jobs), "" if row.jobs else "dim"
-
-
-def job_note(jobs: Sequence[GpuJob], idle_after_s: float) -> str:
-    """`job 4242 alice, idle 35m`: the jobs holding one GPU, for its card; the idle time once
-    the node's daemon has seen the job leave it idle for `idle_after_s`."""
-    parts = []
-    for job in jobs:
-        text = f"job {render.printable(job.job_id)} {render.printable(job.user or '?')}"
-        idle = job.allocated_idle_s
-        if idle and idle >= idle_after_s:
-            text += f", idle {render.duration(idle)}"
-        parts.append(text)
-    return " + ".join(parts)
 
 
 FRESH_AGE_STEP_S = 15
@@ -248,3 +194,21 @@ def user_line(row: UserRow | None, width: int) -> str:
         memory = render.size(row.memory_bytes)
         cells = (str(row.nodes), str(row.gpus), memory, str(row.jobs) if row.jobs else "-")
     return render.fit(user, name_width) + "".join(f"{cell:>9}" for cell in cells)
+
+
+def users_text(fleet: FleetState | None, width: int) -> render.Line:
+    """The users view, `width` cells wide: who holds the GPUs of the nodes that are up, and
+    how many nodes tell no processes."""
+    spans: render.Line = [(user_line(None, width) + "\n", "heading")]
+    if fleet is None:
+        spans.append(("waiting for the first read…", "dim"))
+        return spans
+    rows, silent = user_rows(fleet)
+    spans.extend((user_line(row, width) + "\n", "") for row in rows)
+    if not rows:
+        spans.append(("no processes on the nodes that are up\n", "dim"))
+    if silent:
+        nodes = "1 node tells" if silent == 1 else f"{silent} nodes tell"
+        note = f"{nodes} no processes (another exporter than gpuwatch's)"
+        spans.append(("\n" + note + "\n", "dim"))
+    return spans

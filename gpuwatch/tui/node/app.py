@@ -240,10 +240,9 @@ class GpuwatchApp(TableApp[TableView, Row]):
         rows = self.current_rows()
         self.view = self.view.keep_tags(row.key for row in rows)
         now, tagged = self.clock(), self.view.tagged
-        cells = [[cell_text(row, c, now, row.key in tagged) for c in columns] for row in rows]
         self.table().show(
             rows,
-            cells,
+            lambda row: [cell_text(row, column, now, row.key in tagged) for column in columns],
             columns,
             column_widths(columns, width),
             (self.view.sort_column, self.view.sort_reverse),
@@ -268,8 +267,7 @@ class GpuwatchApp(TableApp[TableView, Row]):
     def action_tree(self) -> None:
         self.view = self.view.toggle_tree()
         for source in self.sources:
-            if hasattr(source, "tree"):
-                source.tree = self.view.tree  # the next frame brings the ancestors
+            source.tree = self.view.tree  # the next frame brings the ancestors
         self.redraw()
 
     def action_tag(self) -> None:

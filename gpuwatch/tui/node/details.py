@@ -85,7 +85,7 @@ def graphs_text(row: Row, trend: ProcessTrend | None, width: int, *, gone: bool)
     spans: render.Line = []
     gpu = "-" if row.gpu is None else str(row.gpu)
     spans.append((f"pid {row.pid}", "heading"))
-    spans.append((f"  user {render.render.printable(row.user or '?')}  GPU {gpu}  {row.kind}", ""))
+    spans.append((f"  user {render.printable(row.user or '?')}  GPU {gpu}  {row.kind}", ""))
     if gone:
         spans.append(("  (no longer on the GPU)", "alarm"))
     spans.append(("\n", ""))
@@ -119,12 +119,15 @@ def details_text(row: Row, details: ProcessDetails) -> render.Line:
     spans: render.Line = []
     spans.append(("\nCommand\n", "heading"))
     spans.append(
-        (render.render.printable(details.command or row.command or "(not visible from here)") + "\n", "")
+        (
+            render.printable(details.command or row.command or "(not visible from here)") + "\n",
+            "",
+        )
     )
     if row.wants:
         spans.append((f"\nWaiting for: {row.wants}\n", ""))
     if row.lease:
-        spans.append((f"\nLease: {render.render.printable(row.lease)}\n", ""))
+        spans.append((f"\nLease: {render.printable(row.lease)}\n", ""))
     if row.idle is not None:
         prefix = "at least " if row.idle.at_least else ""
         idle = f"{prefix}{render.duration(row.idle.seconds)}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 from gpuwatch.tui.common import render
 from gpuwatch.tui.common.keys import HELP_WIDTH, Key, filter_help, hanging, keys_help
 
-
 KEYS: tuple[Key, ...] = (
     Key("question_mark", "help", "Show this help", "?", footer="help"),
     Key("q", "quit", "Quit", "q", footer="quit"),

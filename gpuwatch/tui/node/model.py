@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import ClassVar, Self
 
+from gpuwatch.tui.common.frames import Ancestor
 from gpuwatch.tui.common.view import TableChoices
 from gpuwatch.tui.node.rows import BY_KEY, Row, RowFilter, sort_rows
-from gpuwatch.tui.common.frames import Ancestor
 from gpuwatch.tui.node.tree import tree_order
 
 DEFAULT_SORT = "gpu_mem"
@@ -38,10 +38,10 @@ class TableView(TableChoices):
 
     # --- filter, tags, tree, selection --------------------------------------------------------
 
-    def filter(self, text: str) -> TableView:
+    def filter(self, text: str) -> Self:
         return replace(self, filter_text=text, row_filter=RowFilter.parse(text))
 
-    def clear(self) -> TableView:
+    def clear(self) -> Self:
         """Esc: no filter, no tags, no message; sort and tree view stay."""
         return replace(self, filter_text="", row_filter=RowFilter(), tagged=frozenset(), message="")
 

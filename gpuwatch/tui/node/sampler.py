@@ -12,7 +12,8 @@ import threading
 from textual.app import App
 from textual.message import Message
 
-from gpuwatch.tui.node.sources import Backfill, Frame, Source
+from gpuwatch.tui.common.frames import Backfill, Frame
+from gpuwatch.tui.node.sources import Source
 
 SAMPLER_EXIT_WAIT_S = 2.0
 """How long the app waits, on exit, for samplers to finish their current read."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from gpuwatch.tui.common.frames import Ancestor
 from gpuwatch.tui.node.rows import Row
-from gpuwatch.tui.node.sources import Ancestor
 
 
 def tree_order(rows: Sequence[Row], ancestors: Mapping[int, Ancestor], source: str) -> list[Row]:
