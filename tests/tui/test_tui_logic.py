@@ -335,6 +335,12 @@ def test_state_stays_bounded_over_an_hour_of_samples() -> None:
         "gpuwatch.tui.node.sources",
         "gpuwatch.tui.node.keys",
         "gpuwatch.tui.node.training",
+        "gpuwatch.tui.node.sampler",
+        "gpuwatch.tui.node.model",
+        "gpuwatch.tui.common.cards",
+        "gpuwatch.tui.common.view",
+        "gpuwatch.tui.fleet.model",
+        "gpuwatch.tui.fleet.node_cards",
     ],
 )
 def test_the_tui_logic_imports_no_textual(module: str) -> None:

@@ -18,10 +18,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
+from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
 from gpuwatch.tui.common.app import TableApp
-from gpuwatch.tui.common.frames import Ancestor, Frame, HostStats
+from gpuwatch.tui.common.frames import Ancestor, Backfill, Frame, HostStats
 from gpuwatch.tui.common.layout import Layout, choose_layout
 from gpuwatch.tui.common.screens import HelpScreen
 from gpuwatch.tui.common.table import RowTable
@@ -30,7 +31,7 @@ from gpuwatch.tui.node.details import read_details, remote_details
 from gpuwatch.tui.node.keys import KEYS, help_text
 from gpuwatch.tui.node.model import TableView
 from gpuwatch.tui.node.rows import Row, cell_text, column_widths, columns_for
-from gpuwatch.tui.node.sampler import SAMPLER_EXIT_WAIT_S, BackfillArrived, FrameArrived, Sampler
+from gpuwatch.tui.node.sampler import SAMPLER_EXIT_WAIT_S, Sampler
 from gpuwatch.tui.node.screens import ConfirmScreen, DetailScreen
 from gpuwatch.tui.node.signals import plan, send
 from gpuwatch.tui.node.sources import Source
@@ -38,6 +39,24 @@ from gpuwatch.tui.node.state import ScreenState
 from gpuwatch.tui.node.widgets import HostLine, Panel
 
 DEFAULT_IDLE_AFTER_S = 600.0
+
+
+class FrameArrived(Message):
+    """Source `number` said something: a frame, good or failed."""
+
+    def __init__(self, number: int, frame: Frame) -> None:
+        super().__init__()
+        self.number = number
+        self.frame = frame
+
+
+class BackfillArrived(Message):
+    """Source `number`'s past (the daemon's history, when it keeps one), once, first."""
+
+    def __init__(self, number: int, backfill: Backfill) -> None:
+        super().__init__()
+        self.number = number
+        self.backfill = backfill
 
 
 class GpuwatchApp(TableApp[TableView, Row]):
@@ -102,7 +121,13 @@ class GpuwatchApp(TableApp[TableView, Row]):
         # then waiting for it, not the other way round.
         if self._sample:
             for number, source in enumerate(self.sources):
-                sampler = Sampler(self, number, source, self.interval_s)
+                sampler = Sampler(
+                    number,
+                    source,
+                    self.interval_s,
+                    on_backfill=lambda n, past: self.post_message(BackfillArrived(n, past)),
+                    on_frame=lambda n, frame: self.post_message(FrameArrived(n, frame)),
+                )
                 self._samplers.append(sampler)
                 sampler.start()
 
