@@ -21,15 +21,19 @@ from gpuwatch.tui.node.screens import ConfirmScreen, DetailScreen
 from gpuwatch.tui.node.sources import LocalSource
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.daemon import get_json, running_daemon
-from tests.helpers.tui import HungSource, QuietSource, fed_app, frame, gpu, process, sim_source
-from tests.helpers.wait import wait_until, wait_until_async
+from tests.helpers.tui import (
+    HungSource,
+    QuietSource,
+    fed_app,
+    frame,
+    gpu,
+    process,
+    sim_source,
+    until,
+)
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-
-
-async def until(pilot: Pilot[int], condition: Callable[[], bool], what: str) -> None:
-    """Waits, without a fixed sleep, for `condition` (generous: CI machines are slow)."""
-    await wait_until_async(condition, what, pause=pilot.pause, timeout_s=60, interval_s=0.05)
 
 
 def text_of(app: GpuwatchApp, selector: str) -> str:
