@@ -21,23 +21,24 @@ class Row:
     """One line of the process table.
 
     `kind` is the driver's process kind, or `lease` for a holder that uses no
-    GPU memory yet, or `waiting` for a `pick --wait` job in line.
+    GPU memory yet, or `waiting` for a `pick --wait` job in line. `None` is unknown.
     """
 
     key: str
     source: str
-    gpu: int | None
     pid: int
-    user: str | None
     kind: str
-    gpu_memory_bytes: int | None
-    cpu_pct: float | None
-    host_memory_bytes: int | None
-    started_at: float | None
-    command: str | None
-    lease: str
-    idle: Idle | None
-    local: bool
+    gpu: int | None = None
+    user: str | None = None
+    gpu_memory_bytes: int | None = None
+    cpu_pct: float | None = None
+    host_memory_bytes: int | None = None
+    started_at: float | None = None
+    command: str | None = None
+    lease: str = ""
+    idle: Idle | None = None
+    local: bool = True
+    """Whether the process is on this machine (so it can be inspected and signalled)."""
     wants: str = ""
     """What a waiting job asks for."""
     device: str = ""
@@ -238,9 +239,6 @@ def _lease_row(
         pid=lease.pid,
         user=lease.user,
         kind="lease",
-        gpu_memory_bytes=None,
-        cpu_pct=None,
-        host_memory_bytes=None,
         started_at=lease.started_at,
         command=lease.command,
         lease="holder " + _how(lease),
@@ -262,17 +260,10 @@ def _waiter_row(frame: Frame, number: int, waiter: Waiter) -> Row:
     return Row(
         key=f"{frame.source}/wait/{waiter.pid}",
         source=frame.source,
-        gpu=None,
         pid=waiter.pid,
         user=waiter.user,
         kind="waiting",
-        gpu_memory_bytes=None,
-        cpu_pct=None,
-        host_memory_bytes=None,
-        started_at=None,
         command=f"#{number + 1} in line, wants {text}",
-        lease="",
-        idle=None,
         local=frame.local,
         wants=text,
     )

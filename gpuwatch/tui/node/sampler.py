@@ -27,8 +27,8 @@ class Sampler(threading.Thread):
         source: Source,
         interval_s: float,
         *,
-        on_backfill: Callable[[int, Backfill], None],
-        on_frame: Callable[[int, Frame], None],
+        on_backfill: Callable[[int, Backfill], object],
+        on_frame: Callable[[int, Frame], object],
     ) -> None:
         super().__init__(name=f"gpuwatch-tui-sampler-{number}", daemon=True)
         self._number, self._source = number, source

@@ -75,7 +75,7 @@ class Panel(Static):
     """A panel another part of gpuwatch adds to the main screen (`GpuwatchApp(panels=...)`).
 
     It sits between the host line and the process table, and is handed the screen's state
-    after every frame; style it in gpuwatch.tcss by its id or class.
+    after every frame; style it in node.tcss by its id or class.
     """
 
     def show_state(self, state: ScreenState, now: float) -> None:
