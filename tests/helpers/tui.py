@@ -164,11 +164,11 @@ async def until(
     await wait_until_async(condition, what, pause=pilot.pause, timeout_s=timeout_s, interval_s=0.02)
 
 
-def synced(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
-    """A Pilot test, run in an event loop of its own."""
+def synced(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """A Pilot test, run in an event loop of its own (with its fixtures and parameters)."""
 
     @functools.wraps(test)
-    def run() -> None:
-        asyncio.run(test())
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
 
     return run

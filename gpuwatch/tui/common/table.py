@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Generic, Protocol, TypeVar
 
+from rich.padding import Padding
+from rich.segment import Segment
+from rich.style import Style
+from rich.styled import Styled
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.geometry import Region
 from textual.strip import Strip
+from textual.widget import PseudoClasses
 from textual.widgets import DataTable
 
 from gpuwatch.tui.common import render
@@ -18,6 +24,8 @@ from gpuwatch.tui.common.widgets import SPAN_CLASSES, Painter
 
 LINES_KEPT = 2_000
 """Drawn lines kept for rows that did not change: a tall screen's lines several times over."""
+CELLS_KEPT = 20_000
+"""Drawn cells kept for cells that did not change, likewise."""
 REMOVE_ONE_BY_ONE_MAX = 64
 """Past this many rows gone at once, the table is emptied and refilled instead: DataTable
 renumbers every row on each removal, so removing thousands one by one is quadratic."""
@@ -33,6 +41,18 @@ class Keyed(Protocol):
 R = TypeVar("R", bound=Keyed)
 
 
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What a line of the table looks like besides what its row says."""
+
+    style: Style
+    pseudo_classes: PseudoClasses
+    theme: str
+    width: int
+    scroll_x: int
+    widths: tuple[int, ...]
+
+
 class KeyedText(Text):
     """A cell that knows its row, so rows can be put in an order of our choosing."""
 
@@ -44,9 +64,11 @@ class RowTable(DataTable[Text], Generic[R]):
     by cell, not rebuilt, and the cursor stays on the row chosen wherever it moves to.
 
     DataTable draws every cell again whenever any cell changed, so a refresh that changes a
-    few rows of a large table would draw the whole screen's cells again (at 500 nodes, most
-    of what the fleet screen cost). This table keeps each line it drew (Textual's line API,
-    `render_line`) by what its row says, and draws again only the lines whose row changed."""
+    few cells of a large table would draw the whole screen's cells again (at 500 nodes, most
+    of what the fleet screen cost). This table draws the lines of its rows itself (Textual's
+    line API, `render_line`), as DataTable draws them (a test holds the two alike), keeping
+    each line and each cell it drew by what it says: a refresh draws again only the cells
+    that changed. The header, and the lines under the cursor and the mouse, DataTable draws."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = DataTable.COMPONENT_CLASSES | SPAN_CLASSES
     # DataTable scrolls sideways on Home and End; in a list of processes or nodes they
@@ -73,46 +95,94 @@ class RowTable(DataTable[Text], Generic[R]):
         self._sorted_by: tuple[str, bool] | None = None
         self._lines: dict[tuple[object, ...], Strip] = {}
         """Lines drawn, by what they show; the oldest first."""
-        self._look: tuple[object, ...] | None = None
+        self._cell_lines: dict[tuple[object, ...], list[Segment]] = {}
+        """Cells drawn, by what they show; the oldest first."""
+        self._look: _Look | None = None
         """What every line of this drawing pass depends on besides its row."""
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._put_in_view()  # rows scrolled into view since the last refresh
-        self._look = (
-            self.rich_style,
-            self.get_pseudo_class_state(),
-            self.app.theme,
-            self.size.width,
-            self.scroll_offset.x,
-            self.columns_shown,
-            self._widths,
-        )
+        self._look = self._looks_now()
         try:
             return super().render_lines(crop)
         finally:
             self._look = None
 
     def render_line(self, y: int) -> Strip:
-        """Line `y` of the widget: a row's line as drawn before where its row says the same
-        at the same place; the header, and the cursor's and the mouse's rows, as DataTable
-        draws them (their look changes without their row changing)."""
-        index = y + self.scroll_offset.y - (self.header_height if self.show_header else 0)
-        if (
-            self._look is None
-            or (self.show_header and y < self.header_height)
-            or not 0 <= index < len(self.order)
-            or index in (self.cursor_row, self.hover_row)
-        ):
+        """Line `y` of the widget, as drawn before where it says the same at the same place.
+        Rows' lines it draws itself; the header and the cursor's row DataTable draws; and
+        while the mouse is over the table, the lines it may light up, DataTable every time
+        (how the mouse lights them up is DataTable's own)."""
+        header = self.header_height if self.show_header else 0
+        index = y + self.scroll_offset.y - header
+        if y >= header and not 0 <= index < len(self.order):
             return super().render_line(y)
+        if self.mouse_hover and (y < header or index in (self.cursor_row, self.hover_row)):
+            return super().render_line(y)
+        look = self._look or self._looks_now()
+        if y < header:
+            drawn: tuple[object, ...] = ("header", y, self._sorted_by, self.columns_shown, look)
+            return self._kept(drawn, lambda: super(RowTable, self).render_line(y))
         key = self.order[index]
-        drawn = (key, index, self._cells[key], self._look)  # the index is in it, for the mouse
+        cells = self._cells[key]
+        if index == self.cursor_row:
+            drawn = (key, index, cells, look, "cursor")
+            return self._kept(drawn, lambda: super(RowTable, self).render_line(y))
+        drawn = (key, index, cells, look)  # the index is in it, for the mouse
+        return self._kept(drawn, lambda: self._draw_row(index, cells, look))
+
+    def _kept(self, drawn: tuple[object, ...], draw: Callable[[], Strip]) -> Strip:
+        """The line `drawn` describes, as drawn before, else drawn now (and kept)."""
         line = self._lines.pop(drawn, None)
         if line is None:
-            line = super().render_line(y)
+            line = draw()
         self._lines[drawn] = line
         if len(self._lines) > LINES_KEPT:
             del self._lines[next(iter(self._lines))]
         return line
+
+    def _looks_now(self) -> _Look:
+        return _Look(
+            self.rich_style,
+            self.get_pseudo_class_state(),
+            self.app.theme,
+            self.size.width,
+            self.scroll_offset.x,
+            self._widths,
+        )
+
+    def _draw_row(self, index: int, cells: tuple[render.Span, ...], look: _Look) -> Strip:
+        """Row `index`'s line, as DataTable draws a line without the cursor or the mouse on
+        it: each cell padded and in the widget's style, marked with its place (for the
+        mouse), then the rest of the width, marked as out of the table."""
+        segments: list[Segment] = []
+        table_width = 0
+        for number, (cell, column) in enumerate(zip(cells, self.columns_shown, strict=True)):
+            width = self.columns[column.key].get_render_width(self)  # type: ignore[index]
+            segments += self._draw_cell(cell, column, (index, number, width), look)
+            table_width += width
+        rest = Style.from_meta({"row": index, "column": 0, "out_of_bounds": True})
+        segments.append(Segment(" " * max(0, look.width - table_width), look.style + rest))
+        x, width = look.scroll_x, look.width
+        return Strip(segments).crop(x, x + width).adjust_cell_length(width, look.style).simplify()
+
+    def _draw_cell(
+        self, cell: render.Span, column: Column[R], place: tuple[int, int, int], look: _Look
+    ) -> list[Segment]:
+        """A cell, padded, in the widget's style, marked with its `place` (row, column and
+        width: the mouse finds the cell by it)."""
+        drawn = (cell, place, look)
+        segments = self._cell_lines.pop(drawn, None)
+        if segments is None:
+            index, number, width = place
+            style = look.style + Style.from_meta({"row": index, "column": number})
+            padded = Styled(Padding(self._text("", cell, column), (0, self.cell_padding)), style)
+            options = self.app.console_options.update_dimensions(width, 1).update(no_wrap=True)
+            segments = self.app.console.render_lines(padded, options)[0]
+        self._cell_lines[drawn] = segments
+        if len(self._cell_lines) > CELLS_KEPT:
+            del self._cell_lines[next(iter(self._cell_lines))]
+        return segments
 
     def action_first_row(self) -> None:
         if self.row_count:
