@@ -82,3 +82,30 @@ async def test_every_line_of_rows_is_drawn_as_datatable_draws_it(
             # THEN they are the same
             for y in range(table.size.height):
                 assert runs(table.render_line(y)) == runs(DataTable.render_line(table, y)), y
+
+
+@pytest.mark.parametrize(
+    ("keys", "header"),
+    [
+        ((), "GPU-MEM ▼"),
+        (("r",), "GPU-MEM ▲"),
+        (("r", "s"), "SM% ▲"),
+        (("r", "s", "S", "r"), "GPU-MEM ▼"),
+    ],
+    ids=["at-start", "reversed", "next-column", "back-and-reversed"],
+)
+@synced
+async def test_the_drawn_header_shows_the_sort_even_where_the_rows_keep_their_order(
+    keys: tuple[str, ...], header: str
+) -> None:
+    # GIVEN a table of one row, which no sort moves
+    app = fed_app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.feed(0, frame([gpu(0)], [process(1, 0)]))
+        await pilot.pause()
+        # WHEN the sort keys are pressed
+        await pilot.press(*keys)
+        await pilot.pause()
+        # THEN the header as drawn puts the arrow on the sort column, in its direction
+        drawn = app.table().render_line(0).text
+        assert header in drawn and drawn.count("▲") + drawn.count("▼") == 1

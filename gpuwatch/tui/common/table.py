@@ -241,14 +241,15 @@ class RowTable(DataTable[Text], Generic[R]):
             elif before.get(row.key) is not row:
                 self._stale.add(row.key)
         order = [row.key for row in rows]
-        if order != self.order:
+        relabelled = sorted_by != self._sorted_by
+        if relabelled:
+            self._label(sorted_by)
+        if order != self.order or relabelled:  # sorting draws the header again, too
             rank = {key: position for position, key in enumerate(order)}
             self.sort(columns[0].key, key=lambda cell: rank.get(cell.row_key, 0))
             self.order = order
         self._restore_cursor(selected)
         self._put_in_view()
-        if sorted_by != self._sorted_by:
-            self._label(sorted_by)
 
     def _put_in_view(self) -> None:
         """Puts the cells of the rows on screen that changed since they were put."""
@@ -291,7 +292,6 @@ class RowTable(DataTable[Text], Generic[R]):
         for column in self.columns_shown:
             arrow = (" ▼" if reverse else " ▲") if column.key == key else ""
             self.columns[column.key].label = Text(column.title + arrow)  # type: ignore[index]
-        self.refresh()
 
     def _empty(self) -> None:
         """Drops every row, keeping the columns and the scroll position; the rows that stay
