@@ -50,6 +50,7 @@ class _Look:
     theme: str
     width: int
     scroll_x: int
+    columns: tuple[str, ...]
     widths: tuple[int, ...]
 
 
@@ -121,7 +122,7 @@ class RowTable(DataTable[Text], Generic[R]):
             return super().render_line(y)
         look = self._look or self._looks_now()
         if y < header:
-            drawn: tuple[object, ...] = ("header", y, self._sorted_by, self.columns_shown, look)
+            drawn: tuple[object, ...] = ("header", y, self._sorted_by, look)
             return self._kept(drawn, lambda: super(RowTable, self).render_line(y))
         key = self.order[index]
         cells = self._cells[key]
@@ -148,6 +149,7 @@ class RowTable(DataTable[Text], Generic[R]):
             self.app.theme,
             self.size.width,
             self.scroll_offset.x,
+            tuple(column.key for column in self.columns_shown),
             self._widths,
         )
 
