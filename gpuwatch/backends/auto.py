@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import BackendError, DaemonUnavailableError
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Snapshot
 
 RETRY_DAEMON_S = 5.0
@@ -60,6 +61,11 @@ class AutoBackend(Backend):
         if self._daemon_again_at is not None:
             return {}  # the driver stands in, and keeps no history
         return self._daemon.recent_utilization_pct(window_s)
+
+    def history(self, window_s: float) -> list[GpuSeries] | None:
+        if self._daemon_again_at is not None:
+            return None  # the driver stands in, and keeps no history
+        return self._daemon.history(window_s)
 
     def _from_driver(
         self, scope: SampleScope, lost: DaemonUnavailableError | None, *, told: bool

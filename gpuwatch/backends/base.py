@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import enum
 
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Snapshot
 
 
@@ -43,6 +44,12 @@ class Backend(abc.ABC):
         """Each GPU's highest utilization over the last `window_s` seconds, by UUID, where
         this backend keeps a history (the daemon's); empty where it keeps none or cannot tell."""
         return {}
+
+    def history(self, window_s: float) -> list[GpuSeries] | None:
+        """Each GPU's samples over the last `window_s` seconds, where this backend keeps a
+        history (the daemon's); `None` where it keeps none. Raises `OSError`, `ValueError`
+        or `DaemonUnavailableError` where it keeps one but cannot answer now."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -20,9 +20,9 @@ from gpuwatch.cli.options import Command, Duration
 from gpuwatch.cli.terminal import terminal_columns
 from gpuwatch.fleet.document import fleet_document
 from gpuwatch.fleet.source import FleetSource
-from gpuwatch.tui.fleet_cells import plain_table
-from gpuwatch.tui.fleet_model import FleetView
-from gpuwatch.tui.fleet_rows import build_rows, totals
+from gpuwatch.tui.fleet.cells import plain_table
+from gpuwatch.tui.fleet.model import FleetView
+from gpuwatch.tui.fleet.rows import build_rows, totals
 
 
 @click.command(cls=Command)
@@ -102,7 +102,7 @@ def print_table(source: FleetSource) -> int:
 
 def run_screen(source: FleetSource, interval_s: float | None, idle_after_s: float | None) -> int:
     # Here: textual, which --once and --json do without.
-    from gpuwatch.tui.fleet_app import DEFAULT_IDLE_AFTER_S, DEFAULT_INTERVAL_S, FleetApp
+    from gpuwatch.tui.fleet.app import DEFAULT_IDLE_AFTER_S, DEFAULT_INTERVAL_S, FleetApp
 
     first = source.read()  # a source that cannot be read at all: one line, before the screen
     collect_garbage_rarely()

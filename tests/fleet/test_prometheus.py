@@ -20,7 +20,7 @@ from gpuwatch.models import Exporter, FleetState
 from gpuwatch.placement.rules import needed_bytes
 from gpuwatch.placement.where import where
 from gpuwatch.request import Request
-from gpuwatch.tui.fleet_rows import build_rows
+from gpuwatch.tui.fleet.rows import build_rows
 from tests.helpers.fleet.endpoints import Endpoint
 from tests.helpers.fleet.fakeprom import (
     NOW,

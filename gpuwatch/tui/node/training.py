@@ -12,7 +12,7 @@ frame: the local source reads them, checked, from the lease directory
 from __future__ import annotations
 
 from gpuwatch.reports.training import TrainingReport, TrainingReports
-from gpuwatch.tui import render
+from gpuwatch.tui.common import render
 
 _GRAPH_POINTS = 40
 

@@ -15,29 +15,54 @@ import time
 from collections.abc import Callable, Sequence
 
 from textual import on
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
-from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.message import Message
+from textual.widgets import Footer, Input, Static
 
-from gpuwatch.tui import rows as row_logic
-from gpuwatch.tui.frames import Ancestor, Frame, HostStats, Source
-from gpuwatch.tui.keys import KEYS
-from gpuwatch.tui.layout import Layout, choose_layout
-from gpuwatch.tui.model import TableView
-from gpuwatch.tui.rows import Row
-from gpuwatch.tui.sampler import SAMPLER_EXIT_WAIT_S, BackfillArrived, FrameArrived, Sampler
-from gpuwatch.tui.state import ScreenState
-from gpuwatch.tui.widgets import HostLine, Panel, ProcessTable, SectionView
+from gpuwatch.tui.common.app import TableApp
+from gpuwatch.tui.common.frames import Ancestor, Backfill, Frame, HostStats
+from gpuwatch.tui.common.layout import Layout, choose_layout
+from gpuwatch.tui.common.screens import HelpScreen
+from gpuwatch.tui.common.table import RowTable
+from gpuwatch.tui.common.widgets import SectionView
+from gpuwatch.tui.node.details import read_details, remote_details
+from gpuwatch.tui.node.keys import KEYS, help_text
+from gpuwatch.tui.node.model import TableView
+from gpuwatch.tui.node.rows import Row, cell_text, column_widths, columns_for
+from gpuwatch.tui.node.sampler import SAMPLER_EXIT_WAIT_S, Sampler
+from gpuwatch.tui.node.screens import ConfirmScreen, DetailScreen
+from gpuwatch.tui.node.signals import plan, send
+from gpuwatch.tui.node.sources import Source
+from gpuwatch.tui.node.state import ScreenState
+from gpuwatch.tui.node.widgets import HostLine, Panel
 
 DEFAULT_IDLE_AFTER_S = 600.0
 
 
-class GpuwatchApp(App[int]):
+class FrameArrived(Message):
+    """Source `number` said something: a frame, good or failed."""
+
+    def __init__(self, number: int, frame: Frame) -> None:
+        super().__init__()
+        self.number = number
+        self.frame = frame
+
+
+class BackfillArrived(Message):
+    """Source `number`'s past (the daemon's history, when it keeps one), once, first."""
+
+    def __init__(self, number: int, backfill: Backfill) -> None:
+        super().__init__()
+        self.number = number
+        self.backfill = backfill
+
+
+class GpuwatchApp(TableApp[TableView, Row]):
     """The GPUs, processes, leases and waiting jobs of one or several machines."""
 
-    CSS_PATH = "gpuwatch.tcss"
+    CSS_PATH = ["../common/common.tcss", "node.tcss"]  # noqa: RUF012 - Textual's declaration style
     TITLE = "gpuwatch"
 
     def __init__(
@@ -57,7 +82,7 @@ class GpuwatchApp(App[int]):
         samples and measures graphs, idle times and stalls, whatever the wall clock does;
         `sample=False` starts no threads, so frames come only from `feed()`; `as_root`
         defaults to the truth."""
-        super().__init__()
+        super().__init__(TableView(), (key for key in KEYS if not (key.writes and readonly)))
         self.sources = list(sources)
         self.interval_s = interval_s
         self.readonly = readonly
@@ -65,7 +90,6 @@ class GpuwatchApp(App[int]):
         self.clock = clock
         self.monotonic = monotonic
         self.state = ScreenState([s.label for s in self.sources], interval_s)
-        self.view = TableView()
         self._sample = sample
         self.panels = list(panels)
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
@@ -73,12 +97,8 @@ class GpuwatchApp(App[int]):
         self._opened_at = monotonic()
         self._stalled_after_s = max(3 * interval_s, 2.0)
         self._layout: Layout | None = None
-        self._home: Screen[object] = Screen()
         self._mounted_once = False
         self._shown_stalled = False
-        for key in KEYS:
-            if key.action and not (key.writes and readonly):
-                self.bind(key.keys, key.action, description=key.footer, show=bool(key.footer))
 
     # --- building -------------------------------------------------------------------------
 
@@ -89,7 +109,7 @@ class GpuwatchApp(App[int]):
                 yield SectionView(number)
         yield HostLine()
         yield from self.panels
-        yield ProcessTable()
+        yield RowTable[Row](id="processes")
         yield Static(id="status")
         yield Input(
             placeholder="filter: user:NAME gpu:N idle WORD   (Enter keeps, Esc clears)", id="filter"
@@ -101,15 +121,20 @@ class GpuwatchApp(App[int]):
         # then waiting for it, not the other way round.
         if self._sample:
             for number, source in enumerate(self.sources):
-                sampler = Sampler(self, number, source, self.interval_s)
+                sampler = Sampler(
+                    number,
+                    source,
+                    self.interval_s,
+                    on_backfill=lambda n, past: self.post_message(BackfillArrived(n, past)),
+                    on_frame=lambda n, frame: self.post_message(FrameArrived(n, frame)),
+                )
                 self._samplers.append(sampler)
                 sampler.start()
 
     def on_ready(self) -> None:
-        self._home = self.screen
         self._mounted_once = True
         self._draw_title()
-        self._home.query_one(ProcessTable).focus()
+        self.table().focus()
         self.set_interval(1.0, self._watch_stalls)
         self.redraw()
 
@@ -170,16 +195,13 @@ class GpuwatchApp(App[int]):
                 for s in sections
             ],
         )
-        self._home.query_one("#gpus").styles.height = self._layout.gpu_panel_lines
+        self.home.query_one("#gpus").styles.height = self._layout.gpu_panel_lines
         self._draw_sections()
-        self._home.query_one(HostLine).show(self._host_stats(), self.size.width - 2)
+        self.home.query_one(HostLine).show(self._host_stats(), self.size.width - 2)
         for panel in self.panels:
             panel.show_state(self.state, self.clock())
         self._draw_table()
         self._draw_status()
-
-    def on_resize(self) -> None:
-        self.redraw()
 
     def _draw_title(self) -> None:
         parts = ["gpuwatch", "? help  q quit"]
@@ -187,13 +209,13 @@ class GpuwatchApp(App[int]):
             parts.append("read-only")
         elif self.as_root:
             parts.append("as root: signals reach every user's processes")
-        self._home.query_one("#title", Static).update("  ·  ".join(parts))
+        self.home.query_one("#title", Static).update("  ·  ".join(parts))
 
     def _draw_sections(self) -> None:
         if self._layout is None:
             return
         monotonic = self.monotonic()
-        views = list(self._home.query(SectionView))
+        views = list(self.home.query(SectionView))
         if len(views) != len(self.state.sections):
             return  # shutting down: the widgets are going
         for section, view in zip(self.state.sections, views, strict=True):
@@ -224,9 +246,8 @@ class GpuwatchApp(App[int]):
         return self.view.tree
 
     def current_rows(self) -> list[Row]:
-        now = self.clock()
-        everything = self.state.rows(now, self.monotonic(), self.idle_after_s)
-        return self.view.arrange(everything, now, self._ancestors())
+        everything = self.state.rows(self.clock(), self.monotonic(), self.idle_after_s)
+        return self.view.arrange(everything, self._ancestors())
 
     def _ancestors(self) -> list[tuple[str, dict[int, Ancestor]]]:
         if not self.view.tree:
@@ -237,28 +258,19 @@ class GpuwatchApp(App[int]):
             if section.frame is not None and section.frame.ancestors
         ]
 
-    def action_tree(self) -> None:
-        self.view = self.view.toggle_tree()
-        for source in self.sources:
-            if hasattr(source, "tree"):
-                source.tree = self.view.tree  # the next frame brings the ancestors
-        self.redraw()
-
     def _draw_table(self) -> None:
-        table = self._home.query_one(ProcessTable)
-        columns = row_logic.columns_for(
-            self.size.width, several_hosts=len(self.sources) > 1, jobs=self._jobs_shown()
-        )
+        width = self.size.width
+        columns = columns_for(width, several_hosts=len(self.sources) > 1, jobs=self._jobs_shown())
         self.view = self.view.fit_columns(c.key for c in columns)
         rows = self.current_rows()
         self.view = self.view.keep_tags(row.key for row in rows)
-        table.show(
+        now, tagged = self.clock(), self.view.tagged
+        self.table().show(
             rows,
+            lambda row: [cell_text(row, column, now, row.key in tagged) for column in columns],
             columns,
-            self.clock(),
-            self.view.tagged,
+            column_widths(columns, width),
             (self.view.sort_column, self.view.sort_reverse),
-            self.size.width,
             self.view.selected,
         )
 
@@ -270,71 +282,18 @@ class GpuwatchApp(App[int]):
         )
 
     def _draw_status(self) -> None:
-        self._home.query_one("#status", Static).update(self.view.status())
+        self.home.query_one("#status", Static).update(self.view.status())
 
     # --- actions --------------------------------------------------------------------------
 
     def action_help(self) -> None:
-        from gpuwatch.tui.screens import HelpScreen
+        self.push_screen(HelpScreen(lambda width: help_text(self.readonly, width)))
 
-        self.push_screen(HelpScreen(self.readonly))
-
-    def _cycle_sort(self, step: int) -> None:
-        shown = [c.key for c in self._home.query_one(ProcessTable).columns_shown]
-        self.view = self.view.cycle_sort(shown, step)
+    def action_tree(self) -> None:
+        self.view = self.view.toggle_tree()
+        for source in self.sources:
+            source.tree = self.view.tree  # the next frame brings the ancestors
         self.redraw()
-
-    def action_next_sort(self) -> None:
-        self._cycle_sort(1)
-
-    def action_previous_sort(self) -> None:
-        self._cycle_sort(-1)
-
-    def action_reverse_sort(self) -> None:
-        self.view = self.view.reverse()
-        self.redraw()
-
-    @on(DataTable.HeaderSelected)
-    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
-        self.view = self.view.sort_by(str(event.column_key.value))
-        self.redraw()
-
-    @on(DataTable.RowHighlighted)
-    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.view = self.view.select(event.row_key.value)
-
-    @on(DataTable.RowSelected)
-    def _row_selected(self, event: DataTable.RowSelected) -> None:
-        self.action_detail()
-
-    def action_filter(self) -> None:
-        field = self._home.query_one("#filter", Input)
-        field.display = True
-        field.focus()
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.view = self.view.filter(event.value)
-        self.redraw()
-
-    @on(Input.Submitted, "#filter")
-    def _filter_kept(self) -> None:
-        self._home.query_one("#filter", Input).display = False
-        self._home.query_one(ProcessTable).focus()
-
-    def action_clear(self) -> None:
-        field = self._home.query_one("#filter", Input)
-        field.value = ""
-        field.display = False
-        self.view = self.view.clear()
-        self._home.query_one(ProcessTable).focus()
-        self.redraw()
-
-    def selected_row(self) -> Row | None:
-        row = self._home.query_one(ProcessTable).current_row(self.view.selected)
-        if row is not None:
-            self.view = self.view.select(row.key)  # the cursor's row stays chosen as rows move
-        return row
 
     def action_tag(self) -> None:
         row = self.selected_row()
@@ -342,21 +301,18 @@ class GpuwatchApp(App[int]):
             self.view = self.view.toggle_tag(row.key)
             self.redraw()
 
-    def action_detail(self) -> None:
-        from gpuwatch.tui.details import read_details, remote_details
-        from gpuwatch.tui.screens import DetailScreen
+    def open_row(self) -> None:
+        self.action_detail()
 
+    def action_detail(self) -> None:
         row = self.selected_row()
         if row is None or len(self.screen_stack) > 1:
             return  # Enter reaches both the table and the app: open one detail only
         details = read_details(row.pid) if row.local else remote_details()
-        screen = DetailScreen(row, details)
-        self.push_screen(screen)
+        self.push_screen(DetailScreen(row, details))
         self.call_after_refresh(self._refresh_detail)
 
     def _refresh_detail(self) -> None:
-        from gpuwatch.tui.screens import DetailScreen
-
         screen = self.screen_stack[-1] if self.screen_stack else None
         if isinstance(screen, DetailScreen):
             key = screen.row.key
@@ -371,11 +327,7 @@ class GpuwatchApp(App[int]):
             screen.refresh_from(row, self.state.process_trends.get(key), self.size.width)
 
     def action_signal(self, name: str) -> None:
-        from gpuwatch.tui.screens import ConfirmScreen
-        from gpuwatch.tui.signals import plan
-
-        table = self._home.query_one(ProcessTable)
-        chosen = self.view.targets(table.rows_by_key, self.selected_row())
+        chosen = self.view.targets(self.table().rows_by_key, self.selected_row())
         if not chosen:
             self.notify_status("select or tag a process first")
             return
@@ -383,8 +335,6 @@ class GpuwatchApp(App[int]):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                from gpuwatch.tui.signals import send
-
                 self.notify_status("; ".join(send(proposal.targets, name)))
                 self.view = self.view.untag_all()
             self.redraw()
@@ -394,6 +344,3 @@ class GpuwatchApp(App[int]):
     def notify_status(self, text: str) -> None:
         self.view = self.view.say(text)
         self._draw_status()
-
-    async def action_quit(self) -> None:
-        self.exit(0)

@@ -10,9 +10,10 @@ from dataclasses import dataclass, replace
 
 from gpuwatch.models import Lease, ProcessUsage, Snapshot
 from gpuwatch.request import Waiter
-from gpuwatch.tui import render
-from gpuwatch.tui.frames import Frame
-from gpuwatch.tui.trends import Idle, IdleClock
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.columns import CELL_PADDING, Column, fitting, sortable
+from gpuwatch.tui.common.frames import Frame
+from gpuwatch.tui.common.trends import Idle, IdleClock
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,23 +21,24 @@ class Row:
     """One line of the process table.
 
     `kind` is the driver's process kind, or `lease` for a holder that uses no
-    GPU memory yet, or `waiting` for a `pick --wait` job in line.
+    GPU memory yet, or `waiting` for a `pick --wait` job in line. `None` is unknown.
     """
 
     key: str
     source: str
-    gpu: int | None
     pid: int
-    user: str | None
     kind: str
-    gpu_memory_bytes: int | None
-    cpu_pct: float | None
-    host_memory_bytes: int | None
-    started_at: float | None
-    command: str | None
-    lease: str
-    idle: Idle | None
-    local: bool
+    gpu: int | None = None
+    user: str | None = None
+    gpu_memory_bytes: int | None = None
+    cpu_pct: float | None = None
+    host_memory_bytes: int | None = None
+    started_at: float | None = None
+    command: str | None = None
+    lease: str = ""
+    idle: Idle | None = None
+    local: bool = True
+    """Whether the process is on this machine (so it can be inspected and signalled)."""
     wants: str = ""
     """What a waiting job asks for."""
     device: str = ""
@@ -49,58 +51,47 @@ class Row:
     """The id of the scheduler's job holding its GPU; empty for none (or not known)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
-    key: str
-    title: str
-    width: int
-    sort_value: Callable[[Row, float], object]
-    drop_rank: int
-    """Narrow screens drop columns with the highest rank first; 0 is never dropped."""
+def _running_order(row: Row) -> float:
+    """Orders rows as their running time does: started earlier, running longer; a row with
+    no start time (a waiting job) the shortest."""
+    return float("-inf") if row.started_at is None else -row.started_at
 
 
-def _num(value: float | None) -> float:
-    return -1.0 if value is None else value
-
-
-def _running_s(row: Row, now: float) -> float:
-    return -1.0 if row.started_at is None else now - row.started_at
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("host", "HOST", 12, lambda r, _: r.source, 10),
-    Column("gpu", "GPU", 5, lambda r, _: (-1 if r.gpu is None else r.gpu, r.device), 0),
-    Column("job", "JOB", 10, lambda r, _: r.job, 2),
-    Column("pid", "PID", 8, lambda r, _: r.pid, 0),
-    Column("user", "USER", 10, lambda r, _: r.user or "", 0),
-    Column("kind", "KIND", 8, lambda r, _: r.kind, 9),
-    Column("gpu_mem", "GPU-MEM", 9, lambda r, _: _num(r.gpu_memory_bytes), 0),
-    Column("sm", "SM%", 5, lambda r, _: _num(r.sm_util_pct), 5),
-    Column("cpu", "CPU%", 6, lambda r, _: _num(r.cpu_pct), 6),
-    Column("host_mem", "HOST-MEM", 10, lambda r, _: _num(r.host_memory_bytes), 8),
-    Column("time", "TIME", 7, _running_s, 7),
-    Column("lease", "LEASE", 18, lambda r, _: r.lease, 4),
-    Column("idle", "IDLE", 8, lambda r, _: -1.0 if r.idle is None else r.idle.seconds, 3),
-    Column("command", "COMMAND", 0, lambda r, _: r.command or "", 0),
+COLUMNS: tuple[Column[Row], ...] = (
+    Column("host", "HOST", 12, lambda r: r.source, 10),
+    Column("gpu", "GPU", 5, lambda r: (-1 if r.gpu is None else r.gpu, r.device), 0),
+    Column("job", "JOB", 10, lambda r: r.job, 2),
+    Column("pid", "PID", 8, lambda r: r.pid, 0),
+    Column("user", "USER", 10, lambda r: r.user or "", 0),
+    Column("kind", "KIND", 8, lambda r: r.kind, 9),
+    Column("gpu_mem", "GPU-MEM", 9, lambda r: sortable(r.gpu_memory_bytes), 0),
+    Column("sm", "SM%", 5, lambda r: sortable(r.sm_util_pct), 5),
+    Column("cpu", "CPU%", 6, lambda r: sortable(r.cpu_pct), 6),
+    Column("host_mem", "HOST-MEM", 10, lambda r: sortable(r.host_memory_bytes), 8),
+    Column("time", "TIME", 7, _running_order, 7),
+    Column("lease", "LEASE", 18, lambda r: r.lease, 4),
+    Column("idle", "IDLE", 8, lambda r: -1.0 if r.idle is None else r.idle.seconds, 3),
+    Column("command", "COMMAND", 0, lambda r: r.command or "", 0),
 )
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
-BY_KEY: Mapping[str, Column] = {column.key: column for column in COLUMNS}
+BY_KEY: Mapping[str, Column[Row]] = {column.key: column for column in COLUMNS}
 KIND_SHOWN = {"compute+graphics": "C+G"}
 """Kinds longer than the KIND column, written as nvidia-smi writes them."""
 MIN_COMMAND_WIDTH = 16
-_CELL_PADDING = 2  # DataTable's padding around each cell
 
 
-def columns_for(width: int, *, several_hosts: bool, jobs: bool = False) -> tuple[Column, ...]:
+def columns_for(width: int, *, several_hosts: bool, jobs: bool = False) -> tuple[Column[Row], ...]:
     """The columns that fit `width` cells, dropping the least needed first; JOB only where
     a scheduler says who holds the GPUs (`jobs`)."""
     chosen = [c for c in COLUMNS if (several_hosts or c.key != "host") and (jobs or c.key != "job")]
-    while True:
-        used = sum(c.width + _CELL_PADDING for c in chosen) + MIN_COMMAND_WIDTH + 3
-        droppable = [c for c in chosen if c.drop_rank > 0]
-        if used <= width or not droppable:
-            return tuple(chosen)
-        chosen.remove(max(droppable, key=lambda c: c.drop_rank))
+    return fitting(chosen, width, room_for=MIN_COMMAND_WIDTH + 3)
+
+
+def column_widths(columns: Sequence[Column[Row]], width: int) -> list[int]:
+    """Each column's width; the command takes what the others leave of `width`."""
+    fixed = sum(c.width + CELL_PADDING for c in columns if c.key != "command")
+    rest = max(MIN_COMMAND_WIDTH, width - fixed - 3)
+    return [rest if c.key == "command" else c.width for c in columns]
 
 
 def build_rows(
@@ -248,9 +239,6 @@ def _lease_row(
         pid=lease.pid,
         user=lease.user,
         kind="lease",
-        gpu_memory_bytes=None,
-        cpu_pct=None,
-        host_memory_bytes=None,
         started_at=lease.started_at,
         command=lease.command,
         lease="holder " + _how(lease),
@@ -272,27 +260,19 @@ def _waiter_row(frame: Frame, number: int, waiter: Waiter) -> Row:
     return Row(
         key=f"{frame.source}/wait/{waiter.pid}",
         source=frame.source,
-        gpu=None,
         pid=waiter.pid,
         user=waiter.user,
         kind="waiting",
-        gpu_memory_bytes=None,
-        cpu_pct=None,
-        host_memory_bytes=None,
-        started_at=None,
         command=f"#{number + 1} in line, wants {text}",
-        lease="",
-        idle=None,
         local=frame.local,
         wants=text,
     )
 
 
-def sort_rows(rows: Iterable[Row], column: str, *, reverse: bool, now: float) -> list[Row]:
+def sort_rows(rows: Iterable[Row], column: str, *, reverse: bool) -> list[Row]:
     """Rows by `column`, ties broken by host, GPU and pid so the order is stable."""
-    sort_value = BY_KEY[column].sort_value
     ordered = sorted(rows, key=lambda r: (r.source, -1 if r.gpu is None else r.gpu, r.pid))
-    return sorted(ordered, key=lambda r: sort_value(r, now), reverse=reverse)  # type: ignore[arg-type,return-value]
+    return sorted(ordered, key=BY_KEY[column].sort_value, reverse=reverse)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +329,7 @@ class RowFilter:
         return all(word in haystack for word in self.words)
 
 
-def cell_text(row: Row, column: Column, now: float, tagged: bool) -> tuple[str, str]:
+def cell_text(row: Row, column: Column[Row], now: float, tagged: bool) -> tuple[str, str]:
     """What one cell says, and its style name."""
     key = column.key
     if key == "pid":

@@ -1,17 +1,19 @@
-"""How the fleet table is seen: sort, filter, selection, the users view, the status line.
+"""How the fleet table is seen: sort, filter, selection, the status line.
 
-Pure, as `gpuwatch.tui.model` is for the node screen: `FleetView` is a frozen value,
+Pure, as `gpuwatch.tui.node.model` is for the node screen: `FleetView` is a frozen value,
 each thing a user can do returns the next one, and `arrange` turns the rows into the
 rows shown: a filter pass and one sort, so 1,000 nodes cost n log n, never n².
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import ClassVar, Self
 
-from gpuwatch.tui.fleet_cells import BY_KEY
-from gpuwatch.tui.fleet_rows import NodeRow
+from gpuwatch.tui.common.view import TableChoices
+from gpuwatch.tui.fleet.cells import BY_KEY
+from gpuwatch.tui.fleet.rows import NodeRow
 
 DEFAULT_SORT = "free"
 """At start, nodes with the most free GPUs first (then the most free memory on one)."""
@@ -71,51 +73,22 @@ class NodeFilter:
 
 
 @dataclass(frozen=True, slots=True)
-class FleetView:
+class FleetView(TableChoices):
     """Everything the user chose about the fleet table; never the rows themselves."""
 
+    DEFAULT_SORT: ClassVar[str] = DEFAULT_SORT
+    NEW_COLUMN_DESCENDS: ClassVar[bool] = True
+    ASCENDING: ClassVar[frozenset[str]] = frozenset({"node"})
+
     sort_column: str = DEFAULT_SORT
-    sort_reverse: bool = True
-    filter_text: str = ""
     node_filter: NodeFilter = field(default_factory=NodeFilter)
-    selected: str | None = None
-    """The node under the cursor, once the user moved it."""
-    users: bool = False
-    """The users view instead of the nodes."""
 
-    def sort_by(self, column: str) -> FleetView:
-        """A header clicked: that column, or the other direction when it already sorts."""
-        if column == self.sort_column:
-            return replace(self, sort_reverse=not self.sort_reverse)
-        return replace(self, sort_column=column, sort_reverse=column != "node")
-
-    def cycle_sort(self, shown: Sequence[str], step: int) -> FleetView:
-        """The next (`step` 1) or previous (-1) of the `shown` columns."""
-        keys = list(shown) or [DEFAULT_SORT]
-        position = keys.index(self.sort_column) if self.sort_column in keys else 0
-        return self.sort_by(keys[(position + step) % len(keys)])
-
-    def reverse(self) -> FleetView:
-        return replace(self, sort_reverse=not self.sort_reverse)
-
-    def fit_columns(self, shown: Iterable[str]) -> FleetView:
-        """Back to the default sort when the sort column is no longer shown."""
-        if self.sort_column in set(shown):
-            return self
-        return replace(self, sort_column=DEFAULT_SORT, sort_reverse=True)
-
-    def filter(self, text: str) -> FleetView:
+    def filter(self, text: str) -> Self:
         return replace(self, filter_text=text, node_filter=NodeFilter.parse(text))
 
-    def clear(self) -> FleetView:
-        """Esc: no filter; sort and view stay."""
+    def clear(self) -> Self:
+        """Esc: no filter; the order stays."""
         return replace(self, filter_text="", node_filter=NodeFilter())
-
-    def select(self, key: str | None) -> FleetView:
-        return self if key == self.selected else replace(self, selected=key)
-
-    def toggle_users(self) -> FleetView:
-        return replace(self, users=not self.users)
 
     def arrange(self, rows: Iterable[NodeRow]) -> list[NodeRow]:
         """`rows` filtered and sorted; ties by node name, so the order is stable."""
@@ -128,8 +101,7 @@ class FleetView:
 
     def status(self, shown: int, total: int) -> str:
         """The status line: order, filter and its problems, how many nodes are shown."""
-        title = BY_KEY[self.sort_column].title
-        parts = [f"sorted by {title} {'▼' if self.sort_reverse else '▲'}"]
+        parts = [self.sort_status(BY_KEY[self.sort_column].title)]
         if self.node_filter:
             parts.append(f"filter: {self.filter_text}  ({shown} of {total} nodes)")
         if self.node_filter.problem:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import psutil
 
 from gpuwatch.leases.directory import user_name
-from gpuwatch.tui.render import printable
-from gpuwatch.tui.rows import Row
+from gpuwatch.tui.common import render
+from gpuwatch.tui.node.rows import Row
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 _START_TOLERANCE_S = 2.0
@@ -72,7 +72,7 @@ def plan(rows: Iterable[Row], my_uid: int | None = None) -> Plan:
 
 def _name(pid: int) -> str:
     try:
-        return printable(psutil.Process(pid).name())
+        return render.printable(psutil.Process(pid).name())
     except psutil.Error:
         return "?"
 
@@ -104,3 +104,22 @@ def send(targets: Iterable[Target], name: str) -> list[str]:
         else:
             outcomes.append(f"pid {target.pid}: {name} sent")
     return outcomes
+
+
+def confirm_text(signal_name: str, plan: Plan) -> render.Line:
+    """What the confirmation says: who would get the signal, and who was left out."""
+    spans: render.Line = []
+    if plan.as_root:
+        spans.append(("You are root: this can stop anyone's job.\n\n", "alarm"))
+    if plan.targets:
+        spans.append((f"Send {signal_name} to:\n", "heading"))
+        for target in plan.targets:
+            command = render.fit(render.printable(target.command), 60).rstrip()
+            spans.append((f"  pid {target.pid}  {render.printable(target.user)}  {command}\n", ""))
+    else:
+        spans.append((f"No process to send {signal_name} to.\n", "heading"))
+    if plan.refused:
+        spans.append(("\nLeft out:\n", "heading"))
+        for reason in plan.refused:
+            spans.append((f"  {render.printable(reason)}\n", ""))
+    return spans

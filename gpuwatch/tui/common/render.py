@@ -1,7 +1,7 @@
 """Bars, graphs, numbers and colour levels, as plain text spans.
 
 A span is (text, style name). The names ("ok", "warn", "alarm", "dim", ...)
-are mapped to colours in `gpuwatch.tcss`, so all style lives in one file and
+are mapped to colours in `common.tcss`, so all style lives in one file and
 this module stays testable without a terminal.
 """
 

@@ -1,70 +1,57 @@
 """The fleet table's columns and cells, and the same table as plain text (`fleet --once`).
 
 Pure and without Textual: what each cell says and its style name (the span styles of
-`gpuwatch.tui.render`), which columns fit a width, the totals line.
+`gpuwatch.tui.common.render`), which columns fit a width, the totals line, the users view.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
-from gpuwatch.models import GpuJob
-from gpuwatch.tui import render
-from gpuwatch.tui.fleet_rows import NodeRow, Totals, UserRow
+from gpuwatch.models import FleetState
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.columns import CELL_PADDING, Column, fitting, sortable
+from gpuwatch.tui.fleet.rows import NodeRow, Totals, UserRow, user_rows
 
-_CELL_PADDING = 2  # DataTable's padding around each cell
 MIN_NODE_WIDTH = 16
 """Room for most host names (`gpu-node-107.lab`) before a column is dropped."""
 MAX_NODE_WIDTH = 40
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
-    key: str
-    title: str
-    width: int
-    sort_value: Callable[[NodeRow], object]
-    drop_rank: int
-    """Narrow screens drop columns with the highest rank first; 0 is never dropped."""
+def _figure(
+    key: str, title: str, width: int, sort_value: Callable[[NodeRow], object], drop_rank: int
+) -> Column[NodeRow]:
+    return Column(key, title, width, sort_value, drop_rank, justify="right")
 
 
-def _num(value: float | None) -> float:
-    return -1.0 if value is None else value
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("node", "NODE", MIN_NODE_WIDTH, lambda r: r.node, 0),
-    Column("free", "FREE", 7, lambda r: (_num(r.gpus_free), _num(r.most_free_bytes)), 0),
-    Column("most_free", "MOST-FREE", 9, lambda r: _num(r.most_free_bytes), 0),
-    Column("util", "UTIL", 5, lambda r: _num(r.utilization_pct), 0),
-    Column("temp", "TEMP", 5, lambda r: _num(r.hottest_c), 5),
-    Column("power", "POWER", 7, lambda r: _num(r.power_w), 6),
-    Column("leases", "LEASES", 6, lambda r: (_num(r.leases), _num(r.lease_waiters)), 3),
-    Column("wait", "WAIT", 5, lambda r: (_num(r.longest_wait_s), _num(r.lease_waiters)), 7),
-    Column("jobs", "JOBS", 4, lambda r: (_num(r.idle_allocated), _num(r.jobs)), 2),
-    Column("idle", "IDLE", 4, lambda r: _num(r.idle_held), 4),
-    Column("age", "AGE", 9, lambda r: _num(r.age_s), 0),
+COLUMNS: tuple[Column[NodeRow], ...] = (
+    Column("node", "NODE", MIN_NODE_WIDTH, lambda r: r.node, 0, justify="left"),
+    _figure("free", "FREE", 7, lambda r: (sortable(r.gpus_free), sortable(r.most_free_bytes)), 0),
+    _figure("most_free", "MOST-FREE", 9, lambda r: sortable(r.most_free_bytes), 0),
+    _figure("util", "UTIL", 5, lambda r: sortable(r.utilization_pct), 0),
+    _figure("temp", "TEMP", 5, lambda r: sortable(r.hottest_c), 5),
+    _figure("power", "POWER", 7, lambda r: sortable(r.power_w), 6),
+    _figure("leases", "LEASES", 6, lambda r: (sortable(r.leases), sortable(r.lease_waiters)), 3),
+    _figure(
+        "wait", "WAIT", 5, lambda r: (sortable(r.longest_wait_s), sortable(r.lease_waiters)), 7
+    ),
+    _figure("jobs", "JOBS", 4, lambda r: (sortable(r.idle_allocated), sortable(r.jobs)), 2),
+    _figure("idle", "IDLE", 4, lambda r: sortable(r.idle_held), 4),
+    _figure("age", "AGE", 9, lambda r: sortable(r.age_s), 0),
 )
-BY_KEY: Mapping[str, Column] = {column.key: column for column in COLUMNS}
+BY_KEY: Mapping[str, Column[NodeRow]] = {column.key: column for column in COLUMNS}
 
 
-def columns_for(width: int) -> tuple[Column, ...]:
+def columns_for(width: int) -> tuple[Column[NodeRow], ...]:
     """The columns that fit `width` cells (the node column takes what is left, at least
     `MIN_NODE_WIDTH`), dropping the least needed first."""
-    chosen = list(COLUMNS)
-    while sum(c.width + _CELL_PADDING for c in chosen) + 1 > width:
-        droppable = [c for c in chosen if c.drop_rank > 0]
-        if not droppable:
-            break
-        chosen.remove(max(droppable, key=lambda c: c.drop_rank))
-    return tuple(chosen)
+    return fitting(COLUMNS, width, room_for=1)
 
 
-def node_width(columns: Sequence[Column], width: int, longest_name: int) -> int:
+def node_width(columns: Sequence[Column[NodeRow]], width: int, longest_name: int) -> int:
     """The node column's width: the longest name where it fits, else what is left."""
-    others = sum(c.width + _CELL_PADDING for c in columns if c.key != "node")
-    room = width - others - _CELL_PADDING - 1
+    others = sum(c.width + CELL_PADDING for c in columns if c.key != "node")
+    room = width - others - CELL_PADDING - 1
     return max(MIN_NODE_WIDTH, min(MAX_NODE_WIDTH, room, max(longest_name, MIN_NODE_WIDTH)))
 
 
@@ -131,19 +118,6 @@ def _jobs_cell(row: NodeRow) -> tuple[str, str]:
     if row.idle_allocated:
         return f"{row.jobs}!", "warn"
     return str(row.jobs), "" if row.jobs else "dim"
-
-
-def job_note(jobs: Sequence[GpuJob], idle_after_s: float) -> str:
-    """`job 4242 alice, idle 35m`: the jobs holding one GPU, for its card; the idle time once
-    the node's daemon has seen the job leave it idle for `idle_after_s`."""
-    parts = []
-    for job in jobs:
-        text = f"job {render.printable(job.job_id)} {render.printable(job.user or '?')}"
-        idle = job.allocated_idle_s
-        if idle and idle >= idle_after_s:
-            text += f", idle {render.duration(idle)}"
-        parts.append(text)
-    return " + ".join(parts)
 
 
 FRESH_AGE_STEP_S = 15
@@ -220,3 +194,21 @@ def user_line(row: UserRow | None, width: int) -> str:
         memory = render.size(row.memory_bytes)
         cells = (str(row.nodes), str(row.gpus), memory, str(row.jobs) if row.jobs else "-")
     return render.fit(user, name_width) + "".join(f"{cell:>9}" for cell in cells)
+
+
+def users_text(fleet: FleetState | None, width: int) -> render.Line:
+    """The users view, `width` cells wide: who holds the GPUs of the nodes that are up, and
+    how many nodes tell no processes."""
+    spans: render.Line = [(user_line(None, width) + "\n", "heading")]
+    if fleet is None:
+        spans.append(("waiting for the first read…", "dim"))
+        return spans
+    rows, silent = user_rows(fleet)
+    spans.extend((user_line(row, width) + "\n", "") for row in rows)
+    if not rows:
+        spans.append(("no processes on the nodes that are up\n", "dim"))
+    if silent:
+        nodes = "1 node tells" if silent == 1 else f"{silent} nodes tell"
+        note = f"{nodes} no processes (another exporter than gpuwatch's)"
+        spans.append(("\n" + note + "\n", "dim"))
+    return spans

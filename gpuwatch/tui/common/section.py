@@ -1,4 +1,5 @@
-"""What the screen knows: per machine, the latest frame, the graphs' series and idle clocks.
+"""What a screen knows of one machine: its latest frame, its GPUs' graphs and idle clocks,
+and each GPU card's input. Both screens draw a machine's cards from it.
 
 Pure and bounded: the app feeds frames in on its own thread and reads views
 out; nothing here grows with run time.
@@ -12,15 +13,12 @@ from collections.abc import Sequence
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Lease
 from gpuwatch.sampling.node_jobs import idle_text, time_left_text
-from gpuwatch.tui import render
-from gpuwatch.tui.frames import Backfill, Frame
-from gpuwatch.tui.rows import Row, build_rows, device_labels, process_key
-from gpuwatch.tui.trends import GpuTrend, ProcessTrends
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.frames import Backfill, Frame
+from gpuwatch.tui.common.trends import GpuTrend
 
 GRAPH_WINDOW_S = 600.0
 """The span the GPU graphs cover."""
-PROCESS_SAMPLES = 300
-"""Samples kept per process for its detail graphs."""
 
 
 class Section:
@@ -147,47 +145,3 @@ class Section:
             time_left_text(job, snapshot.taken_at),
             idle_text(idle_s) if idle_s is not None else "",
         )
-
-    def rows(self, now: float, monotonic_now: float, idle_after_s: float) -> list[Row]:
-        """The rows of the latest frame; `now` is the wall time shown (running times)."""
-        if self.frame is None:
-            return []
-        idle = {index: trend.idle for index, trend in self.trends.items()}
-        return build_rows(
-            self.frame,
-            idle,
-            now,
-            idle_after_s,
-            idle_now=monotonic_now,
-            idle_offset_s=self.wall_offset_s,
-        )
-
-
-class ScreenState:
-    """Every section, and the process series shared by the detail view."""
-
-    def __init__(self, labels: Sequence[str], interval_s: float) -> None:
-        self.sections = [Section(n, label, interval_s) for n, label in enumerate(labels)]
-        self.process_trends = ProcessTrends(PROCESS_SAMPLES)
-
-    def apply(self, number: int, frame: Frame, received_at: float) -> None:
-        section = self.sections[number]
-        section.apply(frame, received_at)
-        snapshot = frame.snapshot
-        if snapshot is None:
-            return
-        prefix = f"{section.label}/"
-        labels = device_labels(snapshot)
-        samples = [
-            (process_key(section.label, labels(p), p.pid), p.memory_used_bytes, p.cpu_pct)
-            for p in snapshot.processes
-        ]
-        self.process_trends.update(received_at, samples)
-        self.process_trends.keep_only({key for key, _, _ in samples}, prefix)
-
-    def rows(self, now: float, monotonic_now: float, idle_after_s: float) -> list[Row]:
-        return [
-            row
-            for section in self.sections
-            for row in section.rows(now, monotonic_now, idle_after_s)
-        ]

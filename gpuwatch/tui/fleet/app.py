@@ -5,7 +5,7 @@ history (for its cards' graphs) is read on a thread of its own and posted as
 `HistoryRead`. A source that reads nodes as per-node figures is told which node's detail
 is open (`focus`), and reads that one GPU by GPU. The UI thread only draws: the table's
 rows are updated in place, and what the user chose (sort, filter, selection) is a
-`fleet_model.FleetView`.
+`model.FleetView`.
 """
 
 from __future__ import annotations
@@ -16,22 +16,25 @@ import time
 from collections.abc import Callable, Sequence
 
 from textual import on
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input, Static
 
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fleet.source import FleetSource
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import FleetState
-from gpuwatch.tui.fleet_cells import columns_for, node_width, totals_line
-from gpuwatch.tui.fleet_model import FleetView
-from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, RowMemory, build_rows, totals
-from gpuwatch.tui.fleet_screens import FLEET_KEYS, NodeScreen, UsersScreen
-from gpuwatch.tui.fleet_widgets import FleetTable
-from gpuwatch.tui.state import GRAPH_WINDOW_S
-from gpuwatch.tui.widgets import Painted
+from gpuwatch.tui.common.app import TableApp
+from gpuwatch.tui.common.screens import HelpScreen
+from gpuwatch.tui.common.section import GRAPH_WINDOW_S
+from gpuwatch.tui.common.table import RowTable
+from gpuwatch.tui.common.widgets import Painted
+from gpuwatch.tui.fleet.cells import cell_text, columns_for, node_width, totals_line
+from gpuwatch.tui.fleet.keys import FLEET_KEYS, fleet_help
+from gpuwatch.tui.fleet.model import FleetView
+from gpuwatch.tui.fleet.rows import IdleTracker, NodeRow, RowMemory, build_rows, totals
+from gpuwatch.tui.fleet.screens import NodeScreen, UsersScreen
 
 DEFAULT_INTERVAL_S = 2.0
 DEFAULT_IDLE_AFTER_S = 600.0
@@ -57,10 +60,10 @@ class HistoryRead(Message):
         self.note = note
 
 
-class FleetApp(App[int]):
+class FleetApp(TableApp[FleetView, NodeRow]):
     """Every node of a fleet, one row each, with the fleet's totals above."""
 
-    CSS_PATH = ["gpuwatch.tcss", "fleet.tcss"]  # noqa: RUF012 - Textual's declaration style
+    CSS_PATH = ["../common/common.tcss", "fleet.tcss"]  # noqa: RUF012 - Textual's declaration style
     TITLE = "gpuwatch fleet"
 
     def __init__(
@@ -76,12 +79,11 @@ class FleetApp(App[int]):
         """`monotonic` measures idle times and graphs; `sample=False` starts no reader, so
         fleets come only from `feed()`; `first` is a read already made (the command makes
         one, to fail before the screen opens when the source cannot be read at all)."""
-        super().__init__()
+        super().__init__(FleetView(), FLEET_KEYS)
         self.source = source
         self.interval_s = interval_s
         self.idle_after_s = idle_after_s
         self.monotonic = monotonic
-        self.view = FleetView()
         self.fleet: FleetState | None = None
         self.error: str | None = None
         self.idle = IdleTracker()
@@ -91,6 +93,8 @@ class FleetApp(App[int]):
         read builds them again."""
         self._sample = sample
         self._first = first
+        self._read_first = first is not None
+        """The reader's first read waits an interval: the command made one just now."""
         self._stop = threading.Event()
         self._wake = threading.Event()
         """Set to read at once, not at the next interval (a node's detail opened)."""
@@ -98,9 +102,6 @@ class FleetApp(App[int]):
         self._drawn = False
         self._lines_shown: tuple[list[tuple[str, str]], str] | None = None
         """The totals and the status line as last shown."""
-        for key in FLEET_KEYS:
-            if key.action:
-                self.bind(key.keys, key.action, description=key.footer, show=bool(key.footer))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Over a node or the users, the table's keys are off (and out of the footer)."""
@@ -109,7 +110,7 @@ class FleetApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Static(id="title")
         yield Painted([("reading the fleet…", "dim")], id="totals")
-        yield FleetTable()
+        yield RowTable[NodeRow](id="nodes")
         yield Static(id="status")
         yield Input(placeholder="filter: user:NAME free down idle WORD   (Esc clears)", id="filter")
         yield Footer()
@@ -126,9 +127,10 @@ class FleetApp(App[int]):
         self.query_one("#title", Static).update(
             f"gpuwatch fleet  ·  {self.source.description}  ·  ? help  q quit"
         )
-        self.query_one(FleetTable).focus()
+        self.table().focus()
         if self._first is not None:
-            self.feed(self._first)
+            first, self._first = self._first, None
+            self.feed(first)
         self.redraw()
 
     def on_unmount(self) -> None:
@@ -139,7 +141,7 @@ class FleetApp(App[int]):
 
     def _read_loop(self) -> None:
         due = time.monotonic()
-        if self._first is not None:
+        if self._read_first:
             due = self._sleep_until(due + self.interval_s)
         while not self._stop.is_set():
             try:
@@ -173,7 +175,7 @@ class FleetApp(App[int]):
                 if isinstance(screen, NodeScreen):
                     node = next((n for n in fleet.nodes if n.name == screen.node), None)
                     if node is not None:
-                        screen.apply(node, now)
+                        screen.section.apply_node(node, now)
         self.redraw()
 
     @on(FleetRead)
@@ -184,7 +186,7 @@ class FleetApp(App[int]):
     def _history_read(self, message: HistoryRead) -> None:
         for screen in self.screen_stack:
             if isinstance(screen, NodeScreen) and screen.node == message.node:
-                screen.apply_history(message.series, message.note)
+                screen.section.apply_history(message.series, message.note)
         self.redraw()
 
     def rows(self) -> list[NodeRow]:
@@ -210,10 +212,14 @@ class FleetApp(App[int]):
         self.view = self.view.fit_columns(c.key for c in columns)
         shown = self.view.arrange(everything)
         longest = max((len(row.node) for row in everything), default=0)
-        table = self.query_one(FleetTable)
-        sorted_by = (self.view.sort_column, self.view.sort_reverse)
-        table.show(
-            shown, columns, node_width(columns, width, longest), sorted_by, self.view.selected
+        name_width = node_width(columns, width, longest)
+        self.table().show(
+            shown,
+            lambda row: [cell_text(row, column.key) for column in columns],
+            columns,
+            [name_width if c.key == "node" else c.width for c in columns],
+            (self.view.sort_column, self.view.sort_reverse),
+            self.view.selected,
         )
         spans = totals_line(totals(everything)) if self.fleet is not None else []
         if self.error:
@@ -221,11 +227,11 @@ class FleetApp(App[int]):
         spans = spans or [("reading the fleet…", "dim")]
         status = self.view.status(len(shown), len(everything))
         if (spans, status) != self._lines_shown:
-            # Both are one line high (fleet.tcss, gpuwatch.tcss): no need to lay out the
+            # Both are one line high (fleet.tcss, common.tcss): no need to lay out the
             # screen again, which would draw every widget of it again.
             self._lines_shown = (spans, status)
-            self.query_one("#totals", Painted).show(spans, layout=False)
-            self.query_one("#status", Static).update(status, layout=False)
+            self.home.query_one("#totals", Painted).show(spans, layout=False)
+            self.home.query_one("#status", Static).update(status, layout=False)
         self._redraw_over()
 
     def _redraw_over(self) -> None:
@@ -235,67 +241,14 @@ class FleetApp(App[int]):
         elif isinstance(screen, UsersScreen):
             screen.show_fleet(self.fleet)
 
-    def on_resize(self) -> None:
-        self.redraw()
-
     # --- actions --------------------------------------------------------------------------
 
-    def _cycle_sort(self, step: int) -> None:
-        shown = [c.key for c in self.query_one(FleetTable).columns_shown]
-        self.view = self.view.cycle_sort(shown, step)
-        self.redraw()
-
-    def action_next_sort(self) -> None:
-        self._cycle_sort(1)
-
-    def action_previous_sort(self) -> None:
-        self._cycle_sort(-1)
-
-    def action_reverse_sort(self) -> None:
-        self.view = self.view.reverse()
-        self.redraw()
-
-    @on(DataTable.HeaderSelected)
-    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
-        self.view = self.view.sort_by(str(event.column_key.value))
-        self.redraw()
-
-    @on(DataTable.RowHighlighted)
-    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.view = self.view.select(event.row_key.value)
-
-    @on(DataTable.RowSelected)
-    def _row_selected(self) -> None:
-        self.action_node()
-
-    def action_filter(self) -> None:
-        field = self.query_one("#filter", Input)
-        field.display = True
-        field.focus()
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.view = self.view.filter(event.value)
-        self.redraw()
-
-    @on(Input.Submitted, "#filter")
-    def _filter_kept(self) -> None:
-        self.query_one("#filter", Input).display = False
-        self.query_one(FleetTable).focus()
-
-    def action_clear(self) -> None:
-        field = self.query_one("#filter", Input)
-        field.value = ""
-        field.display = False
-        self.view = self.view.clear()
-        self.query_one(FleetTable).focus()
-        if self._first is not None:
-            self.feed(self._first)
-        self.redraw()
-
     def selected_node(self) -> str | None:
-        row = self.query_one(FleetTable).current_row(self.view.selected)
+        row = self.selected_row()
         return None if row is None else row.node
+
+    def open_row(self) -> None:
+        self.action_node()
 
     def action_node(self) -> None:
         node = self.selected_node()
@@ -308,7 +261,7 @@ class FleetApp(App[int]):
         if self.fleet is not None:
             state = next((n for n in self.fleet.nodes if n.name == node), None)
             if state is not None:
-                screen.apply(state, self.monotonic())
+                screen.section.apply_node(state, self.monotonic())
         if callable(history):
             threading.Thread(target=self._read_history, args=(history, node), daemon=True).start()
         self.call_after_refresh(self.redraw)
@@ -343,9 +296,4 @@ class FleetApp(App[int]):
         self.call_after_refresh(self.redraw)
 
     def action_help(self) -> None:
-        from gpuwatch.tui.fleet_screens import FleetHelpScreen
-
-        self.push_screen(FleetHelpScreen(id="help"))
-
-    async def action_quit(self) -> None:
-        self.exit(0)
+        self.push_screen(HelpScreen(fleet_help))

@@ -1,4 +1,5 @@
-"""Frames: one machine's state at one moment, and the sources that produce them.
+"""The sources of `gpuwatch tui`'s frames: a backend on this machine, or `gpuwatch status`
+streamed over ssh from another.
 
 A `Source` runs on a worker thread, never on the UI thread: a driver call
 that hangs blocks only that thread, and the screen says how long it has had
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from gpuwatch.backends.base import Backend
+from gpuwatch.backends.ssh import remote_snapshots
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.hostinfo import read_lineage
@@ -28,71 +30,12 @@ from gpuwatch.request import Waiter
 from gpuwatch.sampling.allocated_idle import AllocatedIdle
 from gpuwatch.sampling.node_jobs import JobsReader, with_own_idle
 from gpuwatch.sampling.poller import ticks
+from gpuwatch.tui.common.frames import NO_TRAINING, Ancestor, Backfill, Frame, HostStats
 
 HISTORY_WINDOW_S = 3600.0
 """How far back the daemon's history is asked for: the graphs and the idle detection."""
 TRAINING_READ_EVERY_S = 1.0
 """Training reports are read at most this often (frames in between carry the last read)."""
-NO_TRAINING = TrainingReports()
-
-
-@dataclass(frozen=True, slots=True)
-class HostStats:
-    """The machine's CPU, memory, swap and load, as `top` shows them."""
-
-    cpu_pct: float
-    cpu_count: int
-    memory_used_bytes: int
-    memory_total_bytes: int
-    swap_used_bytes: int
-    swap_total_bytes: int
-    load_1m: float
-    load_5m: float
-    load_15m: float
-
-
-@dataclass(frozen=True, slots=True)
-class Ancestor:
-    """What the tree view needs of a process: its parent, owner and name."""
-
-    pid: int
-    ppid: int
-    user: str | None
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """What one source said at one moment.
-
-    `snapshot` is `None` when the source failed as a whole this time; `error` says why.
-    """
-
-    source: str
-    snapshot: Snapshot | None
-    leases: tuple[Lease, ...] = ()
-    waiters: tuple[Waiter, ...] = ()
-    host: HostStats | None = None
-    error: str | None = None
-    local: bool = True
-    """Whether the processes are on this machine (so they can be inspected and signalled)."""
-    ancestors: tuple[Ancestor, ...] = ()
-    """The GPU processes and their ancestors, read only while the tree view is on."""
-    training: TrainingReports = NO_TRAINING
-    """The training processes `gpuwatch.torch.watch()` watches there, for sources that read
-    them: read on the source's thread, so a slow lease directory never holds up the screen."""
-    jobs: NodeJobs | None = None
-    """Who holds each GPU (the daemon's or this node's Slurm's word); `None`: not asked."""
-
-
-@dataclass(frozen=True, slots=True)
-class Backfill:
-    """Samples from before the screen opened (the daemon's history), oldest first."""
-
-    source: str
-    series: tuple[GpuSeries, ...] = ()
-    note: str = ""
-    """Where the graphs' past comes from, for the user: 'daemon history, 60m'."""
 
 
 class Source(abc.ABC):
@@ -100,6 +43,9 @@ class Source(abc.ABC):
 
     label: str
     """The section's name: the machine's host name or the `--host` given."""
+    tree: bool = False
+    """Read each process's ancestors too (set while the tree view is shown); a source that
+    cannot read them leaves them out."""
 
     def backfill(self) -> Backfill:
         """Samples from before now, when the source keeps any (read once, at start)."""
@@ -175,14 +121,13 @@ class LocalSource(Source):
     _training_read_at: float | None = field(default=None, repr=False)
 
     def backfill(self) -> Backfill:
-        from gpuwatch.backends.daemon_client import DaemonBackend
-
-        if not isinstance(self.backend, DaemonBackend):
-            return super().backfill()
+        """The backend's history, where it keeps one (the daemon's, also behind `auto`)."""
         try:
             series = self.backend.history(HISTORY_WINDOW_S)
         except (OSError, ValueError, GpuwatchError) as error:
             return Backfill(self.label, note=f"daemon history unavailable ({error})")
+        if series is None:
+            return super().backfill()
         return Backfill(self.label, tuple(series), note=_span_note(series))
 
     def frames(self, interval_s: float, stop: threading.Event) -> Iterator[Frame]:
@@ -274,8 +219,6 @@ class RemoteSource(Source):
     retry_s: float = 5.0
 
     def frames(self, interval_s: float, stop: threading.Event) -> Iterator[Frame]:
-        from gpuwatch.backends.ssh import remote_snapshots
-
         while not stop.is_set():
             try:
                 stream = remote_snapshots(

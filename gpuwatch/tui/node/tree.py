@@ -9,10 +9,10 @@ process with two children is left out, so a tree starts where it branches.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
-from gpuwatch.tui.frames import Ancestor
-from gpuwatch.tui.rows import Row
+from gpuwatch.tui.common.frames import Ancestor
+from gpuwatch.tui.node.rows import Row
 
 
 def tree_order(rows: Sequence[Row], ancestors: Mapping[int, Ancestor], source: str) -> list[Row]:
@@ -30,11 +30,11 @@ def tree_order(rows: Sequence[Row], ancestors: Mapping[int, Ancestor], source: s
     roots = [_first_branch(pid, by_pid, children) for pid in roots]
     rank = {row.key: position for position, row in enumerate(rows)}
     first = _first_ranks(roots, by_pid, children, rank)
-    ordered: list[Row] = []
+    tree = _Tree(by_pid, children, first, ancestors, source)
     for root in sorted(roots, key=lambda pid: first[pid]):
-        _walk(root, "", None, by_pid, children, first, ancestors, source, ordered)
+        tree.walk(root, "", None)
     rest = [r for r in rows if r.source != source or r.kind == "waiting"]
-    return ordered + rest
+    return tree.ordered + rest
 
 
 def _parents(
@@ -101,53 +101,38 @@ def _first_ranks(
     return first
 
 
-def _walk(
-    pid: int,
-    indent: str,
-    last: bool | None,
-    by_pid: Mapping[int, list[Row]],
-    children: Mapping[int, list[int]],
-    first: Mapping[int, int],
-    ancestors: Mapping[int, Ancestor],
-    source: str,
-    out: list[Row],
-) -> None:
-    branch = "" if last is None else indent + ("└─ " if last else "├─ ")
-    own = by_pid.get(pid) or [_parent_row(pid, ancestors.get(pid), source)]
-    out.extend(replace(row, branch=branch) for row in own)
-    below = sorted(children.get(pid, []), key=lambda child: first.get(child, 1 << 30))
-    deeper = "" if last is None else indent + ("   " if last else "│  ")
-    if len(deeper) > 3 * 32:
-        return  # deeper than any real process tree: forged data
-    for position, child in enumerate(below):
-        _walk(
-            child,
-            deeper,
-            position == len(below) - 1,
-            by_pid,
-            children,
-            first,
-            ancestors,
-            source,
-            out,
-        )
+@dataclass
+class _Tree:
+    """A source's processes, each under its parent, and the rows in tree order so far."""
+
+    by_pid: Mapping[int, list[Row]]
+    children: Mapping[int, list[int]]
+    first: Mapping[int, int]
+    """The best sort position in each subtree."""
+    ancestors: Mapping[int, Ancestor]
+    source: str
+    ordered: list[Row] = field(default_factory=list)
+
+    def walk(self, pid: int, indent: str, last: bool | None) -> None:
+        """Puts `pid`'s rows (or its parent row) in order, then its children's, best first."""
+        branch = "" if last is None else indent + ("└─ " if last else "├─ ")
+        own = self.by_pid.get(pid) or [_parent_row(pid, self.ancestors.get(pid), self.source)]
+        self.ordered.extend(replace(row, branch=branch) for row in own)
+        below = sorted(self.children.get(pid, []), key=lambda child: self.first.get(child, 1 << 30))
+        deeper = "" if last is None else indent + ("   " if last else "│  ")
+        if len(deeper) > 3 * 32:
+            return  # deeper than any real process tree: forged data
+        for position, child in enumerate(below):
+            self.walk(child, deeper, position == len(below) - 1)
 
 
 def _parent_row(pid: int, ancestor: Ancestor | None, source: str) -> Row:
     return Row(
         key=f"{source}/parent/{pid}",
         source=source,
-        gpu=None,
         pid=pid,
-        user=None if ancestor is None else ancestor.user,
         kind="parent",
-        gpu_memory_bytes=None,
-        cpu_pct=None,
-        host_memory_bytes=None,
-        started_at=None,
+        user=None if ancestor is None else ancestor.user,
         command=None if ancestor is None else ancestor.name,
-        lease="",
-        idle=None,
-        local=True,
         device="-",
     )

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuwatch.fleet.node_figures import node_figures
+from gpuwatch.fleet.node_figures import NodeFigures, node_figures
 from gpuwatch.models import FleetState, GpuSample, Lease, NodeState, NodeSummary, Snapshot
 from gpuwatch.placement.gpus import choose
 from gpuwatch.request import Request
-from gpuwatch.tui.trends import IDLE_UTILIZATION_PCT, IdleClock
+from gpuwatch.tui.common.trends import IDLE_UTILIZATION_PCT, IdleClock
 
 _PLAIN_PICK = Request()
 
@@ -35,32 +35,32 @@ class NodeRow:
     up: bool
     has_data: bool
     """False for a node never read: it has no GPUs to show."""
-    gpus: int | None
-    gpus_free: int | None
-    """`None` on a node that is not up: nothing there counts as free."""
-    most_free_bytes: int | None
-    """The most free memory on one of its GPUs."""
-    memory_free_bytes: int | None
-    utilization_pct: float | None
-    """Its GPUs' mean utilization."""
-    hottest_c: int | None
-    power_w: float | None
-    leases: int | None
-    """`None` where the node runs another exporter, which tells no leases."""
-    idle_held: int | None
-    """GPUs held (a lease, a process holding memory, or a scheduler's job) but idle."""
-    lease_waiters: int | None
-    """Jobs waiting in line for its GPUs; `None` where its exporter does not tell."""
-    longest_wait_s: float | None
-    jobs: int | None
-    """The scheduler's jobs holding its GPUs; `None` where they are unknown."""
-    idle_allocated: int | None
-    """GPUs a job holds but leaves idle; `None` where jobs are unknown."""
     age_s: float | None
     error: str | None
     exporter: str | None
-    users: frozenset[str]
-    models: str
+    gpus: int | None = None
+    gpus_free: int | None = None
+    """`None` on a node that is not up: nothing there counts as free."""
+    most_free_bytes: int | None = None
+    """The most free memory on one of its GPUs."""
+    memory_free_bytes: int | None = None
+    utilization_pct: float | None = None
+    """Its GPUs' mean utilization."""
+    hottest_c: int | None = None
+    power_w: float | None = None
+    leases: int | None = None
+    """`None` where the node runs another exporter, which tells no leases."""
+    idle_held: int | None = None
+    """GPUs held (a lease, a process holding memory, or a scheduler's job) but idle."""
+    lease_waiters: int | None = None
+    """Jobs waiting in line for its GPUs; `None` where its exporter does not tell."""
+    longest_wait_s: float | None = None
+    jobs: int | None = None
+    """The scheduler's jobs holding its GPUs; `None` where they are unknown."""
+    idle_allocated: int | None = None
+    """GPUs a job holds but leaves idle; `None` where jobs are unknown."""
+    users: frozenset[str] = frozenset()
+    models: str = ""
     """Its GPU models, for the filter."""
 
     @property
@@ -152,27 +152,14 @@ def node_row(
         free = memory.free(node, snapshot)
     elif node.up:
         free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying
-    figures = node_figures(snapshot.gpus)
-    return NodeRow(
-        node=node.name,
-        up=node.up,
-        has_data=True,
-        gpus=figures.gpus,
+    return _read_row(
+        node,
+        node_figures(snapshot.gpus),
         gpus_free=free,
-        most_free_bytes=figures.most_free_bytes,
-        memory_free_bytes=figures.memory_free_bytes,
-        utilization_pct=figures.utilization_pct,
-        hottest_c=figures.hottest_c,
-        power_w=figures.power_w,
         leases=None if node.leases is None else len(node.leases),
         idle_held=_idle_held(node, gpus, idle_for, idle_after_s),
-        lease_waiters=node.lease_waiters,
-        longest_wait_s=node.longest_wait_s,
         jobs=None if node.jobs is None else len({job.job_id for job in node.jobs}),
         idle_allocated=_idle_allocated(node, gpus, idle_for, idle_after_s),
-        age_s=node.age_s,
-        error=node.error,
-        exporter=_exporter(node),
         users=_users(node),
         models=" ".join(sorted({gpu.name for gpu in gpus if gpu.name})),
     )
@@ -180,28 +167,54 @@ def node_row(
 
 def _summarized(node: NodeState, summary: NodeSummary, users: frozenset[str]) -> NodeRow:
     """A node read as its figures (its daemon's, and Prometheus's): the same as its GPUs'."""
-    return NodeRow(
-        node=node.name,
-        up=node.up,
-        has_data=True,
-        gpus=summary.gpus,
+    return _read_row(
+        node,
+        summary,
         gpus_free=summary.gpus_free if node.up else None,
-        most_free_bytes=summary.most_free_bytes,
-        memory_free_bytes=summary.memory_free_bytes,
-        utilization_pct=summary.utilization_pct,
-        hottest_c=summary.hottest_c,
-        power_w=summary.power_w,
         leases=summary.leases,
         idle_held=summary.idle_held,
-        lease_waiters=node.lease_waiters,
-        longest_wait_s=node.longest_wait_s,
         jobs=summary.jobs,
         idle_allocated=summary.idle_allocated,
-        age_s=node.age_s,
-        error=node.error,
-        exporter=_exporter(node),
         users=users,
         models=" ".join(summary.models),
+    )
+
+
+def _read_row(
+    node: NodeState,
+    figures: NodeFigures | NodeSummary,
+    *,
+    gpus_free: int | None,
+    leases: int | None,
+    idle_held: int | None,
+    jobs: int | None,
+    idle_allocated: int | None,
+    users: frozenset[str],
+    models: str,
+) -> NodeRow:
+    """The row of a node that was read, from its GPUs' `figures` (or its own)."""
+    return NodeRow(
+        node.name,
+        node.up,
+        True,
+        node.age_s,
+        node.error,
+        _exporter(node),
+        gpus=figures.gpus,
+        gpus_free=gpus_free,
+        most_free_bytes=figures.most_free_bytes,
+        memory_free_bytes=figures.memory_free_bytes,
+        utilization_pct=figures.utilization_pct,
+        hottest_c=figures.hottest_c,
+        power_w=figures.power_w,
+        leases=leases,
+        idle_held=idle_held,
+        lease_waiters=node.lease_waiters,
+        longest_wait_s=node.longest_wait_s,
+        jobs=jobs,
+        idle_allocated=idle_allocated,
+        users=users,
+        models=models,
     )
 
 
@@ -210,29 +223,7 @@ def _summary_users(summary: NodeSummary) -> frozenset[str]:
 
 
 def _never_read(node: NodeState) -> NodeRow:
-    return NodeRow(
-        node=node.name,
-        up=node.up,
-        has_data=False,
-        gpus=None,
-        gpus_free=None,
-        most_free_bytes=None,
-        memory_free_bytes=None,
-        utilization_pct=None,
-        hottest_c=None,
-        power_w=None,
-        leases=None,
-        idle_held=None,
-        lease_waiters=None,
-        longest_wait_s=None,
-        jobs=None,
-        idle_allocated=None,
-        age_s=node.age_s,
-        error=node.error,
-        exporter=_exporter(node),
-        users=frozenset(),
-        models="",
-    )
+    return NodeRow(node.name, node.up, False, node.age_s, node.error, _exporter(node))
 
 
 def _exporter(node: NodeState) -> str | None:

@@ -11,57 +11,37 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import ClassVar, Self
 
-from gpuwatch.tui.frames import Ancestor
-from gpuwatch.tui.rows import BY_KEY, Row, RowFilter, sort_rows
+from gpuwatch.tui.common.frames import Ancestor
+from gpuwatch.tui.common.view import TableChoices
+from gpuwatch.tui.node.rows import BY_KEY, Row, RowFilter, sort_rows
+from gpuwatch.tui.node.tree import tree_order
 
 DEFAULT_SORT = "gpu_mem"
 """The column sorted by at start, and when the one chosen is no longer shown."""
 
 
 @dataclass(frozen=True, slots=True)
-class TableView:
-    """Everything the user chose about the table; never the rows themselves."""
+class TableView(TableChoices):
+    """Everything the user chose about the process table; never the rows themselves."""
+
+    DEFAULT_SORT: ClassVar[str] = DEFAULT_SORT
+    NOT_AN_ORDER: ClassVar[frozenset[str]] = frozenset({"host"})
 
     sort_column: str = DEFAULT_SORT
-    sort_reverse: bool = True
-    filter_text: str = ""
     row_filter: RowFilter = field(default_factory=RowFilter)
     tagged: frozenset[str] = frozenset()
     tree: bool = False
-    selected: str | None = None
-    """The key of the row under the cursor, once the user (or the table) moved it."""
     message: str = ""
     """What the last action said (signals sent, nothing selected), until cleared."""
 
-    # --- sorting ------------------------------------------------------------------------------
-
-    def sort_by(self, column: str) -> TableView:
-        """A header clicked: that column, or the other direction when it already sorts."""
-        if column == self.sort_column:
-            return replace(self, sort_reverse=not self.sort_reverse)
-        return replace(self, sort_column=column)
-
-    def cycle_sort(self, shown: Sequence[str], step: int) -> TableView:
-        """The next (`step` 1) or previous (-1) of the `shown` columns; host is no order."""
-        keys = [key for key in shown if key != "host"] or [DEFAULT_SORT]
-        position = keys.index(self.sort_column) if self.sort_column in keys else 0
-        return replace(self, sort_column=keys[(position + step) % len(keys)])
-
-    def reverse(self) -> TableView:
-        return replace(self, sort_reverse=not self.sort_reverse)
-
-    def fit_columns(self, shown: Iterable[str]) -> TableView:
-        """Back to the default sort when the sort column is not among those `shown`
-        (a narrower terminal drops columns)."""
-        return self if self.sort_column in set(shown) else replace(self, sort_column=DEFAULT_SORT)
-
     # --- filter, tags, tree, selection --------------------------------------------------------
 
-    def filter(self, text: str) -> TableView:
+    def filter(self, text: str) -> Self:
         return replace(self, filter_text=text, row_filter=RowFilter.parse(text))
 
-    def clear(self) -> TableView:
+    def clear(self) -> Self:
         """Esc: no filter, no tags, no message; sort and tree view stay."""
         return replace(self, filter_text="", row_filter=RowFilter(), tagged=frozenset(), message="")
 
@@ -82,9 +62,6 @@ class TableView:
     def toggle_tree(self) -> TableView:
         return replace(self, tree=not self.tree)
 
-    def select(self, key: str | None) -> TableView:
-        return self if key == self.selected else replace(self, selected=key)
-
     def say(self, text: str) -> TableView:
         return replace(self, message=text)
 
@@ -93,16 +70,13 @@ class TableView:
     def arrange(
         self,
         rows: Iterable[Row],
-        now: float,
         ancestors: Sequence[tuple[str, Mapping[int, Ancestor]]] = (),
     ) -> list[Row]:
         """`rows` filtered and sorted; in the tree view, each source's rows (those whose
         `ancestors` are known) under their parents."""
         shown = [row for row in rows if self.row_filter.matches(row)]
-        shown = sort_rows(shown, self.sort_column, reverse=self.sort_reverse, now=now)
+        shown = sort_rows(shown, self.sort_column, reverse=self.sort_reverse)
         if self.tree:
-            from gpuwatch.tui.tree import tree_order
-
             for source, known in ancestors:
                 shown = tree_order(shown, known, source)
         return shown
@@ -116,8 +90,7 @@ class TableView:
 
     def status(self) -> str:
         """The status line: order, tree view, filter and its problems, tags, the message."""
-        title = BY_KEY[self.sort_column].title
-        parts = [f"sorted by {title} {'▼' if self.sort_reverse else '▲'}"]
+        parts = [self.sort_status(BY_KEY[self.sort_column].title)]
         if self.tree:
             parts.append("tree view")
         if self.row_filter:

@@ -3,23 +3,8 @@ key table in docs/guide/status.md is checked against them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True, slots=True)
-class Key:
-    keys: str
-    """Textual key names, comma-separated."""
-    action: str
-    label: str
-    """What the help screen and the docs say it does."""
-    shown: str
-    """How the key is written for people."""
-    writes: bool = False
-    """Acts on processes: not bound under --readonly."""
-    footer: str = ""
-    """The short name in the footer; not in the footer when empty."""
-
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.keys import HELP_WIDTH, Key, filter_help, hanging, keys_help
 
 KEYS: tuple[Key, ...] = (
     Key("question_mark", "help", "Show this help", "?", footer="help"),
@@ -62,3 +47,16 @@ KEYS: tuple[Key, ...] = (
         writes=True,
     ),
 )
+
+
+def help_text(readonly: bool, width: int = HELP_WIDTH) -> render.Line:
+    """Every key (those that signal only when not `readonly`), the mouse, and the filter
+    syntax, `width` cells wide."""
+    spans = keys_help((key for key in KEYS if not (key.writes and readonly)), width)
+    mouse = "Mouse: click a row to select it, a column title to sort by it."
+    spans.append(("\n" + hanging(mouse, width, 7) + "\n", ""))
+    terms = "user:NAME  gpu:N[,M]  idle  WORD (in user, pid, command, lease or job)"
+    spans += filter_help(terms, width)
+    if readonly:
+        spans.append(("\nRead-only: signals are off (--readonly).\n", ""))
+    return spans
