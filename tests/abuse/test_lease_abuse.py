@@ -505,10 +505,12 @@ class TestSecondUser:
                 check=False,
                 cwd="/",
             )
-            # THEN the job runs, without a lease, said in one line; the directory is untouched
+            # THEN the job runs, without a lease, said in one line (before the one naming the
+            # GPU chosen); the directory is untouched
             assert picked.returncode == 0, picked.stderr
-            assert picked.stderr.count("\n") == 1
-            assert picked.stderr.startswith("gpuwatch: picking without a lease")
+            said = picked.stderr.splitlines()
+            assert len(said) == 2 and said[1].startswith("gpuwatch: chose GPU")
+            assert said[0].startswith("gpuwatch: picking without a lease")
             assert list(shared.iterdir()) == []
 
     def test_leases_in_a_directory_the_second_user_cannot_write_are_still_shown(
