@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import re
 import shlex
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -119,3 +121,74 @@ def test_examples_use_commands_and_options_that_exist(
         assert re.search(pattern, help_of(command)), (
             f"{source.name} shows gpuwatch {command} {option}, which its --help lacks"
         )
+
+
+def readme_recipe() -> str:
+    """The README's line that takes the best node from `gpuwatch where` to ssh."""
+    (line,) = [line for line in README.splitlines() if "gpuwatch where" in line and "ssh" in line]
+    return line
+
+
+def run_recipe(tmp_path: Path, gpuwatch: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The README's recipe in sh, with `gpuwatch` the script `gpuwatch` and an `ssh` that notes
+    its arguments, one a line, in the file it returns."""
+    bin_dir, noted = tmp_path / "bin", tmp_path / "ssh-args"
+    bin_dir.mkdir()
+    for name, body in (("gpuwatch", gpuwatch), ("ssh", f'printf "%s\\n" "$@" > {noted}')):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    result = subprocess.run(
+        ["sh", "-c", readme_recipe()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    return result, noted
+
+
+INSTALLED = shlex.quote(str(Path(sys.executable).with_name("gpuwatch")))
+
+
+def test_the_readme_recipe_takes_the_best_node_to_ssh(tmp_path: Path) -> None:
+    # GIVEN a simulated fleet where some node fits the README's request
+    best = subprocess.run(
+        [*shlex.split(INSTALLED), "where", "-n", "2", "--min-free", "40GiB", "--sim", "6"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()[0]
+    # WHEN the recipe runs against it
+    result, noted = run_recipe(tmp_path, f'exec {INSTALLED} "$@" --sim 6')
+    # THEN ssh is given the best node's name, alone
+    assert result.returncode == 0, result.stderr
+    assert noted.read_text() == f"{best}\n"
+
+
+def test_the_readme_recipe_stops_when_no_node_fits(tmp_path: Path) -> None:
+    # GIVEN a request no node of the simulated fleet fits (a later --min-free wins)
+    result, noted = run_recipe(tmp_path, f'exec {INSTALLED} "$@" --sim 6 --min-free 1000GiB')
+    # WHEN the recipe runs THEN it stops with where's exit 4 and its reason; ssh never runs
+    assert result.returncode == 4, result.stderr
+    assert "gpuwatch: error: no node can run" in result.stderr
+    assert not noted.exists()
+
+
+def test_the_readme_recipe_hands_a_name_the_shell_would_read_to_ssh_as_it_is(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a node whose name holds a glob, a separator and a command substitution, and files
+    # in the working directory the glob would match
+    name = "gpu-0?;$(touch${IFS}PWNED)"
+    for match in ("gpu-01", "gpu-02"):
+        (tmp_path / match).touch()
+    line = shlex.quote(f"{name} GPUs 0,1 (79.1GiB, 79.3GiB free)")
+    # WHEN the recipe runs on where's line for it
+    result, noted = run_recipe(tmp_path, f"printf '%s\\n' {line}")
+    # THEN ssh gets the name as it is, and nothing of it ran
+    assert result.returncode == 0, result.stderr
+    assert noted.read_text() == f"{name}\n"
+    assert not (tmp_path / "PWNED").exists()
