@@ -7,10 +7,12 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+import markdown
 import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
@@ -54,14 +56,59 @@ def test_the_readme_stays_a_front_door() -> None:
     assert len(README) <= README_LIMIT_CHARS, f"README.md is {len(README)} characters"
 
 
+@cache
+def anchors(page: Path) -> frozenset[str]:
+    """The ids of `page`'s headings, as mkdocs makes them (python-markdown's toc)."""
+    html = markdown.markdown(page.read_text(), extensions=["toc", "pymdownx.superfences"])
+    return frozenset(re.findall(r'<h[1-6] id="([^"]+)"', html))
+
+
 @pytest.mark.parametrize("source", [ROOT / "README.md", *pages()], ids=lambda p: p.name)
-def test_relative_links_resolve(source: Path) -> None:
+def test_relative_links_resolve_to_pages_and_their_headings(source: Path) -> None:
     text = re.sub(r"```.*?```", "", source.read_text(), flags=re.DOTALL)
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+        if re.match(r"[a-z]+:", target):
             continue
-        path = (source.parent / target.split("#", 1)[0]).resolve()
+        page, _, anchor = target.partition("#")
+        path = (source.parent / page).resolve() if page else source
         assert path.exists(), f"{source.name} links to {target}, which does not exist"
+        if anchor and path.suffix == ".md":
+            assert anchor in anchors(path), f"{source.name} links to {target}: no such heading"
+
+
+@cache
+def gen_index() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_index", DOCS / "gen_index.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("page", [DOCS / "index.md", ROOT / "README.md"], ids=lambda p: p.name)
+def test_the_page_list_and_dependencies_are_what_the_nav_and_pyproject_say(page: Path) -> None:
+    # GIVEN the committed page, WHEN its parts are generated now, THEN they agree
+    assert page.read_text() == gen_index().rendered(page), "run python docs/gen_index.py"
+
+
+def test_every_page_of_the_docs_is_in_the_nav_and_on_the_index() -> None:
+    # GIVEN the pages under docs/ and the generated index
+    listed = {page for _, entries in gen_index().nav() for _, page in entries}
+    index = (DOCS / "index.md").read_text()
+    # THEN each page is in mkdocs.yml's nav, and so linked from the index
+    for page in pages():
+        name = page.relative_to(DOCS).as_posix()
+        if name != "index.md":
+            assert name in listed, f"{name} is not in mkdocs.yml's nav"
+            assert f"]({name})" in index, f"docs/index.md does not link {name}"
+
+
+def test_every_runtime_dependency_is_named_with_its_purpose() -> None:
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    named = [name for name, purpose in gen_index().dependencies() if purpose]
+    assert len(named) == len(declared)
+    for name in named:
+        assert f"`{name}` (" in README and f"`{name}` (" in (DOCS / "index.md").read_text()
 
 
 def test_every_command_has_a_docs_section() -> None:
