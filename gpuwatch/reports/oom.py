@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import textwrap
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -124,9 +125,25 @@ def read_text(raw: bytes) -> str:
     return "".join(c if c.isprintable() or c == "\n" else "?" for c in text)
 
 
+TEXT_WIDTH = 80
+"""The text report's lines are at most this wide (a terminal's default), but for long words."""
+
+
 def render(report: OomReport) -> str:
     """The report for people: the facts, then the fixes that apply."""
-    return "\n".join([*_facts(report), "", "What to do:", *(f"  - {a}" for a in advice(report))])
+    fixes = [
+        line
+        for fix in advice(report)
+        for line in textwrap.wrap(
+            fix,
+            TEXT_WIDTH,
+            initial_indent="  - ",
+            subsequent_indent="    ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    ]
+    return "\n".join([*_facts(report), "", "What to do:", *fixes])
 
 
 def advice(report: OomReport) -> list[str]:

@@ -74,8 +74,9 @@ def test_an_oom_writes_a_report_that_explains_it(tmp_path: Path) -> None:
     assert report.modules and report.modules[0].name == "Sequential"
     assert report.tensors[0].nbytes == 4 * MiB
     assert report.snapshot_path is None
-    # AND a readable copy sits beside it
+    # AND a readable copy sits beside it, within a terminal's 80 columns
     text = path.with_suffix(".txt").read_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
     assert "requested            30.0MiB" in text
     assert "empty_cache() does not help" in text
 
@@ -114,8 +115,8 @@ def test_where_the_modules_explain_little_the_report_says_where_the_rest_is(
     assert where[1].endswith("MiB") and float(where[1].split()[-1][:-3]) > 999
     assert where[2].split()[-1] == where[3].split()[-1] == "0B"
     # AND it advises on what holds it, not on the modules' activations
-    fixes = shown.split("What to do:\n", 1)[1]
-    assert fixes.startswith("  - tensors kept alive outside the modules hold 999.")
+    fixes = " ".join(shown.split("What to do:\n", 1)[1].split())  # as one line
+    assert fixes.startswith("- tensors kept alive outside the modules hold 999.")
     assert "autograd graph kept alive" in fixes and "loss.item()" in fixes
     assert "checkpointing" not in fixes and "a smaller batch" not in fixes
 
