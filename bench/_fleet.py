@@ -1,45 +1,152 @@
-"""Helpers of bench/fleet_cost.py: a counting proxy in front of Prometheus, whole-process
-timing, and the fleet sources and commands of whatever version of gpuwatch is installed
-(each may be missing: the bench then says so and skips that figure)."""
+"""The fleet benches' own harness (nothing from tests/): the simulated nodes of
+`fleet_nodes.py` in a process of their own, a real Prometheus scraping them, a counting
+proxy in front of it, and whole-process timing."""
 
 from __future__ import annotations
 
 import http.client
-import importlib
+import json
 import os
 import shlex
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-# The gpuwatch series a fleet refresh reads, where this version has no gpuwatch.fleet.series.
-_GPUWATCH_FAMILIES = (
-    "gpuwatch_sampling_up",
-    "gpuwatch_sample_timestamp_seconds",
-    "gpuwatch_gpu_info",
-    "gpuwatch_gpu_up",
-    "gpuwatch_leases",
-    "gpuwatch_lease_declared_memory_bytes",
-    "gpuwatch_process_memory_bytes",
-    "gpuwatch_mig_enabled",
-    "gpuwatch_memory_total_bytes",
-    "gpuwatch_memory_used_bytes",
-    "gpuwatch_memory_free_bytes",
-    "gpuwatch_utilization_ratio",
-    "gpuwatch_temperature_celsius",
-    "gpuwatch_power_watts",
-)
+FLEET_NODES = Path(__file__).resolve().with_name("fleet_nodes.py")
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """What `fleet_nodes.py` serves: each node's name and address, and the addresses that
+    hang and refuse."""
+
+    nodes: dict[str, str]
+    hanging: tuple[str, ...]
+    refusing: tuple[str, ...]
+
+
+@contextmanager
+def serving_nodes(count: int, **options: int | bool) -> Iterator[Nodes]:
+    """`fleet_nodes.py --nodes COUNT --OPTION VALUE ...` (`jobs=True`: `--jobs`), until the
+    block ends (it stops when its standard input does)."""
+    argv = [sys.executable, str(FLEET_NODES), "--nodes", str(count), "--stop-on-eof"]
+    for name, value in options.items():
+        flag = f"--{name.replace('_', '-')}"
+        argv += [flag] if value is True else [] if value is False else [flag, str(value)]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as process:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            ready = json.loads(process.stdout.readline() or "null")
+            if ready is None:
+                raise SystemExit(f"{FLEET_NODES} ended before serving")
+            nodes = {node["name"]: node["address"] for node in ready["nodes"]}
+            yield Nodes(nodes, tuple(ready["hanging"]), tuple(ready["refusing"]))
+        finally:
+            process.stdin.close()
+            process.wait(timeout=60)
+
+
+class Prometheus:
+    """A real Prometheus on a free loopback port, its data in `home`, scraping the
+    targets it is given (job `gpuwatch`) every `interval_s` and recording `rule_files`."""
+
+    def __init__(self, home: Path, interval_s: float, rule_files: Sequence[Path] = ()) -> None:
+        self.home, self.interval_s, self.rule_files = home, interval_s, tuple(rule_files)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._write_config(())
+        argv = [
+            shutil.which("prometheus") or sys.exit("needs prometheus (apt-get install prometheus)"),
+            f"--config.file={home / 'prometheus.yml'}",
+            f"--storage.tsdb.path={home / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-lifecycle",
+            "--log.level=warn",
+        ]
+        with (home / "prometheus.log").open("wb") as log:
+            self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.wait_for("vector(1)", bool, "Prometheus to answer")
+
+    def set_targets(self, addresses: Sequence[str]) -> None:
+        """Scrapes `addresses` from now on (a reload)."""
+        self._write_config(addresses)
+        request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
+        urllib.request.urlopen(request, timeout=60).close()
+
+    def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
+        """An instant query's series, each its labels and value."""
+        query = urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?{query}", timeout=60) as answer:
+            result = json.load(answer)["data"]["result"]
+        return [(item["metric"], float(item["value"][1])) for item in result]
+
+    def wait_for(
+        self,
+        promql: str,
+        condition: Callable[[list[tuple[dict[str, str], float]]], bool],
+        what: str,
+        timeout_s: float = 900.0,
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if condition(self.query(promql)):
+                    return
+            except OSError:
+                pass  # not listening yet
+            time.sleep(0.2)
+        raise SystemExit(f"timed out waiting for {what} (see {self.home / 'prometheus.log'})")
+
+    def wait_for_count(self, selector: str, count: int) -> None:
+        """Until Prometheus holds at least `count` series of `selector` now."""
+
+        def enough(found: list[tuple[dict[str, str], float]]) -> bool:
+            return bool(found) and found[0][1] >= count
+
+        self.wait_for(f"count({selector})", enough, f"{count} series of {selector}")
+
+    def stop(self) -> None:
+        self._process.send_signal(signal.SIGTERM)
+        self._process.wait(timeout=60)
+
+    def _write_config(self, addresses: Sequence[str]) -> None:
+        interval = f"{round(self.interval_s * 1000)}ms"
+        config = {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "rule_files": [str(path) for path in self.rule_files],
+            "scrape_configs": [
+                {"job_name": "gpuwatch", "static_configs": [{"targets": list(addresses)}]}
+            ],
+        }
+        (self.home / "prometheus.yml").write_text(json.dumps(config))
+
+
+@contextmanager
+def running_prometheus(
+    home: Path, interval_s: float, rule_files: Sequence[Path] = ()
+) -> Iterator[Prometheus]:
+    prometheus = Prometheus(home, interval_s, rule_files)
+    try:
+        yield prometheus
+    finally:
+        prometheus.stop()
 
 
 @dataclass
@@ -168,18 +275,9 @@ def steady_cpu_pct(argv: Sequence[str], warm_s: float, seconds: float) -> float:
         terminal.close()
 
 
-def gpuwatch_command() -> str:
-    """The `gpuwatch` of this interpreter's environment (the same Python as the baseline)."""
-    beside = Path(sys.executable).with_name("gpuwatch")
-    return str(beside) if beside.exists() else shutil.which("gpuwatch") or "gpuwatch"
-
-
-def has_command(*argv: str) -> str:
-    """The `--help` text of `gpuwatch ARGV`, or "" where this version has no such command."""
-    done = subprocess.run(
-        [gpuwatch_command(), *argv, "--help"], capture_output=True, text=True, check=False
-    )
-    return done.stdout if done.returncode == 0 else ""
+def gpuwatch_command(python: str = sys.executable) -> str:
+    """The `gpuwatch` of that Python's environment."""
+    return str(Path(python).with_name("gpuwatch"))
 
 
 def median_wall_s(commands: Mapping[str, Sequence[str]], runs: int) -> dict[str, float]:
@@ -196,24 +294,3 @@ def median_wall_s(commands: Mapping[str, Sequence[str]], runs: int) -> dict[str,
                     f"{name} failed ({done.returncode}): {done.stderr.decode()[-500:]}"
                 )
     return {name: statistics.median(values) for name, values in times.items()}
-
-
-def fleet_families() -> tuple[str, ...]:
-    """The metric names a fleet refresh reads: gpuwatch.fleet.series's where it exists."""
-    try:
-        series = importlib.import_module("gpuwatch.fleet.series")
-    except ImportError:
-        return _GPUWATCH_FAMILIES
-    return tuple(series.FAMILIES)
-
-
-def fleet_source(module: str, class_name: str, *args: Any, **options: Any) -> tuple[Any, str]:
-    """`gpuwatch.fleet.MODULE.CLASS(*args, **options)`, or None and why not."""
-    try:
-        cls = getattr(importlib.import_module(f"gpuwatch.fleet.{module}"), class_name)
-    except (ImportError, AttributeError):
-        return None, f"this gpuwatch has no gpuwatch.fleet.{module}.{class_name}"
-    try:
-        return cls(*args, **options), ""
-    except TypeError as error:
-        return None, f"gpuwatch.fleet.{module}.{class_name}: {error}"

@@ -29,8 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _slurm import Cluster, cluster, why_not
+
 from gpuwatch.backends.daemon_client import http_get
-from tests.helpers.slurm import SlurmCluster, start_cluster, why_not
 
 REPO = Path(__file__).resolve().parents[1]
 GPUWATCH = [sys.executable, "-m", "gpuwatch"]
@@ -112,7 +113,7 @@ def _serves(sock: str) -> bool:
         return False
 
 
-def configurations(work: Path, cluster: SlurmCluster | None) -> dict[str, tuple[list[str], dict]]:
+def configurations(work: Path, slurm: Cluster | None) -> dict[str, tuple[list[str], dict]]:
     answering, hanging = stand_ins(work)
     conf = ["--slurm-conf", str(work / "slurm.conf")]
     node = {"SLURMD_NODENAME": NODE}
@@ -132,43 +133,38 @@ def configurations(work: Path, cluster: SlurmCluster | None) -> dict[str, tuple[
             {**node, "PATH": f"{hanging}:{path}"},
         ),
     }
-    if cluster is not None:
+    if slurm is not None:
         found["real Slurm 22.05, 50 jobs, every 30s"] = (
-            ["--jobs", "slurm", "--slurm-conf", str(cluster.conf)],
-            {"SLURMD_NODENAME": cluster.node, "PATH": cluster.env["PATH"]},
+            ["--jobs", "slurm", "--slurm-conf", str(slurm.conf)],
+            {"SLURMD_NODENAME": slurm.node, "PATH": slurm.env["PATH"]},
         )
     return found
 
 
-def real_cluster(work: Path) -> SlurmCluster:
+def real_cluster(work: Path, stack: ExitStack) -> Cluster:
     if (reason := why_not()) is not None:
         raise SystemExit(f"--real-slurm: {reason}")
-    (work / "slurm").mkdir()
-    cluster = start_cluster(work / "slurm", gpu_minors=range(GPUS), oversubscribe=JOBS)
-    ids = [cluster.sbatch("--gres=gpu:1") for _ in range(GPU_JOBS)]
-    ids += [cluster.sbatch() for _ in range(JOBS - GPU_JOBS)]
-    cluster.wait_running(ids, timeout_s=120)
-    return cluster
+    slurm = stack.enter_context(cluster(work / "slurm", JOBS, tuple(range(GPUS))))
+    ids = [slurm.sbatch("--gres=gpu:1", wrap="sleep 3600") for _ in range(GPU_JOBS)]
+    ids += [slurm.sbatch(wrap="sleep 3600") for _ in range(JOBS - GPU_JOBS)]
+    slurm.wait_running(ids, timeout_s=120)
+    return slurm
 
 
 def main(seconds: float, real: bool) -> None:
     work = Path(tempfile.mkdtemp(prefix="daemon-slurm-cost-"))
-    cluster = real_cluster(work) if real else None
-    try:
-        with ExitStack() as stack:
-            pids = {
-                name: stack.enter_context(daemon(work, f"d{n}", args, env))
-                for n, (name, (args, env)) in enumerate(configurations(work, cluster).items())
-            }
-            time.sleep(5)  # past start-up: the steady state
-            before = {name: cpu_s(pid) for name, pid in pids.items()}
-            start = time.monotonic()
-            time.sleep(seconds)
-            elapsed = time.monotonic() - start
-            after = {name: cpu_s(pid) for name, pid in pids.items()}
-    finally:
-        if cluster is not None:
-            cluster.close()
+    with ExitStack() as stack:
+        slurm = real_cluster(work, stack) if real else None
+        pids = {
+            name: stack.enter_context(daemon(work, f"d{n}", args, env))
+            for n, (name, (args, env)) in enumerate(configurations(work, slurm).items())
+        }
+        time.sleep(5)  # past start-up: the steady state
+        before = {name: cpu_s(pid) for name, pid in pids.items()}
+        start = time.monotonic()
+        time.sleep(seconds)
+        elapsed = time.monotonic() - start
+        after = {name: cpu_s(pid) for name, pid in pids.items()}
     print(
         f"gpuwatch daemon at 1 Hz, {GPUS} simulated GPUs, all measured at once over {elapsed:.0f} s"
     )

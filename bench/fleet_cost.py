@@ -18,29 +18,31 @@ and 5 that refuse; a real Prometheus (Debian's `prometheus`) scrapes them. Then:
     examples/gpuwatch-fleet-rules.yml ("recorded"): requests, bytes (as sent, gzip, and
     as JSON) and time, the median refresh and the largest, counted by a proxy in front
     of Prometheus;
-(d) direct scraping of 100 nodes of which 5 hang and 5 refuse (`ScrapeSource.read()`
-    and `gpuwatch where --nodes-file`): wall time beside the per-node timeout, and beside
-    the floor of 100 concurrent standard-library GETs with that timeout;
+(d) direct scraping (`ScrapeSource.read()`) of 100 nodes as a lab mixes them (80 gpuwatch
+    daemons, 10 dcgm-exporters and 10 nvidia_gpu_exporters, their recorded output), all
+    answering, and with 5 hung and 5 refusing in place of 10 daemons: the wall time with
+    gpuwatch's own parser of the text format and with prometheus-client's, runs
+    interleaved; beside the per-node timeout, the floor of 100 concurrent standard-library
+    GETs, and `gpuwatch where --nodes-file` as a whole process (with `--baseline`, beside
+    that environment's);
 (e) `gpuwatch fleet --interval 2` at 500 nodes, in a tmux pane: the CPU of the whole
     process in steady state, its figures evaluated (through the proxy that hides the
     rules) and recorded.
 
-A figure the installed gpuwatch cannot give yet is skipped with a line that says why.
 Prometheus runs on this machine too, so every figure carries its load.
 
 Run: python bench/fleet_cost.py [--sizes 100,500,1000] [--where-at 500] [--runs 11]
                                 [--scrape-interval 5] [--timeout 2] [--cpu-seconds 30]
-                                [--baseline VENV]
-(`--baseline /work/venvs/main` times that environment's `gpuwatch where` in the same
-runs, for a before-and-after.) Bytecode is written under a temporary PYTHONPYCACHEPREFIX,
+                                [--baseline VENV] [--parts abcde]
+(`--baseline VENV` times that environment's `gpuwatch where` in the same runs, for a
+before-and-after.) Bytecode is written under a temporary PYTHONPYCACHEPREFIX,
 as an installed gpuwatch has it, even where PYTHONDONTWRITEBYTECODE is set.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
+import math
 import os
 import shutil
 import statistics
@@ -48,25 +50,27 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from _common import REPO
 from _fleet import (
     CountingProxy,
-    fleet_families,
-    fleet_source,
+    Nodes,
+    Prometheus,
     gpuwatch_command,
-    has_command,
     median_wall_s,
+    running_prometheus,
+    serving_nodes,
     steady_cpu_pct,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(REPO))  # the fleet's test harness starts the servers
-from tests.helpers.fleet.endpoints import SimFleet, serving_sim_fleet
-from tests.helpers.fleet.prometheus import Prometheus, Target, running_prometheus
+from gpuwatch.fleet import scrape
+from gpuwatch.fleet.exposition import Sample, parse_exposition
+from gpuwatch.fleet.prometheus import PrometheusSource
 
 MIB = 1 << 20
 RULES = REPO / "examples" / "gpuwatch-fleet-rules.yml"
@@ -84,40 +88,63 @@ MODES = {
     "computes (idle holders, users) evaluated by it, where no rule records it",
     "recorded": "the same, that part recorded by examples/gpuwatch-fleet-rules.yml",
 }
+OTHER_EXPORTERS = 10
+"""dcgm-exporter nodes, and as many nvidia_gpu_exporter nodes, of (d)'s 100."""
 
 
-def scrape_directly(fleet: SimFleet, timeout_s: float, runs: int) -> None:
-    print("\n(d) direct scraping: 90 nodes answer, 5 hang, 5 refuse")
-    addresses = [*list(fleet.nodes.values())[:90], *fleet.hanging, *fleet.refusing]
+def library_parse(text: str, prefixes: tuple[str, ...]) -> Iterator[Sample]:
+    """prometheus-client's parser of the text format where gpuwatch's own parses a node's
+    answer: the samples of the families the fleet reads, finite values only."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith(prefixes) and math.isfinite(sample.value):
+                yield Sample(sample.name, sample.labels, sample.value)
+
+
+PARSERS = {"own parser": parse_exposition, "prometheus-client": library_parse}
+
+
+def scrape_directly(fleet: Nodes, timeout_s: float, runs: int, baseline: Path | None) -> None:
+    others = [a for name, a in fleet.nodes.items() if not name.startswith("node-")]
+    daemons = [a for name, a in fleet.nodes.items() if name.startswith("node-")]
+    hostile = [*daemons[: 90 - len(others)], *others, *fleet.hanging, *fleet.refusing]
+    fleets = {"all answer": [*daemons[: 100 - len(others)], *others], "5 hang, 5 refuse": hostile}
+    print(f"\n(d) direct scraping of 100 nodes: {len(daemons[:80])} gpuwatch daemons, ", end="")
+    print(f"{OTHER_EXPORTERS} dcgm-exporters, {OTHER_EXPORTERS} nvidia_gpu_exporters")
     print(f"    per-node timeout {timeout_s:g} s; the issue's bound: {timeout_s + 0.5:g} s")
-    floor = statistics.median(_all_at_once(addresses, timeout_s) for _ in range(3))
-    print(f"    100 GETs at once, standard library:  {floor:6.2f} s wall")
-    source, why = fleet_source("scrape", "ScrapeSource", addresses, timeout_s=timeout_s)
-    if source is None:
-        print(f"    ScrapeSource.read(): skipped ({why})")
-    else:
-        walls, up = [], 0
-        for _ in range(3):
-            start = time.perf_counter()
-            up = sum(node.up for node in source.read().nodes)
-            walls.append(time.perf_counter() - start)
-        source.close()
-        wall = statistics.median(walls)
-        print(f"    ScrapeSource.read(), in process:     {wall:6.2f} s wall, {up} nodes up")
-    help_text = has_command("where")
-    if "--nodes-file" not in help_text:
-        print("    gpuwatch where --nodes-file: skipped (this gpuwatch has no such option)")
-        return
+    floor = statistics.median(_all_at_once(hostile, timeout_s) for _ in range(3))
+    print(f"    100 GETs at once, standard library, 5 hang, 5 refuse: {floor:6.2f} s wall")
+    print(f"    ScrapeSource.read(), in process, median of {runs} interleaved runs:")
+    for name, addresses in fleets.items():
+        walls = _read_with_each_parser(addresses, timeout_s, runs)
+        own, library = walls["own parser"], walls["prometheus-client"]
+        print(
+            f"      {name:17} own parser {own:5.2f} s, prometheus-client {library:5.2f} s "
+            f"({(library - own) / own:+.0%})"
+        )
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as nodes_file:
-        nodes_file.write("\n".join(addresses) + "\n")
+        nodes_file.write("\n".join(hostile) + "\n")
         nodes_file.flush()
-        argv = [gpuwatch_command(), *WHERE, "--nodes-file", nodes_file.name]
-        if "--timeout" in help_text:
-            argv += ["--timeout", f"{timeout_s:g}s"]
-        else:
-            print("    (gpuwatch where has no --timeout: its default per-node timeout applies)")
-        wall = median_wall_s({"where": argv}, runs)["where"]
-    print(f"    gpuwatch where --nodes-file:          {wall:6.2f} s wall (whole process)")
+        argv = [*WHERE, "--nodes-file", nodes_file.name, "--timeout", f"{timeout_s:g}s"]
+        commands = {"where": [gpuwatch_command(), *argv]}
+        if baseline is not None:
+            commands["where, baseline"] = [str(baseline / "bin" / "gpuwatch"), *argv]
+        for name, wall in median_wall_s(commands, runs).items():
+            print(f"    gpuwatch {name + ' --nodes-file':30} {wall:6.2f} s wall (whole process)")
+
+
+def _read_with_each_parser(addresses: list[str], timeout_s: float, runs: int) -> dict[str, float]:
+    """The median wall time of `ScrapeSource.read()` with each of `PARSERS`."""
+    source = scrape.ScrapeSource(addresses, timeout_s=timeout_s)
+    walls: dict[str, list[float]] = {name: [] for name in PARSERS}
+    for _ in range(runs):
+        for name, parse in PARSERS.items():
+            scrape.parse_exposition = parse  # type: ignore[assignment]
+            start = time.perf_counter()
+            source.read()
+            walls[name].append(time.perf_counter() - start)
+    scrape.parse_exposition = parse_exposition
+    return {name: statistics.median(values) for name, values in walls.items()}
 
 
 def _all_at_once(addresses: list[str], timeout_s: float) -> float:
@@ -134,50 +161,36 @@ def _all_at_once(addresses: list[str], timeout_s: float) -> float:
     return time.perf_counter() - start
 
 
-def load(prometheus: Prometheus, fleet: SimFleet, nodes: int) -> None:
-    """Prometheus scrapes the first `nodes` nodes, each scraped at least once."""
-    addresses = list(fleet.nodes.values())[:nodes]
+def load(prometheus: Prometheus, fleet: Nodes, nodes: int) -> None:
+    """Prometheus scrapes the first `nodes` gpuwatch nodes, each read at least once, and
+    has recorded the rules of each."""
+    daemons = [address for name, address in fleet.nodes.items() if name.startswith("node-")]
     start = time.perf_counter()
-    prometheus.set_targets([Target(address) for address in addresses])
-    prometheus.wait_until_up(addresses, timeout_s=900)
-    prometheus.wait_for(
-        "count(gpuwatch_memory_free_bytes)",
-        lambda samples: bool(samples) and samples[0].value >= nodes * 8,
-        f"{nodes} nodes' GPUs",
-        timeout_s=900,
-    )
-    prometheus.wait_for(
-        "count(gpuwatch:node_gpu_models:count)",
-        lambda samples: bool(samples) and samples[0].value >= nodes,
-        f"the recording rules of {nodes} nodes",
-        timeout_s=900,
-    )
+    prometheus.set_targets(daemons[:nodes])
+    prometheus.wait_for_count("gpuwatch_memory_free_bytes", nodes * 8)
+    prometheus.wait_for_count("gpuwatch:node_gpu_models:count", nodes)
     print(f"\n{nodes} nodes scraped ({time.perf_counter() - start:.0f} s to load)")
 
 
 def compare_where(url: str, runs: int, baseline: Path | None) -> None:
     print(f"(a)+(b) whole-process wall time, median of {runs} interleaved runs")
-    commands = {"bare client": [sys.executable, "-c", BARE_CLIENT, url]}
     where = [gpuwatch_command(), *WHERE, "--prometheus", url]
-    if "--prometheus" in has_command("where"):
-        answer = subprocess.run(where, capture_output=True, text=True, check=False)
-        print(f"    gpuwatch where answers (exit {answer.returncode}): {_first_line(answer)}")
-        if answer.returncode in (0, 4):
-            commands["gpuwatch where"] = where
-            # Not at pick's default limits: each node's verdict does not do, and every
-            # family placement reads is asked.
-            commands["where --max-util 50"] = [*where, "--max-util", "50"]
+    answer = subprocess.run(where, capture_output=True, text=True, check=False)
+    print(f"    gpuwatch where answers (exit {answer.returncode}): {_first_line(answer)}")
+    commands = {
+        "bare client": [sys.executable, "-c", BARE_CLIENT, url],
+        "gpuwatch where": where,
+        # Not at pick's default limits: each node's verdict does not do, and every family
+        # placement reads is asked.
+        "where --max-util 50": [*where, "--max-util", "50"],
+    }
     if baseline is not None:  # another gpuwatch, in the same runs: before and after a change
         commands["where, baseline"] = [str(baseline / "bin" / "gpuwatch"), *where[1:]]
-        subprocess.run(commands["where, baseline"], capture_output=True, check=False)
     medians = median_wall_s(commands, runs)
     for name, wall_s in medians.items():
-        print(f"    {name:16} {wall_s * 1000:7.0f} ms  ({wall_s / medians['bare client']:.2f}x)")
-    if "gpuwatch where" in medians:
-        ratio = medians["gpuwatch where"] / medians["bare client"]
-        print(f"    ratio {ratio:.2f} (the issue's bound: 2)")
-    else:
-        print("    gpuwatch where --prometheus: skipped (no such command here, or it failed)")
+        print(f"    {name:20} {wall_s * 1000:7.0f} ms  ({wall_s / medians['bare client']:.2f}x)")
+    ratio = medians["gpuwatch where"] / medians["bare client"]
+    print(f"    ratio {ratio:.2f} (the issue's bound: 2)")
 
 
 def _first_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -192,52 +205,42 @@ def refresh_cost(
     which also learns the exporters and reads GPU identity): requests, bytes as sent
     (gzip) and as JSON, and time, the median refresh's and the largest. `mode`: see
     `MODES`; `proxy` hides the rules for "evaluated"."""
-    per_node = mode != "gpus"
-    source, _ = fleet_source("prometheus", "PrometheusSource", proxy.url, per_node=per_node)
-    if source is None:
-        source, _ = fleet_source("prometheus", "PrometheusSource", proxy.url)
-        mode = "gpus"
+    source = PrometheusSource(proxy.url, per_node=mode != "gpus")
     times: list[float] = []
     seen, counts = "", []
-    if source is not None:
-        source.read()
+    source.read()
     for _ in range(refreshes):
         time.sleep(interval_s)
         proxy.reset()
         start = time.perf_counter()
-        json_bytes = 0
-        if source is not None:
-            before = source.client.bytes_read
-            seen = str(len(source.read().nodes))
-            json_bytes = source.client.bytes_read - before
-        else:
-            _stand_in_refresh(proxy.url)
+        before = source.client.bytes_read
+        seen = str(len(source.read().nodes))
+        json_bytes = source.client.bytes_read - before
         times.append(time.perf_counter() - start)
         sent = proxy.reset()
         counts.append((sent.body_bytes, sent.requests, json_bytes))
     # The typical refresh: some read slow-changing series too, every fifth or thirtieth.
     body_bytes, requests, json_bytes = sorted(counts)[len(counts) // 2]
-    used = getattr(source, "summarized", False)
-    if source is not None:
-        source.close()
+    used = source.summarized
+    source.close()
     return (
         mode if used or mode == "gpus" else f"{mode} (not read)",
         str(nodes),
         str(requests),
         f"{body_bytes / 1024:,.0f}",
-        f"{json_bytes / 1024:,.0f}" if json_bytes else "-",
+        f"{json_bytes / 1024:,.0f}",
         f"{max(c[2] for c in counts) / 1024:,.0f}",
         f"{statistics.median(times) * 1000:,.0f}",
         f"{max(times) * 1000:,.0f}",
-        seen or "-",
+        seen,
     )
 
 
 def screen_cpu(urls: dict[str, str], interval_s: float, seconds: float) -> None:
     print(f"\n(e) gpuwatch fleet --interval {interval_s:g}: CPU of the whole process (tmux)")
     print(f"    measured for {seconds:g} s after 10 s; the issue's bound: 5 % of one core")
-    if not has_command("fleet") or not shutil.which("tmux"):
-        print("    skipped (no gpuwatch fleet, or no tmux)")
+    if not shutil.which("tmux"):
+        print("    skipped (no tmux)")
         return
     for mode, url in urls.items():
         argv = [gpuwatch_command(), "fleet", "--prometheus", url, "--interval", f"{interval_s:g}"]
@@ -245,25 +248,9 @@ def screen_cpu(urls: dict[str, str], interval_s: float, seconds: float) -> None:
         print(f"    {mode:6} {pct:5.1f} % of one core")
 
 
-def _stand_in_refresh(url: str) -> None:
-    """The queries a refresh sends: every family it reads in one selector, and `up`."""
-    selector = '{__name__=~"' + "|".join(fleet_families()) + '"}'
-    for query in (selector, "up"):
-        request = urllib.request.Request(
-            f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}",
-            headers={"Accept-Encoding": "gzip"},
-        )
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            body = answer.read()
-            if answer.headers.get("Content-Encoding") == "gzip":
-                body = gzip.decompress(body)
-        json.loads(body)
-
-
 def print_table(rows: list[tuple[str, ...]]) -> None:
     print("\n(c) one refresh of the fleet through Prometheus (the issue's bounds: 0.5 s, 1 MiB)")
-    _, why = fleet_source("prometheus", "PrometheusSource", "http://127.0.0.1:9")
-    print(f"    by {'PrometheusSource.read()' if not why else f'the stand-in queries: {why}'}")
+    print("    by PrometheusSource.read()")
     for mode, says in MODES.items():
         print(f"    {mode:9}  {says}")
     head = (
@@ -298,6 +285,7 @@ def main() -> None:
     parser.add_argument(
         "--baseline", type=Path, metavar="VENV", help="also time this environment's where"
     )
+    parser.add_argument("--parts", default="abcde", help="which figures, e.g. abd (default: all)")
     args = parser.parse_args()
     # As installed (pip compiles the bytecode): where PYTHONDONTWRITEBYTECODE is set, each
     # gpuwatch process would compile the package anew, which no user's does.
@@ -306,25 +294,30 @@ def main() -> None:
     sizes = sorted({*map(int, args.sizes.split(",")), args.where_at})
     print(f"nodes of 8 GPUs; Prometheus scrapes every {args.scrape_interval:g} s")
     rows = []
-    with serving_sim_fleet(max(*sizes, 90), gpus=8, hang=5, refuse=5) as fleet:
-        scrape_directly(fleet, args.timeout, runs=3)
+    others = {"dcgm": OTHER_EXPORTERS, "smi": OTHER_EXPORTERS}
+    with serving_nodes(max(*sizes, 90), gpus=8, hang=5, refuse=5, **others) as fleet:
+        if "d" in args.parts:
+            scrape_directly(fleet, args.timeout, args.runs, args.baseline)
+        if not set(args.parts) & set("abce"):
+            return
         with (
             tempfile.TemporaryDirectory(prefix="fleet-cost-") as home,
-            running_prometheus(
-                Path(home), (), args.scrape_interval, rule_files=[RULES]
-            ) as prometheus,
+            running_prometheus(Path(home), args.scrape_interval, [RULES]) as prometheus,
             CountingProxy(prometheus.url).running() as proxy,
             CountingProxy(prometheus.url, hide_rules=True).running() as raw_proxy,
         ):
             for nodes in sizes:
                 load(prometheus, fleet, nodes)
-                if nodes == args.where_at:
+                if nodes == args.where_at and set(args.parts) & set("ab"):
                     compare_where(prometheus.url, args.runs, args.baseline)
+                if nodes == args.where_at and "e" in args.parts:
                     screen = {"evaluated": raw_proxy.url, "recorded": proxy.url}
                     screen_cpu(screen, 2.0, args.cpu_seconds)
                 for mode, via in (("gpus", proxy), ("evaluated", raw_proxy), ("recorded", proxy)):
-                    rows.append(refresh_cost(via, nodes, args.refreshes, mode, args.interval))
-    print_table(rows)
+                    if "c" in args.parts:
+                        rows.append(refresh_cost(via, nodes, args.refreshes, mode, args.interval))
+    if rows:
+        print_table(rows)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,18 @@ With --jobs each node also tells the work around its GPUs, as a daemon that read
 does: jobs waiting in line on every fifth node, and a Slurm job on each GPU in use (and on
 each idle leased GPU: a job that holds its GPU and leaves it idle for half an hour).
 
+With --dcgm N and --smi N it also serves N nodes of each other exporter the fleet reads,
+each the recorded output of the tests (`tests/fleet/data/dcgm.prom`, dcgm-exporter on 4
+H100s, its `Hostname` made `dcgm-0001`, ...; `nvidia_smi_node.prom`, nvidia_gpu_exporter on
+2 H100s, which names no host), as it is.
+
 When every port listens it prints one JSON line on stdout,
 `{"nodes": [{"name", "address"}], "hanging": [address], "refusing": [address]}`,
 and serves until SIGTERM or SIGINT, or with --stop-on-eof until its standard input ends
 (a pipe from the process that started it: it then never outlives that process).
 
 Run: python bench/fleet_nodes.py [--nodes N] [--gpus G] [--hang H] [--refuse R] [--seed S] [--jobs]
+                                 [--dcgm N] [--smi N]
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpuwatch.backends.scenario import MODELS
 from gpuwatch.daemon.metrics import exposition
@@ -53,6 +60,7 @@ _HEAD = (
     "Content-Length: {}\r\n\r\n"
 )
 _NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+RECORDED = Path(__file__).resolve().parents[1] / "tests" / "fleet" / "data"
 
 
 @dataclass(frozen=True)
@@ -264,8 +272,30 @@ class Node:
         return ("\n".join(lines) + "\n").encode()
 
 
+class Recorded:
+    """A node of another exporter: its recorded `/metrics`, the same at every scrape."""
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name = name
+        self._body = text.encode()
+
+    def body(self, now: float) -> bytes:
+        return self._body
+
+
+def recorded_nodes(dcgm: int, smi: int) -> list[Recorded]:
+    """`dcgm` dcgm-exporter nodes named `dcgm-0001`, ... and `smi` nvidia_gpu_exporter ones."""
+    dcgm_text = (RECORDED / "dcgm.prom").read_text()
+    smi_text = (RECORDED / "nvidia_smi_node.prom").read_text()
+    nodes = [
+        Recorded(f"dcgm-{n:04d}", dcgm_text.replace("dcgm-node-1", f"dcgm-{n:04d}"))
+        for n in range(1, dcgm + 1)
+    ]
+    return nodes + [Recorded(f"smi-{n:04d}", smi_text) for n in range(1, smi + 1)]
+
+
 async def _serve_node(
-    node: Node, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    node: Node | Recorded, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     try:
         while True:
@@ -302,7 +332,9 @@ def _loopback_listener() -> socket.socket:
     return listener
 
 
-async def serve(nodes: list[Node], hanging: int, refusing: int, stop_on_eof: bool) -> None:
+async def serve(
+    nodes: list[Node | Recorded], hanging: int, refusing: int, stop_on_eof: bool
+) -> None:
     listeners = [_loopback_listener() for _ in nodes]
     for node, listener in zip(nodes, listeners, strict=True):
         await asyncio.start_server(functools.partial(_serve_node, node), sock=listener)
@@ -350,15 +382,18 @@ def main() -> None:
     parser.add_argument(
         "--jobs", action="store_true", help="tell jobs in line and the Slurm job on each GPU"
     )
+    parser.add_argument("--dcgm", type=int, default=0, help="dcgm-exporter nodes besides")
+    parser.add_argument("--smi", type=int, default=0, help="nvidia_gpu_exporter nodes besides")
     args = parser.parse_args()
     # A listener and a connection or two per node: past the usual soft limit of 1,024.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     rng = random.Random(args.seed)
-    nodes = [
+    nodes: list[Node | Recorded] = [
         Node(f"{args.prefix}{number:04d}", number, draw_node(rng, args.gpus), jobs=args.jobs)
         for number in range(1, args.nodes + 1)
     ]
+    nodes += recorded_nodes(args.dcgm, args.smi)
     asyncio.run(serve(nodes, args.hang, args.refuse, args.stop_on_eof))
 
 

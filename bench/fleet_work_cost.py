@@ -20,27 +20,23 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from _common import REPO
-
-sys.path.insert(0, str(REPO))  # the fleet's test harness starts the servers
-from tests.helpers.fleet.endpoints import serving_sim_fleet
-from tests.helpers.fleet.prometheus import Target, running_prometheus
+from _fleet import running_prometheus, serving_nodes
 
 ONE_READ = (
     "import json, sys, time\n"
     "from gpuwatch.fleet.prometheus import PrometheusSource\n"
     "source = PrometheusSource(sys.argv[1], timeout_s=60)\n"
     "source.read()\n"
-    "before, start = source.client.bytes_read, time.perf_counter()\n"
+    "before, sent = source.client.bytes_read, source.queries_sent\n"
+    "start = time.perf_counter()\n"
     "fleet = source.read()\n"
     "took = time.perf_counter() - start\n"
-    "jobs = sum(getattr(n, 'jobs', None) is not None for n in fleet.nodes)\n"
+    "jobs = sum(n.jobs is not None for n in fleet.nodes)\n"
     "print(json.dumps({'s': took, 'bytes': source.client.bytes_read - before,\n"
-    "    'queries': source.queries_per_read, 'nodes': len(fleet.nodes), 'with_jobs': jobs}))\n"
+    "    'queries': source.queries_sent - sent, 'nodes': len(fleet.nodes), 'with_jobs': jobs}))\n"
 )
 
 
@@ -66,14 +62,13 @@ def main() -> None:
     with ExitStack() as stack, tempfile.TemporaryDirectory() as home:
         urls = {}
         for jobs in (False, True):
-            sim = stack.enter_context(serving_sim_fleet(args.nodes, jobs=jobs))
-            targets = [Target(address) for address in sim.nodes.values()]
-            prometheus = stack.enter_context(
-                running_prometheus(Path(home) / f"prom-{jobs}", targets, 5.0)
-            )
-            prometheus.wait_until_up(list(sim.nodes.values()), timeout_s=300)
+            sim = stack.enter_context(serving_nodes(args.nodes, jobs=jobs))
+            prometheus = stack.enter_context(running_prometheus(Path(home) / f"prom-{jobs}", 5.0))
+            prometheus.set_targets(list(sim.nodes.values()))
             urls["jobs" if jobs else "no jobs"] = prometheus.url
-        time.sleep(6)  # a second scrape, so that every series is there
+            # Every node's GPUs and, with jobs, every node's jobs known.
+            prometheus.wait_for_count("gpuwatch_memory_free_bytes", args.nodes * 8)
+            prometheus.wait_for_count("gpuwatch_jobs_known == 1" if jobs else "up", args.nodes)
         pythons = {"this checkout": sys.executable}
         if args.baseline_python:
             pythons["baseline"] = args.baseline_python

@@ -1,9 +1,9 @@
 """The Slurm job reader's cost per refresh with 50 running jobs, and with a hung squeue.
 
-Starts the tests' one-node Slurm (tests/helpers/slurm.py: slurm-wlm and munge, as
-root), submits 50 `sleep` jobs (4 holding a GPU each, 46 none), then times:
-- a refresh through `squeue --json` and through `scontrol show job -d` (wall, the child's
-  CPU, and the parse alone);
+Starts bench's one-node Slurm (bench/_slurm.py: slurm-wlm and munge, as root), submits
+50 `sleep` jobs (4 holding a GPU each, 46 none), then times:
+- a refresh through `squeue --json`, and as on a Slurm without it (`squeue -o` rows, then
+  each job's `scontrol show job -d`) (wall, the child's CPU, and the parse alone);
 - a cached `table()` call;
 - with a squeue stand-in that sleeps: the first call (bounded by the timeout) and the calls
   made while that refresh hangs (served from the cache).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -21,9 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _slurm import Cluster, cluster, why_not
+
 from gpuwatch.jobs import SlurmJobs
 from gpuwatch.jobs.slurm_text import jobs_from_squeue_json
-from tests.helpers.slurm import SlurmCluster, start_cluster, why_not
 
 JOBS = 50
 GPU_JOBS = 4
@@ -36,7 +38,7 @@ def child_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def refresh_cost(cluster: SlurmCluster, squeue: str) -> tuple[float, float, int]:
+def refresh_cost(cluster: Cluster, squeue: str) -> tuple[float, float, int]:
     """Median wall ms and mean child CPU ms of a refresh from scratch; jobs seen."""
     walls, cpus, seen = [], [], 0
     for _ in range(ROUNDS):
@@ -55,8 +57,8 @@ def refresh_cost(cluster: SlurmCluster, squeue: str) -> tuple[float, float, int]
     return statistics.median(walls), statistics.mean(cpus), seen
 
 
-def parse_cost(cluster: SlurmCluster) -> tuple[float, int]:
-    text = cluster.run("squeue", "--json", "--states=RUNNING", f"--nodelist={cluster.node}").stdout
+def parse_cost(cluster: Cluster) -> tuple[float, int]:
+    text = cluster.run("squeue", "--json", "--states=RUNNING", f"--nodelist={cluster.node}")
     minors: list[int | None] = list(cluster.gpu_minors)
     start = time.perf_counter()
     for _ in range(ROUNDS):
@@ -64,7 +66,7 @@ def parse_cost(cluster: SlurmCluster) -> tuple[float, int]:
     return (time.perf_counter() - start) / ROUNDS * 1000, len(text)
 
 
-def cached_cost(cluster: SlurmCluster) -> float:
+def cached_cost(cluster: Cluster) -> float:
     reader = SlurmJobs(node=cluster.node, gres_conf=cluster.gres_conf, env=cluster.env)
     reader.table()
     start = time.perf_counter()
@@ -73,7 +75,7 @@ def cached_cost(cluster: SlurmCluster) -> float:
     return (time.perf_counter() - start) / 10_000 * 1e6
 
 
-def hung_cost(cluster: SlurmCluster, work: Path) -> None:
+def hung_cost(cluster: Cluster, work: Path) -> None:
     hung = work / "squeue-hung"
     hung.write_text("#!/bin/sh\nsleep 600\n")
     hung.chmod(0o755)
@@ -104,25 +106,27 @@ def main() -> None:
     if reason is not None:
         sys.exit(f"cannot start a Slurm here: {reason}")
     work = Path(tempfile.mkdtemp(prefix="gpuwatch-slurm-bench-"))
-    cluster = start_cluster(work, gpu_minors=(7, 5, 6, 4), oversubscribe=JOBS)
-    try:
-        ids = [cluster.sbatch("--gres=gpu:1", wrap="sleep 600") for _ in range(GPU_JOBS)]
-        ids += [cluster.sbatch(wrap="sleep 600") for _ in range(JOBS - GPU_JOBS)]
-        cluster.wait_running(ids, timeout_s=120)
+    old = work / "squeue-without-json"
+    old.write_text(
+        '#!/bin/sh\ncase "$1" in --json) echo no --json >&2; exit 1 ;; esac\n'
+        f'exec {shutil.which("squeue")} "$@"\n'
+    )
+    old.chmod(0o755)
+    with cluster(work / "slurm", JOBS) as slurm:
+        ids = [slurm.sbatch("--gres=gpu:1", wrap="sleep 600") for _ in range(GPU_JOBS)]
+        ids += [slurm.sbatch(wrap="sleep 600") for _ in range(JOBS - GPU_JOBS)]
+        slurm.wait_running(ids, timeout_s=120)
         print(f"{JOBS} running jobs ({GPU_JOBS} with a GPU) on {os.cpu_count()} CPUs, Slurm 22.05")
-        # `false` stands for a squeue without --json: the reader falls back to scontrol.
-        for label, squeue in (("squeue --json", "squeue"), ("scontrol show job -d", "false")):
-            wall, cpu, seen = refresh_cost(cluster, squeue)
+        for label, squeue in (("squeue --json", "squeue"), ("rows and details", str(old))):
+            wall, cpu, seen = refresh_cost(slurm, squeue)
             print(
                 f"refresh via {label}: {wall:.1f} ms wall (median of {ROUNDS}), "
                 f"{cpu:.1f} ms CPU in the child, {seen} jobs read"
             )
-        parse_ms, size = parse_cost(cluster)
+        parse_ms, size = parse_cost(slurm)
         print(f"parse of squeue --json ({size / 1024:.0f} KiB): {parse_ms:.2f} ms")
-        print(f"cached table(): {cached_cost(cluster):.2f} us per call")
-        hung_cost(cluster, work)
-    finally:
-        cluster.close()
+        print(f"cached table(): {cached_cost(slurm):.2f} us per call")
+        hung_cost(slurm, work)
 
 
 if __name__ == "__main__":

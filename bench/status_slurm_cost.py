@@ -33,11 +33,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from _common import REPO, build_fakenvml, fakenvml_env
+from _slurm import cluster, many_jobs, stand_in_node, why_not
 
 sys.path.insert(0, str(REPO))
 
 from gpuwatch.backends.daemon_client import http_get
-from tests.helpers.slurm_stand_in import make_slurm_node, many_jobs
 
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 SCENARIO = REPO / "tests" / "jobs" / "data" / "slurm-node.txt"
@@ -96,14 +96,17 @@ def without_slurm(base: dict[str, str], work: Path) -> dict[str, str]:
     return no_slurm
 
 
+def answering_node(root: Path, base: dict[str, str]) -> dict[str, str]:
+    """A stand-in node whose squeue prints JOBS running jobs."""
+    root.mkdir(parents=True)
+    (root / "answer.json").write_text(many_jobs(JOBS))
+    return stand_in_node(root / "node", base, f'cat "{root / "answer.json"}"')
+
+
 def stand_in_cases(base: dict[str, str], work: Path) -> list[Case]:
     no_slurm = without_slurm(base, work)
-    node = make_slurm_node(work / "busy", base)
-    node.squeue_prints(many_jobs(JOBS))
-    busy = {**base, **node.env}
-    hung_node = make_slurm_node(work / "hung", base)
-    hung_node.squeue("exec sleep 600")
-    hung = {**base, **hung_node.env}
+    busy = answering_node(work / "busy", base)
+    hung = stand_in_node(work / "hung", base, "exec sleep 600")
     busy_run, hung_run = Path(busy["XDG_RUNTIME_DIR"]), Path(hung["XDG_RUNTIME_DIR"])
     return [
         Case("no Slurm (no squeue)", no_slurm),
@@ -115,23 +118,20 @@ def stand_in_cases(base: dict[str, str], work: Path) -> list[Case]:
     ]
 
 
-def real_cases(base: dict[str, str], work: Path) -> tuple[list[Case], Callable[[], None]]:
-    from tests.helpers.slurm import start_cluster, why_not
-
+def real_cases(base: dict[str, str], work: Path, stack: ExitStack) -> list[Case]:
     reason = why_not()
     if reason is not None:
         sys.exit(f"--real: cannot start a Slurm here: {reason}")
-    (work / "slurm").mkdir()
-    cluster = start_cluster(work / "slurm", gpu_minors=(7, 5, 6, 4), oversubscribe=JOBS)
-    ids = [cluster.sbatch("--gres=gpu:1", wrap="sleep 900") for _ in range(4)]
-    ids += [cluster.sbatch(wrap="sleep 900") for _ in range(JOBS - 4)]
-    cluster.wait_running(ids, timeout_s=120)
+    slurm = stack.enter_context(cluster(work / "slurm", JOBS))
+    ids = [slurm.sbatch("--gres=gpu:1", wrap="sleep 900") for _ in range(4)]
+    ids += [slurm.sbatch(wrap="sleep 900") for _ in range(JOBS - 4)]
+    slurm.wait_running(ids, timeout_s=120)
     run_dir = work / "real-run"
     run_dir.mkdir(mode=0o700)
     env = {
         **base,
-        "SLURM_CONF": str(cluster.conf),
-        "SLURMD_NODENAME": cluster.node,
+        "SLURM_CONF": str(slurm.conf),
+        "SLURMD_NODENAME": slurm.node,
         "XDG_RUNTIME_DIR": str(run_dir),
         "PATH": f"{base['PATH']}:/usr/sbin",
     }
@@ -139,7 +139,7 @@ def real_cases(base: dict[str, str], work: Path) -> tuple[list[Case], Callable[[
         Case(f"real Slurm 22.05, {JOBS} jobs, cache cold", env, before=forget(run_dir)),
         Case(f"real Slurm 22.05, {JOBS} jobs, cache warm", env),
     ]
-    return cases, cluster.close
+    return cases
 
 
 @contextmanager
@@ -174,12 +174,8 @@ def _jobs_settled(sock: str) -> bool:
 
 def daemon_cases(base: dict[str, str], work: Path, stack: ExitStack) -> list[Case]:
     no_slurm = without_slurm(base, work)
-    node = make_slurm_node(work / "daemon-busy", base)
-    node.squeue_prints(many_jobs(JOBS))
-    busy = {**base, **node.env}
-    hung_node = make_slurm_node(work / "hung-for-daemon", base)
-    hung_node.squeue("exec sleep 600")
-    hung = {**base, **hung_node.env}
+    busy = answering_node(work / "daemon-busy", base)
+    hung = stand_in_node(work / "hung-for-daemon", base, "exec sleep 600")
     quiet_sock = stack.enter_context(daemon(work / "daemon-quiet", no_slurm))
     busy_sock = stack.enter_context(daemon(work / "daemon-slurm", busy))
     hung_sock = stack.enter_context(daemon(work / "daemon-hung", hung))
@@ -202,12 +198,10 @@ def main() -> None:
     base.pop("GPUWATCH_SOCKET", None)
     base["GPUWATCH_SOCKET"] = str(work / "no-daemon.sock")  # the driver, not a daemon
     cases = stand_in_cases(base, work)
-    stop: Callable[[], None] = lambda: None  # noqa: E731
-    if "--real" in sys.argv:
-        more, stop = real_cases(base, work)
-        cases += more
     stack = ExitStack()
     try:
+        if "--real" in sys.argv:
+            cases += real_cases(base, work, stack)
         cases += daemon_cases(base, work, stack)
         for case in cases:  # a warm-up, and a check that each case shows what it should
             print(f"  [{case.name}] {_gist(case.run_once())}")
@@ -218,7 +212,6 @@ def main() -> None:
                     case.run_once()
     finally:
         stack.close()
-        stop()
         shutil.rmtree(work, ignore_errors=True)
     report(cases, runs)
 

@@ -80,6 +80,11 @@ class JobUnknownError(GpuwatchError):
     nothing that could be reported (`gpuwatch job-report`)."""
 
 
+class JobHistoryShortError(GpuwatchError):
+    """A job's report was made, but the daemon's history covers only part of the job
+    (`gpuwatch job-report`: the report is printed, and this says so)."""
+
+
 class ScenarioError(BackendError):
     """A simulated node could not be built from `--sim` or its scenario file."""
 

@@ -20,9 +20,14 @@ export PATH
 [ -n "$SLURM_JOB_GPUS" ] || exit 0 # no GPU of this node: nothing to report
 case $SLURM_JOB_ID in '' | *[!0-9_]*) exit 0 ;; esac
 
+# The folders above the reports (/var/log/gpuwatch) 0755, so that users can pass through
+# them; the reports' own 0711: each user reads their own report by its name, and lists no
+# one else's job. (`mkdir -p -m` sets the last folder's mode only: the others take the
+# umask, which is why the umask for the reports is set only after.)
+if [ ! -d "$report_dir" ]; then
+    (umask 022 && mkdir -p "$report_dir" && chmod 0711 "$report_dir") 2>/dev/null || exit 0
+fi
 umask 077
-# 0711: each user reads their own report by its name, and lists no one else's job.
-[ -d "$report_dir" ] || mkdir -p -m 0711 "$report_dir" 2>/dev/null || exit 0
 out=$report_dir/$SLURM_JOB_ID.txt
 tmp=$(mktemp "$report_dir/.$SLURM_JOB_ID.XXXXXX" 2>/dev/null) || exit 0
 

@@ -119,9 +119,10 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     type=Parsed(parse_node_name, "name"),
     metavar="NAME",
     envvar="GPUWATCH_NODE_NAME",
-    help="The node's name: the hostname label of every series, and the name in the API, "
-    "e.g. where the daemon runs in a container.  [env: GPUWATCH_NODE_NAME; default: the "
-    "host name]",
+    help="The node's name: the hostname label of every series, the name in the API, and "
+    "the node Slurm is asked about, e.g. where the daemon runs in a container.  "
+    "[env: GPUWATCH_NODE_NAME; default: the host name (for Slurm: $SLURMD_NODENAME, else the "
+    "short host name)]",
 )
 @_file_option(
     "--web-config",

@@ -10,6 +10,7 @@ from gpuwatch.errors import (
     DriverNotFoundError,
     GpuwatchError,
     InvalidValueError,
+    JobHistoryShortError,
     JobUnknownError,
     LeaseBusyError,
     NoGpuError,
@@ -47,8 +48,12 @@ class ExitCode(enum.IntEnum):
     the fleet source (a Prometheus server) cannot be read; `job-report`: no daemon answers
     (its history is the source), or Slurm cannot be asked."""
     JOB_UNKNOWN = 7
-    """`job-report`: Slurm knows no such job, it has not started, or which GPUs it held on
-    this node is no longer known."""
+    """`job-report`: the job was never seen (neither Slurm nor the daemon knows it), it has
+    not started, ran on another node or held no GPU here, or which GPUs it held is not
+    known."""
+    HISTORY_SHORT = 8
+    """`job-report`: the job was seen and its report printed, but the daemon's history is
+    shorter than the job (it starts after the job, or has gaps)."""
     CANNOT_EXECUTE = 126
     """`pick -- CMD`: CMD was found but cannot be executed."""
     COMMAND_NOT_FOUND = 127
@@ -65,6 +70,7 @@ _BY_ERROR: tuple[tuple[type[GpuwatchError], ExitCode], ...] = (
     (NoGpuError, ExitCode.NO_GPU),
     (RemoteError, ExitCode.REMOTE),
     (JobUnknownError, ExitCode.JOB_UNKNOWN),
+    (JobHistoryShortError, ExitCode.HISTORY_SHORT),
     (WaitTimeoutError, ExitCode.TIMEOUT),
     (LeaseBusyError, ExitCode.TIMEOUT),
     (NotEnoughGpusError, ExitCode.NOT_ENOUGH_GPUS),

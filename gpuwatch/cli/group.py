@@ -66,7 +66,8 @@ def cli() -> None:
 
     Exit codes: 0 ok, 1 failed, 2 bad usage, 3 no NVIDIA driver or no GPU,
     4 not enough free GPUs, 5 timed out waiting, 6 remote host or fleet unreachable,
-    7 job unknown to Slurm, 126/127 command not executable / not found, 130 interrupted.
+    7 job never seen (job-report), 8 history shorter than the job (job-report),
+    126/127 command not executable / not found, 130 interrupted.
     """
 
 

@@ -9,6 +9,8 @@
     GET /v1/training               training processes watched by gpuwatch.torch.watch()
     GET /v1/jobs                   the scheduler's jobs on this node and their GPUs, and how
                                        long each held GPU has been idle (200 while unknown too)
+    GET /v1/jobs/seen?job_id=ID    what the daemon remembers of job ID: the GPUs it held
+                                       here and when it was seen (`seen: false` if never)
     GET /metrics                   Prometheus metrics (also over TCP, with `--listen`)
     GET /-/healthy                 200 while the daemon runs (also over TCP)
     GET /-/ready                   200 while a current snapshot is served, else 503 (also
@@ -43,6 +45,7 @@ from gpuwatch.daemon.view import NO_REPORTS, View
 from gpuwatch.daemon.wire import Response, error_response, json_response
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.jobs import table_record
+from gpuwatch.jobs.sightings import sighting_record
 from gpuwatch.leases.directory import LeaseDir, LeaseFiles
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
 from gpuwatch.request import Waiter
@@ -103,6 +106,7 @@ class Api:
             "/metrics": self.metrics,
             "/v1/training": self.training,
             "/v1/jobs": self.job_table,
+            "/v1/jobs/seen": self.job_seen,
             "/-/healthy": self.healthy,
             "/-/ready": self.ready,
         }
@@ -250,6 +254,24 @@ class Api:
         }
         body["idle_window_s"] = jobs.idle_window_s
         body["reading"] = jobs.reading
+        return json_response(200, body)
+
+    def job_seen(self, query: Query) -> Response:
+        """What the daemon remembers of job `job_id` (kept as long as its history), and
+        since when it remembers jobs at all."""
+        job_id = query.get("job_id", "")
+        if not job_id or len(job_id) > 64 or not job_id.isprintable():
+            return error_response(400, "give job_id=ID (at most 64 printable characters)")
+        sightings = self.jobs.sightings
+        seen = sightings.seen(job_id)
+        body = {
+            "job_id": job_id,
+            "seen": seen is not None,
+            "job": sighting_record(seen) if seen is not None else None,
+            "memory_since": sightings.since,
+            "keep_s": sightings.keep_s,
+            "reading": self.jobs.reading,
+        }
         return json_response(200, body)
 
     def metrics(self, query: Query) -> Response:

@@ -1,12 +1,15 @@
-"""The daemon's knowledge of jobs: who holds each GPU, and which held GPUs sit idle.
+"""The daemon's knowledge of jobs: who holds each GPU, which held GPUs sit idle, and which
+jobs held which GPUs when (`JobSightings`, for `job-report` after a job).
 
-One thread of its own asks the scheduler every `--jobs-refresh`, and sooner when slurmd's
-spool folder changes (a job step started or ended there; one stat a second, and at most one
-early question every `EARLY_ASK_GAP_S`), and keeps the answer. Asking is never done on the
-poller's thread or a request's: a scheduler that is absent, down or hung (its command is
-killed at its deadline) makes the jobs unknown, with a reason, and delays nothing else.
-After each sample the poller feeds the GPUs, with the jobs known then, to an
-`AllocatedIdle`; a request reads one `JobsNow`.
+One thread of its own asks the job engine every `--jobs-refresh`, and sooner when the
+engine's change folder changes (slurmd's spool folder: a job step started or ended; one
+stat a second, and at most one early question every `EARLY_ASK_GAP_S`), and keeps the
+answer. Asking is never done on the poller's thread or a request's: an engine that is
+absent, down or hung (its command is killed at its deadline) makes the jobs unknown, with
+a reason, and delays nothing else. After each sample the poller feeds the GPUs, with the
+jobs known then, to an `AllocatedIdle`, and to the engine (NVML's order of the GPUs); a
+request reads one `JobsNow`. Stopping kills a question under way: no scheduler command
+outlives the daemon.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuwatch.jobs import JobTable, SlurmJobs
-from gpuwatch.jobs.engines import open_job_reader, slurmd_spool_dir
+from gpuwatch.jobs.engines import JobEngine, open_job_reader
+from gpuwatch.jobs.job_table import JobTable
+from gpuwatch.jobs.sightings import JobSightings
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.allocated_idle import AllocatedIdle
 from gpuwatch.units import format_duration
@@ -28,18 +32,15 @@ from gpuwatch.units import format_duration
 log = logging.getLogger("gpuwatch.daemon")
 
 ASK_TIMEOUT_S = 5.0
-"""A Slurm command that has not answered by then is killed: the jobs are unknown."""
+"""A scheduler command that has not answered by then is killed: the jobs are unknown."""
 SPOOL_CHECK_S = 1.0
-"""How often slurmd's spool folder is looked at (one stat)."""
+"""How often the engine's change folder is looked at (one stat)."""
 EARLY_ASK_GAP_S = 5.0
-"""The least time between two questions to Slurm when the spool folder prompts the second:
-each is a full job list from slurmctld, and a node running a step a second must not turn
-into a question a second from every node of the cluster."""
-_REASONS = {
-    "absent": "squeue is not found",
-    "failed": "squeue and scontrol failed (is slurmctld down?)",
-    "timeout": f"Slurm did not answer within {ASK_TIMEOUT_S:g}s",
-}
+"""The least time between two questions to the scheduler when the change folder prompts
+the second: each is a full job list from slurmctld, and a node running a step a second
+must not turn into a question a second from every node of the cluster."""
+STOP_WAIT_S = 2.0
+"""How long `stop` waits for the asking thread once its question is killed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,10 @@ class JobSettings:
     refresh_s: float = 30.0
     idle_window_s: float = 600.0
     slurm_conf: str | None = None
+    node_name: str | None = None
+    """The node's name to the scheduler (--node-name), where it is not the host's."""
+    keep_s: float = 86400.0
+    """How long jobs seen are remembered: the daemon's --history."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +83,7 @@ class JobWatch:
     def __init__(
         self,
         settings: JobSettings,
-        open_reader: Callable[[JobSettings], tuple[SlurmJobs | None, str | None]] | None = None,
+        open_reader: Callable[[JobSettings], tuple[JobEngine | None, str | None]] | None = None,
     ) -> None:
         self._open_reader = open_reader or _open_reader
         self._lock = threading.Lock()
@@ -88,6 +93,7 @@ class JobWatch:
         self._thread: threading.Thread | None = None
         self._table: JobTable | None = None
         self._error: str | None = None
+        self.sightings = JobSightings(settings.keep_s)
         self._apply(settings)
 
     def start(self) -> None:
@@ -95,11 +101,13 @@ class JobWatch:
         self._thread.start()
 
     def stop(self) -> None:
-        """Asks no more; a question under way ends on its deadline."""
+        """Asks no more, kills a question under way, and waits a moment for the thread."""
         self._stop.set()
         self._wake.set()
         if self._reader is not None:
             self._reader.close()
+        if self._thread is not None:
+            self._thread.join(STOP_WAIT_S)
 
     def reconfigure(self, settings: JobSettings) -> None:
         """A new reader for new settings (SIGHUP), asked at once; the jobs known stay
@@ -108,6 +116,7 @@ class JobWatch:
         with self._lock:
             table, error = self._table, self._error
             self._apply(settings)
+            self.sightings.keep_s = settings.keep_s
             if self._reader is not None and old is not None:
                 self._table, self._error = table, error
         if old is not None:
@@ -117,18 +126,26 @@ class JobWatch:
     def _apply(self, settings: JobSettings) -> None:
         self.settings = settings
         self._reader, why = self._open_reader(settings)
-        self._spool = slurmd_spool_dir(self._reader) if self._reader is not None else None
-        self._table, self._error = None, why or "Slurm has not answered yet"
+        self._changes = self._reader.changes_path() if self._reader is not None else None
+        self._table, self._error = None, why or "the scheduler has not answered yet"
 
     def describe(self) -> str:
         """How jobs are read, for the daemon's log."""
         if self._reader is None:
             return f"no jobs: {self._error}"
-        return f"jobs from Slurm every {format_duration(self.settings.refresh_s)}"
+        return f"jobs from the scheduler every {format_duration(self.settings.refresh_s)}"
+
+    @property
+    def reading(self) -> bool:
+        """Whether a scheduler is asked at all."""
+        return self._reader is not None
 
     def after_sample(self, snapshot: Snapshot, sampled_at: float) -> None:
-        """Counts idle time of held GPUs in `snapshot` (on the poller's thread: no waiting
-        but for the lock, held only to count)."""
+        """Counts idle time of held GPUs in `snapshot`, and tells the engine the GPUs (on
+        the poller's thread: no waiting but for the lock, held only to count)."""
+        reader = self._reader
+        if reader is not None:
+            reader.observe(snapshot.gpus)
         with self._lock:
             self._idle.update(snapshot.gpus, self._table, sampled_at)
 
@@ -142,22 +159,24 @@ class JobWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            reader, seen = self._reader, _changed_at(self._spool)
+            reader, seen = self._reader, _changed_at(self._changes)
             asked_at = time.monotonic()
             if reader is not None:
                 self._ask(reader)
             self._wait_for_next(asked_at, seen)
 
-    def _ask(self, reader: SlurmJobs) -> None:
+    def _ask(self, reader: JobEngine) -> None:
         pending = reader.start()
         if pending is not None:
             pending.join(reader.timeout_s + 1.0)
         error: str | None
         if pending is not None and pending.is_alive():  # stuck before any command's deadline
-            table, error = None, _REASONS["timeout"]
+            table, error = None, f"the scheduler did not answer within {reader.timeout_s:g}s"
         else:
             table = reader.latest()
-            error = None if table is not None else _reason(reader.last_error)
+            error = None if table is not None else reader.unknown_why()
+        if table is not None:
+            self.sightings.note(table)
         with self._lock:
             if reader is self._reader:  # not replaced by a reload meanwhile
                 self._log_change(table is not None, error)
@@ -173,14 +192,14 @@ class JobWatch:
 
     def _wait_for_next(self, asked_at: float, seen: int | None) -> None:
         """Until the next refresh is due, or a reload or stop; sooner, but no sooner than
-        `EARLY_ASK_GAP_S` after the last question, when slurmd's spool folder changed from
+        `EARLY_ASK_GAP_S` after the last question, when the change folder changed from
         `seen` (as it was before that question)."""
         due = asked_at + self.settings.refresh_s
         while True:
             left_s = due - time.monotonic()
             if left_s <= 0 or self._wake.wait(min(left_s, SPOOL_CHECK_S)):
                 return
-            if self._spool is not None and _changed_at(self._spool) != seen:
+            if self._changes is not None and _changed_at(self._changes) != seen:
                 due = min(due, asked_at + EARLY_ASK_GAP_S)
 
 
@@ -194,11 +213,10 @@ def _changed_at(folder: Path | None) -> int | None:
         return None
 
 
-def _reason(code: str | None) -> str:
-    if code is None:
-        return "Slurm has not answered yet"
-    return _REASONS.get(code, code)
-
-
-def _open_reader(settings: JobSettings) -> tuple[SlurmJobs | None, str | None]:
-    return open_job_reader(settings.engine, slurm_conf=settings.slurm_conf, timeout_s=ASK_TIMEOUT_S)
+def _open_reader(settings: JobSettings) -> tuple[JobEngine | None, str | None]:
+    return open_job_reader(
+        settings.engine,
+        slurm_conf=settings.slurm_conf,
+        node=settings.node_name,
+        timeout_s=ASK_TIMEOUT_S,
+    )

@@ -205,7 +205,12 @@ class Daemon:
 
 def job_settings(settings: Settings) -> JobSettings:
     return JobSettings(
-        settings.jobs, settings.jobs_refresh_s, settings.idle_window_s, settings.slurm_conf
+        settings.jobs,
+        settings.jobs_refresh_s,
+        settings.idle_window_s,
+        settings.slurm_conf,
+        node_name=settings.node_name,
+        keep_s=settings.history_s,
     )
 
 

@@ -24,7 +24,7 @@ from gpuwatch.errors import InvalidValueError
 from gpuwatch.fleet import prometheus, scrape, summaries
 from gpuwatch.fleet.fetch import HttpOptions
 from gpuwatch.fleet.prometheus import PrometheusSource
-from gpuwatch.fleet.scrape import ScrapeSource, parse_target, read_nodes_file
+from gpuwatch.fleet.scrape import ScrapeSource, Target, parse_target
 from gpuwatch.fleet.series import safe_name
 from gpuwatch.fleet.source import FleetSource
 from gpuwatch.tomlfile import read_toml
@@ -34,6 +34,7 @@ ENV_PROMETHEUS = "GPUWATCH_PROMETHEUS"
 ENV_TOKEN = "GPUWATCH_FLEET_TOKEN"
 ENV_PASSWORD = "GPUWATCH_FLEET_PASSWORD"
 MAX_SECRET_BYTES = 64 << 10
+MAX_NODES_FILE_BYTES = 1 << 20
 MAX_TIMEOUT_S = 600.0
 HOW_TO_SET = (
     "no fleet to read: give --prometheus URL or --node HOST (or --nodes-file FILE), set "
@@ -149,18 +150,48 @@ def _checked(secret: str, what: str) -> str:
 
 def _secret(path: str, what: str) -> str:
     """A secret from a file: its first line (a trailing newline is not part of it)."""
+    data = _read_file(path, f"{what} file", MAX_SECRET_BYTES)
+    text = data.decode(errors="replace").strip("\r\n")
+    return _checked(text.splitlines()[0] if text else "", what)
+
+
+def read_nodes_file(path: str, *, https: bool = False) -> list[Target]:
+    """The nodes named in the file at `path`: one per line, `#` comments and blank lines
+    skipped. A line that is not a node is an error naming `path:LINE`."""
+    data = _read_file(path, "nodes file", MAX_NODES_FILE_BYTES)
+    if len(data) > MAX_NODES_FILE_BYTES:
+        raise InvalidValueError(f"nodes file {safe_name(path)}: larger than 1MiB")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise InvalidValueError(f"nodes file {safe_name(path)}: not UTF-8 text") from None
+    targets = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        try:
+            targets.append(parse_target(entry, https=https))
+        except InvalidValueError as error:
+            raise InvalidValueError(f"{safe_name(path)}:{number}: {error}") from None
+    if not targets:
+        raise InvalidValueError(f"{safe_name(path)}: names no node; write one HOST[:PORT] a line")
+    return targets
+
+
+def _read_file(path: str, what: str, max_bytes: int) -> bytes:
+    """Up to `max_bytes` + 1 bytes of a regular file that another user may have written
+    (`O_NONBLOCK`: a FIFO planted there must not block the reader)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
-        raise InvalidValueError(f"{what} file {safe_name(path)}: {error.strerror}") from None
+        raise InvalidValueError(f"{what} {safe_name(path)}: {error.strerror}") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidValueError(f"{what} file {safe_name(path)}: not a regular file")
-        data = os.read(fd, MAX_SECRET_BYTES)
+            raise InvalidValueError(f"{what} {safe_name(path)}: not a regular file")
+        return os.read(fd, max_bytes + 1)
     finally:
         os.close(fd)
-    text = data.decode(errors="replace").strip("\r\n")
-    return _checked(text.splitlines()[0] if text else "", what)
 
 
 _KEYS = {f.name for f in fields(SourceOptions)} - {"timeout_s"} | {"timeout"}

@@ -1,31 +1,34 @@
-"""HTTP GETs (and form POSTs), all at once, each bounded in time and in bytes: the
-standard library only.
+"""HTTP requests to many servers at once, all within one `Budget`: a deadline for whole
+answers and a cap on their bytes. The standard library's `http.client`, a thread a request.
 
-A socket timeout bounds each read, not a whole answer: a server that sends a byte a
-second would keep `http.client` for ever. So every request runs in a thread of its
-own and the caller waits for all of them until one deadline; a request still running
-then is given up (its socket shut, so that its thread ends) and reported as timed out.
-One slow or hung server therefore costs its timeout once, never the sum of all.
+A socket timeout bounds each read from a socket, not a whole answer: a server that sends a
+byte a second would hold a request for ever. So each request runs in a thread, and the
+caller waits for them all until the deadline; then it shuts the socket of every request
+still running (its thread ends at once) and reports it timed out. One hung or dripping
+server costs the deadline once, never the sum of all, and never hides another's answer.
+The threads are daemon threads, not a `concurrent.futures` pool: a pool's workers are
+joined when the interpreter exits, and a name lookup in one of them cannot be cut short.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import queue
 import socket
 import ssl
 import threading
 import time
 import urllib.parse
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 MAX_THREADS = 1024
-"""Requests beyond this many run in waves, each wave with its own deadline. A thread
-waiting on a socket costs little memory (its stack is reserved, not used), and a fleet
-scraped directly is a lab's, not a data centre's: that is Prometheus's job."""
+"""Requests at once, at the most; the rest wait for a thread, within the same deadline."""
 _CHUNK_BYTES = 64 << 10
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,14 @@ class HttpOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class Request:
+    """A GET of `url`; where `form` is given, a POST of that urlencoded form to it."""
+
+    url: str
+    form: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     """A server's answer, or why there is none (`error`, one line)."""
 
@@ -57,183 +68,180 @@ class Answer:
     error: str | None = None
 
 
-Digest = Callable[[Answer], object]
-"""Work on an answer done in its request's thread as soon as it comes (parsing a node's
-text while slower nodes are still awaited)."""
+class Budget:
+    """What one read may spend: time until one deadline (connecting, TLS, headers and every
+    body), and `max_bytes` for all its answers together, each at most `answer_bytes`
+    (after decompression). Shared by the threads of a read."""
+
+    def __init__(self, timeout_s: float, max_bytes: int, *, answer_bytes: int = 0) -> None:
+        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s
+        self.max_bytes = max_bytes
+        self.answer_bytes = min(answer_bytes or max_bytes, max_bytes)
+        self._spent = 0
+        self._lock = threading.Lock()
+
+    def seconds_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def spend(self, count: int) -> None:
+        """Counts `count` bytes more; `TooLarge` once the read is over its bytes."""
+        with self._lock:
+            self._spent += count
+            over = self._spent > self.max_bytes
+        if over:
+            raise TooLarge(f"answers too large (over {self.max_bytes >> 20}MiB in all)")
 
 
-class _Request:
-    def __init__(
-        self,
-        url: str,
-        headers: dict[str, str],
-        context: ssl.SSLContext | None,
-        digest: Digest | None = None,
-        form: bytes | None = None,
-    ):
-        self.url, self.headers, self.context = url, headers, context
-        self.form = form
-        """A form to POST (its fields urlencoded) instead of a GET."""
-        self.connection: http.client.HTTPConnection | None = None
-        self.answer: Answer | None = None
-        self.digest = digest
-        self.digested: object = None
-        self.lock = threading.Lock()
-
-    def cancel(self) -> None:
-        with self.lock:
-            connection = self.connection
-        sock = getattr(connection, "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+class TooLarge(OSError):
+    """An answer, or a read's answers together, over their cap of bytes."""
 
 
-def get_all(
-    urls: Sequence[str],
+def fetch_all(
+    requests: Sequence[Request],
     *,
     options: HttpOptions,
-    timeout_s: float,
-    max_bytes: int,
-    headers: dict[str, str] | None = None,
-    forms: Sequence[bytes | None] | None = None,
-) -> list[Answer]:
-    """The answers to GET each of `urls`, in order; each within `timeout_s` (connecting,
-    TLS, headers and the whole body) and `max_bytes` (after decompression). Where
-    `forms[i]` is given, `urls[i]` is sent it by POST instead."""
-    found = get_all_digested(
-        urls,
-        options=options,
-        timeout_s=timeout_s,
-        max_bytes=max_bytes,
-        headers=headers,
-        forms=forms,
-    )
-    return [answer for answer, _ in found]
-
-
-def get_all_digested(
-    urls: Sequence[str],
-    *,
-    options: HttpOptions,
-    timeout_s: float,
-    max_bytes: int,
-    headers: dict[str, str] | None = None,
-    digest: Digest | None = None,
-    forms: Sequence[bytes | None] | None = None,
-) -> list[tuple[Answer, object]]:
-    """As `get_all`, each answer with what `digest` made of it in the request's thread,
-    or `None` where it was not done by the deadline (or no `digest` was given)."""
-    needs_tls = any(url.startswith("https:") for url in urls)
-    context = options.ssl_context() if needs_tls else None
+    budget: Budget,
+    then: Callable[[Answer], T],
+    headers: Mapping[str, str] | None = None,
+) -> list[T]:
+    """What `then` makes of the answer to each request, in order. `then` runs in the
+    request's thread as soon as its answer is in (parsing a node's text while slower ones
+    are awaited); for a request with no whole answer by the deadline it runs here, on an
+    `Answer` whose error says so."""
     sent = {"Accept-Encoding": "gzip", "User-Agent": "gpuwatch-fleet", **(headers or {})}
     if options.authorization:
         sent["Authorization"] = options.authorization
-    found: list[tuple[Answer, object]] = []
-    bodies = list(forms) if forms is not None else [None] * len(urls)
-    for start in range(0, len(urls), MAX_THREADS):
-        wave = [
-            _Request(url, sent, context, digest, form)
-            for url, form in zip(urls[start : start + MAX_THREADS], bodies[start:], strict=False)
-        ]
-        answers = _run(wave, timeout_s, max_bytes)
-        found += [(a, r.digested) for a, r in zip(answers, wave, strict=True)]
-    return found
+    context = options.ssl_context() if any(r.url.startswith("https:") for r in requests) else None
+    calls = [_Call(request, sent, context, budget, then) for request in requests]
+    waiting: queue.SimpleQueue[_Call[T]] = queue.SimpleQueue()
+    for call in calls:
+        waiting.put(call)
+    for _ in range(min(len(calls), MAX_THREADS)):
+        threading.Thread(target=_work, args=(waiting,), daemon=True).start()
+    for call in calls:
+        call.finished.wait(max(0.0, budget.seconds_left()))
+    late = Answer(error=f"no complete answer within {budget.timeout_s:g}s")
+    return [call.result(late) for call in calls]
 
 
-def _run(requests: list[_Request], timeout_s: float, max_bytes: int) -> list[Answer]:
-    deadline = time.monotonic() + timeout_s
-    threads = [
-        threading.Thread(target=_fetch, args=(r, deadline, max_bytes), daemon=True)
-        for r in requests
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    late = Answer(error=f"no complete answer within {timeout_s:g}s")
-    answers = []
-    for request in requests:
-        with request.lock:
-            answer = request.answer
-            if answer is None:
-                request.answer = late
-        if answer is None:
-            request.cancel()
-        answers.append(answer or late)
-    return answers
+def _work(waiting: queue.SimpleQueue[_Call[T]]) -> None:
+    with contextlib.suppress(queue.Empty):
+        while True:
+            waiting.get_nowait().run()
 
 
-def _fetch(request: _Request, deadline: float, max_bytes: int) -> None:
+class _Call(Generic[T]):
+    """One request: its connection (shut from outside at the deadline) and its result."""
+
+    def __init__(
+        self,
+        request: Request,
+        headers: dict[str, str],
+        context: ssl.SSLContext | None,
+        budget: Budget,
+        then: Callable[[Answer], T],
+    ) -> None:
+        self.request, self.headers, self.context = request, headers, context
+        self.budget, self.then = budget, then
+        self.finished = threading.Event()
+        self._lock = threading.Lock()
+        self._connection: http.client.HTTPConnection | None = None
+        self._answered = self._given_up = False
+        self._result: T | None = None
+        self._failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            if self.budget.seconds_left() > 0:
+                answer = _answer(self)
+                with self._lock:
+                    self._answered = not self._given_up
+                if self._answered:
+                    self._result = self.then(answer)
+        except BaseException as failure:  # re-raised by the caller's thread
+            self._failure = failure
+        finally:
+            self.finished.set()
+
+    def hold(self, connection: http.client.HTTPConnection) -> bool:
+        """Keeps the connection to shut at the deadline; `False`: it has passed."""
+        with self._lock:
+            self._connection = connection
+            return not self._given_up
+
+    def result(self, late: Answer) -> T:
+        """Its result, once its answer is in; else, given up on, what `then` makes of
+        `late`."""
+        with self._lock:
+            self._given_up = not self._answered
+            connection = self._connection
+        if self._given_up:
+            sock = connection.sock if connection is not None else None
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # its thread's blocked read ends
+            return self.then(late)
+        self.finished.wait()  # its `then` runs on an answer already in: not for long
+        if self._failure is not None:
+            raise self._failure
+        return self._result  # type: ignore[return-value]
+
+
+def _answer(call: _Call[T]) -> Answer:
     try:
-        answer = _get(request, deadline, max_bytes)
+        return _get(call)
     except TimeoutError:
-        answer = Answer(error="timed out")
+        return Answer(error="timed out")
     except ssl.SSLError as error:
-        answer = Answer(error=f"TLS failed: {error.reason or error.strerror or error}")
+        return Answer(error=f"TLS failed: {error.reason or error.strerror or error}")
     except (OSError, http.client.HTTPException, zlib.error) as error:
-        answer = Answer(error=_reason(error))
-    with request.lock:
-        if request.answer is None:
-            request.answer = answer
+        return Answer(error=_reason(error))
+
+
+def _get(call: _Call[T]) -> Answer:
+    parts = urllib.parse.urlsplit(call.request.url)
+    timeout_s = max(0.001, call.budget.seconds_left())
+    connection = (
+        http.client.HTTPSConnection(parts.netloc, timeout=timeout_s, context=call.context)
+        if parts.scheme == "https"
+        else http.client.HTTPConnection(parts.netloc, timeout=timeout_s)
+    )
+    if not call.hold(connection):
+        return Answer(error="given up")  # the deadline passed before it started
+    with contextlib.closing(connection):
+        path = parts.path or "/"
+        if call.request.form is not None:
+            headers = {**call.headers, "Content-Type": "application/x-www-form-urlencoded"}
+            connection.request("POST", path, body=call.request.form, headers=headers)
         else:
-            answer = request.answer  # given up on: it is reported as timed out
-    if request.connection is not None:
-        request.connection.close()
-    if request.digest is not None:
-        request.digested = request.digest(answer)
+            path = f"{path}?{parts.query}" if parts.query else path
+            connection.request("GET", path, headers=call.headers)
+        response = connection.getresponse()
+        body = _body(response, call.budget)
+        return Answer(response.status, body, response.getheader("Content-Type") or "")
 
 
-def _get(request: _Request, deadline: float, max_bytes: int) -> Answer:
-    parts = urllib.parse.urlsplit(request.url)
-    remaining = max(0.001, deadline - time.monotonic())
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port, timeout=remaining, context=request.context
-        )
-    else:
-        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=remaining)
-    with request.lock:
-        if request.answer is not None:  # given up before it started
-            return request.answer
-        request.connection = connection
-    target = parts.path or "/"
-    if request.form is not None:
-        headers = {**request.headers, "Content-Type": "application/x-www-form-urlencoded"}
-        connection.request("POST", target, body=request.form, headers=headers)
-    else:
-        target = f"{target}?{parts.query}" if parts.query else target
-        connection.request("GET", target, headers=request.headers)
-    response = connection.getresponse()
-    body = _read(response, deadline, max_bytes)
-    return Answer(response.status, body, response.getheader("Content-Type", "") or "")
-
-
-def _read(response: http.client.HTTPResponse, deadline: float, max_bytes: int) -> bytes:
+def _body(response: http.client.HTTPResponse, budget: Budget) -> bytes:
+    """The whole body, inflated where gzipped, within the budget's bytes."""
     gzipped = (response.getheader("Content-Encoding") or "").strip().lower() == "gzip"
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
+    most = budget.answer_bytes
     chunks: list[bytes] = []
     size = 0
     while chunk := response.read(_CHUNK_BYTES):
-        if time.monotonic() > deadline:
-            raise TimeoutError
         if inflate is not None:
-            chunk = inflate.decompress(chunk, max_bytes + 1 - size)
+            chunk = inflate.decompress(chunk, most + 1 - size)
         size += len(chunk)
-        if size > max_bytes:
-            raise _TooLarge(max_bytes)
+        if size > most:
+            raise TooLarge(f"answer too large (over {most >> 20}MiB)")
+        budget.spend(len(chunk))
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-class _TooLarge(OSError):
-    def __init__(self, max_bytes: int) -> None:
-        super().__init__(f"response too large (over {max_bytes >> 20}MiB)")
-
-
 def _reason(error: BaseException) -> str:
-    if isinstance(error, _TooLarge):
+    if isinstance(error, TooLarge):
         return str(error)
     if isinstance(error, ConnectionRefusedError):
         return "connection refused"

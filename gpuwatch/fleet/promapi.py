@@ -7,23 +7,25 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet.exposition import Sample, parse_value
-from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all
+from gpuwatch.fleet.fetch import Answer, Budget, HttpOptions, Request, fetch_all
 from gpuwatch.fleet.series import safe_name, shown_address
 
 DEFAULT_MAX_BYTES = 64 << 20
+"""All the answers of one read together: a refresh of 1,000 nodes of 8 GPUs, read GPU by
+GPU, is about 6MiB of JSON."""
 MAX_GET_URL_CHARS = 4000
 """Longer queries are POSTed: nginx, for one, refuses request lines over 8 KiB."""
 
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One series of a vector (one point) or of a matrix (many), as the API returns it."""
+    """One series of a range query's matrix, as the API returns it."""
 
     labels: dict[str, str]
     values: list[tuple[float, float]]
@@ -53,23 +55,9 @@ def base_url(text: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
 
-_ALWAYS_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
-_FORM_QUOTES = {
-    code: "+" if code == ord(" ") else f"%{code:02X}"
-    for code in range(128)
-    if chr(code) not in _ALWAYS_SAFE
-}
-
-
-def form_quoted(text: str) -> str:
-    """`urllib.parse.quote_plus(text)`: done in one pass in C for ASCII text, where the
-    standard function quotes a character at a time (a narrowed query names hundreds of
-    targets: a dozen such queries a refresh cost 15 ms to quote)."""
-    return text.translate(_FORM_QUOTES) if text.isascii() else urllib.parse.quote_plus(text)
-
-
 class PromClient:
-    """Runs PromQL against one server, several queries at once, each answer bounded."""
+    """Runs PromQL against one server, several queries at once, each read within a
+    `Budget` of time and bytes (by default one of its own: `budget()`)."""
 
     def __init__(self, url: str, *, options: HttpOptions, timeout_s: float, max_bytes: int) -> None:
         self.url = base_url(url)
@@ -77,32 +65,25 @@ class PromClient:
         self.bytes_read = 0
         """Bytes of JSON read so far (after decompression), for the benches."""
 
-    def query(self, queries: Sequence[str]) -> list[tuple[float, list[Point]]]:
-        """Each instant query's evaluation time and vector, all sent at once."""
-        urls = [self._url("query", {"query": q}) for q in queries]
-        return [self._vector(answer) for answer in self._get(urls)]
+    def budget(self) -> Budget:
+        """A read's budget from now: this client's timeout, and its bytes for all of the
+        read's answers together."""
+        return Budget(self.timeout_s, self.max_bytes)
 
     def samples(
-        self, queries: Sequence[str], names: Sequence[str], *, common: str = ""
+        self, queries: Sequence[str], names: Sequence[str], *, budget: Budget | None = None
     ) -> list[tuple[float, list[Sample]]]:
         """Each instant query's evaluation time and vector as `Sample`s named `names[i]`
         (an aggregation's answer carries no `__name__`), or by their `__name__` where
         `names[i]` is "", all sent at once. Built in one pass over the decoded JSON: a
         refresh of a large fleet is tens of thousands of series, and an intermediate
-        object per series would cost more than the decoding. `common`: a text several
-        queries hold (a matcher naming hundreds of targets), quoted once for them all."""
-        quote = form_quoted
-        if common:
-            quoted = form_quoted(common)
-
-            def quote(text: str) -> str:
-                return quoted.join(map(form_quoted, text.split(common)))
-
-        urls = [self._url("query", {"query": q}, quote) for q in queries]
-        answers = self._get(urls)
+        object per series would cost more than the decoding."""
+        answers = self._get([("query", {"query": q}) for q in queries], budget)
         return [self._named(answer, name) for answer, name in zip(answers, names, strict=True)]
 
-    def query_range(self, query: str, start: float, end: float, step_s: float) -> list[Point]:
+    def query_range(
+        self, query: str, start: float, end: float, step_s: float, *, budget: Budget | None = None
+    ) -> list[Point]:
         """A range query's matrix."""
         params = {
             "query": query,
@@ -110,42 +91,31 @@ class PromClient:
             "end": f"{end:.3f}",
             "step": f"{step_s:g}",
         }
-        data = self._data(self._get([self._url("query_range", params)])[0])
+        data = self._data(self._get([("query_range", params)], budget)[0])
         if data.get("resultType") != "matrix":
             raise self._error("answers a range query without a matrix")
-        return [p for item in _list(data.get("result")) if (p := _series(item, "values"))]
+        return [p for item in _list(data.get("result")) if (p := _series(item))]
 
-    def _url(
-        self, endpoint: str, params: dict[str, str], quote: Callable[[str], str] = form_quoted
-    ) -> str:
-        query = "&".join(f"{name}={quote(value)}" for name, value in params.items())
-        return f"{self.url}/api/v1/{endpoint}?{query}"
-
-    def _get(self, urls: list[str]) -> list[Answer]:
-        """GETs `urls`; one whose query is long (a query narrowed to many targets) is
-        POSTed as a form instead, as the API allows: proxies in front of Prometheus
-        refuse request lines over a few KiB."""
-        forms = [
-            url.split("?", 1)[1].encode() if len(url) > MAX_GET_URL_CHARS else None for url in urls
-        ]
-        answers = get_all(
-            [url.split("?", 1)[0] if form else url for url, form in zip(urls, forms, strict=True)],
+    def _get(
+        self, calls: Sequence[tuple[str, dict[str, str]]], budget: Budget | None
+    ) -> list[Answer]:
+        """The answers to each (endpoint, parameters), sent at once. A long query (one
+        narrowed to many targets) is POSTed as a form, as the API allows: proxies in
+        front of Prometheus refuse request lines over a few KiB."""
+        requests = []
+        for endpoint, params in calls:
+            url, form = f"{self.url}/api/v1/{endpoint}", urllib.parse.urlencode(params)
+            long = len(url) + 1 + len(form) > MAX_GET_URL_CHARS
+            requests.append(Request(url, form.encode()) if long else Request(f"{url}?{form}"))
+        answers = fetch_all(
+            requests,
             options=self.options,
-            timeout_s=self.timeout_s,
-            max_bytes=self.max_bytes,
+            budget=budget or self.budget(),
+            then=_same,
             headers={"Accept": "application/json"},
-            forms=forms,
         )
         self.bytes_read += sum(len(a.body) for a in answers)
         return answers
-
-    def _vector(self, answer: Answer) -> tuple[float, list[Point]]:
-        data = self._data(answer)
-        if data.get("resultType") != "vector":
-            raise self._error("answers an instant query without a vector")
-        points = [p for item in _list(data.get("result")) if (p := _series(item, "value"))]
-        evaluated = max((p.values[0][0] for p in points), default=None)
-        return (evaluated if evaluated is not None else 0.0), points
 
     def _named(self, answer: Answer, name: str) -> tuple[float, list[Sample]]:
         data = self._data(answer)
@@ -193,15 +163,11 @@ def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _series(item: object, key: str) -> Point | None:
-    """One result entry, or `None` when it is not the API's shape."""
+def _series(item: object) -> Point | None:
+    """One series of a matrix, or `None` when it is not the API's shape."""
     if type(item) is not dict or type(metric := item.get("metric")) is not dict:
         return None
-    if key == "value":
-        pair = _pair(item.get(key))
-        values = [pair] if pair is not None else []
-    else:
-        values = [pair for entry in _list(item.get(key)) if (pair := _pair(entry)) is not None]
+    values = [pair for entry in _list(item.get("values")) if (pair := _pair(entry)) is not None]
     # JSON keys are always texts; a value that is not one is dropped.
     if not all(type(value) is str for value in metric.values()):
         metric = {k: v for k, v in metric.items() if type(v) is str}
@@ -242,3 +208,7 @@ def _pair(entry: object) -> tuple[float, float] | None:
         return None
     value = parse_value(text)
     return None if value is None else (float(at), value)
+
+
+def _same(answer: Answer) -> Answer:
+    return answer

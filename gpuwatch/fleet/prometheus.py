@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from gpuwatch.fleet import node_history, promql, series_gpuwatch, summaries
 from gpuwatch.fleet.exposition import Sample
-from gpuwatch.fleet.fetch import HttpOptions
+from gpuwatch.fleet.fetch import Budget, HttpOptions
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, PromClient
 from gpuwatch.fleet.promql import Query
 from gpuwatch.fleet.series import (
@@ -139,28 +139,30 @@ class PrometheusSource:
     def read(self) -> FleetState:
         """The fleet now; raises `SourceError` when the server cannot be read."""
         self._reads += 1
+        budget = self.client.budget()
         first = self._exporters is None
         if first:  # which exporters: their families only, from now on
-            self._ask([_NAMES, _PROBE] if self.per_node else [_NAMES])
+            self._ask([_NAMES, _PROBE] if self.per_node else [_NAMES], budget)
         if self.summarized:
-            fleet = self._read_summarized()
+            fleet = self._read_summarized(budget)
             if self.summarized:
                 return fleet
             # A daemon exports no figures of its node: GPU by GPU from now on.
         fresh = first or not self._identity or self._reads % IDENTITY_EVERY == 0
-        evaluated, (_, up, seen) = self._ask([_NAMES, _UP_SEEN])
+        evaluated, (_, up, seen) = self._ask([_NAMES, _UP_SEEN], budget)
         moved = [target for target, at in seen.items() if self._scraped.get(target) != at]
         samples: dict[Target, list[Sample]] = {}
         if moved or fresh:
             narrowed = bool(self._held) and 0 < len(moved) <= NARROW_SHARE * len(seen)
             families = [q for q in self._plan(fresh) if not isinstance(q, str)]
-            found_at, (samples, _, _) = self._ask(families, narrow_to=moved if narrowed else None)
+            narrow_to = moved if narrowed else None
+            found_at, (samples, _, _) = self._ask(families, budget, narrow_to)
             evaluated = max(evaluated, found_at)
             self._hold(samples, moved if narrowed else None)
         self._scraped = seen
         self._held = {target: held for target, held in self._held.items() if target in up}
         if self._lacks_identity(samples):  # only a target scraped since can show new GPUs
-            self._ask(promql.identity(self.placement))
+            self._ask(promql.identity(self.placement), budget)
         return self._fleet(self._held, up, seen, evaluated or self._clock())
 
     def _hold(self, samples: dict[Target, list[Sample]], moved: list[Target] | None) -> None:
@@ -176,7 +178,7 @@ class PrometheusSource:
             else:  # down, or no GPU exporter (node_exporter): as if never read
                 self._held.pop(target, None)
 
-    def _read_summarized(self) -> FleetState:
+    def _read_summarized(self, budget: Budget) -> FleetState:
         """A refresh from per-node figures (`summaries`): those of the targets scraped
         since the last read, named in each selector, as a refresh GPU by GPU names them;
         what changes slowly (names, GPU models, who runs where, idle holders) in parts,
@@ -188,16 +190,16 @@ class PrometheusSource:
             plan.append(_NAMES)
         if self._reads % IDENTITY_EVERY == 0:
             plan.append(_PROBE)
-        evaluated, (_, up, seen) = self._ask(plan)
+        evaluated, (_, up, seen) = self._ask(plan, budget)
         moved = [target for target, at in seen.items() if self._scraped.get(target) != at]
         self._new_targets = not set(seen).issubset(self._scraped)
         narrowed = bool(self._summary) and len(moved) <= NARROW_SHARE * len(seen)
         if moved or not self._summary:
-            self._read_figures(moved if narrowed else None)
+            self._read_figures(budget, moved if narrowed else None)
         if slow_group != -1:
-            self._read_slow(slow_group)
+            self._read_slow(budget, slow_group)
         self._scraped = seen
-        details = self._read_details() if self._told else {}
+        details = self._read_details(budget) if self._told else {}
         return self._fleet(self._summary, up, seen, evaluated or self._clock(), details)
 
     def _slow_due(self) -> int | None:
@@ -209,10 +211,10 @@ class PrometheusSource:
         turn = self._reads % SLOW_EVERY
         return turn // step if turn % step == 0 and turn // step < summaries.SLOW_GROUPS else -1
 
-    def _read_figures(self, moved: list[Target] | None) -> None:
+    def _read_figures(self, budget: Budget, moved: list[Target] | None) -> None:
         """Reads the per-node figures into the held ones: every target's, or (`moved`)
         those of the targets scraped since, each replaced whole."""
-        _, (samples, _, _) = self._ask(summaries.plan(self.idle_after_s), narrow_to=moved)
+        _, (samples, _, _) = self._ask(summaries.plan(self.idle_after_s), budget, moved)
         self._told = all(summaries.told(found) for found in samples.values())
         if moved is None:
             self._summary = dict(samples)
@@ -227,7 +229,7 @@ class PrometheusSource:
             if stamps:  # a node that goes down keeps its data's age
                 self._last[target] = max(stamps)
 
-    def _read_slow(self, group: int | None) -> None:
+    def _read_slow(self, budget: Budget, group: int | None) -> None:
         """Reads a part (`None`: all) of what changes slowly, from the rules where they
         are recorded, and joins the parts held into each target's slow series."""
         groups = range(summaries.SLOW_GROUPS) if group is None else (group,)
@@ -239,7 +241,7 @@ class PrometheusSource:
                 recorded=self._rules, group=number, idle_after_s=idle_after_s
             )
         ]
-        _, (samples, _, _) = self._ask(plan)
+        _, (samples, _, _) = self._ask(plan, budget)
         names = {n: {q.family for q in summaries.slow_plan(recorded=True, group=n)} for n in groups}
         for number in groups:
             before, self._slow_parts[number] = self._slow_parts.get(number, {}), {}
@@ -276,7 +278,7 @@ class PrometheusSource:
         call from another thread than the reader's."""
         self._focus = frozenset(nodes)
 
-    def _read_details(self) -> dict[Target, list[Sample]]:
+    def _read_details(self, budget: Budget) -> dict[Target, list[Sample]]:
         """The series of the targets of the nodes in focus, every family of the fleet's
         exporters, identity included: one more round of queries, narrowed to them."""
         targets = {self._targets[name] for name in self._focus if name in self._targets}
@@ -286,7 +288,7 @@ class PrometheusSource:
         plan = [q for q in self._plan(identity=True) if not isinstance(q, str)]
         self.queries_sent += len(plan)
         texts = [q.promql(matcher) for q in plan]
-        answers = self.client.samples(texts, [q.family for q in plan], common=matcher)
+        answers = self.client.samples(texts, [q.family for q in plan], budget=budget)
         found: dict[Target, list[Sample]] = defaultdict(list)
         for _, vector in answers:
             for sample in vector:
@@ -311,7 +313,7 @@ class PrometheusSource:
         `None` where the names show other exporters: read the fleet whole."""
         self._reads += 1
         plan: list[Query | str] = [_NAMES_NOW, _UP_SEEN, *promql.placed(min_free_bytes)]
-        evaluated, (samples, up, seen) = self._ask(plan)
+        evaluated, (samples, up, seen) = self._ask(plan, self.client.budget())
         if self._exporters != frozenset({Exporter.GPUWATCH}):
             return None
         return self._fleet(samples, up, seen, evaluated or self._clock())
@@ -334,7 +336,7 @@ class PrometheusSource:
             _UP_SEEN,
             *promql.available(min_free_bytes, idle_util_pct / 100),
         ]
-        evaluated, (samples, up, seen) = self._ask(plan)
+        evaluated, (samples, up, seen) = self._ask(plan, self.client.budget())
         told = {t for t, found in samples.items() if any(s.name == _AVAILABLE_GPUS for s in found)}
         if self._exporters != frozenset({Exporter.GPUWATCH}) or not told.issuperset(self._last):
             return None
@@ -361,11 +363,15 @@ class PrometheusSource:
         return plan
 
     def _ask(
-        self, plan: Sequence[Query | str], narrow_to: Sequence[Target] | None = None
+        self,
+        plan: Sequence[Query | str],
+        budget: Budget,
+        narrow_to: Sequence[Target] | None = None,
     ) -> tuple[float, Found]:
-        """Sends `plan` at once (each family but identity's narrowed to the targets
-        `narrow_to`, where given) and files its answers: the names query sets the
-        exporters and the names; identity families replace the held identity."""
+        """Sends `plan` at once, within what is left of the read's `budget` (each family
+        but identity's narrowed to the targets `narrow_to`, where given), and files its
+        answers: the names query sets the exporters and the names; identity families
+        replace the held identity."""
         matcher = promql.instances(t[1] for t in narrow_to) if narrow_to is not None else ""
         texts = [
             _text(q)
@@ -375,7 +381,7 @@ class PrometheusSource:
         ]
         families = ["" if isinstance(q, str) else q.family for q in plan]
         self.queries_sent += len(texts)
-        answers = self.client.samples(texts, families, common=matcher)
+        answers = self.client.samples(texts, families, budget=budget)
         samples: dict[Target, list[Sample]] = defaultdict(list)
         identity: dict[Target, list[Sample]] = defaultdict(list)
         up: dict[Target, float] = {}

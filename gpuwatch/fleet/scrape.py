@@ -8,17 +8,15 @@ down, with why, and never delays the others beyond its own timeout.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.fleet.exposition import Sample, parse_exposition
-from gpuwatch.fleet.fetch import Answer, HttpOptions, get_all_digested
+from gpuwatch.fleet.fetch import Answer, Budget, HttpOptions, Request, fetch_all
 from gpuwatch.fleet.series import (
     NO_GPU_METRICS,
     PREFIXES,
@@ -37,7 +35,6 @@ DEFAULT_MAX_BYTES = 8 << 20
 DEFAULT_STALE_AFTER_S = 15.0
 """A daemon's snapshot older than this is stale: fifteen samples at its default 1s interval,
 three at a 5s one; only a daemon whose sampling stalled falls that far behind."""
-MAX_NODES_FILE_BYTES = 1 << 20
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
@@ -83,43 +80,6 @@ def parse_target(text: str, *, https: bool = False) -> Target:
     return Target(f"{parts.scheme}://{host}:{port}{path}{query}", host.strip("[]"), label)
 
 
-def read_nodes_file(path: str, *, https: bool = False) -> list[Target]:
-    """The nodes named in the file at `path`: one per line, `#` comments and blank lines
-    skipped. A line that is not a node is an error naming `path:LINE`."""
-    text = _read_text(path)
-    targets = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        entry = line.split("#", 1)[0].strip()
-        if not entry:
-            continue
-        try:
-            targets.append(parse_target(entry, https=https))
-        except InvalidValueError as error:
-            raise InvalidValueError(f"{safe_name(path)}:{number}: {error}") from None
-    if not targets:
-        raise InvalidValueError(f"{safe_name(path)}: names no node; write one HOST[:PORT] a line")
-    return targets
-
-
-def _read_text(path: str) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        raise InvalidValueError(f"nodes file {safe_name(path)}: {error.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidValueError(f"nodes file {safe_name(path)}: not a regular file")
-        data = os.read(fd, MAX_NODES_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_NODES_FILE_BYTES:
-        raise InvalidValueError(f"nodes file {safe_name(path)}: larger than 1MiB")
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        raise InvalidValueError(f"nodes file {safe_name(path)}: not UTF-8 text") from None
-
-
 class ScrapeSource:
     """A fleet read by GETting every node's `/metrics` at once.
 
@@ -152,26 +112,29 @@ class ScrapeSource:
     def read(self) -> FleetState:
         """Every node now; one that cannot be read is down with why."""
         # Each node's text is parsed in its own thread as it comes: the nodes that answer
-        # are ready when the last one times out.
-        found = get_all_digested(
-            [target.url for target in self.targets],
+        # are ready when the last one times out. Each node may send `max_bytes`.
+        budget = Budget(
+            self.timeout_s, self.max_bytes * len(self.targets), answer_bytes=self.max_bytes
+        )
+        found = fetch_all(
+            [Request(target.url) for target in self.targets],
             options=self.options,
-            timeout_s=self.timeout_s,
-            max_bytes=self.max_bytes,
+            budget=budget,
+            then=_parsed,
             headers={"Accept": "text/plain;version=0.0.4"},
-            digest=_samples,
         )
         now = self._clock()
         states = [self._state(t, a, s, now) for t, (a, s) in zip(self.targets, found, strict=True)]
         return FleetState(taken_at=now, source=self.description, nodes=merged(states))
 
-    def _state(self, target: Target, answer: Answer, parsed: object, now: float) -> NodeState:
+    def _state(
+        self, target: Target, answer: Answer, samples: list[Sample], now: float
+    ) -> NodeState:
         down = safe_name(target.label)
         if answer.error is not None:
             return NodeState(down, up=False, snapshot=None, error=answer.error)
         if answer.status != 200:
             return NodeState(down, up=False, snapshot=None, error=_status(answer.status))
-        samples = parsed if isinstance(parsed, list) else _samples(answer)
         if exporter_of(samples) is None:
             return NodeState(down, up=False, snapshot=None, error=NO_GPU_METRICS)
         return target_state(
@@ -186,10 +149,12 @@ class ScrapeSource:
         """Nothing stays open between reads."""
 
 
-def _samples(answer: Answer) -> list[Sample]:
+def _parsed(answer: Answer) -> tuple[Answer, list[Sample]]:
+    """The answer, less its body, and the samples of the families the fleet reads."""
     if answer.error is not None or answer.status != 200:
-        return []
-    return list(parse_exposition(answer.body.decode("utf-8", errors="replace"), PREFIXES))
+        return answer, []
+    text = answer.body.decode("utf-8", errors="replace")
+    return replace(answer, body=b""), list(parse_exposition(text, PREFIXES))
 
 
 def _status(status: int | None) -> str:

@@ -33,6 +33,7 @@ _MAPPERS = {
 NO_GPU_METRICS = (
     "no GPU metrics there: is it a gpuwatch daemon, dcgm-exporter or nvidia_gpu_exporter?"
 )
+NO_GPU = "its exporter answers but reports no GPU"
 MAX_NAME_CHARS = 253  # a DNS name's most
 
 
@@ -86,25 +87,11 @@ def judged(found: TargetMapping, *, seen_at: float, now: float, stale_after_s: f
     if isinstance(found, NodeState):
         return found
     name, exporter, mapped = found
-    return _state(name, exporter, mapped, seen_at=seen_at, now=now, stale_after_s=stale_after_s)
-
-
-def _state(
-    name: str,
-    exporter: Exporter,
-    mapped: Mapped,
-    *,
-    seen_at: float,
-    now: float,
-    stale_after_s: float,
-) -> NodeState:
-    data_at = seen_at if mapped.data_at is None else min(seen_at, mapped.data_at)
-    age_s = max(0.0, now - data_at)
+    data_at, age_s = aged(seen_at, mapped.data_at, now)
     error = mapped.error
     if error is None and not mapped.gpus:
-        error = "its exporter answers but reports no GPU"
-    if error is None and age_s > stale_after_s:
-        error = f"stale: its newest data is {age_s:.0f}s old (the limit is {stale_after_s:g}s)"
+        error = NO_GPU
+    error = error or stale(age_s, stale_after_s)
     snapshot = Snapshot(
         taken_at=data_at,
         hostname=name,
@@ -126,6 +113,20 @@ def _state(
         longest_wait_s=mapped.longest_wait_s,
         jobs=mapped.jobs,
     )
+
+
+def aged(seen_at: float, data_at: float | None, now: float) -> tuple[float, float]:
+    """When a node's data was taken (its exporter's own time where it tells one, never
+    after the read that saw it) and its age at `now`."""
+    taken_at = seen_at if data_at is None else min(seen_at, data_at)
+    return taken_at, max(0.0, now - taken_at)
+
+
+def stale(age_s: float, stale_after_s: float) -> str | None:
+    """Why a node is not up when its data is older than `stale_after_s`, else `None`."""
+    if age_s <= stale_after_s:
+        return None
+    return f"stale: its newest data is {age_s:.0f}s old (the limit is {stale_after_s:g}s)"
 
 
 def merged(states: Iterable[NodeState]) -> tuple[NodeState, ...]:

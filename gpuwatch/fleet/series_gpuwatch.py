@@ -11,7 +11,7 @@ between a GPU's shared leases (their sum is what the rules subtract).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet import node_work
@@ -81,7 +81,7 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
         driver_version=m.label(info[0].labels.get("driver_version")) if info else None,
         cuda_driver_version=m.label(info[0].labels.get("cuda_driver_version")) if info else None,
         data_at=max(stamps) if stamps else None,
-        error=_error(by_name, stamps),
+        error=daemon_error(by_name, stamps),
         lease_waiters=waiters,
         longest_wait_s=longest_wait_s,
         jobs=node_work.gpu_jobs(by_name, set(gpus)),
@@ -114,14 +114,15 @@ def available_mapped(samples: Sequence[Sample]) -> Mapped:
         gpus=tuple(gpu for _, gpu in sorted(gpus.items())),
         leases=(),
         data_at=max(stamps) if stamps else None,
-        error=_error(by_name, stamps),
+        error=daemon_error(by_name, stamps),
     )
 
 
-def _error(by_name: dict[str, list[Sample]], stamps: list[float]) -> str | None:
+def daemon_error(by_name: Mapping[str, Sequence[Sample]], stamps: Sequence[float]) -> str | None:
+    """Why a daemon's node is not up though it answered (its snapshot times `stamps`)."""
     if not stamps:
         return "its daemon has no snapshot yet"
-    if any(sample.value == 0 for sample in by_name["gpuwatch_sampling_up"]):
+    if any(sample.value == 0 for sample in by_name.get("gpuwatch_sampling_up", ())):
         return "its daemon's sampling is not current (see gpuwatch status there)"
     return None
 

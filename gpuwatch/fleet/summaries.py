@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet import node_figures as f
-from gpuwatch.fleet import node_work
+from gpuwatch.fleet import node_work, series_gpuwatch
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.promql import FamilyQuery, NodeFamilies, Query
+from gpuwatch.fleet.series import NO_GPU, aged, stale
 from gpuwatch.models import Exporter, NodeState, NodeSummary
 
 _MODELS = "gpuwatch:node_gpu_models:count"
@@ -188,9 +189,8 @@ def node_state(
 ) -> NodeState:
     """One gpuwatch node from its per-node figures, up only when its daemon's snapshot is
     current (judged as for a node read GPU by GPU)."""
-    data_at = seen_at if found.stamp is None else min(seen_at, found.stamp)
-    age_s = max(0.0, now - data_at)
-    error = _error(found.by_name, found.stamp, age_s, stale_after_s)
+    _, age_s = aged(seen_at, found.stamp, now)
+    error = _error(found.by_name, found.stamp) or stale(age_s, stale_after_s)
     return NodeState(
         name,
         up=error is None,
@@ -204,18 +204,11 @@ def node_state(
     )
 
 
-def _error(
-    by_name: dict[str, list[Sample]], stamp: float | None, age_s: float, stale_after_s: float
-) -> str | None:
-    if stamp is None:
-        return "its daemon has no snapshot yet"
-    if any(s.value == 0 for s in by_name.get(_SAMPLING_UP, ())):
-        return "its daemon's sampling is not current (see gpuwatch status there)"
-    if not any(s.value > 0 for s in by_name.get(f.GPUS, ())):
-        return "its exporter answers but reports no GPU"
-    if age_s > stale_after_s:
-        return f"stale: its newest data is {age_s:.0f}s old (the limit is {stale_after_s:g}s)"
-    return None
+def _error(by_name: dict[str, list[Sample]], stamp: float | None) -> str | None:
+    error = series_gpuwatch.daemon_error(by_name, [] if stamp is None else [stamp])
+    if error is None and not any(s.value > 0 for s in by_name.get(f.GPUS, ())):
+        return NO_GPU
+    return error
 
 
 def _summary(by_name: dict[str, list[Sample]], slow: SlowFigures) -> NodeSummary:

@@ -1,34 +1,64 @@
-"""Which engine tells this node's jobs (`gpuwatch daemon --jobs auto|slurm|off`), and where
-slurmd shows that its jobs changed.
+"""Which engine tells this node's jobs (`gpuwatch daemon --jobs auto|slurm|off`), and the
+one interface every engine offers (`JobEngine`): nothing above this package knows which
+engine answered.
 
-`open_job_reader` answers a reader, or none and why: `auto` takes Slurm where `squeue` is on
-PATH and a slurm.conf is found; `off` never asks. `slurmd_spool_dir` reads SlurmdSpoolDir
-from slurm.conf: slurmd makes a socket there for each job step that starts and removes it
-when the step ends, so a change of the folder says "ask again" sooner than any schedule,
-for the cost of a stat.
+`open_job_reader` answers an engine, or none and why: `auto` takes Slurm where `squeue` is
+on PATH and a slurm.conf is found; `off` never asks.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
+import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
+from gpuwatch.jobs.job_table import JobTable
 from gpuwatch.jobs.slurm import SlurmJobs
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
+from gpuwatch.models import GpuSample
 
 ENGINES = ("auto", "slurm", "off")
-DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
-DEFAULT_SPOOL_DIR = "/var/spool/slurmd"
-"""Slurm's own default, where slurm.conf does not say."""
-MAX_SLURM_CONF_BYTES = 1 << 20
+
+
+class JobEngine(Protocol):
+    """Reads which jobs hold this node's GPUs, on a thread of its own, with a deadline.
+
+    A caller keeps its own schedule: `start()` asks (returning at once), `latest()` is the
+    answer as it stands (`None`: unknown, and `unknown_why()` says why). `observe()` is
+    given the node's GPUs after each sample: an engine may need them to tell which GPU is
+    which (NVML's order, UUIDs). `close()` stops it, killing a question under way.
+    """
+
+    timeout_s: float
+
+    def start(self) -> threading.Thread | None:
+        """Begins asking unless an answer is fresh or a question is under way; the
+        question under way, if any."""
+
+    def latest(self) -> JobTable | None:
+        """The latest answer; `None` before the first, or when the jobs are unknown."""
+
+    def unknown_why(self) -> str:
+        """Why the jobs are unknown, in words."""
+
+    def observe(self, gpus: Sequence[GpuSample]) -> None:
+        """The node's GPUs, as last sampled."""
+
+    def changes_path(self) -> Path | None:
+        """A folder whose change means "ask again" (slurmd's spool folder), or `None`."""
+
+    def close(self) -> None:
+        """Asks no more; a question under way is killed."""
 
 
 def open_job_reader(
-    engine: str, *, slurm_conf: str | None = None, timeout_s: float
-) -> tuple[SlurmJobs | None, str | None]:
-    """(a reader, `None`), or (`None`, why there is none) for `engine`."""
+    engine: str, *, slurm_conf: str | None = None, node: str | None = None, timeout_s: float
+) -> tuple[JobEngine | None, str | None]:
+    """(an engine, `None`), or (`None`, why there is none) for `engine`. `node`: the node's
+    name to the scheduler (the daemon's --node-name), where it is not the host's."""
     if engine == "off":
         return None, "job reading is off (--jobs off)"
     env = dict(os.environ)
@@ -42,28 +72,4 @@ def open_job_reader(
             "(give --slurm-conf, or --jobs slurm to insist)"
         )
     # The cache is the caller's: every start() asks Slurm, on the caller's schedule.
-    return SlurmJobs(env=env, timeout_s=timeout_s, max_age_s=0.0), None
-
-
-def slurmd_spool_dir(reader: SlurmJobs) -> Path | None:
-    """The reader's node's SlurmdSpoolDir, from the slurm.conf its commands read; `None`
-    when slurm.conf cannot be read."""
-    conf = Path(reader.env.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
-    try:
-        with open(conf, "rb") as file:
-            text = file.read(MAX_SLURM_CONF_BYTES).decode(errors="replace")
-    except OSError:
-        return None
-    return Path(spool_dir_in(text, reader.node))
-
-
-def spool_dir_in(slurm_conf: str, node: str) -> str:
-    """SlurmdSpoolDir of slurm.conf's text, with `%n` (the node) and `%h` (the host)
-    filled in; Slurm's default where it is not set."""
-    spool = DEFAULT_SPOOL_DIR
-    for line in slurm_conf.splitlines():
-        key, equals, value = line.split("#", 1)[0].strip().partition("=")
-        if equals and key.strip().lower() == "slurmdspooldir" and value.strip():
-            spool = value.strip()
-    host = socket.gethostname().split(".")[0]
-    return spool.replace("%n", node).replace("%h", host)
+    return SlurmJobs(env=env, node=node, timeout_s=timeout_s, max_age_s=0.0), None

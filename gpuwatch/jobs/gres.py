@@ -1,10 +1,11 @@
-"""Slurm's notations for nodes and GPUs, and gres.conf: text in, facts out (pure but for
-`minor_number_of`, which asks the device file).
+"""GRES indices and the GPUs they are: text in, minor numbers out (pure but for
+`minor_number_of`, which asks the device file, and `node_gpu_minors`, which reads the
+configuration).
 
 A job's GPUs come as GRES indices (`gpu:2(IDX:0-1)`, `SLURM_JOB_GPUS=0,1`): positions in
-the node's list of GPU device files in gres.conf (`Name=gpu File=/dev/nvidia[0-3]`), in the
-order gres.conf names them. A device file is a GPU by its minor number, which NVML reports
-too; neither the GRES index nor the file's name is assumed to equal the NVML index.
+the node's list of GPUs as slurmd built it (`gres_conf`). A GPU is named by its device
+file's minor number, which NVML reports too; neither the GRES index nor the file's name is
+assumed to equal the NVML index.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gpuwatch.jobs.gres_conf import DetectedGpu, GresSlot, gpu_layout
+
 MAX_INDEX = 1023
 """A GRES index or minor number above this is not believed (nodes hold at most a few
 dozen GPUs); it keeps a hostile `0-4000000000` from filling memory."""
-MAX_NAMES = 4096
-"""At most this many names from one hostlist expression (a job spans at most this many
-nodes worth looking at; more is garbage)."""
+NVIDIA_MAJOR = 195
+"""The NVIDIA driver's device major number (/dev/nvidiaN; N < 254: 254 and 255 are
+nvidia-modeset and nvidiactl)."""
 
 _IDX = re.compile(r"(?:^|,)gpu(?::[^,():]*)*\(IDX:([^)]*)\)")
-_NVIDIA_NAME = re.compile(r"nvidia(\d+)$")
-_GRES_LINE_KEY = re.compile(r"(?i)(?:^|\s)(\w+)=(\S*)")
+_NVIDIA_NAME = re.compile(r"/nvidia(\d+)$")
 
 
 def parse_index_list(text: str) -> list[int] | None:
@@ -43,7 +45,8 @@ def parse_index_list(text: str) -> list[int] | None:
 
 def gpu_indices(gres: str) -> list[int] | None:
     """The GPU GRES indices in one node's GRES detail (`gpu:2(IDX:0-1)`,
-    `gpu:a100:1(IDX:4),mps:10`); [] when it holds no GPU, `None` for garbled indices."""
+    `gpu:a100:1(IDX:4),mps:10`, or before Slurm 19.05 `gpu(IDX:0-1)`); [] when it holds no
+    GPU, `None` for garbled indices."""
     indices: list[int] = []
     for match in _IDX.finditer(gres):
         if not match.group(1) or match.group(1) == "N/A":
@@ -55,72 +58,6 @@ def gpu_indices(gres: str) -> list[int] | None:
     return sorted(set(indices))
 
 
-def expand_hostlist(expression: str) -> list[str]:
-    """A Slurm hostlist (`node[01-03,07],gpu14`) as names; [] for one that does not parse
-    or names more than `MAX_NAMES`."""
-    names: list[str] = []
-    for part in _top_level_parts(expression):
-        expanded = _expand_one(part)
-        if expanded is None or len(names) + len(expanded) > MAX_NAMES:
-            return []
-        names.extend(expanded)
-    return names
-
-
-def _top_level_parts(expression: str) -> list[str]:
-    """`a[1,2],b` split at the commas outside brackets."""
-    parts, depth, start = [], 0, 0
-    for position, char in enumerate(expression):
-        depth += (char == "[") - (char == "]")
-        if char == "," and depth == 0:
-            parts.append(expression[start:position])
-            start = position + 1
-    parts.append(expression[start:])
-    return [part.strip() for part in parts if part.strip()]
-
-
-def _expand_one(name: str) -> list[str] | None:
-    opening = name.find("[")
-    if opening < 0:
-        return None if "]" in name else [name]
-    closing = name.find("]", opening)
-    if closing < 0:
-        return None
-    rests = _expand_one(name[closing + 1 :])
-    if rests is None:
-        return None
-    out: list[str] = []
-    for piece in name[opening + 1 : closing].split(","):
-        low, dash, high = piece.partition("-")
-        if not low.isdecimal() or (dash and not high.isdecimal()):
-            return None
-        first, last = int(low), int(high) if dash else int(low)
-        if first > last or (last - first + 1) * len(rests) + len(out) > MAX_NAMES:
-            return None
-        width = len(low)
-        stem = name[:opening]
-        out.extend(f"{stem}{n:0{width}d}{rest}" for n in range(first, last + 1) for rest in rests)
-    return out
-
-
-def gres_gpu_files(gres_conf: str, node: str) -> list[str]:
-    """The GPU device files gres.conf gives `node`, in its order: GRES index i is the i-th.
-
-    Lines for other nodes (`NodeName=` not naming `node`) and other GRES are passed over,
-    as are `AutoDetect`-only lines (which name no file).
-    """
-    files: list[str] = []
-    for raw in gres_conf.splitlines():
-        line = raw.split("#", 1)[0]
-        keys = {key.lower(): value for key, value in _GRES_LINE_KEY.findall(line)}
-        if keys.get("name", "").lower() != "gpu" or "file" not in keys:
-            continue
-        if "nodename" in keys and node not in expand_hostlist(keys["nodename"]):
-            continue
-        files.extend(expand_hostlist(keys["file"]))
-    return files
-
-
 def default_gres_conf(environ: Mapping[str, str]) -> Path:
     """Where Slurm's gres.conf is: beside `SLURM_CONF`, else /etc/slurm/gres.conf."""
     conf = environ.get("SLURM_CONF")
@@ -128,21 +65,44 @@ def default_gres_conf(environ: Mapping[str, str]) -> Path:
 
 
 def minor_number_of(path: str) -> int | None:
-    """The minor number of a GPU's device file: the file's own when it is a character
-    device, else the N of its name `nvidiaN` (a node where the file is absent)."""
+    """The GPU minor number of a device file: the file's own when it is an NVIDIA GPU's
+    character device, else the N of its name `nvidiaN` (a node where the file is absent);
+    `None` for anything else (a MIG capability file, a tty)."""
     try:
         status = os.stat(path)
     except OSError:
         status = None
     if status is not None and stat.S_ISCHR(status.st_mode):
-        return os.minor(status.st_rdev)
+        major, minor = os.major(status.st_rdev), os.minor(status.st_rdev)
+        return minor if major == NVIDIA_MAJOR and minor < 254 else None
     match = _NVIDIA_NAME.search(path)
     return int(match.group(1)) if match and int(match.group(1)) <= MAX_INDEX else None
 
 
+def slot_minor(slot: GresSlot) -> int | None:
+    """The GPU a GRES index is, by minor number: its device file's; for a MIG device
+    (MultipleFiles=) the GPU it is part of, the one `/dev/nvidiaN` among its files."""
+    if len(slot.files) == 1:
+        return minor_number_of(slot.files[0])
+    gpus = [file for file in slot.files if _NVIDIA_NAME.search(file)]
+    return minor_number_of(gpus[0]) if len(gpus) == 1 else None
+
+
+def node_gpu_minors(
+    gres_conf: Path,
+    slurm_conf: Path | None,
+    node: str,
+    detected: Sequence[DetectedGpu] | None = None,
+) -> list[int | None]:
+    """Each GRES index's minor number on `node` (`None` for one that is no GPU of its own);
+    `GresOrderUnknown` where slurmd's order cannot be told."""
+    slots = gpu_layout(gres_conf, slurm_conf, node).ordered(detected)
+    return [slot_minor(slot) for slot in slots]
+
+
 def minors_of_indices(indices: Sequence[int], minors: Sequence[int | None]) -> tuple[int, ...]:
-    """The minor numbers of GRES `indices`, given each GRES index's minor number (from
-    gres.conf); an index gres.conf does not name is passed over."""
+    """The minor numbers of GRES `indices`, given each GRES index's minor number; an index
+    not on the node, or not a GPU of its own, is passed over."""
     found = (minors[index] for index in indices if 0 <= index < len(minors))
     return tuple(sorted({minor for minor in found if minor is not None}))
 
@@ -154,7 +114,7 @@ def step_gpu_minors(
     by minor number; `None` outside a Slurm allocation with GPUs or for garbled values.
 
     The variables hold GRES indices, not CUDA ordinals or NVML indices: `minors[i]` is the
-    minor number of gres.conf's i-th GPU file (`gres_gpu_files` then `minor_number_of`).
+    minor number of GRES index i (`node_gpu_minors`).
     """
     for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         value = environ.get(name, "").strip()

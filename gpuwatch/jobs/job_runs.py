@@ -1,124 +1,209 @@
-"""One job's run on this node, asked of Slurm: when it started and ended, and which of
-this node's GPUs it held, by device-file minor number (for `gpuwatch job-report`).
+"""One job's run, asked of Slurm for `gpuwatch job-report`: when it started and ended, on
+which nodes, and which GRES indices it holds on each while it runs.
 
-`scontrol show job -d` answers while the job runs and for `MinJobAge` (300 s by default)
-after it ends; where it has forgotten the job, `sacct` answers if accounting is configured.
-Neither names the GPUs of a job that has ended (scontrol drops the GRES indices then, sacct
-never has them): in the job's epilog, or in the job itself, Slurm's `SLURM_JOB_GPUS` does.
+`squeue --json` answers while the job runs and for `MinJobAge` (300 s by default) after it
+ends (Slurm 21.08 on); an older squeue answers `squeue -o` of fields no user writes, with
+the GRES indices from the job's own `scontrol show job -d` (see `slurm_text`). Where the
+controller has forgotten the job, `sacct` answers if accounting is configured. None of
+them names the GPUs of a job that has ended: the job's epilog (`SLURM_JOB_GPUS`) and the
+daemon's memory of it (`sightings`) do.
+
+Errors are one plain line: `SlurmAbsent` where this node has no Slurm to ask at all,
+`SchedulerUnavailableError` where Slurm is there but does not answer; a job Slurm does
+not know is `None`, not an error: the daemon may still remember it.
 """
 
 from __future__ import annotations
 
-import os
-import socket
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
-from gpuwatch.errors import JobUnknownError, SchedulerUnavailableError
-from gpuwatch.jobs.gres import gres_gpu_files, minor_number_of, minors_of_indices, parse_index_list
-from gpuwatch.jobs.slurm_runs_text import (
-    SACCT_FIELDS,
-    JobRun,
-    job_run_from_sacct,
-    job_run_from_scontrol,
+from gpuwatch.errors import SchedulerUnavailableError
+from gpuwatch.jobs.hostlist import hostlist_names
+from gpuwatch.jobs.slurm_places import configured_slurm_conf
+from gpuwatch.jobs.slurm_text import (
+    ROW_FORMAT,
+    SlurmFormatError,
+    clean,
+    detail_indices,
+    json_gres_indices,
+    json_job_id,
+    json_jobs,
+    json_nodes,
+    json_states,
+    number,
+    positive,
+    rows_from_squeue,
+    timestamp,
 )
 
 DEFAULT_TIMEOUT_S = 10.0
-_MAX_GRES_CONF_BYTES = 1 << 20
-_MAX_OUTPUT_BYTES = 16 << 20
+MAX_OUTPUT_BYTES = 256 << 20
+SACCT_FIELDS = "JobIDRaw,JobID,State,Start,End,NodeList"
+"""What `sacct -X -P -n -o` is asked for: no field a job's owner writes."""
+ENDED = frozenset(
+    [
+        "COMPLETED",
+        "COMPLETING",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REQUEUED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    ]
+)
+"""States in which a job no longer runs: its end time is when it ended."""
+
+
+class SlurmAbsent(Exception):
+    """This node has no Slurm to ask (no squeue on PATH, or no slurm.conf)."""
 
 
 @dataclass(frozen=True, slots=True)
-class JobGpus:
-    """A job's run, and the GPUs it held on `node` (`None`: not known, `why_unknown` says
-    why)."""
+class JobRun:
+    """One job's run as Slurm tells it: when, where, and its GPUs' GRES indices on each
+    node while it runs (`None` where Slurm did not say, as sacct never does)."""
 
-    run: JobRun
-    node: str
-    minor_numbers: tuple[int, ...] | None
-    gpus_from: str
-    """Where the GPUs came from: `scontrol` or `SLURM_JOB_GPUS`; empty when unknown."""
-    why_unknown: str = ""
-
-
-def job_gpus(
-    job_id: str,
-    *,
-    env: Mapping[str, str] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    scontrol: str = "scontrol",
-    sacct: str = "sacct",
-) -> JobGpus:
-    """Job `job_id` on this node. `JobUnknownError` when Slurm knows no such job or it ran
-    elsewhere; `SchedulerUnavailableError` when Slurm cannot be asked."""
-    env = dict(os.environ if env is None else env)
-    node = env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    run = _ask(job_id, env, timeout_s, scontrol, sacct)
-    if run.start_s is None or not run.nodes:
-        raise JobUnknownError(f"job {job_id} has not started ({run.state or 'no state'})")
-    if node not in run.nodes:
-        raise JobUnknownError(
-            f"job {job_id} ran on {','.join(run.nodes)[:200]}, not on this node ({node}): "
-            "run job-report there"
-        )
-    return _with_gpus(run, node, env)
+    job_id: str
+    state: str
+    start_s: float | None
+    """Unix time; `None` before the job started."""
+    end_s: float | None
+    """Unix time; `None` while it runs."""
+    nodes: tuple[str, ...]
+    gres_indices: dict[str, list[int]] | None
+    source: str
 
 
-def _ask(job_id: str, env: dict[str, str], timeout_s: float, scontrol: str, sacct: str) -> JobRun:
-    argv = [scontrol, "show", "job", "-d", "--oneliner", job_id]
+def slurm_run(
+    job_id: str, env: Mapping[str, str], timeout_s: float = DEFAULT_TIMEOUT_S
+) -> JobRun | None:
+    """Job `job_id` (`1234`, or `1234_7` for an array's task) as Slurm tells it; `None`
+    when Slurm knows no such job. `SlurmAbsent`, `SchedulerUnavailableError`: see above."""
+    if shutil.which("squeue", path=env.get("PATH")) is None:
+        raise SlurmAbsent("squeue is not on PATH")
+    if configured_slurm_conf(env) is None:
+        raise SlurmAbsent("no slurm.conf is found")
+    run = _from_squeue(job_id, env, timeout_s)
+    return run if run is not None else _from_sacct(job_id, env, timeout_s)
+
+
+def _from_squeue(job_id: str, env: Mapping[str, str], timeout_s: float) -> JobRun | None:
+    code, out, err = _run(["squeue", "--json"], env, timeout_s)
+    if code == 0:
+        try:
+            return _from_json(json_jobs(out), job_id)
+        except SlurmFormatError as error:
+            raise SchedulerUnavailableError(
+                f"Slurm's controller does not answer: {error}"
+            ) from None
+    argv = ["squeue", "-h", "--states=all", f"--jobs={job_id}", "-o", ROW_FORMAT]
     code, out, err = _run(argv, env, timeout_s)
-    if code == 0 and (run := job_run_from_scontrol(out, job_id)) is not None:
-        return run
-    if code != 0 and "invalid job id" not in err.lower():
-        raise SchedulerUnavailableError(f"scontrol failed: {_first_line(err)}")
-    argv = [sacct, "-j", job_id, "-X", "-P", "-n", "-o", SACCT_FIELDS]
+    if code != 0:
+        if "invalid job id" in err.lower():
+            return None
+        raise SchedulerUnavailableError(f"Slurm's controller does not answer: {first_line(err)}")
     try:
-        code, out, err = _run(argv, env, timeout_s)
-    except SchedulerUnavailableError as error:
-        err, code = str(error), 1
-    if code == 0 and (run := job_run_from_sacct(out, job_id)) is not None:
-        return run
-    raise JobUnknownError(
-        f"Slurm knows no job {job_id}: scontrol forgets a job MinJobAge (300 s by default) "
-        f"after it ends, and sacct has no record of it ({_first_line(err) or 'none found'})"
+        rows = [row for row in rows_from_squeue(out) if job_id in (row.job_id, row.raw_id)]
+    except SlurmFormatError as error:
+        raise SchedulerUnavailableError(str(error)) from None
+    if not rows:
+        return None
+    row = rows[-1]
+    indices = _detail(row.raw_id, row.nodes, env, timeout_s) if row.state == "RUNNING" else {}
+    end = row.end_s if row.state.split()[0] in ENDED else None
+    return JobRun(job_id, row.state, row.start_s, end, row.nodes, indices, "squeue")
+
+
+def _detail(
+    raw_id: str, nodes: Sequence[str], env: Mapping[str, str], timeout_s: float
+) -> dict[str, list[int]]:
+    """The job's GRES indices on each of its nodes, from its own scontrol answer."""
+    code, out, err = _run(["scontrol", "show", "job", "-d", "--oneliner", raw_id], env, timeout_s)
+    if code != 0:
+        raise SchedulerUnavailableError(f"scontrol does not answer: {first_line(err)}")
+    found: dict[str, list[int]] = {}
+    for node in nodes:
+        try:
+            indices = detail_indices(out, node)
+        except SlurmFormatError as error:
+            raise SchedulerUnavailableError(str(error)) from None
+        if indices is not None:
+            found[node] = indices
+    return found
+
+
+def _from_json(jobs: list[Any], job_id: str) -> JobRun | None:
+    """The job in `squeue --json`'s answer (22.05 lists every job, its filters aside)."""
+    for entry in jobs:
+        try:
+            if job_id not in (json_job_id(entry), str(int(number(entry.get("job_id")) or 0))):
+                continue
+            return _json_run(entry, job_id)
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
+            continue
+    return None
+
+
+def _json_run(entry: Any, job_id: str) -> JobRun:
+    state = str(json_states(entry)[0] or "")
+    nodes = json_nodes(entry)
+    started = state not in ("PENDING", "")
+    indices = {}
+    if state == "RUNNING":
+        indices = {node: json_gres_indices(entry, i) for i, node in enumerate(nodes)}
+    return JobRun(
+        job_id=job_id,
+        state=state,
+        start_s=positive(number(entry.get("start_time"))) if started else None,
+        end_s=positive(number(entry.get("end_time"))) if state in ENDED else None,
+        nodes=tuple(nodes),
+        gres_indices=indices,
+        source="squeue --json",
     )
 
 
-def _with_gpus(run: JobRun, node: str, env: Mapping[str, str]) -> JobGpus:
-    """The GPUs: from `SLURM_JOB_GPUS` when this runs in the job's own epilog (or in the
-    job), else from scontrol's GRES indices on this node."""
-    in_job = env.get("SLURM_JOB_ID") == run.job_id and env.get("SLURM_JOB_GPUS", "").strip()
-    indices = parse_index_list(env["SLURM_JOB_GPUS"]) if in_job else None
-    source = "SLURM_JOB_GPUS" if in_job else "scontrol"
-    if indices is None and not in_job and run.gres_indices:
-        indices = run.gres_indices.get(node)
-    if indices is None or (not indices and run.end_s is not None):
-        why = (
-            f"Slurm no longer says which GPUs job {run.job_id} held on {node} (it forgets "
-            "them when the job ends): run job-report while the job runs, or from Slurm's "
-            "epilog (examples/slurm/epilog.sh)"
-        )
-        return JobGpus(run, node, None, "", why)
-    minors = _gres_minors(env, node)
-    if minors is None:
-        why = f"gres.conf names no GPU File= for node {node}: GRES indices cannot be mapped"
-        return JobGpus(run, node, None, "", why)
-    return JobGpus(run, node, minors_of_indices(indices, minors), source)
-
-
-def _gres_minors(env: Mapping[str, str], node: str) -> list[int | None] | None:
-    """Each GRES index's minor number, from the gres.conf beside `SLURM_CONF`."""
-    conf = env.get("SLURM_CONF")
-    path = (Path(conf).parent if conf else Path("/etc/slurm")) / "gres.conf"
+def _from_sacct(job_id: str, env: Mapping[str, str], timeout_s: float) -> JobRun | None:
+    """The job in accounting; `None` where there is none (sacct absent, accounting off,
+    no record)."""
+    argv = ["sacct", "-j", job_id, "-X", "-P", "-n", "-o", SACCT_FIELDS]
     try:
-        with open(path, "rb") as file:
-            text = file.read(_MAX_GRES_CONF_BYTES).decode(errors="replace")
-    except OSError:
+        code, out, _ = _run(argv, env, timeout_s)
+    except SchedulerUnavailableError:
         return None
-    files = gres_gpu_files(text, node)
-    return [minor_number_of(name) for name in files] or None
+    return job_run_from_sacct(out, job_id) if code == 0 else None
+
+
+def job_run_from_sacct(text: str, job_id: str) -> JobRun | None:
+    """Job `job_id` in `sacct -j JOBID -X -P -n -o SACCT_FIELDS`'s answer (`|` between
+    fields); `None` when it is not there. sacct names no GRES index: the GPUs stay unknown.
+    A job requeued has a line per run: the last is the latest."""
+    found = None
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(SACCT_FIELDS.split(",")) or job_id not in parts[:2]:
+            continue
+        _, _, state, start, end, nodes = parts
+        state = state.split()[0] if state.strip() else ""  # "CANCELLED by 0"
+        found = JobRun(
+            job_id=job_id,
+            state=state,
+            start_s=timestamp(start),
+            end_s=timestamp(end) if state in ENDED else None,
+            nodes=tuple(hostlist_names(nodes)),
+            gres_indices=None,
+            source="sacct",
+        )
+    return found
 
 
 def _run(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[int, str, str]:
@@ -134,14 +219,17 @@ def _run(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple
             check=False,
         )
     except FileNotFoundError:
-        raise SchedulerUnavailableError(f"{argv[0]} not found: is this a Slurm node?") from None
+        raise SchedulerUnavailableError(f"{argv[0]} is not found") from None
     except subprocess.TimeoutExpired:
         raise SchedulerUnavailableError(f"{argv[0]} did not answer in {timeout_s:g}s") from None
     except OSError as error:
         raise SchedulerUnavailableError(f"{argv[0]} cannot run: {error.strerror}") from None
-    out = done.stdout[:_MAX_OUTPUT_BYTES].decode(errors="replace")
+    out = done.stdout[:MAX_OUTPUT_BYTES].decode(errors="replace")
     return done.returncode, out, done.stderr[:4096].decode(errors="replace")
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0][:200] if text.strip() else ""
+def first_line(text: str) -> str:
+    """The first line of a command's message, printable and short; what it said, or that
+    it said nothing."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return clean(lines[0][:200]) if lines else "(it said nothing)"

@@ -1,12 +1,14 @@
 """Which Slurm jobs hold this node's GPUs: asked of Slurm at most every few seconds, with a
 deadline, never blocking a caller beyond it.
 
-`SlurmJobs.table()` runs `squeue --json` (Slurm 21.08 on), or `scontrol show job -d
---oneliner` where squeue has no JSON, in a background thread, and maps each job's GRES
-indices on this node to device-file minor numbers through gres.conf. A Slurm that is absent
-(no squeue), down (an error) or slow (past `timeout_s`: the command and its children are
-killed) gives `None`, "jobs unknown". While a call is under way no other is started: the
-cache serves the previous answer, so a hung squeue is never piled up on.
+`SlurmJobs.table()` runs `squeue --json` (Slurm 21.08 on), or where squeue has no JSON
+`squeue -o` of fields no user writes and each job's `scontrol show job -d` for its GRES
+indices (`slurm_text` says why), in a background thread, and maps each job's GRES indices
+on this node to device-file minor numbers as slurmd numbers them (`gres_conf`). A Slurm
+that is absent (no squeue), down (an error) or slow (past `timeout_s`: the command and its
+children are killed) gives `None`, "jobs unknown", and so does a node whose GPU order
+cannot be told. While a call is under way no other is started: the cache serves the
+previous answer, so a hung squeue is never piled up on.
 
 `job_id_of_process` tells the job a process runs in, from its cgroup (which slurmstepd
 sets) or its `SLURM_JOB_ID` (which the process could set itself: a hint for its own user).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,25 +27,49 @@ from pathlib import Path
 import psutil
 
 from gpuwatch import procfs
-from gpuwatch.jobs.command import run_command
-from gpuwatch.jobs.gres import default_gres_conf, gres_gpu_files, minor_number_of
-from gpuwatch.jobs.job_table import JobTable
-from gpuwatch.jobs.slurm_text import SlurmFormatError, jobs_from_scontrol, jobs_from_squeue_json
+from gpuwatch.jobs.command import Commands
+from gpuwatch.jobs.gres import default_gres_conf, minors_of_indices, node_gpu_minors
+from gpuwatch.jobs.gres_conf import DetectedGpu, GresOrderUnknown, detected_gpus
+from gpuwatch.jobs.job_table import Job, JobTable
+from gpuwatch.jobs.slurm_config import SlurmConfigError, read_config
+from gpuwatch.jobs.slurm_places import configured_slurm_conf
+from gpuwatch.jobs.slurm_text import (
+    ROW_FORMAT,
+    JobRow,
+    SlurmFormatError,
+    detail_indices,
+    jobs_from_squeue_json,
+    name_in_detail,
+    rows_from_squeue,
+)
+from gpuwatch.models import GpuSample
 
 DEFAULT_TIMEOUT_S = 2.0
 DEFAULT_MAX_AGE_S = 5.0
 MAX_OUTPUT_BYTES = 256 << 20
 """An answer longer than this is not read (squeue --json is ~4 KiB a job)."""
-MAX_GRES_CONF_BYTES = 1 << 20
+DEFAULT_SPOOL_DIR = "/var/spool/slurmd"
+"""Slurm's own default SlurmdSpoolDir, where slurm.conf does not say."""
 _CGROUP_JOB = re.compile(r"/slurm[^/]*/(?:uid_\d+/)?job_(\d+)(?:/|$)")
+_REASONS = {
+    "absent": "squeue is not found",
+    "failed": "squeue and scontrol failed (is slurmctld up?)",
+    "closed": "job reading stopped",
+}
+
+
+def slurm_node_name(env: Mapping[str, str], given: str | None = None) -> str:
+    """Slurm's name for this node: `given` (the daemon's --node-name), else
+    `SLURMD_NODENAME` (which Slurm sets in every job), else the short host name."""
+    return given or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
 class SlurmJobs:
     """This node's Slurm jobs and the GPUs they hold, cached for `max_age_s`.
 
-    `node` is Slurm's name for this node (default `SLURMD_NODENAME`, else the short host
-    name); `gres_conf` the gres.conf naming its GPU files (default: beside `SLURM_CONF`,
-    else /etc/slurm/gres.conf). `env` is the environment of the Slurm commands.
+    `node` is Slurm's name for this node (`slurm_node_name`); `gres_conf` the gres.conf
+    (default: beside `SLURM_CONF`, else /etc/slurm/gres.conf). `env` is the environment of
+    the Slurm commands.
     """
 
     def __init__(
@@ -58,24 +85,27 @@ class SlurmJobs:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.env = dict(os.environ if env is None else env)
-        # os.uname() rather than socket.gethostname(): the same name, without loading
-        # `socket` into every one-shot status on a Slurm node
-        self.node = node or self.env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+        self.node = slurm_node_name(self.env, node)
         self.gres_conf = Path(gres_conf) if gres_conf is not None else default_gres_conf(self.env)
+        slurm_conf = configured_slurm_conf(self.env)
+        self.slurm_conf = Path(slurm_conf) if slurm_conf is not None else None
         self.timeout_s = timeout_s
         self.max_age_s = max_age_s
         self.squeue, self.scontrol = squeue, scontrol
         self._clock = clock
         self._lock = threading.Lock()
+        self._commands = Commands()
         self._answer: JobTable | None = None
         self._answered_at: float | None = None
         self._pending: threading.Thread | None = None
+        self._detected: tuple[DetectedGpu, ...] | None = None
         self._use_json = True
         self._closed = False
         self.calls = 0
         """How many Slurm commands were started (for tests and benchmarks)."""
         self.last_error: str | None = None
-        """Why the latest answer was "jobs unknown"; `None` after one that was not."""
+        """Why the latest answer was "jobs unknown" ("absent", "failed", "timeout", or
+        a sentence); `None` after one that was not."""
 
     def table(self) -> JobTable | None:
         """The jobs of this node and their GPUs; `None` when they are unknown.
@@ -113,14 +143,39 @@ class SlurmJobs:
         with self._lock:
             return self._answer
 
+    def observe(self, gpus: Sequence[GpuSample]) -> None:
+        """This node's GPUs as NVML enumerates them: where slurmd numbers GPUs in NVML's
+        order (gres.conf's `AutoDetect=nvml`), it is the order of their GRES indices."""
+        if (detected := detected_gpus(gpus)) is not None:
+            self._detected = detected
+
+    def unknown_why(self) -> str:
+        """Why the jobs are unknown, in words."""
+        code = self.last_error
+        if code is None:
+            return "Slurm has not answered yet"
+        if code == "timeout":
+            return f"Slurm did not answer within {self.timeout_s:g}s"
+        return _REASONS.get(code, code)
+
+    def changes_path(self) -> Path | None:
+        """slurmd's spool folder (SlurmdSpoolDir): slurmd makes a socket there for each job
+        step that starts and removes it when the step ends, so a change of the folder says
+        "ask again" sooner than any schedule, for the cost of a stat. `None` when slurm.conf
+        cannot be read."""
+        if self.slurm_conf is None:
+            return None
+        return spool_dir(self.slurm_conf, self.node)
+
     @property
     def refreshing(self) -> bool:
         """True while a Slurm command is under way."""
         return self._pending is not None
 
     def close(self) -> None:
-        """No more refreshes; one under way is left to end on its deadline."""
+        """No more refreshes; a Slurm command under way is killed."""
         self._closed = True
+        self._commands.close()
 
     def _fresh(self, age_s: float) -> bool:
         return self._answered_at is not None and self._clock() - self._answered_at < age_s
@@ -143,45 +198,90 @@ class SlurmJobs:
             argv = [self.squeue, "--json", "--states=RUNNING", f"--nodelist={self.node}"]
             text = self._run(argv, deadline)
             if text is not None:
-                try:
-                    jobs = jobs_from_squeue_json(text, self.node, minors)
-                except SlurmFormatError as error:
-                    self.last_error = str(error)
-                    return None
-                self.last_error = None
-                return JobTable(tuple(jobs), read_at, "squeue --json")
+                return self._table(lambda: jobs_from_squeue_json(text, self.node, minors), read_at)
             if self._clock() >= deadline or self.last_error != "failed":
                 return None
-        text = self._run([self.scontrol, "show", "job", "-d", "--oneliner"], deadline)
+        jobs = self._jobs_from_rows(minors, deadline)
+        if jobs is None:
+            return None
+        self._use_json = False  # squeue failed where -o answered: it has no --json
+        return JobTable(tuple(jobs), read_at, "squeue, scontrol")
+
+    def _table(self, read: Callable[[], list[Job]], read_at: float) -> JobTable | None:
+        try:
+            jobs = read()
+        except SlurmFormatError as error:
+            self.last_error = str(error)
+            return None
+        self.last_error = None
+        return JobTable(tuple(jobs), read_at, "squeue --json")
+
+    def _jobs_from_rows(self, minors: list[int | None], deadline: float) -> list[Job] | None:
+        """The running jobs here from `squeue -o`, each with its GPUs from its own
+        `scontrol show job -d` (Slurm without `squeue --json`)."""
+        argv = [self.squeue, "-h", "--states=RUNNING", f"--nodelist={self.node}", "-o", ROW_FORMAT]
+        text = self._run(argv, deadline)
         if text is None:
             return None
-        self._use_json = False  # squeue failed where scontrol answered: it has no --json
+        try:
+            rows = [row for row in rows_from_squeue(text) if self.node in row.nodes]
+            jobs = [self._job_of_row(row, minors, deadline) for row in rows]
+        except SlurmFormatError as error:
+            self.last_error = str(error)
+            return None
+        if any(job is None for job in jobs):
+            return None
         self.last_error = None
-        return JobTable(tuple(jobs_from_scontrol(text, self.node, minors)), read_at, "scontrol")
+        return [job for job in jobs if job is not None]
+
+    def _job_of_row(self, row: JobRow, minors: list[int | None], deadline: float) -> Job | None:
+        text = self._run([self.scontrol, "show", "job", "-d", "--oneliner", row.raw_id], deadline)
+        if text is None:
+            return None
+        indices = detail_indices(text, self.node) or []
+        return Job(
+            job_id=row.job_id,
+            user=row.user,
+            name=name_in_detail(text, row.user),
+            gpu_minor_numbers=minors_of_indices(indices, minors),
+            started_at=row.start_s,
+            time_limit_s=row.time_limit_s,
+            state="RUNNING",
+        )
 
     def _gres_minors(self) -> list[int | None] | None:
-        """Each GRES index's minor number, from gres.conf (read each time: it is small)."""
+        """Each GRES index's minor number, as slurmd numbers them (read each time: the
+        files are small, and an edited gres.conf takes effect without a restart)."""
         try:
-            with open(self.gres_conf, "rb") as file:
-                text = file.read(MAX_GRES_CONF_BYTES).decode(errors="replace")
-        except OSError as error:
-            self.last_error = f"cannot read {self.gres_conf}: {error.strerror}"
+            return node_gpu_minors(self.gres_conf, self.slurm_conf, self.node, self._detected)
+        except GresOrderUnknown as error:
+            self.last_error = str(error)
             return None
-        files = gres_gpu_files(text, self.node)
-        if not files:  # AutoDetect=nvml alone: slurmd's own order, which cannot be read here
-            self.last_error = f"{self.gres_conf} names no GPU File= for node {self.node}"
-            return None
-        return [minor_number_of(path) for path in files]
 
     def _run(self, argv: Sequence[str], deadline: float) -> str | None:
-        """The command's output; `None` (and `last_error`: "absent", "failed" or "timeout")
-        when it is missing, fails or outlives the deadline."""
+        """The command's output; `None` (and `last_error`: "absent", "failed", "timeout"
+        or "closed") when it is missing, fails or outlives the deadline."""
         self.calls += 1
         timeout_s = deadline - self._clock()
-        out, why = run_command(argv, self.env, timeout_s, MAX_OUTPUT_BYTES)
+        out, why = self._commands.run(argv, self.env, timeout_s, MAX_OUTPUT_BYTES)
         if why is not None:
             self.last_error = why
         return out
+
+
+def spool_dir(slurm_conf: Path, node: str) -> Path:
+    """slurm.conf's SlurmdSpoolDir, with `%n` (the node) and `%h` (the host) filled in;
+    Slurm's default where it is not set or slurm.conf cannot be read."""
+    spool = DEFAULT_SPOOL_DIR
+    try:
+        lines = read_config(slurm_conf)
+    except SlurmConfigError:
+        lines = []
+    for line in lines:
+        if (value := line.get("SlurmdSpoolDir")) is not None and line.first_key == "slurmdspooldir":
+            spool = value
+    host = socket.gethostname().split(".")[0]
+    return Path(spool.replace("%n", node).replace("%h", host))
 
 
 def job_id_of_process(pid: int, proc: str = procfs.PROC) -> str | None:

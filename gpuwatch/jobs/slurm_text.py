@@ -1,56 +1,70 @@
-"""Slurm's answers about running jobs, parsed: `squeue --json` and `scontrol show job -d
---oneliner` text in, this node's `Job`s out. Pure: no process is run here.
+"""Slurm's answers about jobs, parsed, where no job can forge them. Pure: no process is run.
 
-Both shapes of `squeue --json` are read: Slurm 21.08-22.05 (`openapi/v0.0.37`-`38`: plain
-numbers, `job_state` a string, `job_resources.nodes` a hostlist) and 23.02 on (`v0.0.39`
-and later: numbers as `{"set", "infinite", "number"}`, `job_state` a list, from 23.11
-`job_resources.nodes` an object with `list` and `allocation`). `gres_detail[i]` describes
-the i-th node of the job's node list. A job entry of the wrong shape is skipped; the rest
-of the answer stands.
+A job's name, working directory, command and comment are free text in which a user can
+write anything (`UserId=alice`, `JobState=RUNNING`, `GRES=gpu:4(IDX:0-3)`, new lines too).
+So only structured answers are read:
+
+- `squeue --json` (Slurm 21.08 on), both shapes: 21.08-22.05 (plain numbers, `job_state`
+  a string, `job_resources.nodes` a hostlist) and 23.02 on (numbers as `{"set",
+  "infinite", "number"}`, `job_state` a list from 23.11, `job_resources.nodes` an object
+  with `list` and `allocation` from 23.11). `gres_detail[i]` is the i-th node's. 22.05's
+  squeue ignores `--states`/`--nodelist` with `--json`: filtering is done here.
+- Where squeue has no `--json`: `squeue -o` with `ROW_FORMAT`, fields no user writes
+  (ids, user name, times, node list, state), `|` between them; and for each job's GRES
+  indices `scontrol show job -d --oneliner JOBID`, of which only the detail group naming
+  this node is read (`Nodes=... CPU_IDs=... Mem=... GRES=gpu:2(IDX:0-1)`, or `GRES_IDX=`
+  before Slurm 19.05). A forged group in a job's free text makes two: then the job's GPUs
+  are unknown (and so are the node's jobs), never the forger's choice. The name shown
+  for such a job is display only, cut from the same answer.
+
+Names and user names are data: control and other unprintable characters become `?`, and
+they are cut to `MAX_TEXT_CHARS`.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.jobs.gres import expand_hostlist, gpu_indices, minors_of_indices
+from gpuwatch.jobs.gres import gpu_indices, minors_of_indices
+from gpuwatch.jobs.hostlist import hostlist_names
 from gpuwatch.jobs.job_table import Job
 
 MAX_TEXT_CHARS = 256
 """Job names and users longer than this are cut: they are shown, never parsed further."""
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_KEY = re.compile(r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_/:]*)=")
+ROW_FORMAT = "%A|%F|%K|%T|%u|%S|%e|%l|%N"
+"""`squeue -o`: raw job id, array job id, array task id, state, user, start, end, time
+limit, nodes: no field a job's owner writes."""
+_ROW_FIELDS = ROW_FORMAT.count("|") + 1
+_DETAIL = re.compile(r"(?:^|\s)Nodes=(\S+) CPU_IDs=\S*(?: Mem=\S*)? GRES(?:_IDX)?=(\S*)")
 _LIMIT = re.compile(r"^(?:(\d+)-)?(?:(?:(\d+):)?(\d+):)?(\d+)$")
 _DURATION_FIELDS_S = (86400, 3600, 60, 1)
 
 
 class SlurmFormatError(ValueError):
-    """Slurm's answer as a whole is not what was asked for (not JSON, errors reported)."""
+    """Slurm's answer is not what was asked for (not JSON, errors reported, a row that does
+    not parse), or is ambiguous (a forged detail group): the jobs are unknown."""
 
 
 def jobs_from_squeue_json(text: str, node: str, minors: Sequence[int | None]) -> list[Job]:
     """The running jobs on `node` in `squeue --json`'s answer, with the GPUs each holds
-    there (`minors[i]`: the minor number of gres.conf's i-th GPU file).
+    there (`minors[i]`: the minor number of GRES index i).
 
-    `SlurmFormatError` when the answer is no job list or reports errors (squeue exits 0
-    with `errors` when slurmctld cannot be reached).
+    `SlurmFormatError` when the answer is no job list, reports errors (squeue exits 0 with
+    `errors` when slurmctld cannot be reached), or a job here has garbled GRES indices. A
+    job entry of the wrong shape elsewhere is skipped; the rest of the answer stands.
     """
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as error:
-        raise SlurmFormatError(f"squeue --json printed no JSON: {error}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
-        raise SlurmFormatError("squeue --json printed no `jobs` list")
-    if data.get("errors"):
-        raise SlurmFormatError(f"squeue --json reported errors: {_clean(str(data['errors']))}")
     jobs = []
-    for entry in data["jobs"]:
+    for entry in json_jobs(text):
         try:
             job = _json_job(entry, node, minors)
+        except SlurmFormatError:
+            raise
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
             continue
         if job is not None:
@@ -58,67 +72,84 @@ def jobs_from_squeue_json(text: str, node: str, minors: Sequence[int | None]) ->
     return jobs
 
 
+def json_jobs(text: str) -> list[Any]:
+    """The `jobs` list of `squeue --json`'s answer; `SlurmFormatError` when there is none."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise SlurmFormatError(f"squeue --json printed no JSON: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+        raise SlurmFormatError("squeue --json printed no `jobs` list")
+    if data.get("errors"):
+        raise SlurmFormatError(f"squeue --json reported errors: {clean(str(data['errors']))}")
+    jobs: list[Any] = data["jobs"]
+    return jobs
+
+
 def _json_job(entry: Any, node: str, minors: Sequence[int | None]) -> Job | None:
-    state = entry.get("job_state")
-    states = state if isinstance(state, list) else [state]
-    if "RUNNING" not in states:
+    if "RUNNING" not in json_states(entry):
         return None
-    nodes = _json_nodes(entry)
+    nodes = json_nodes(entry)
     if node not in nodes:
         return None
-    details = entry.get("gres_detail") or []
-    if not isinstance(details, list):
-        raise TypeError("gres_detail is not a list")
-    position = nodes.index(node)
-    detail = details[position] if position < len(details) else ""
-    indices = _held(_string(detail))
-    limit_min = _number(entry.get("time_limit"))
+    indices = json_gres_indices(entry, nodes.index(node))
+    limit_min = number(entry.get("time_limit"))
     return Job(
-        job_id=_json_job_id(entry),
-        user=_text(entry.get("user_name")),
-        name=_text(entry.get("name")),
+        job_id=json_job_id(entry),
+        user=text_of(entry.get("user_name")),
+        name=text_of(entry.get("name")),
         gpu_minor_numbers=minors_of_indices(indices, minors),
-        started_at=_positive(_number(entry.get("start_time"))),
+        started_at=positive(number(entry.get("start_time"))),
         time_limit_s=None if limit_min is None else limit_min * 60.0,
         state="RUNNING",
     )
 
 
-def _held(gres: str) -> list[int]:
-    """The GPU indices of a node's GRES detail; `ValueError` (the job is skipped) when they
-    are garbled: a job whose GPUs are unknown is not shown holding none."""
-    indices = gpu_indices(gres)
+def json_states(entry: Any) -> list[Any]:
+    state = entry.get("job_state")
+    return state if isinstance(state, list) else [state]
+
+
+def json_gres_indices(entry: Any, position: int) -> list[int]:
+    """The GPU GRES indices of the job's `position`-th node. Garbled indices of a job here
+    make the whole answer unknown: a job whose GPUs are unknown is not shown holding none."""
+    details = entry.get("gres_detail") or []
+    if not isinstance(details, list):
+        raise TypeError("gres_detail is not a list")
+    detail = details[position] if position < len(details) else ""
+    indices = gpu_indices(string(detail))
     if indices is None:
-        raise ValueError(f"garbled GRES indices: {gres[:80]!r}")
+        raise SlurmFormatError(f"job {json_job_id(entry)}: garbled GRES indices {detail[:80]!r}")
     return indices
 
 
-def _json_nodes(entry: Any) -> list[str]:
+def json_nodes(entry: Any) -> list[str]:
     """The job's nodes in order: gres_detail's order."""
     resources = entry.get("job_resources")
     nodes: Any = resources.get("nodes") if isinstance(resources, dict) else None
     if isinstance(nodes, dict):  # 23.11 on
         allocation = nodes.get("allocation")
         if isinstance(allocation, list) and allocation:
-            return [_string(item.get("name")) for item in allocation]
+            return [string(item.get("name")) for item in allocation]
         nodes = nodes.get("list")
     if not isinstance(nodes, str) or not nodes:
         nodes = entry.get("nodes")
-    return expand_hostlist(_string(nodes))
+    return hostlist_names(string(nodes))
 
 
-def _json_job_id(entry: Any) -> str:
-    job_id = _number(entry.get("job_id"))
+def json_job_id(entry: Any) -> str:
+    """`1234`, or `1234_7` for an array's task, as Slurm names them."""
+    job_id = number(entry.get("job_id"))
     if job_id is None or job_id <= 0:
         raise ValueError("no job id")
-    task = _number(entry.get("array_task_id"))
-    array = _number(entry.get("array_job_id"))
+    task = number(entry.get("array_task_id"))
+    array = number(entry.get("array_job_id"))
     if task is not None and array:
         return f"{int(array)}_{int(task)}"
     return str(int(job_id))
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
     """A JSON number, or 23.02's `{"set": true, "infinite": false, "number": N}`;
     `None` for unset, infinite or absent."""
     if isinstance(value, dict):
@@ -134,99 +165,107 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _positive(value: float | None) -> float | None:
+def positive(value: float | None) -> float | None:
     return value if value is not None and value > 0 else None
 
 
-def _string(value: Any) -> str:
+def string(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"not a string: {type(value).__name__}")
     return value
 
 
-def _text(value: Any) -> str | None:
-    """A name to show: control characters out, cut to `MAX_TEXT_CHARS`."""
+def text_of(value: Any) -> str | None:
+    """A name to show: unprintable characters out, cut to `MAX_TEXT_CHARS`."""
     if value is None or value == "":
         return None
-    return _clean(_string(value))
+    return clean(string(value))
 
 
-def _clean(text: str) -> str:
-    return _CONTROL.sub("?", text[:MAX_TEXT_CHARS])
+def clean(text: str) -> str:
+    return "".join(char if char.isprintable() else "?" for char in text[:MAX_TEXT_CHARS])
 
 
-def jobs_from_scontrol(text: str, node: str, minors: Sequence[int | None]) -> list[Job]:
-    """The running jobs on `node` in `scontrol show job -d --oneliner` (one job a line;
-    `-d` adds `Nodes=... GRES=gpu:2(IDX:0-1)` for each group of the job's nodes)."""
-    jobs = []
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One job in `squeue -o ROW_FORMAT`'s answer."""
+
+    raw_id: str
+    """Slurm's own id of this job (an array task's too): what scontrol is asked for."""
+    job_id: str
+    """As people name it: `1234`, or `1234_7` for an array's task."""
+    state: str
+    user: str | None
+    start_s: float | None
+    end_s: float | None
+    time_limit_s: float | None
+    nodes: tuple[str, ...]
+
+
+def rows_from_squeue(text: str) -> list[JobRow]:
+    """The jobs of `squeue -h -o ROW_FORMAT`; `SlurmFormatError` for a line that is not
+    such a row (no field of it is free text: a bad line means a bad answer)."""
+    rows = []
     for line in text.splitlines():
-        try:
-            job = _scontrol_job(line, node, minors)
-        except (TypeError, ValueError, OverflowError):
+        if not line.strip():
             continue
-        if job is not None:
-            jobs.append(job)
-    return jobs
+        parts = line.split("|")
+        if len(parts) != _ROW_FIELDS or not parts[0].isdecimal():
+            raise SlurmFormatError(f"squeue printed {clean(line[:80])!r}, not a job row")
+        raw, array, task, state, user, start, end, limit, nodes = parts
+        named = f"{array}_{task}" if array.isdecimal() and task.isdecimal() else raw
+        rows.append(
+            JobRow(
+                raw_id=raw,
+                job_id=named,
+                state=state.strip(),
+                user=text_of(user.strip()),
+                start_s=timestamp(start),
+                end_s=timestamp(end),
+                time_limit_s=parse_duration_s(limit),
+                nodes=tuple(hostlist_names(nodes)),
+            )
+        )
+    return rows
 
 
-def _scontrol_job(line: str, node: str, minors: Sequence[int | None]) -> Job | None:
-    fields = _fields(line)
-    if _first(fields, "JobState") != "RUNNING":
+def detail_indices(text: str, node: str) -> list[int] | None:
+    """The GPU GRES indices `scontrol show job -d --oneliner JOBID`'s answer gives `node`:
+    from the one detail group naming it; `None` when none does (the job does not run
+    there, or has ended: scontrol drops the groups' indices then). `SlurmFormatError` when
+    two groups name it (one is forged) or the indices are garbled."""
+    groups = [gres for nodes, gres in _DETAIL.findall(text) if node in hostlist_names(nodes)]
+    if not groups:
         return None
-    indices = _scontrol_indices(fields, node)
+    if len(groups) > 1:
+        raise SlurmFormatError(
+            f"scontrol's answer names node {node} in {len(groups)} GRES details: a job's "
+            "free text (its name, command or folder) holds one, so which is Slurm's is not known"
+        )
+    indices = gpu_indices(groups[0])
     if indices is None:
+        raise SlurmFormatError(f"garbled GRES indices {clean(groups[0][:80])!r}")
+    return indices
+
+
+def name_in_detail(text: str, user: str | None) -> str | None:
+    """The job name in scontrol's answer, for display only: from `JobName=` to the first
+    ` UserId=USER(`. A name holding that text shows cut; nothing else is read from it."""
+    start = text.find("JobName=")
+    if start < 0:
         return None
-    job_id = _first(fields, "JobId")
-    if not job_id.isdecimal():
-        raise ValueError("no job id")
-    array, task = _first(fields, "ArrayJobId"), _first(fields, "ArrayTaskId")
-    user = _first(fields, "UserId").rpartition("(")[0]
-    limit = _first(fields, "TimeLimit")
-    return Job(
-        job_id=f"{array}_{task}" if array.isdecimal() and task.isdecimal() else job_id,
-        user=_text(user),
-        name=_text(_first(fields, "JobName")),
-        gpu_minor_numbers=minors_of_indices(indices, minors),
-        started_at=_timestamp(_first(fields, "StartTime")),
-        time_limit_s=parse_duration_s(limit),
-        state="RUNNING",
-    )
+    start += len("JobName=")
+    end = text.find(f" UserId={user}(", start) if user else -1
+    if end < 0:
+        end = text.find(" UserId=", start)
+    return text_of(text[start : end if end >= 0 else None]) if end != start else None
 
 
-def _fields(line: str) -> list[tuple[str, str]]:
-    """`Key=value` pairs in order; a value runs to the next ` Key=` (Command= and WorkDir=
-    may hold spaces). A job name holding ` Key=` text is ambiguous here: the JSON answer,
-    used wherever Slurm gives one, is not."""
-    marks = list(_KEY.finditer(line))
-    if not marks:
-        return []
-    ends = [mark.start() for mark in marks[1:]] + [len(line)]
-    pairs = zip(marks, ends, strict=True)
-    return [(mark.group(1), line[mark.end() : end].strip()) for mark, end in pairs]
-
-
-def _first(fields: list[tuple[str, str]], key: str) -> str:
-    return next((value for name, value in fields if name == key), "")
-
-
-def _scontrol_indices(fields: list[tuple[str, str]], node: str) -> list[int] | None:
-    """The job's GPU indices on `node` from the `-d` detail (`Nodes=` then `GRES=`);
-    `None` when the job does not run there."""
-    current: list[str] = []
-    for name, value in fields:
-        if name == "Nodes":
-            current = expand_hostlist(value)
-        elif name == "GRES" and node in current:
-            return _held(value)
-    return [] if node in expand_hostlist(_first(fields, "NodeList")) else None
-
-
-def _timestamp(text: str) -> float | None:
-    """scontrol's local time `2026-11-23T22:35:11` as a Unix time."""
-    import datetime as dt  # here: squeue's JSON, the usual answer, needs none of it
-
+def timestamp(text: str) -> float | None:
+    """Slurm's local time `2026-11-23T22:35:11` as a Unix time; `None` for `Unknown`,
+    `NONE`, `N/A` and anything else."""
     try:
-        return dt.datetime.fromisoformat(text).timestamp()
+        return dt.datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
         return None
 

@@ -2,6 +2,11 @@
 utilisation, peak memory, time idle (the GPU half of Slurm's `seff`). Pure: series in,
 figures out, no I/O.
 
+`job_on_node` first puts together what is known of the job here: Slurm's account of its
+run (while Slurm remembers it), the GPUs from its own `SLURM_JOB_GPUS` (in its epilog),
+from Slurm while it runs, or from the daemon's memory of the job after; it says plainly
+when none of them knows the job ("never seen") or its GPUs.
+
 Each sample stands for the time until the next one, but never for more than `gap_s` (three
 sampling intervals): a longer silence is a gap in the history (the daemon was down or
 restarted), counted as not covered rather than filled in. The figures are the whole GPU's,
@@ -11,10 +16,14 @@ as NVML reports them: on a GPU Slurm gave to this job alone, the job's.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpuwatch.errors import JobUnknownError, SchedulerUnavailableError
 from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.jobs.job_runs import JobRun
+from gpuwatch.jobs.sightings import Sighting
 
 IDLE_MAX_PCT = 1
 """A sample at or below this utilisation counts as idle."""
@@ -147,3 +156,141 @@ def _shortfalls(usage: GpuJobUsage) -> list[str]:
             f"{about(usage.covered_s)} of this {about(usage.job_s)} job"
         )
     return lines
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmAnswer:
+    """What Slurm said of the job: its run, or `None` and why (`unavailable`: Slurm is
+    there but did not answer; else it is absent, or knows no such job)."""
+
+    run: JobRun | None
+    why: str = ""
+    unavailable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonMemory:
+    """What the daemon remembers of the job (`GET /v1/jobs/seen`)."""
+
+    seen: Sighting | None
+    since: float | None
+    """When its memory of jobs begins; `None` when it has read no jobs."""
+    reading: bool = True
+    absent: str = ""
+    """Why there is no daemon to ask, where there is none."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobOnNode:
+    """A job's run on this node, and the GPUs it held here, put together."""
+
+    job_id: str
+    node: str
+    state: str
+    start_s: float
+    end_s: float | None
+    """`None` while it runs."""
+    minor_numbers: tuple[int, ...]
+    gpus_from: str
+    jobs_from: str
+    notes: tuple[str, ...] = ()
+
+
+def job_on_node(
+    job_id: str,
+    node: str,
+    slurm: SlurmAnswer,
+    memory: DaemonMemory,
+    gpus_given: tuple[tuple[int, ...], str] | None,
+) -> JobOnNode:
+    """The job on `node`. `gpus_given`: its GPUs and where from, where its own variables
+    or Slurm named them by GRES index. `JobUnknownError` when neither Slurm nor the daemon
+    knows the job here, or its GPUs; `SchedulerUnavailableError` when Slurm did not answer
+    and the daemon never saw it."""
+    run, seen = slurm.run, memory.seen
+    if run is None and seen is None:
+        raise _never_seen(job_id, node, slurm, memory)
+    if run is not None:
+        if run.start_s is None:
+            raise JobUnknownError(f"job {job_id} has not started ({run.state or 'no state'})")
+        if node not in run.nodes and seen is None:
+            raise JobUnknownError(
+                f"job {job_id} ran on {','.join(run.nodes)[:200] or 'no node'}, not on this "
+                f"node ({node}): run job-report there"
+            )
+    minors, gpus_from = _gpus(job_id, node, run, seen, memory, gpus_given)
+    if not minors:
+        raise JobUnknownError(f"job {job_id} held no GPU on this node ({node})")
+    start, end, notes = _times(run, seen)
+    return JobOnNode(
+        job_id=job_id,
+        node=node,
+        state=run.state if run is not None else ("RUNNING" if end is None else "ENDED"),
+        start_s=start,
+        end_s=end,
+        minor_numbers=minors,
+        gpus_from=gpus_from,
+        jobs_from=run.source if run is not None else "the daemon's memory",
+        notes=tuple(notes),
+    )
+
+
+def _never_seen(job_id: str, node: str, slurm: SlurmAnswer, memory: DaemonMemory) -> Exception:
+    daemon = f"the daemon never saw it on this node's GPUs ({_memory_span(memory)})"
+    if memory.absent:
+        daemon = f"no daemon answers to remember it ({memory.absent})"
+    if slurm.unavailable:
+        return SchedulerUnavailableError(f"{slurm.why}; {daemon}")
+    return JobUnknownError(f"job {job_id} was never seen: {slurm.why}, and {daemon}")
+
+
+def _memory_span(memory: DaemonMemory) -> str:
+    if memory.absent:
+        return f"no daemon answers: {memory.absent}"
+    if not memory.reading:
+        return "it reads no scheduler here"
+    if memory.since is None:
+        return "it has read no jobs yet"
+    return f"it remembers jobs since {clock_time(memory.since)}, as long as its --history"
+
+
+def _gpus(
+    job_id: str,
+    node: str,
+    run: JobRun | None,
+    seen: Sighting | None,
+    memory: DaemonMemory,
+    given: tuple[tuple[int, ...], str] | None,
+) -> tuple[tuple[int, ...], str]:
+    if given is not None:
+        return given
+    if seen is not None:
+        return seen.gpu_minor_numbers, "the daemon's memory"
+    assert run is not None  # job_on_node: one of them is known
+    when = f"from {clock_time(run.start_s)}" if run.start_s is not None else ""
+    raise JobUnknownError(
+        f"Slurm says job {job_id} ran on {node} {when}, but which GPUs it held is not known: "
+        f"Slurm forgets them when the job ends, and the daemon never saw it "
+        f"({_memory_span(memory)})"
+    )
+
+
+def _times(run: JobRun | None, seen: Sighting | None) -> tuple[float, float | None, list[str]]:
+    """The job's start and end (`None`: it runs), and notes on where they came from."""
+    if run is not None and run.start_s is not None:
+        return run.start_s, run.end_s, []
+    assert seen is not None
+    start = seen.started_at if seen.started_at is not None else seen.first_seen_at
+    if seen.gone_at is None:
+        return start, None, []
+    note = (
+        f"Slurm no longer knows job {seen.job_id}: it ended between "
+        f"{clock_time(seen.last_seen_at)} and {clock_time(seen.gone_at)} (the daemon's last "
+        "two reads of the jobs); the figures run to the first"
+    )
+    return start, seen.last_seen_at, [note]
+
+
+def clock_time(unix_s: float) -> str:
+    """`2026-11-27 06:41:42`, local time."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix_s))

@@ -6,7 +6,6 @@ import json
 import os
 import shlex
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from gpuwatch.cli.exit_codes import ExitCode
 from tests.helpers.cli import run_cli
 from tests.helpers.fleet.document import GPU_KEYS, NODE_KEYS
+from tests.helpers.fleet.endpoints import Endpoint
 from tests.helpers.tmux import GPUWATCH, Tmux
 
 
@@ -92,31 +92,24 @@ def test_bad_values_are_one_line_usage_errors(
 
 @pytest.mark.parametrize("mode", [[], ["--once"], ["--json"]], ids=["screen", "once", "json"])
 def test_a_source_that_cannot_be_read_is_one_line_and_exit_6_before_any_screen(
-    mode: list[str],
+    mode: list[str], refusing_endpoint: Endpoint
 ) -> None:
-    result = run_cli("fleet", "--prometheus", f"http://127.0.0.1:{closed_port()}", *mode)
+    result = run_cli("fleet", "--prometheus", f"http://{refusing_endpoint.address}", *mode)
     assert result.exit_code == ExitCode.REMOTE, result.stderr
     assert result.stderr.startswith("gpuwatch: error: Prometheus at http://127.0.0.1:")
     assert len(result.stderr.strip().splitlines()) == 1
     assert "\x1b[" not in result.stdout, "no screen was drawn"
 
 
-def test_a_node_that_refuses_is_down_in_the_json_not_an_error() -> None:
-    address = f"127.0.0.1:{closed_port()}"
+def test_a_node_that_refuses_is_down_in_the_json_not_an_error(
+    refusing_endpoint: Endpoint,
+) -> None:
+    address = refusing_endpoint.address
     result = run_cli("fleet", "--node", address, "--json")
     assert result.exit_code == 0, result.stderr
     (node,) = json.loads(result.stdout)["nodes"]
     assert node["node"] == address and node["up"] is False and node["gpus"] == []
     assert node["error"] and node["age_s"] is None
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then closed)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_help_teaches_with_examples() -> None:
@@ -156,4 +149,3 @@ def test_the_installed_command_in_a_real_terminal(lease_dir: Path) -> None:
         assert "Traceback" not in screen
     finally:
         terminal.close()
-    time.sleep(0)  # nothing left running: the tmux server is gone

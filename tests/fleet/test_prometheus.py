@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.parse
 from dataclasses import replace
 
 import pytest
@@ -15,7 +14,6 @@ from gpuwatch.choices import Strategy
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import parse_exposition
-from gpuwatch.fleet.promapi import form_quoted
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
 from gpuwatch.models import Exporter, FleetState
@@ -23,6 +21,7 @@ from gpuwatch.placement.rules import needed_bytes
 from gpuwatch.placement.where import where
 from gpuwatch.request import Request
 from gpuwatch.tui.fleet_rows import build_rows
+from tests.helpers.fleet.endpoints import Endpoint
 from tests.helpers.fleet.fakeprom import (
     NOW,
     FakePrometheus,
@@ -30,7 +29,7 @@ from tests.helpers.fleet.fakeprom import (
     with_node_figures,
     with_verdicts,
 )
-from tests.helpers.fleet.servers import Reply, always, fixture, refusing, serving
+from tests.helpers.fleet.servers import Reply, always, fixture, serving
 
 DCGM = fixture("dcgm_node.prom").decode()
 SMI = fixture("nvidia_smi_node.prom").decode()
@@ -148,8 +147,8 @@ def test_a_server_that_is_not_prometheus_is_one_clear_line(reply: Reply, says: s
     assert message.isprintable()
 
 
-def test_a_refused_connection_is_one_clear_line() -> None:
-    url = f"http://{refusing()}"
+def test_a_refused_connection_is_one_clear_line(refusing_endpoint: Endpoint) -> None:
+    url = f"http://{refusing_endpoint.address}"
     with pytest.raises(SourceError, match="connection refused"):
         PrometheusSource(url, timeout_s=1.0).read()
 
@@ -491,17 +490,3 @@ def test_a_daemon_that_exports_no_figures_has_the_table_read_gpu_by_gpu() -> Non
             "gpu-node-01",
             "gpu-node-02",
         ]
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        'max by (job, instance) (gpuwatch_node_gpus{instance=~"gpu\\\\.01:9400|gpu-02"})',
-        "a b+c&d=e%f/g?h#i;j'k\"l~m_n.o-p",
-        "".join(map(chr, range(128))),
-        "nœud-ünïcode 東京",
-    ],
-    ids=["narrowed", "specials", "ascii", "unicode"],
-)
-def test_a_query_is_quoted_as_the_standard_library_quotes_a_form(text: str) -> None:
-    assert form_quoted(text) == urllib.parse.quote_plus(text)

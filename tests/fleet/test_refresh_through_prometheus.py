@@ -4,14 +4,13 @@ the fleet a whole read finds."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpuwatch.fleet import promapi
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.models import FleetState
 from tests.helpers.fleet.prometheus import StartPrometheus, StartSimFleet, Target
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -44,13 +43,16 @@ def test_a_narrowed_refresh_posted_to_prometheus_finds_the_fleet_of_a_whole_read
         lambda texts, names, **options: asked.extend(texts) or samples(texts, names, **options),
     )
     source.read()
-    # WHEN it refreshes after some of the nodes, not all, were scraped again (each second)
-    deadline = time.monotonic() + 60
-    while not any("instance=~" in text for text in asked):
-        assert time.monotonic() < deadline, "no refresh came between two nodes' scrapes"
+
+    def narrowed_refresh() -> FleetState | None:
         asked.clear()
-        refreshed = source.read()
-        time.sleep(0.1)
+        fleet = source.read()
+        return fleet if any("instance=~" in text for text in asked) else None
+
+    # WHEN it refreshes after some of the nodes, not all, were scraped again (each second)
+    refreshed = wait_until(
+        narrowed_refresh, "a refresh between two nodes' scrapes", timeout_s=60, interval_s=0.1
+    )
     whole = PrometheusSource(prometheus.url).read()
     # THEN the server took every narrowed query, and the nodes are those of a whole read
     assert shape(refreshed) == shape(whole)

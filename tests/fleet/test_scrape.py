@@ -3,19 +3,24 @@ hangs, refuses, drips or sends the wrong thing is down with why, and never hides
 
 from __future__ import annotations
 
-import socket
+import gzip
 import time
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.fleet.scrape import ScrapeSource, parse_target, read_nodes_file
+from gpuwatch.fleet import fetch
+from gpuwatch.fleet.config import read_nodes_file
+from gpuwatch.fleet.scrape import ScrapeSource, parse_target
 from gpuwatch.models import Exporter, FleetState
 from tests.helpers.daemon import running_daemon
-from tests.helpers.fleet.servers import Reply, always, fixture, hanging, refusing, serving
+from tests.helpers.fleet.endpoints import Endpoint, hanging
+from tests.helpers.fleet.net import free_port
+from tests.helpers.fleet.servers import Reply, always, fixture, serving
 
 DCGM = Reply(fixture("dcgm_node.prom"))
+GZIP = {"Content-Encoding": "gzip"}
 
 
 @pytest.mark.parametrize(
@@ -108,7 +113,7 @@ def read(*targets: str, timeout_s: float = 2.0, **options: float) -> FleetState:
 
 def test_a_real_daemon_scraped_is_a_node_up_with_its_gpus(tmp_path: Path) -> None:
     # GIVEN a gpuwatch daemon serving /metrics on loopback
-    port = _free_port()
+    port = free_port()
     with running_daemon(tmp_path, "--listen", f"127.0.0.1:{port}"):
         # WHEN it is scraped
         fleet = read(f"127.0.0.1:{port}")
@@ -131,8 +136,10 @@ def test_a_real_daemon_scraped_is_a_node_up_with_its_gpus(tmp_path: Path) -> Non
         (Reply(b"", status=401), "credentials"),
         (Reply(b"x" * 10_000, drip_s=0.01), "within"),
         (Reply(b"", endless_bytes=200 << 20), "too large"),
+        (Reply(gzip.compress(b"0" * (20 << 20)), headers=GZIP), "too large"),
+        (Reply(b"not gzip at all", headers=GZIP), "gzip"),
     ],
-    ids=["html", "404", "401", "slow-drip", "huge-body"],
+    ids=["html", "404", "401", "slow-drip", "huge-body", "gzip-bomb", "not-gzip"],
 )
 def test_a_node_that_answers_wrong_is_down_and_the_others_are_not(reply: Reply, error: str) -> None:
     with serving(always(DCGM)) as good, serving(always(reply)) as bad:
@@ -144,8 +151,30 @@ def test_a_node_that_answers_wrong_is_down_and_the_others_are_not(reply: Reply, 
     assert broken.error is not None and error in broken.error
 
 
-def test_a_refused_node_is_down_with_why() -> None:
-    target = refusing()
+def test_a_gzipped_answer_is_read_as_its_text() -> None:
+    # GIVEN a node that answers gzipped, as exporters do when asked
+    with serving(always(Reply(gzip.compress(DCGM.body), headers=GZIP))) as url:
+        # WHEN it is read THEN it is up with its GPUs
+        (node,) = read(f"{url}/metrics").nodes
+    assert node.up and node.snapshot is not None and len(node.snapshot.gpus) == 2
+
+
+def test_more_nodes_than_threads_are_all_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN five nodes and requests that may run two at a time
+    monkeypatch.setattr(fetch, "MAX_THREADS", 2)
+
+    def route(path: str, headers: dict[str, str]) -> Reply:
+        name = path.split("/")[1]
+        return Reply(fixture("dcgm_node.prom").replace(b"dgx-a100-03", name.encode()))
+
+    with serving(route) as base:
+        # WHEN they are read THEN every one is up
+        fleet = read(*(f"{base}/node{n}/metrics" for n in range(5)))
+    assert [(node.name, node.up) for node in fleet.nodes] == [(f"node{n}", True) for n in range(5)]
+
+
+def test_a_refused_node_is_down_with_why(refusing_endpoint: Endpoint) -> None:
+    target = refusing_endpoint.address
     (node,) = read(target).nodes
     assert (node.name, node.up, node.error) == (target, False, "connection refused")
 
@@ -163,7 +192,7 @@ def test_twenty_nodes_some_hung_some_dripping_answer_within_one_timeout() -> Non
 
     with serving(route) as base, hanging() as h1, hanging() as h2, hanging() as h3:
         targets = [f"{base}/node{i:02}/metrics" for i in range(14)]
-        targets += [h1, h2, h3] + [f"{base}/drip{i}/metrics" for i in range(3)]
+        targets += [h.address for h in (h1, h2, h3)] + [f"{base}/drip{i}/metrics" for i in range(3)]
         # WHEN all are read
         started = time.monotonic()
         fleet = read(*targets, timeout_s=timeout_s)
@@ -174,9 +203,3 @@ def test_twenty_nodes_some_hung_some_dripping_answer_within_one_timeout() -> Non
     assert up == [f"node{i:02}" for i in range(14)]
     down = [node for node in fleet.nodes if not node.up]
     assert len(down) == 6 and all(node.error for node in down)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -4,6 +4,9 @@ checked against each node's known free memory."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from tests.helpers.cli import run_cli
 from tests.helpers.fleet.daemons import SimNode
 from tests.helpers.fleet.endpoints import Endpoint
 from tests.helpers.fleet.prometheus import StartDaemons
+from tests.helpers.fleet.servers import Reply, always, serving
 
 pytestmark = pytest.mark.slow  # real daemons, one per node
 
@@ -169,3 +173,43 @@ def test_a_prometheus_that_cannot_be_read_exits_6(refusing_endpoint: Endpoint) -
     result = run_cli("where", "--prometheus", refusing_endpoint.url)
     assert result.exit_code == ExitCode.REMOTE
     assert len(result.stderr.splitlines()) == 1
+
+
+def vector_of(size_bytes: int) -> bytes:
+    """An instant query's answer of about `size_bytes`: a vector of one GPU's free memory
+    over and over (built without a list of distinct series, which would cost the test's
+    process several times the answer)."""
+    series = (
+        b'{"metric":{"__name__":"gpuwatch_memory_free_bytes","gpu":"0","instance":'
+        b'"gpu-00001:19400","job":"gpuwatch"},"value":[1795472800.0,"85899345920"]}'
+    )
+    head, tail = b'{"status":"success","data":{"resultType":"vector","result":[', b"]}}"
+    return head + b",".join([series] * (size_bytes // (len(series) + 1))) + tail
+
+
+# Runs a command and prints its exit status and peak memory (KiB). A process of its own, so
+# that the peak is the command's: a child forked from pytest itself would count pytest's.
+PEAK_OF = (
+    "import resource, subprocess, sys\n"
+    "status = subprocess.run(sys.argv[1:], check=False).returncode\n"
+    "print(status, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+)
+
+
+def test_a_prometheus_answering_60mib_a_query_costs_where_its_timeout_not_its_memory() -> None:
+    # GIVEN a Prometheus stand-in that answers every query with 60 MiB of series
+    answer = Reply(vector_of(60 << 20), content_type="application/json")
+    with serving(always(answer)) as url:
+        # WHEN where asks it, in a process of its own, with --timeout 5s
+        where = [sys.executable, "-m", "gpuwatch", "where", "--prometheus", url, "--timeout", "5s"]
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", PEAK_OF, *where], capture_output=True, text=True, check=True
+        )
+        took_s = time.monotonic() - started
+    # THEN it exits 6 (the server cannot be read) in one line, within 6 s, under 200 MB
+    status, peak_kib = map(int, done.stdout.split())
+    assert status == ExitCode.REMOTE, done.stderr
+    assert "too large" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert took_s < 6.0
+    assert peak_kib * 1024 < 200_000_000

@@ -3,8 +3,6 @@ accepts, and the fits are those of a whole read."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpuwatch.fleet.prometheus import PrometheusSource
@@ -12,9 +10,19 @@ from gpuwatch.placement.rules import needed_bytes
 from gpuwatch.placement.where import where
 from gpuwatch.request import Request
 from tests.helpers.fleet.daemons import SimNode
-from tests.helpers.fleet.prometheus import StartDaemons, StartPrometheus, Target
+from tests.helpers.fleet.prometheus import Prometheus, StartDaemons, StartPrometheus, Target
 
 pytestmark = pytest.mark.slow
+
+
+def wait_for_where_series(prometheus: Prometheus, nodes: list[SimNode]) -> None:
+    """Until Prometheus holds every series where reads of `nodes`: each GPU's free memory
+    and the node's verdict on it, and a process on each GPU with memory in use."""
+    gpus = sum(len(node.used_bytes) for node in nodes)
+    prometheus.wait_for_count("gpuwatch_memory_free_bytes", gpus)
+    prometheus.wait_for_count("gpuwatch_memory_available_bytes", gpus)
+    used = sum(bool(used) for node in nodes for used in node.used_bytes)
+    prometheus.wait_for_count("gpuwatch_process_memory_bytes", used)
 
 
 def test_a_placed_read_through_prometheus_gives_the_fits_of_a_whole_read(
@@ -29,7 +37,7 @@ def test_a_placed_read_through_prometheus_gives_the_fits_of_a_whole_read(
     daemons = start_daemons(nodes)
     prometheus = start_prometheus([Target(daemon.address) for daemon in daemons])
     prometheus.wait_until_up([daemon.address for daemon in daemons])
-    time.sleep(2)
+    wait_for_where_series(prometheus, nodes)
     request = Request(min_free_bytes=40 << 30, allow_busy=True)  # each GPU runs a process
     # WHEN where reads it in one round, and whole
     placed = PrometheusSource(prometheus.url, placement=True).read_placed(needed_bytes(request))
@@ -54,7 +62,7 @@ def test_each_nodes_verdict_through_prometheus_gives_the_fits_of_a_whole_read(
     daemons = start_daemons(nodes)
     prometheus = start_prometheus([Target(daemon.address) for daemon in daemons])
     prometheus.wait_until_up([daemon.address for daemon in daemons])
-    time.sleep(2)
+    wait_for_where_series(prometheus, nodes)
     for request, fitting in (
         (Request(min_free_bytes=40 << 30), ["node-a", "node-b"]),
         (Request(count=2), ["node-a"]),

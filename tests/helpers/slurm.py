@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuwatch.jobs import SlurmJobs
+from tests.helpers.wait import wait_until
 
 NVIDIA_MAJOR = 195
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -65,6 +66,9 @@ class SlurmCluster:
     oversubscribe: int = 1
     epilog: Path | None = None
     min_job_age_s: int = 2
+    gres_text: str | None = None
+    """gres.conf as given (`{dev}`: the cluster's device folder, `{node}`: its node);
+    `None`: one line naming the device files in `gpu_minors`' order."""
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -101,35 +105,32 @@ class SlurmCluster:
         out = self.run("sbatch", "--parsable", output, *options, "--wrap", wrap).stdout
         return out.strip().split(";")[0]
 
+    def queued(self, *states: str) -> set[str]:
+        """The ids of the jobs squeue shows (in `states`, by default pending or running)."""
+        chosen = ["-t", ",".join(states)] if states else []
+        return set(self.run("squeue", "-h", *chosen, "-o", "%i").stdout.split())
+
     def wait_running(self, job_ids: Sequence[str], timeout_s: float = 60.0) -> None:
-        """Waits until every job is RUNNING; raises with squeue's view if not."""
-        deadline = time.monotonic() + timeout_s
+        """Waits until every job is RUNNING."""
         wanted = set(job_ids)
-        while True:
-            out = self.run("squeue", "-h", "-t", "R", "-o", "%i").stdout
-            if wanted <= set(out.split()):
-                return
-            if time.monotonic() > deadline:
-                view = self.run("squeue", "-o", "%i %T %r").stdout
-                raise TimeoutError(f"jobs {sorted(wanted)} not all running:\n{view}")
-            time.sleep(0.2)
+        wait_until(
+            lambda: wanted <= self.queued("R"),
+            f"jobs {sorted(wanted)} running",
+            timeout_s=timeout_s,
+        )
 
     def wait_gone(self, job_ids: Sequence[str], timeout_s: float = 60.0) -> None:
         """Waits until no job of `job_ids` is pending or running."""
-        deadline = time.monotonic() + timeout_s
-        while set(self.run("squeue", "-h", "-o", "%i").stdout.split()) & set(job_ids):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"jobs {list(job_ids)} still queued")
-            time.sleep(0.2)
+        wait_until(
+            lambda: not self.queued() & set(job_ids),
+            f"jobs {list(job_ids)} gone from the queue",
+            timeout_s=timeout_s,
+        )
 
     def cancel_all(self) -> None:
         """Cancels every job and waits until none is left."""
         self.run("scancel", "--user", "root")
-        deadline = time.monotonic() + 30
-        while self.run("squeue", "-h", "-o", "%i").stdout.strip():
-            if time.monotonic() > deadline:
-                raise TimeoutError("jobs still queued 30 s after scancel")
-            time.sleep(0.2)
+        wait_until(lambda: not self.queued(), "no job queued after scancel")
 
     def stop(self, name: str) -> None:
         """Stops one daemon (`slurmctld`, `slurmd`, `munged`) and waits for it."""
@@ -174,12 +175,15 @@ def start_cluster(
     *,
     epilog: Path | None = None,
     min_job_age_s: int = 2,
+    gres_conf: str | None = None,
 ) -> SlurmCluster:
     """Writes the configuration under `root` and starts munged, slurmctld and slurmd;
     returns once `sinfo` shows the node idle. Stops what it started if that fails.
 
     `epilog`: slurm.conf's `Epilog=`, run by slurmd as root when each job ends on the node;
-    `min_job_age_s`: how long scontrol still shows a job that ended."""
+    `min_job_age_s`: how long scontrol still shows a job that ended; `gres_conf`: the
+    text of gres.conf (`{dev}`: the folder of the device files, `{node}`: the node), where
+    it is not one line naming `gpu_minors` in order."""
     cluster = SlurmCluster(
         root=root,
         node=socket.gethostname().split(".")[0],
@@ -187,6 +191,7 @@ def start_cluster(
         oversubscribe=oversubscribe,
         epilog=epilog,
         min_job_age_s=min_job_age_s,
+        gres_text=gres_conf,
     )
     try:
         _write_files(cluster)
@@ -207,7 +212,8 @@ def _write_files(cluster: SlurmCluster) -> None:
     for path, minor in zip(cluster.device_files, cluster.gpu_minors, strict=True):
         os.mknod(path, 0o600 | 0o020000, os.makedev(NVIDIA_MAJOR, minor))
     files = ",".join(str(path) for path in cluster.device_files)
-    cluster.gres_conf.write_text(f"AutoDetect=off\nName=gpu File={files}\n")
+    text = cluster.gres_text or "AutoDetect=off\nName=gpu File={files}\n"
+    cluster.gres_conf.write_text(text.format(files=files, dev=root / "dev", node=cluster.node))
     cluster.conf.write_text(_slurm_conf(cluster))
     key = root / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
@@ -366,10 +372,7 @@ def slurm_reader(cluster: SlurmCluster, **settings: float) -> SlurmJobs:
 def job_env(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
     """The environment the job's script ran with (it wrote `env -0` to a file)."""
     path = cluster.root / f"env-{job_id}"
-    deadline = time.monotonic() + 30
-    while not path.exists() or not path.read_bytes().endswith(b"\0"):
-        assert time.monotonic() < deadline, f"job {job_id} wrote no environment"
-        time.sleep(0.1)
+    wait_until(lambda: path.read_bytes().endswith(b"\0"), f"job {job_id}'s environment")
     entries = path.read_bytes().decode().split("\0")
     return dict(entry.split("=", 1) for entry in entries if "=" in entry)
 

@@ -4,11 +4,13 @@ running behind it."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs.command import run_command
+from gpuwatch.jobs.command import Commands, run_command
 from tests.helpers.wait import wait_until
 
 
@@ -79,3 +81,42 @@ def test_a_command_past_its_deadline_or_limit_is_killed_with_its_children(
     # THEN it answers nothing, saying why, and its child is not left running
     assert answer == (None, why)
     wait_until(lambda: gone(pids), "the command's child to be killed")
+
+
+def test_a_command_blocks_no_signal_though_its_caller_does(tmp_path: Path) -> None:
+    # GIVEN a caller thread blocking SIGTERM, SIGINT and SIGHUP (as the daemon's threads do)
+    pids = tmp_path / "pid"
+    command = script(tmp_path, f"echo $$ > {pids}; exec grep SigBlk /proc/self/status")
+    answers: list[tuple[str | None, str | None]] = []
+
+    def call() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+        answers.append(run_command([command], ENV, 5.0, 1 << 16))
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    caller.join(30)
+    # WHEN it runs a command THEN the command blocks nothing: SIGTERM stops it
+    ((out, why),) = answers
+    assert why is None and out is not None
+    assert int(out.split()[1], 16) == 0
+
+
+def test_closing_kills_a_command_under_way_at_once(tmp_path: Path) -> None:
+    # GIVEN a command that hangs, with a child of its own, run by a `Commands`
+    pids = tmp_path / "child.pid"
+    command = script(tmp_path, f"sleep 60 & echo $! > {pids}; wait")
+    commands = Commands()
+    answers: list[tuple[str | None, str | None]] = []
+    caller = threading.Thread(
+        target=lambda: answers.append(commands.run([command], ENV, 60.0, 1 << 16))
+    )
+    caller.start()
+    wait_until(lambda: pids.exists() and pids.read_text().strip(), "the command to start")
+    # WHEN the commands are closed (the daemon stops)
+    commands.close()
+    caller.join(10)
+    # THEN it ends at once, saying so, its child killed; and nothing more is started
+    assert answers == [(None, "closed")]
+    wait_until(lambda: gone(pids), "the command's child to be killed")
+    assert commands.run(["true"], ENV, 5.0, 1024) == (None, "closed")

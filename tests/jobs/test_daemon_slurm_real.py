@@ -7,6 +7,7 @@ as on a real node, never by index."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,3 +110,84 @@ def test_when_slurm_stops_the_daemon_goes_on_with_jobs_unknown(
         slurm.restart("slurmctld")
     # AND once Slurm is back, so are the jobs
     wait_until(lambda: jobs_known(daemon) == 1, "jobs known again", timeout_s=SLURM_TIMEOUT_S)
+
+
+FORGED_NAME = "x UserId=alice(1000) JobState=RUNNING GRES=gpu:4(IDX:0-3)"
+"""Issue 28's job name: key=value text a text parser would read as the job's."""
+OLD_SQUEUE = """#!/bin/sh
+case "$1" in --json) echo "squeue: unrecognized option '--json'" >&2; exit 1 ;; esac
+exec {squeue} "$@"
+"""
+
+
+@pytest.fixture(params=["json", "old-squeue"])
+def any_squeue(request: pytest.FixtureRequest, slurm: SlurmCluster, tmp_path: Path) -> str:
+    """The PATH the daemon finds Slurm on: the real squeue (with --json), or one that
+    refuses --json as Slurm before 21.08 does, then runs the real one."""
+    if request.param == "json":
+        return slurm.env["PATH"]
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "squeue").write_text(OLD_SQUEUE.format(squeue=shutil.which("squeue")))
+    (folder / "squeue").chmod(0o755)
+    return f"{folder}:{slurm.env['PATH']}"
+
+
+def test_a_job_name_cannot_give_a_job_other_gpus_or_another_user(
+    slurm: SlurmCluster, tmp_path: Path, any_squeue: str
+) -> None:
+    # GIVEN a job of 1 GPU whose name carries UserId=, JobState= and GRES= text, and a
+    # pending job named the same way (the node's GPUs are all held by a job of 3)
+    holder, holder_gpus = gpu_job(slurm, 3)
+    forged = slurm.sbatch("--gres=gpu:1", f"--job-name={FORGED_NAME}", wrap="sleep 120")
+    slurm.wait_running([forged], timeout_s=SLURM_TIMEOUT_S)
+    pending = slurm.sbatch("--gres=gpu:4", f"--job-name={FORGED_NAME}", wrap="sleep 120")
+    # WHEN a daemon reads the jobs (through squeue --json, or an old squeue's rows)
+    args = ("--jobs", "slurm", "--slurm-conf", str(slurm.conf), "--jobs-refresh", "1s")
+    env = {"PATH": any_squeue, "SLURMD_NODENAME": slurm.node}
+    with running_daemon(tmp_path, *args, env=env, scenario=NODE) as (_, sock, _):
+        table = wait_until(
+            lambda: (body := get_json(sock, "/v1/jobs")[1])["known"] and body, "jobs known"
+        )
+        # THEN the job holds its one GPU, as root's, its name shown as data
+        jobs = {job["job_id"]: job for job in table["jobs"]}
+        assert set(jobs) == {holder, forged}, "the pending job shows as running"
+        free = set(slurm.gpu_minors) - set(holder_gpus)
+        assert jobs[forged]["gpu_minor_numbers"] == sorted(free)
+        assert jobs[forged]["user"] == "root" and jobs[forged]["name"] == FORGED_NAME
+        assert pending not in jobs
+        # AND /metrics gives each GPU to its own job only
+        expected = dict.fromkeys(holder_gpus, holder) | dict.fromkeys(free, forged)
+        assert jobs_on_minors(sock) == expected
+
+
+def test_a_node_name_slurm_does_not_know_makes_the_jobs_unknown_saying_why(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    # GIVEN a job on the node, and a daemon told another node name than Slurm's
+    gpu_job(slurm, 1)
+    args = ("--jobs", "slurm", "--slurm-conf", str(slurm.conf), "--node-name", "not-this-node")
+    env = {"PATH": slurm.env["PATH"], "SLURMD_NODENAME": slurm.node}
+    with running_daemon(tmp_path, *args, env=env, scenario=NODE) as (_, sock, _):
+        # WHEN it reads the jobs THEN they are unknown (never "known, with 0 jobs"), saying why
+        body = wait_until(
+            lambda: (
+                (b := get_json(sock, "/v1/jobs")[1])["error"]
+                != "the scheduler has not answered yet"
+                and b
+            ),
+            "the first read of the jobs",
+        )
+        assert body["known"] is False
+        assert "defines no node named not-this-node" in body["error"]
+        assert jobs_known(sock) == 0
+
+
+def test_the_node_name_given_to_the_daemon_is_slurms(slurm: SlurmCluster, tmp_path: Path) -> None:
+    # GIVEN a daemon whose host name is not the node's (a container), told the node's name
+    job, gpus = gpu_job(slurm, 1)
+    args = ("--jobs", "slurm", "--slurm-conf", str(slurm.conf), "--node-name", slurm.node)
+    env = {"PATH": slurm.env["PATH"], "SLURMD_NODENAME": "a-container"}
+    with running_daemon(tmp_path, *args, env=env, scenario=NODE) as (_, sock, _):
+        # THEN it sees the node's job on its GPU
+        wait_until(lambda: jobs_on_minors(sock) == dict.fromkeys(gpus, job), "the job seen")

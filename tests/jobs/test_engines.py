@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.jobs import SlurmJobs, slurm_places
-from gpuwatch.jobs.engines import open_job_reader, spool_dir_in
+from gpuwatch.jobs.engines import open_job_reader
+from gpuwatch.jobs.slurm import spool_dir
 
 
 @pytest.mark.parametrize(
@@ -19,8 +20,24 @@ from gpuwatch.jobs.engines import open_job_reader, spool_dir_in
     ],
     ids=["node-pattern", "spaces-and-comment", "slurms-default"],
 )
-def test_the_spool_folder_is_slurmds_own_for_this_node(conf: str, expected: str) -> None:
-    assert spool_dir_in(conf, "gpu-07") == expected
+def test_the_spool_folder_is_slurmds_own_for_this_node(
+    conf: str, expected: str, tmp_path: Path
+) -> None:
+    (tmp_path / "slurm.conf").write_text(conf)
+    assert spool_dir(tmp_path / "slurm.conf", "gpu-07") == Path(expected)
+
+
+def test_the_node_name_given_is_slurms_name_for_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a daemon given --node-name (a container's host name is not the node's)
+    monkeypatch.setenv("SLURMD_NODENAME", "from-env")
+    reader, _ = open_job_reader("slurm", node="gpu-07", timeout_s=1.0)
+    # THEN Slurm is asked about that node
+    assert isinstance(reader, SlurmJobs) and reader.node == "gpu-07"
+    # AND without it, SLURMD_NODENAME, as slurmd sets it
+    reader, _ = open_job_reader("slurm", timeout_s=1.0)
+    assert isinstance(reader, SlurmJobs) and reader.node == "from-env"
 
 
 def test_off_never_makes_a_reader_and_says_so() -> None:

@@ -4,10 +4,14 @@ writes only where it should, whatever gpuwatch does: a stand-in `gpuwatch` plays
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.other_user import as_other_user, other_user
 
 EPILOG = Path(__file__).resolve().parents[2] / "examples" / "slurm" / "epilog.sh"
 
@@ -79,3 +83,47 @@ def test_a_report_directory_that_cannot_be_made_never_fails_the_epilog(tmp_path:
     blocker.write_text("a file where the directory should be")
     done, _ = run_epilog(tmp_path, "echo report", SLURM_JOB_ID="42", SLURM_JOB_GPUS="0")
     assert done.returncode == 0 and blocker.read_text().startswith("a file")
+
+
+def test_the_user_whose_job_it_was_can_read_the_report(tmp_path: Path) -> None:
+    # GIVEN a report folder two levels below folders that do not exist yet (as
+    # /var/log/gpuwatch/jobs on a fresh node), and a job of another user
+    entry = other_user()
+    base = Path(tempfile.mkdtemp(prefix="gpuwatch-epilog-"))  # pytest's tmp_path is root's
+    try:
+        base.chmod(0o755)
+        reports = base / "log" / "gpuwatch" / "jobs"
+        gpuwatch = script_file(base / "gpuwatch", 'echo "report of $2"')
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GPUWATCH": str(gpuwatch),
+            "GPUWATCH_JOB_REPORT_DIR": str(reports),
+            "SLURM_JOB_ID": "42",
+            "SLURM_JOB_GPUS": "0",
+            "SLURM_JOB_UID": str(entry.pw_uid),
+        }
+        # WHEN the epilog runs, as slurmd runs it (as root, under umask 022 or stricter)
+        done = subprocess.run(
+            ["sh", "-c", f"umask 077; exec sh {EPILOG}"], env=env, timeout=30, check=False
+        )
+        assert done.returncode == 0
+        # THEN that user can read their report; another's name stays unlisted
+        read = subprocess.run(
+            as_other_user(["cat", str(reports / "42.txt")]),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert read.stdout == "report of 42\n", read.stderr
+        listed = subprocess.run(
+            as_other_user(["ls", str(reports)]), capture_output=True, check=False
+        )
+        assert listed.returncode != 0
+    finally:
+        shutil.rmtree(base)
+
+
+def script_file(path: Path, body: str) -> Path:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path

@@ -8,59 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.jobs import step_gpu_minors
-from gpuwatch.jobs.gres import (
-    expand_hostlist,
-    gpu_indices,
-    gres_gpu_files,
-    minor_number_of,
-    parse_index_list,
-)
-
-GRES_CONF = """\
-# a site's gres.conf
-AutoDetect=off
-NodeName=gpu[01-02] Name=gpu Type=a100 File=/dev/nvidia[0-3]
-NodeName=gpu03 Name=gpu File=/dev/nvidia3,/dev/nvidia1   # wired the other way round
-NodeName=gpu03 Name=gpu File=/dev/nvidia0
-Name=mps Count=400
-NodeName=gpu03 name=GPU file=/dev/nvidia2
-"""
-
-
-@pytest.mark.parametrize(
-    ("node", "files"),
-    [
-        pytest.param("gpu02", [f"/dev/nvidia{n}" for n in range(4)], id="range"),
-        pytest.param(
-            "gpu03",
-            ["/dev/nvidia3", "/dev/nvidia1", "/dev/nvidia0", "/dev/nvidia2"],
-            id="conf-order-over-lines",
-        ),
-        pytest.param("cpu01", [], id="other-node"),
-    ],
-)
-def test_gres_conf_lists_a_nodes_gpu_files_in_its_own_order(node: str, files: list[str]) -> None:
-    # GIVEN a gres.conf for several nodes WHEN a node's GPU files are read
-    # THEN they come in gres.conf's order, which is the GRES index order
-    assert gres_gpu_files(GRES_CONF, node) == files
-
-
-@pytest.mark.parametrize(
-    ("expression", "names"),
-    [
-        pytest.param("vm", ["vm"], id="one"),
-        pytest.param(
-            "node[01-03,07],gpu14", ["node01", "node02", "node03", "node07", "gpu14"], id="ranges"
-        ),
-        pytest.param("r[1-2]-n[8-9]", ["r1-n8", "r1-n9", "r2-n8", "r2-n9"], id="two-brackets"),
-        pytest.param("n[1-", [], id="unclosed"),
-        pytest.param("n[3-1]", [], id="backwards"),
-        pytest.param("n[0-99999999]", [], id="too-many"),
-        pytest.param("", [], id="empty"),
-    ],
-)
-def test_hostlists_expand_as_slurm_writes_them(expression: str, names: list[str]) -> None:
-    assert expand_hostlist(expression) == names
+from gpuwatch.jobs.gres import gpu_indices, minor_number_of, parse_index_list
 
 
 @pytest.mark.parametrize(
@@ -71,6 +19,7 @@ def test_hostlists_expand_as_slurm_writes_them(expression: str, names: list[str]
         pytest.param("gpu:0(IDX:)", [], id="none"),
         pytest.param("mps:100(0/100,0/100)", [], id="other-gres"),
         pytest.param("", [], id="empty"),
+        pytest.param("gpu(IDX:0-1)", [0, 1], id="before-19.05-gres-idx"),
         pytest.param("gpu:2(IDX:1-0)", None, id="backwards"),
         pytest.param("gpu:2(IDX:x)", None, id="garbled"),
     ],
@@ -113,3 +62,7 @@ def test_a_device_files_minor_number_is_its_own_not_its_names(tmp_path: Path) ->
     assert minor_number_of(str(path)) == 6
     assert minor_number_of(str(tmp_path / "nvidia3")) == 3
     assert minor_number_of(str(tmp_path / "gpu")) is None
+    # AND a MIG capability device (another major number) is no GPU
+    caps = tmp_path / "nvidia-cap21"
+    os.mknod(caps, 0o600 | 0o020000, os.makedev(236, 21))
+    assert minor_number_of(str(caps)) is None

@@ -1,88 +1,164 @@
-"""Which job, when and on which GPUs, asked of stand-in Slurm commands: scontrol first, sacct
-where scontrol has forgotten the job, and each way the answer can be "no"."""
+"""One job's run asked of stand-in Slurm commands (recorded 22.05 answers): `squeue --json`,
+an old squeue's `-o` rows with the job's own scontrol detail, sacct where the controller
+forgot the job, and each way the answer can be "no"."""
 
 from __future__ import annotations
 
-import re
+import json
 from pathlib import Path
 
 import pytest
 
-from gpuwatch.errors import JobUnknownError, SchedulerUnavailableError
-from gpuwatch.jobs.job_runs import job_gpus
+from gpuwatch.errors import SchedulerUnavailableError
+from gpuwatch.jobs.job_runs import SlurmAbsent, job_run_from_sacct, slurm_run
+from gpuwatch.jobs.slurm_text import timestamp
 
 DATA = Path(__file__).parent / "data"
-RUNNING = DATA / "scontrol-job-running-22.05.txt"
-FORGOTTEN = "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1"
+NO_JSON = "echo \"squeue: unrecognized option '--json'\" >&2; exit 1"
 
 
-def command(tmp_path: Path, name: str, body: str) -> str:
-    path = tmp_path / name
-    path.write_text(f"#!/bin/sh\n{body}\n")
-    path.chmod(0o755)
-    return str(path)
+def commands(tmp_path: Path, **bodies: str) -> dict[str, str]:
+    """An environment whose PATH holds only stand-ins `name` running `body`, and a
+    slurm.conf (empty: it is only looked for)."""
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    for name, body in bodies.items():
+        path = folder / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    (tmp_path / "slurm.conf").write_text("")
+    return {"PATH": f"{folder}:/usr/bin:/bin", "SLURM_CONF": str(tmp_path / "slurm.conf")}
 
 
-def environment(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """This node is `vm`; its gres.conf lists the GPU files out of order (7, 5, 6, 4)."""
-    (tmp_path / "gres.conf").write_text(f"Name=gpu File={tmp_path}/nvidia[7,5,6,4]\n")
-    return {"SLURM_CONF": str(tmp_path / "slurm.conf"), "SLURMD_NODENAME": "vm", **extra}
-
-
-def test_a_running_job_has_the_gpus_of_its_gres_indices(tmp_path: Path) -> None:
-    # GIVEN scontrol's answer for a running job holding GRES index 2
-    scontrol = command(tmp_path, "scontrol", f"cat {DATA / 'scontrol-job-running-22.05.txt'}")
-    # WHEN the job is looked up THEN it holds the GPU of gres.conf's third file: minor 6
-    found = job_gpus("2", env=environment(tmp_path), scontrol=scontrol)
-    assert (found.minor_numbers, found.gpus_from, found.run.end_s) == ((6,), "scontrol", None)
-
-
-def test_a_job_scontrol_forgot_is_read_from_sacct_without_its_gpus(tmp_path: Path) -> None:
-    # GIVEN scontrol that no longer knows the job, and sacct that does
-    scontrol = command(tmp_path, "scontrol", FORGOTTEN)
-    sacct = command(
-        tmp_path, "sacct", "echo '7|7|COMPLETED|2026-11-25T10:00:00|2026-11-25T11:00:00|vm'"
+def test_a_running_job_has_its_gres_indices_on_each_node(tmp_path: Path) -> None:
+    # GIVEN squeue --json's recorded answer, where job 2 holds GRES index 2 on vm
+    env = commands(tmp_path, squeue=f"cat {DATA / 'squeue-22.05.json'}")
+    # WHEN job 2 is asked THEN it runs on vm since its start, with that index
+    run = slurm_run("2", env)
+    assert run is not None and run.source == "squeue --json"
+    assert (run.state, run.nodes, run.gres_indices, run.end_s) == (
+        "RUNNING",
+        ("vm",),
+        {"vm": [2]},
+        None,
     )
-    # WHEN it is looked up
-    found = job_gpus("7", env=environment(tmp_path), scontrol=scontrol, sacct=sacct)
-    # THEN its run comes from sacct, and its GPUs are said to be unknown
-    assert found.run.source == "sacct" and found.run.end_s is not None
-    assert found.minor_numbers is None and "no longer says which GPUs" in found.why_unknown
+    assert run.start_s == 1795473311.0
 
 
-def test_its_own_slurm_job_gpus_name_the_gpus_of_a_job_that_ended(tmp_path: Path) -> None:
-    scontrol = command(tmp_path, "scontrol", f"cat {DATA / 'scontrol-job-completed-22.05.txt'}")
-    env = environment(tmp_path, SLURM_JOB_ID="1", SLURM_JOB_GPUS="0,3")
-    found = job_gpus("1", env=env, scontrol=scontrol)
-    assert (found.minor_numbers, found.gpus_from) == ((4, 7), "SLURM_JOB_GPUS")
+def test_an_old_squeue_is_read_by_rows_and_the_jobs_own_detail(tmp_path: Path) -> None:
+    # GIVEN a squeue without --json, and scontrol's real answer for job 10 ("train")
+    row = "10|10|N/A|RUNNING|root|2026-11-27T07:00:22|NONE|UNLIMITED|vm"
+    squeue = f'case "$1" in --json) {NO_JSON} ;; esac; echo "{row}"'
+    scontrol = f"cat {DATA / 'scontrol-job-train-22.05.txt'}"
+    env = commands(tmp_path, squeue=squeue, scontrol=scontrol)
+    # WHEN job 10 is asked THEN its GPUs are the detail's, its start the row's
+    run = slurm_run("10", env)
+    assert run is not None and run.source == "squeue"
+    assert run.gres_indices == {"vm": [1, 2]} and run.start_s == timestamp("2026-11-27T07:00:22")
+
+
+def test_a_forged_detail_in_a_jobs_name_makes_slurm_unusable_not_wrong(tmp_path: Path) -> None:
+    row = "9|9|N/A|RUNNING|root|2026-11-27T07:00:22|NONE|1:30:00|vm"
+    squeue = f'case "$1" in --json) {NO_JSON} ;; esac; echo "{row}"'
+    scontrol = f"cat {DATA / 'scontrol-job-forged-name-22.05.txt'}"
+    env = commands(tmp_path, squeue=squeue, scontrol=scontrol)
+    with pytest.raises(SchedulerUnavailableError, match="free text"):
+        slurm_run("9", env)
+
+
+def test_an_array_task_is_found_by_its_name(tmp_path: Path) -> None:
+    job = {
+        "job_id": 8, "array_job_id": 7, "array_task_id": 1, "job_state": "CANCELLED",
+        "nodes": "vm", "gres_detail": [], "start_time": 100, "end_time": 160, "name": "w",
+    }  # fmt: skip
+    (tmp_path / "answer.json").write_text(json.dumps({"jobs": [job]}))
+    env = commands(tmp_path, squeue=f"cat {tmp_path / 'answer.json'}")
+    run = slurm_run("7_1", env)
+    assert run is not None and (run.state, run.start_s, run.end_s) == ("CANCELLED", 100.0, 160.0)
+    assert run.gres_indices == {}
+
+
+def test_a_job_the_controller_forgot_comes_from_sacct(tmp_path: Path) -> None:
+    env = commands(
+        tmp_path,
+        squeue=f"cat {DATA / 'squeue-22.05.json'}",
+        sacct="echo '77|77|COMPLETED|2026-11-25T10:00:00|2026-11-25T11:00:00|vm'",
+    )
+    run = slurm_run("77", env)
+    assert run is not None and run.source == "sacct" and run.gres_indices is None
+
+
+def test_a_job_nobody_knows_is_none_not_an_error(tmp_path: Path) -> None:
+    env = commands(
+        tmp_path,
+        squeue=f"cat {DATA / 'squeue-22.05.json'}",
+        sacct="echo 'Slurm accounting storage is disabled' >&2; exit 1",
+    )
+    assert slurm_run("1_2", env) is None
 
 
 @pytest.mark.parametrize(
-    ("scontrol_body", "sacct_body", "error", "says"),
+    ("squeue", "says"),
     [
-        pytest.param(FORGOTTEN, "echo 'Slurm accounting storage is disabled' >&2; exit 1",
-                     JobUnknownError, "Slurm knows no job 2", id="unknown"),
-        pytest.param(f"sed 's/NodeList=vm/NodeList=gpu01/' {RUNNING}",
-                     "exit 1", JobUnknownError, "ran on gpu01, not on this node (vm)",
-                     id="another-node"),
-        pytest.param(f"sed 's/JobState=RUNNING/JobState=PENDING/' {RUNNING}",
-                     "exit 1", JobUnknownError, "has not started", id="pending"),
-        pytest.param("echo 'Unable to contact slurm controller' >&2; exit 1", "exit 1",
-                     SchedulerUnavailableError, "scontrol failed: Unable to contact", id="down"),
-        pytest.param("exec sleep 30", "exit 1", SchedulerUnavailableError,
-                     "did not answer in 0.5s", id="hung"),
+        pytest.param(
+            """echo '{"jobs": [], "errors": [{"description": "Unable to contact slurmctld"}]}'""",
+            "controller does not answer", id="controller-down",
+        ),
+        pytest.param(
+            "echo 'squeue: error: resolve_ctls_from_dns_srv: res_nsearch error' >&2; exit 1",
+            "controller does not answer: squeue: error: resolve_ctls", id="no-controller",
+        ),
+        pytest.param("exec sleep 30", "did not answer in 0.5s", id="hung"),
     ],
 )  # fmt: skip
-def test_each_no_from_slurm_is_its_own_error(
-    tmp_path: Path, scontrol_body: str, sacct_body: str, error: type[Exception], says: str
+def test_a_slurm_that_does_not_answer_says_so_in_one_plain_line(
+    tmp_path: Path, squeue: str, says: str
 ) -> None:
-    scontrol = command(tmp_path, "scontrol", scontrol_body)
-    sacct = command(tmp_path, "sacct", sacct_body)
-    with pytest.raises(error, match=re.escape(says)):
-        job_gpus("2", env=environment(tmp_path), timeout_s=0.5, scontrol=scontrol, sacct=sacct)
+    env = commands(tmp_path, squeue=squeue)
+    with pytest.raises(SchedulerUnavailableError, match=says) as raised:
+        slurm_run("2", env, timeout_s=0.5)
+    assert "\n" not in str(raised.value)
 
 
-def test_no_slurm_on_the_node_is_said_plainly(tmp_path: Path) -> None:
-    missing = str(tmp_path / "scontrol")
-    with pytest.raises(SchedulerUnavailableError, match="not found: is this a Slurm node"):
-        job_gpus("2", env=environment(tmp_path), scontrol=missing)
+def test_no_slurm_on_the_node_is_absent(tmp_path: Path) -> None:
+    env = commands(tmp_path, sacct="exit 1")
+    env["PATH"] = str(tmp_path / "bin")  # the stand-ins alone: not this machine's squeue
+    with pytest.raises(SlurmAbsent, match="squeue is not on PATH"):
+        slurm_run("2", env)
+
+
+def test_squeue_without_slurm_conf_is_no_slurm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a client package's squeue, but no slurm.conf where Slurm's commands look
+    env = commands(tmp_path, squeue="exit 1")
+    del env["SLURM_CONF"]
+    monkeypatch.setattr(
+        "gpuwatch.jobs.slurm_places.SLURM_CONF_PLACES", (str(tmp_path / "no.conf"),)
+    )
+    # THEN there is no Slurm to ask, said so (not squeue's own error)
+    with pytest.raises(SlurmAbsent, match=r"no slurm\.conf"):
+        slurm_run("2", env)
+
+
+def test_sacct_gives_the_latest_run_and_no_gpus() -> None:
+    # GIVEN sacct's answer for a job requeued once, cancelled in its second run
+    text = (
+        "7|7|REQUEUED|2026-11-25T10:00:00|2026-11-25T10:05:00|gpu[01-02]\n"
+        "7|7|CANCELLED by 0|2026-11-25T10:06:00|2026-11-25T11:00:00|gpu01\n"
+    )
+    # WHEN it is read
+    run = job_run_from_sacct(text, "7")
+    # THEN the latest run counts, and its GPUs are unknown (sacct names no GRES index)
+    assert run is not None and run.state == "CANCELLED" and run.nodes == ("gpu01",)
+    assert (run.start_s, run.end_s) == (
+        timestamp("2026-11-25T10:06:00"),
+        timestamp("2026-11-25T11:00:00"),
+    )
+    assert run.gres_indices is None
+
+
+def test_sacct_for_a_running_job_has_no_end() -> None:
+    run = job_run_from_sacct("8|8|RUNNING|2026-11-25T10:06:00|Unknown|gpu01\n", "8")
+    assert run is not None and run.start_s is not None and run.end_s is None
+    assert job_run_from_sacct("8|8|RUNNING\n", "8") is None

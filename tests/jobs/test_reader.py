@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs import SlurmJobs, job_id_of_process
+from gpuwatch.jobs import Job, SlurmJobs, job_id_of_process
+from tests.helpers.wait import wait_until
 
 DATA = Path(__file__).parent / "data"
 HUNG_S = 60  # a stand-in that hangs sleeps this long: far past any timeout used here
@@ -88,9 +89,7 @@ def test_answers_are_cached_for_max_age(tmp_path: Path, gres_conf: Path) -> None
     assert calls(tmp_path, "squeue") == 1
     clock.now += 2
     jobs.table()
-    deadline = time.monotonic() + 30
-    while jobs.refreshing and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: not jobs.refreshing, "the refresh to end")
     assert calls(tmp_path, "squeue") == 2
 
 
@@ -115,27 +114,54 @@ def test_slurm_down_makes_jobs_unknown(tmp_path: Path, gres_conf: Path) -> None:
     assert calls(tmp_path, "scontrol") == 0
 
 
-def test_a_squeue_without_json_falls_back_to_scontrol_for_good(
+OLD_SQUEUE = """case "$1" in --json) echo "squeue: unrecognized option '--json'" >&2; exit 1 ;; esac
+cat {rows}"""
+SCONTROL_BY_JOB = """case "$5" in 9) cat {forged} ;; 10) cat {train} ;; *) exit 1 ;; esac"""
+
+
+def old_slurm(tmp_path: Path, gres_conf: Path, rows: str, **kw: object) -> SlurmJobs:
+    """A reader of a Slurm whose squeue has no --json: `rows` (squeue -o lines) are its
+    answer, and scontrol answers the recorded 22.05 details of jobs 9 and 10."""
+    (tmp_path / "rows").write_text(rows)
+    squeue = stand_in(tmp_path, "squeue", OLD_SQUEUE.format(rows=tmp_path / "rows"))
+    scontrol = stand_in(
+        tmp_path,
+        "scontrol",
+        SCONTROL_BY_JOB.format(
+            forged=DATA / "scontrol-job-forged-name-22.05.txt",
+            train=DATA / "scontrol-job-train-22.05.txt",
+        ),
+    )
+    return reader(tmp_path, gres_conf, squeue, scontrol, **kw)
+
+
+def test_a_squeue_without_json_falls_back_to_rows_and_details_for_good(
     tmp_path: Path, gres_conf: Path
 ) -> None:
-    # GIVEN an old squeue that refuses --json and a scontrol that answers
-    squeue = stand_in(
-        tmp_path, "squeue", "echo \"squeue: unrecognized option '--json'\" >&2; exit 1"
-    )
-    scontrol = stand_in(tmp_path, "scontrol", f"cat {DATA / 'scontrol-22.05.txt'}")
+    # GIVEN an old squeue that refuses --json, answering job 10's row; scontrol its detail
+    row = (DATA / "squeue-rows-22.05.txt").read_text().splitlines()[1] + "\n"
     clock = Clock()
-    jobs = reader(tmp_path, gres_conf, squeue, scontrol, clock=clock)
+    jobs = old_slurm(tmp_path, gres_conf, row, clock=clock)
     # WHEN the table is read twice, past the cache
     table = jobs.table()
     clock.now += 10
     jobs.table()
-    deadline = time.monotonic() + 30
-    while jobs.refreshing and time.monotonic() < deadline:
-        time.sleep(0.01)
-    # THEN scontrol's answer maps the GPUs, and squeue was not asked again
-    assert table is not None and table.source == "scontrol"
-    assert table.job_on(4) is not None and table.job_on(4).job_id == "1"  # type: ignore[union-attr]
-    assert (calls(tmp_path, "squeue"), calls(tmp_path, "scontrol")) == (1, 2)
+    wait_until(lambda: not jobs.refreshing, "the refresh to end")
+    # THEN job 10 holds GRES 1-2 (nvidia5, 6), and squeue --json was not asked again
+    assert table is not None and table.source == "squeue, scontrol"
+    assert {minor: job.job_id for minor, job in table.by_minor_number.items()} == {5: "10", 6: "10"}
+    assert table.job("10") == Job("10", "root", "train", (5, 6), table.job("10").started_at, None)  # type: ignore[union-attr]
+    assert (calls(tmp_path, "squeue"), calls(tmp_path, "scontrol")) == (3, 2)
+
+
+def test_without_json_a_job_name_forging_gpus_makes_the_jobs_unknown(
+    tmp_path: Path, gres_conf: Path
+) -> None:
+    # GIVEN an old squeue, and a running job whose name forges a GRES detail of 4 GPUs
+    jobs = old_slurm(tmp_path, gres_conf, (DATA / "squeue-rows-22.05.txt").read_text())
+    # WHEN the table is read THEN the jobs are unknown, saying why: never all 4 GPUs to it
+    assert jobs.table() is None
+    assert "free text" in jobs.unknown_why()
 
 
 def test_a_hung_squeue_gives_unknown_by_the_deadline_and_is_not_piled_on(
@@ -154,9 +180,7 @@ def test_a_hung_squeue_gives_unknown_by_the_deadline_and_is_not_piled_on(
     assert took_s < HUNG_S / 2
     # AND the stand-in and its child are killed, and squeue was started at most twice
     # (once, plus once after the first call ended on its deadline)
-    deadline = time.monotonic() + 30
-    while jobs.refreshing and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: not jobs.refreshing, "the refresh to end")
     child = int((tmp_path / "child").read_text())
     assert (
         not Path(f"/proc/{child}").exists()
@@ -177,9 +201,7 @@ def test_a_hung_refresh_serves_the_previous_answer(tmp_path: Path, gres_conf: Pa
     # WHEN the cache is stale and the table is read twice while squeue hangs
     clock.now += 6
     during = [jobs.table()]
-    deadline = time.monotonic() + 30
-    while calls(tmp_path, "squeue") < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: calls(tmp_path, "squeue") >= 2, "squeue to be asked again")
     during.append(jobs.table())
     # THEN the previous answer is served at once, and squeue is not started again
     assert before is not None and during == [before, before]

@@ -14,7 +14,7 @@ import pytest
 
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs import JobTable, job_id_of_process, step_gpu_minors
-from gpuwatch.jobs.gres import gres_gpu_files, minor_number_of
+from gpuwatch.jobs.gres import node_gpu_minors
 from tests.helpers.slurm import SlurmCluster, gpu_job, job_env, slurm_reader
 
 pytestmark = pytest.mark.slow  # a real slurmctld and slurmd
@@ -41,8 +41,7 @@ def test_a_job_is_seen_on_the_gpus_slurm_gave_it(slurm: SlurmCluster, read_slurm
 def test_the_steps_own_variables_name_the_same_gpus(slurm: SlurmCluster, read_slurm: Read) -> None:
     # GIVEN a job given 2 GPUs, and the minor numbers of gres.conf's files as gpuwatch reads them
     job_id = gpu_job(slurm, 2)
-    files = gres_gpu_files(slurm.gres_conf.read_text(), slurm.node)
-    minors = [minor_number_of(path) for path in files]
+    minors = node_gpu_minors(slurm.gres_conf, slurm.conf, slurm.node)
     # WHEN the job's SLURM_JOB_GPUS is read as gpuwatch's pick would read it in the job
     in_job = step_gpu_minors(job_env(slurm, job_id), minors)
     # THEN it names the GPUs Slurm reports the job holding

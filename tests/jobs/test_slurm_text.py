@@ -11,9 +11,12 @@ import pytest
 from gpuwatch.jobs import Job
 from gpuwatch.jobs.slurm_text import (
     SlurmFormatError,
-    jobs_from_scontrol,
+    detail_indices,
     jobs_from_squeue_json,
+    name_in_detail,
     parse_duration_s,
+    rows_from_squeue,
+    timestamp,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -25,27 +28,12 @@ def by_id(jobs: list[Job]) -> dict[str, Job]:
     return {job.job_id: job for job in jobs}
 
 
-@pytest.mark.parametrize(
-    "read",
-    [
-        pytest.param(
-            lambda: jobs_from_squeue_json(
-                (DATA / "squeue-22.05.json").read_text(), "vm", MINORS_IN_ORDER
-            ),
-            id="squeue-json",
-        ),
-        pytest.param(
-            lambda: jobs_from_scontrol(
-                (DATA / "scontrol-22.05.txt").read_text(), "vm", MINORS_IN_ORDER
-            ),
-            id="scontrol",
-        ),
-    ],
-)
-def test_slurm_22_05_answers_give_each_running_job_and_its_gpus(read: Any) -> None:
-    # GIVEN Slurm 22.05's answers with three running jobs and one pending
-    # WHEN they are read for node vm
-    jobs = by_id(read())
+def test_slurm_22_05_answers_give_each_running_job_and_its_gpus() -> None:
+    # GIVEN Slurm 22.05's answer with three running jobs and one pending
+    # WHEN it is read for node vm
+    jobs = by_id(
+        jobs_from_squeue_json((DATA / "squeue-22.05.json").read_text(), "vm", MINORS_IN_ORDER)
+    )
     # THEN the running jobs are there with the GPUs their GRES indices name, the pending is not
     assert jobs == {
         "1": Job("1", "root", "train", (0, 1), STARTED_22_05, 90 * 60.0),
@@ -121,7 +109,6 @@ GOOD = {
         pytest.param({**GOOD, "user_name": ["root"]}, id="user-a-list"),
         pytest.param({**GOOD, "gres_detail": "gpu:1(IDX:0)"}, id="gres-not-a-list"),
         pytest.param({**GOOD, "gres_detail": [{"gpu": 1}]}, id="gres-an-object"),
-        pytest.param({**GOOD, "gres_detail": ["gpu:9(IDX:0-4000000000)"]}, id="gres-huge-range"),
         pytest.param({**GOOD, "nodes": 7}, id="nodes-a-number"),
         pytest.param({**GOOD, "start_time": "yesterday"}, id="start-a-string"),
         pytest.param({**GOOD, "time_limit": {"set": True, "number": "x"}}, id="limit-garbled"),
@@ -181,15 +168,66 @@ def test_an_answer_that_is_no_job_list_is_an_error_not_an_empty_table(text: str)
         jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
 
 
-def test_scontrol_lines_that_are_garbage_are_skipped() -> None:
-    # GIVEN scontrol's recorded answer with garbage lines mixed in
-    good = (DATA / "scontrol-22.05.txt").read_text()
-    text = "\x00\x1b[31m\nJobId=abc JobState=RUNNING NodeList=vm\nJobState=RUNNING\n" + good
-    text += "JobId=9 JobState=RUNNING NodeList=vm Nodes=vm GRES=gpu:2(IDX:0-99999999)\n"
-    # WHEN it is read
-    jobs = jobs_from_scontrol(text, "vm", MINORS_IN_ORDER)
-    # THEN the recorded jobs are there and nothing else
-    assert sorted(job.job_id for job in jobs) == ["1", "2", "3"]
+def test_a_job_here_with_garbled_gpu_indices_makes_the_jobs_unknown() -> None:
+    # GIVEN a job on this node whose GRES indices do not parse
+    bad = {**GOOD, "gres_detail": ["gpu:9(IDX:0-4000000000)"]}
+    # WHEN the answer is read THEN it is refused: its GPUs would otherwise look free
+    with pytest.raises(SlurmFormatError, match="garbled GRES indices"):
+        jobs_from_squeue_json(json.dumps({"jobs": [bad, GOOD]}), "vm", MINORS_IN_ORDER)
+
+
+def test_squeue_rows_are_read_field_by_field() -> None:
+    # GIVEN squeue -o ROW_FORMAT's recorded answer (22.05): a job with a 90 min limit, one
+    # without, both on vm
+    rows = rows_from_squeue((DATA / "squeue-rows-22.05.txt").read_text())
+    # THEN each row is a job, its times and limit read
+    assert [(r.job_id, r.state, r.user, r.nodes, r.time_limit_s) for r in rows] == [
+        ("9", "RUNNING", "root", ("vm",), 5400.0),
+        ("10", "RUNNING", "root", ("vm",), None),
+    ]
+    assert rows[0].start_s == timestamp("2026-11-27T07:00:22")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("9|9|N/A|RUNNING|root\n", id="too-few-fields"),
+        pytest.param("x|9|N/A|RUNNING|root|a|b|c|vm\n", id="no-job-id"),
+    ],
+)
+def test_a_row_that_is_no_row_is_refused(text: str) -> None:
+    with pytest.raises(SlurmFormatError):
+        rows_from_squeue(text)
+
+
+def test_a_job_name_cannot_forge_its_gpus() -> None:
+    # GIVEN scontrol's real answer (22.05) for a job given GRES index 0 whose name carries
+    # UserId=, JobState= and a GRES detail of all four GPUs on a line of its own
+    text = (DATA / "scontrol-job-forged-name-22.05.txt").read_text()
+    # WHEN its GPUs on vm are read THEN two details name vm: which is Slurm's is not known
+    with pytest.raises(SlurmFormatError, match="free text"):
+        detail_indices(text, "vm")
+    # AND the name is shown as data, never read as fields
+    name = name_in_detail(text, "root")
+    assert name is not None and name.startswith("x UserId=alice(1000) JobState=RUNNING")
+    assert "\n" not in name
+
+
+def test_scontrol_gives_a_jobs_gpus_from_its_one_detail() -> None:
+    # GIVEN scontrol's real answer for job "train", given GRES indices 1-2
+    text = (DATA / "scontrol-job-train-22.05.txt").read_text()
+    # THEN those are its GPUs on vm, and it has none on another node
+    assert detail_indices(text, "vm") == [1, 2]
+    assert detail_indices(text, "gpu01") is None
+    assert name_in_detail(text, "root") == "train"
+
+
+def test_before_19_05_the_detail_is_gres_idx() -> None:
+    text = (
+        "JobId=4 JobName=a UserId=bob(7) JobState=RUNNING NodeList=n1 "
+        "Nodes=n1 CPU_IDs=0-1 Mem=0 GRES_IDX=gpu(IDX:0,2) MinCPUsNode=1"
+    )
+    assert detail_indices(text, "n1") == [0, 2]
 
 
 @pytest.mark.parametrize(

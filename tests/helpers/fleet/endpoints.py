@@ -1,6 +1,6 @@
-"""Stand-in nodes on loopback: in the test's own process, an exporter that serves a fixed
-text (dcgm-exporter's format from `data/dcgm.prom`), one that accepts and never answers,
-and one that refuses; in one other process, a fleet of many simulated gpuwatch nodes.
+"""Stand-in nodes on loopback: in the test's own process, a dcgm-exporter that serves a
+recorded text (`data/dcgm.prom`), a node that accepts and never answers, and one that
+refuses; in one other process, a fleet of many simulated gpuwatch nodes.
 
 Each is an `Endpoint` (`address` is `127.0.0.1:PORT`, what `--node` and a Prometheus
 target take) and a context manager: leaving it closes every socket it opened.
@@ -13,19 +13,19 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+import urllib.parse
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "fleet" / "data"
+from tests.helpers.fleet.servers import DATA, Reply, serving
+
 FLEET_NODES = Path(__file__).resolve().parents[3] / "bench" / "fleet_nodes.py"
 DCGM_FIXTURE = DATA / "dcgm.prom"
 # The node and GPUs `data/dcgm.prom` describes, for tests that check what a source made of it.
 DCGM_HOSTNAME = "dcgm-node-1"
 DCGM_FREE_MIB = (80980, 40020, 1980, 68692)
-EXPOSITION_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @dataclass(frozen=True)
@@ -44,45 +44,17 @@ class Endpoint:
 
 
 @contextmanager
-def serving_text(
-    body: Callable[[], bytes], content_type: str = EXPOSITION_TYPE
-) -> Iterator[Endpoint]:
-    """An exporter on a free loopback port answering `GET /metrics` with `body()` (called
-    at each request, so a test may change what it serves) and 404 elsewhere."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?", 1)[0] != "/metrics":
-                self.send_error(404)
-                return
-            text = body()
-            self.send_response(200)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(text)))
-            self.end_headers()
-            self.wfile.write(text)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # a scrape a second would bury pytest's output
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
-    thread.start()
-    try:
-        yield Endpoint("127.0.0.1", server.server_address[1])
-    finally:
-        server.shutdown()
-        thread.join()
-        server.server_close()
-
-
-@contextmanager
 def serving_dcgm(fixture: Path = DCGM_FIXTURE) -> Iterator[Endpoint]:
-    """A dcgm-exporter stand-in serving `fixture` (by default the node `DCGM_HOSTNAME`)."""
+    """A dcgm-exporter stand-in serving `fixture` on `/metrics` (by default the node
+    `DCGM_HOSTNAME`), 404 elsewhere."""
     text = fixture.read_bytes()
-    with serving_text(lambda: text) as endpoint:
-        yield endpoint
+
+    def route(path: str, headers: dict[str, str]) -> Reply:
+        return Reply(text) if path.split("?", 1)[0] == "/metrics" else Reply(status=404)
+
+    with serving(route) as base:
+        parts = urllib.parse.urlsplit(base)
+        yield Endpoint(parts.hostname or "", parts.port or 0)
 
 
 @contextmanager

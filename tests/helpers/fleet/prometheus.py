@@ -31,6 +31,7 @@ from tests.helpers.fleet.endpoints import (
     SimFleet,
 )
 from tests.helpers.fleet.net import fetch, free_port
+from tests.helpers.wait import wait_until
 
 REQUIRE_ENV = "GPUWATCH_REQUIRE_PROMETHEUS"
 READY_TIMEOUT_S = 90.0
@@ -178,12 +179,20 @@ class Prometheus:
         timeout_s: float = WAIT_TIMEOUT_S,
     ) -> list[Sample]:
         """Polls `promql` until `condition(samples)`; returns those samples."""
-        deadline = time.monotonic() + timeout_s
-        while not condition(samples := self.query(promql)):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; last: {samples}")
-            time.sleep(0.1)
-        return samples
+
+        def met() -> tuple[list[Sample]] | None:  # a tuple: true even around no samples
+            samples = self.query(promql)
+            return (samples,) if condition(samples) else None
+
+        return wait_until(met, what, timeout_s=timeout_s, interval_s=0.1)[0]
+
+    def wait_for_count(self, selector: str, count: int) -> None:
+        """Waits until Prometheus holds exactly `count` series of `selector` now."""
+
+        def reached(samples: list[Sample]) -> bool:
+            return count == (samples[0].value if samples else 0)
+
+        self.wait_for(f"count({selector})", reached, f"{count} series of {selector}")
 
     def wait_until_up(
         self, addresses: Sequence[str], up: bool = True, timeout_s: float = WAIT_TIMEOUT_S

@@ -1,10 +1,10 @@
-"""Real HTTP servers on loopback for the fleet's tests: endpoints that answer, and ones that
-hang, refuse, drip, send garbage or too much."""
+"""A real HTTP server on loopback for the fleet's tests, answering each request as a route
+says: what a node or Prometheus sends, or a misbehaviour (a drip, too much, the wrong
+thing). Nodes that hang or refuse are `endpoints`'."""
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import ssl
 import threading
 import time
@@ -104,20 +104,3 @@ def serving(route: Route, *, tls: ssl.SSLContext | None = None) -> Iterator[str]
 
 def always(reply: Reply) -> Route:
     return lambda path, headers: reply
-
-
-@contextmanager
-def hanging() -> Iterator[str]:
-    """A port that accepts connections (the kernel does) and never answers; yields
-    `127.0.0.1:PORT`."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(128)
-        yield f"127.0.0.1:{listener.getsockname()[1]}"
-
-
-def refusing() -> str:
-    """`127.0.0.1:PORT` where nothing listens."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
