@@ -57,6 +57,26 @@ def test_the_choice_captured_by_the_shell_is_the_choice_alone() -> None:
     assert result.stderr.startswith("gpuwatch: chose GPUs 3, 2\n")
 
 
+# What vLLM did before its UUID support (issues 13815, 20939): each entry read as an integer.
+READS_INTEGERS = (
+    'python3 -c \'import os; print([int(e) for e in os.environ["CUDA_VISIBLE_DEVICES"]'
+    '.split(",")], os.environ.get("CUDA_DEVICE_ORDER"))\''
+)
+
+
+def test_a_tool_that_reads_the_variable_as_integers_runs_under_format_index() -> None:
+    # GIVEN a tool that reads CUDA_VISIBLE_DEVICES as integers
+    # WHEN pick runs it as the guide says, and as by default
+    indexed = shell(f"gpuwatch pick --sim 4 -n 2 --allow-busy --format index -- {READS_INTEGERS}")
+    by_uuid = shell(f"gpuwatch pick --sim 4 -n 2 --allow-busy -- {READS_INTEGERS}")
+    # THEN with --format index it gets the indices pick named, in the order nvidia-smi counts
+    assert indexed.returncode == 0, indexed.stderr
+    assert indexed.stdout == "[3, 2] PCI_BUS_ID\n"
+    assert indexed.stderr == "gpuwatch: chose GPUs 3, 2\n"
+    # AND by default, with UUIDs, it fails as such tools do
+    assert by_uuid.returncode != 0 and "invalid literal for int()" in by_uuid.stderr
+
+
 def test_verbose_adds_the_uuids() -> None:
     result = shell("gpuwatch pick -v --sim 4 -- true")
     assert result.returncode == 0, result.stderr
