@@ -77,6 +77,11 @@ COLORS = ("auto", "always", "never")
     help="Colour the table; auto colours a terminal unless NO_COLOR is set.",
 )
 @click.option(
+    "--header/--no-header",
+    default=None,
+    help="A line naming the table's columns.  [default: on a terminal]",
+)
+@click.option(
     "-v",
     "--verbose",
     is_flag=True,
@@ -92,6 +97,7 @@ def status(
     count: int | None,
     host: str | None,
     color: str,
+    header: bool | None,
     verbose: bool,
     no_jobs: bool,
 ) -> int:
@@ -111,7 +117,9 @@ def status(
     """
     if count is not None and interval_s is None:
         raise click.UsageError("--count needs --watch")
-    show = _print_json if as_json else _table_printer(color)
+    if as_json and header:
+        raise click.UsageError("--header names the table's columns: JSON has none")
+    show = _print_json if as_json else _table_printer(color, header)
     if host is not None:
         frames = _remote_frames(host, backend, sim, interval_s, count, verbose)
     else:
@@ -258,11 +266,13 @@ def _strict(value: object) -> object:
     return value
 
 
-def _table_printer(color: str) -> Callable[..., None]:
+def _table_printer(color: str, header: bool | None) -> Callable[..., None]:
+    terminal = sys.stdout.isatty()
     if color == "auto":
-        use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        use_color = terminal and not os.environ.get("NO_COLOR")
     else:
         use_color = color == "always"
+    column_names = terminal if header is None else header
     encoding = (sys.stdout.encoding or "").lower().replace("-", "")
     style = Style(color=use_color, unicode=encoding == "utf8")
 
@@ -270,7 +280,15 @@ def _table_printer(color: str) -> Callable[..., None]:
         snapshot: Snapshot, leases: list[Lease], jobs: NodeJobs | None, *, pretty: bool
     ) -> None:
         width = terminal_columns()
-        text = render(snapshot, leases=leases, style=style, width=width, jobs=jobs, now=time.time())
+        text = render(
+            snapshot,
+            leases=leases,
+            style=style,
+            width=width,
+            jobs=jobs,
+            now=time.time(),
+            column_names=column_names,
+        )
         sys.stdout.write(text)
         sys.stdout.flush()
 

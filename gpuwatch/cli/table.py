@@ -53,16 +53,20 @@ def render(
     width: int = 120,
     jobs: NodeJobs | None = None,
     now: float | None = None,
+    column_names: bool = False,
 ) -> str:
     """The whole table, ending in a newline; no line is wider than `width` (at 40 or more).
 
     With `jobs`, each GPU a job holds has a line saying which (its time left counted at
-    `now`), and jobs that are unknown one line saying why."""
+    `now`), and jobs that are unknown one line saying why. With `column_names`, a line
+    above the GPUs names their columns."""
     lines = [_header(snapshot, style, width)]
     if jobs is not None and jobs.unknown_why is not None:
         unknown = _cut(f"jobs unknown: {printable(jobs.unknown_why)}", width, style)
         lines.append(style.paint(unknown, YELLOW))
-    layout = _layout(snapshot.gpus, width, style)
+    layout = _layout(snapshot.gpus, width, style, COLUMN_NAMES if column_names else ())
+    if column_names and snapshot.gpus:
+        lines.append(style.paint(_column_names(layout), DIM))
     for gpu in snapshot.gpus:
         lines.append(_gpu_line(gpu, layout, style))
         if jobs is not None:
@@ -167,11 +171,22 @@ class _Layout:
         self.bar = bar
 
 
-def _layout(gpus: Sequence[GpuSample], width: int, style: Style) -> _Layout:
+COLUMN_NAMES = ("GPU", "name", "memory used / total", "util", "temp", "power / limit")
+"""What the columns of a GPU's line show, as the line above them names them: each name is
+cut to its column, never widens it past what the GPUs' own figures take."""
+_NAMES_LEFT = {"memory used / total", "power / limit"}
+"""Names of columns whose figures are pairs, read from the left."""
+
+
+def _layout(
+    gpus: Sequence[GpuSample], width: int, style: Style, names: Sequence[str] = ()
+) -> _Layout:
     index_width = max((len(f"[{gpu.index}]") for gpu in gpus), default=3)
     name_width = max((len(printable(gpu.name or _MISSING)) for gpu in gpus), default=4)
     rows = [_cells(gpu, style, bar=False) for gpu in gpus if _readable(gpu)]
     widths = tuple(max((len(row[i].plain) for row in rows), default=4) for i in range(4))
+    if names:  # a short word at least, so that a column of dashes is still named
+        widths = tuple(max(w, len(n.split()[0])) for w, n in zip(widths, names[2:], strict=True))
     fixed = index_width + 1 + name_width
     for bar, kept in ((True, 4), (False, 4), (False, 3), (False, 2)):
         shown = widths[:kept]
@@ -179,6 +194,19 @@ def _layout(gpus: Sequence[GpuSample], width: int, style: Style) -> _Layout:
             return _Layout(index_width, name_width, shown, bar)
     rest = index_width + 1 + sum(3 + w for w in widths[:2])
     return _Layout(index_width, max(_MIN_NAME, width - rest), widths[:2], False)
+
+
+def _column_names(layout: _Layout) -> str:
+    """`GPU name | memory used / total | util | temp | power / limit`, each name over its
+    column (spaces for the bars), shortened to its first word where the column is narrow."""
+    index, name, *cells = COLUMN_NAMES
+    line = f"{index:<{layout.index_width}} {name:<{layout.name_width}}"
+    for number, cell_width in enumerate(layout.cell_widths):
+        width = cell_width + (_BAR_WIDTH + 1 if number == 0 and layout.bar else 0)
+        named = cells[number]
+        label = named if len(named) <= width else named.split()[0]
+        line += "   " + (f"{label:<{width}}" if named in _NAMES_LEFT else f"{label:>{width}}")
+    return line.rstrip()
 
 
 def _readable(gpu: GpuSample) -> bool:

@@ -66,7 +66,7 @@ def where_command(
 
     Examples:
       gpuwatch where -n 2 --min-free 40GiB
-      ssh "$(gpuwatch where -n 2 --min-free 40GiB | head -1 | cut -d' ' -f1)"
+      node=$(gpuwatch where -n 2 --min-free 40GiB --limit 1) && ssh "${node%% *}"
       gpuwatch where --mem 10GiB --strategy pack --limit 3
       gpuwatch where --mig 1g.10gb --json
       gpuwatch where --prometheus http://prom:9090 --exclude-node gpu-07

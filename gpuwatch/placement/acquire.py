@@ -45,9 +45,14 @@ from gpuwatch.leases.directory import (
     user_name,
 )
 from gpuwatch.models import Device, Lease, Snapshot
-from gpuwatch.placement.gpus import kind_for
-from gpuwatch.placement.mig import free_mig_devices, stale_mig_leases, usable_mig_devices
-from gpuwatch.placement.rules import Choice, place
+from gpuwatch.placement.gpus import GPUS, kind_for
+from gpuwatch.placement.mig import (
+    MIG_DEVICES,
+    free_mig_devices,
+    stale_mig_leases,
+    usable_mig_devices,
+)
+from gpuwatch.placement.rules import Choice, Kind, Never, never, place
 from gpuwatch.placement.slurmstep import SlurmStep, allowed_in_step, slurm_step, step_indices
 from gpuwatch.placement.visible import (
     ORDER_VARIABLE,
@@ -57,7 +62,7 @@ from gpuwatch.placement.visible import (
     visible_entries,
 )
 from gpuwatch.request import Request, Waiter, describe_wish, request_of
-from gpuwatch.units import counted
+from gpuwatch.units import counted, format_size
 
 POLL_S = 0.5
 OnWait = Callable[[Request, Choice, float], None]
@@ -147,14 +152,21 @@ class Wanted:
         excluded = resolve(
             self.exclude, gpus, device_order="PCI_BUS_ID", what=self._named("exclude")
         )
+        request = replace(self.asked, allowed=allowed, excluded=excluded, job_gpus=job_gpus)
+        if (why := never(GPUS, snapshot, request)) is None:
+            return request
+        if why.usable >= request.count:
+            raise InvalidValueError(_too_small(GPUS, request, why))
+        # GPUs in MIG mode are not given whole: too few outside it is said per GPU, with the
+        # MIG devices to use instead, as any shortfall (`acquire` waits for none).
         usable = (allowed if allowed is not None else {gpu.index for gpu in gpus}) - excluded
-        if self.asked.count > len(usable):
+        if request.count > len(usable):
             left = f" after {self._named('exclude')}" if excluded else ""
-            has = self._has(allowed, len(usable))
             raise InvalidValueError(
-                f"{counted(self.asked.count, 'GPU')} asked for, but {has}{left}"
+                f"{counted(request.count, 'GPU')} asked for, but "
+                f"{self._has(allowed, len(usable))}{left}"
             )
-        return replace(self.asked, allowed=allowed, excluded=excluded, job_gpus=job_gpus)
+        return request
 
     def _has(self, allowed: frozenset[int] | None, usable: int) -> str:
         """`this machine has 2`: what limits the GPUs to choose from, and to how many."""
@@ -202,12 +214,13 @@ class Wanted:
                 f"{self._said('mig', mig)}: no MIG device of that profile to choose from; "
                 f"there are: {', '.join(profiles) or 'none'} (or use {self._said('mig', ANY)})"
             )
-        usable = usable_mig_devices(snapshot, request)
-        if self.asked.count > len(usable):
+        if (why := never(MIG_DEVICES, snapshot, request)) is not None:
+            if why.usable >= request.count:
+                raise InvalidValueError(_too_small(MIG_DEVICES, request, why))
             of = "" if mig == ANY else f" of profile {mig}"
             raise InvalidValueError(
-                f"{counted(self.asked.count, 'MIG device')} asked for, but there "
-                f"{'is' if len(usable) == 1 else 'are'} {len(usable)}{of} to choose from"
+                f"{counted(request.count, 'MIG device')} asked for, but there "
+                f"{'is' if why.usable == 1 else 'are'} {why.usable}{of} to choose from"
             )
         return request
 
@@ -216,6 +229,21 @@ class Wanted:
 
     def _said(self, field: str, value: object) -> str:
         return said(field, value, by_pick=self.by_pick)
+
+
+def _too_small(kind: Kind, request: Request, why: Never) -> str:
+    """`1 idle GPU with 100.0GiB free asked for, but no GPU to choose from has 100.0GiB of
+    memory in all (the largest: 79.6GiB)`: a request for more memory than any device has."""
+    size = format_size(why.needed_bytes)
+    if why.large_enough:
+        have = "has" if why.large_enough == 1 else "have"
+        which = f"only {counted(why.large_enough, kind.noun)} to choose from {have}"
+    else:
+        which = f"no {kind.noun} to choose from has"
+    largest = (
+        "" if why.largest_bytes is None else f" (the largest: {format_size(why.largest_bytes)})"
+    )
+    return f"{describe_wish(request)} asked for, but {which} {size} of memory in all{largest}"
 
 
 def acquire(
@@ -257,6 +285,8 @@ def acquire(
                 sleep(POLL_S)
                 continue
             request = request or wanted.resolve(snapshot, on_note)
+            # What no device could ever give ends at once, with its reasons, waiting or not.
+            waits = wait and never(kind_for(request), snapshot, request) is None
             # Both read outside the lock: a daemon call and /proc are no file operations.
             recent = _recent_utilization(backend, request)
             own_pids = _own_pids(snapshot, lease_dir, mine) if mine else frozenset()
@@ -274,7 +304,7 @@ def acquire(
                     if not full and choice.in_use:
                         full = True  # to say who uses them: sample the host's details too
                         continue
-                    if wait and ticket is None:
+                    if waits and ticket is None:
                         ticket = lease_dir.enqueue(request, command)
             except LeaseBusyError:
                 # Any user can hold the lock: a job told to wait goes on waiting, to its timeout.
@@ -282,13 +312,8 @@ def acquire(
                     raise
                 continue
             waited_s = clock() - started
-            if not wait:
-                shortfall = (
-                    _shortfall(request, choice)
-                    + _busy_hint(request, choice)
-                    + _mig_hint(backend, snapshot, request, leases)
-                )
-                raise NotEnoughGpusError(shortfall, choice.reasons)
+            if not waits:
+                raise _not_enough(backend, snapshot, request, choice, leases)
             if timeout_s is not None and waited_s >= timeout_s:
                 raise WaitTimeoutError(
                     f"gave up after waiting {waited_s:.0f}s: {_shortfall(request, choice)}",
@@ -301,6 +326,18 @@ def acquire(
     finally:
         if ticket is not None:
             ticket.release()
+
+
+def _not_enough(
+    backend: Backend, snapshot: Snapshot, request: Request, choice: Choice, leases: list[Lease]
+) -> NotEnoughGpusError:
+    """Too few devices qualify: why for each, and what the job could ask for instead."""
+    shortfall = (
+        _shortfall(request, choice)
+        + _busy_hint(request, choice)
+        + _mig_hint(backend, snapshot, request, leases)
+    )
+    return NotEnoughGpusError(shortfall, choice.reasons)
 
 
 def _wait_out(

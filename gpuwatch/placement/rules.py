@@ -162,13 +162,31 @@ def usable(kind: Kind, snapshot: Snapshot, request: Request) -> list[Device]:
     return [device for device in kind.devices(snapshot) if kind.outside(device, request) is None]
 
 
-def could_ever_serve(kind: Kind, snapshot: Snapshot, request: Request) -> bool:
-    """Whether enough of the devices `request` may have could serve it once idle (`None`
-    sizes: unknown, which might): what a waiter must pass to keep devices from later jobs,
-    and what a node must pass for `where` to explain why it cannot serve now."""
+@dataclass(frozen=True, slots=True)
+class Never:
+    """Why no amount of waiting lets a request have enough devices of a node: it may have
+    too few at all (`usable`), or too few of them are large enough (`large_enough` of them
+    have `needed_bytes` of memory in all, the largest `largest_bytes`)."""
+
+    usable: int
+    large_enough: int
+    needed_bytes: int
+    largest_bytes: int | None
+
+
+def never(kind: Kind, snapshot: Snapshot, request: Request) -> Never | None:
+    """Why `request` could never be served on `snapshot`'s node, even with every device idle,
+    or `None` when it could (a device of unknown size might be large enough). The one rule
+    for "never": pick and `select()` refuse such a request at once, wait or not; a waiter
+    must pass it to keep devices from later jobs; `where` says it of a node."""
+    devices = usable(kind, snapshot, request)
     needed = needed_bytes(request)
-    sizes = (device.memory_total_bytes for device in usable(kind, snapshot, request))
-    return sum(1 for total in sizes if total is None or total >= needed) >= request.count
+    sizes = [device.memory_total_bytes for device in devices]
+    large = sum(1 for total in sizes if total is None or total >= needed)
+    if large >= request.count:
+        return None
+    largest = max((total for total in sizes if total is not None), default=None)
+    return Never(len(devices), large, needed, largest)
 
 
 def needed_bytes(request: Request) -> int:
@@ -203,7 +221,7 @@ def _kept_for_waiters(
 ) -> dict[tuple[int, ...], Waiter]:
     kept: dict[tuple[int, ...], Waiter] = {}
     for waiter in keepers(waiting_ahead, mig=kind.mig):
-        if not could_ever_serve(kind, snapshot, waiter.request):
+        if never(kind, snapshot, waiter.request) is not None:
             continue
         ranked, _, _ = _qualify(kind, everyone, waiter.request, kept, waiter.pid)
         for candidate in ranked[: waiter.request.count]:

@@ -17,9 +17,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from gpuwatch.choices import Strategy
-from gpuwatch.models import Device, FleetState, GpuSample, NodeState, Snapshot
+from gpuwatch.models import Device, FleetState, GpuSample, NodeState
 from gpuwatch.placement.gpus import kind_for
-from gpuwatch.placement.rules import Kind, could_ever_serve, needed_bytes, place, usable
+from gpuwatch.placement.rules import Kind, Never, never, place
 from gpuwatch.request import Request
 from gpuwatch.units import counted, format_duration, format_size
 
@@ -98,19 +98,19 @@ def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
     choice = place(kind, node.snapshot, request, leases=node.leases or ())
     if choice.satisfied:
         return NodeFit(node.name, choice.chosen, choice.free_bytes, known)
-    if not could_ever_serve(kind, node.snapshot, request):
-        return NodeMiss(node.name, _never(kind, node.snapshot, request), choice.reasons, 0, known)
+    if (hopeless := never(kind, node.snapshot, request)) is not None:
+        return NodeMiss(node.name, _never(kind, hopeless, request), choice.reasons, 0, known)
     summary = f"{choice.qualifying} of {request.count} qualify"
     return NodeMiss(node.name, summary, choice.reasons, choice.qualifying, known)
 
 
-def _never(kind: Kind, snapshot: Snapshot, request: Request) -> str:
+def _never(kind: Kind, why: Never, request: Request) -> str:
     """`never: it has 2 GPUs`, or `never: 1 GPU of 80.0GiB or more`: why waiting won't do."""
-    devices = usable(kind, snapshot, request)
-    if len(devices) < request.count:
-        return f"never: it has {counted(len(devices), kind.noun)}"
-    big = [d for d in devices if (d.memory_total_bytes or 0) >= needed_bytes(request)]
-    return f"never: {counted(len(big), kind.noun)} of {format_size(needed_bytes(request))} or more"
+    if why.usable < request.count:
+        return f"never: it has {counted(why.usable, kind.noun)}"
+    return (
+        f"never: {counted(why.large_enough, kind.noun)} of {format_size(why.needed_bytes)} or more"
+    )
 
 
 def _rank(fit: NodeFit, strategy: Strategy) -> tuple[float, str]:

@@ -33,6 +33,7 @@ from gpuwatch.paths import socket_candidates
 from gpuwatch.record_fields import BadRecord
 from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S, AllocatedIdle
 from gpuwatch.sampling.jobs_cache import JobsCache
+from gpuwatch.units import format_span
 
 ONE_SHOT_DEADLINE_S = 1.0
 """How long a one-shot `gpuwatch status` waits for Slurm at most (counted from before the
@@ -291,13 +292,4 @@ def time_left_text(job: Job, now: float) -> str:
 
 def idle_text(seconds: float) -> str:
     """`allocated, idle 45s` / `12m` / `3h05m` / `2d04h`."""
-    whole = int(seconds)
-    if whole < 60:
-        span = f"{whole}s"
-    elif whole < 3600:
-        span = f"{whole // 60}m"
-    elif whole < 86400:
-        span = f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    else:
-        span = f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-    return f"allocated, idle {span}"
+    return f"allocated, idle {format_span(seconds)}"
