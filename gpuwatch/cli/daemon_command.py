@@ -120,9 +120,8 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     metavar="NAME",
     envvar="GPUWATCH_NODE_NAME",
     help="The node's name: the hostname label of every series, the name in the API, and "
-    "the node Slurm is asked about, e.g. where the daemon runs in a container.  "
-    "[env: GPUWATCH_NODE_NAME; default: the host name (for Slurm: $SLURMD_NODENAME, else the "
-    "short host name)]",
+    "the node Slurm is asked about where $SLURMD_NODENAME is not set, e.g. where the daemon "
+    "runs in a container.  [env: GPUWATCH_NODE_NAME; default: the host name]",
 )
 @_file_option(
     "--web-config",

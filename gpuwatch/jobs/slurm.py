@@ -53,15 +53,16 @@ DEFAULT_SPOOL_DIR = "/var/spool/slurmd"
 _CGROUP_JOB = re.compile(r"/slurm[^/]*/(?:uid_\d+/)?job_(\d+)(?:/|$)")
 _REASONS = {
     "absent": "squeue is not found",
-    "failed": "squeue and scontrol failed (is slurmctld up?)",
+    "failed": "squeue and scontrol failed (is slurmctld down?)",
     "closed": "job reading stopped",
 }
 
 
 def slurm_node_name(env: Mapping[str, str], given: str | None = None) -> str:
-    """Slurm's name for this node: `given` (the daemon's --node-name), else
-    `SLURMD_NODENAME` (which Slurm sets in every job), else the short host name."""
-    return given or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    """Slurm's name for this node: `SLURMD_NODENAME` (slurmd's own word for it, set in every
+    job, or by an admin for the daemon), else `given` (the daemon's --node-name, for a
+    container whose host name is not the node's), else the short host name."""
+    return env.get("SLURMD_NODENAME") or given or socket.gethostname().split(".")[0]
 
 
 class SlurmJobs:

@@ -217,7 +217,7 @@ def unknown_reason(error: str | None, deadline_s: float | None) -> str:
         within = f" within {deadline_s:g}s" if deadline_s is not None else ""
         return f"Slurm did not answer{within}"
     if error == "failed":
-        return "squeue and scontrol failed (is slurmctld up?)"
+        return "squeue and scontrol failed (is slurmctld down?)"
     if error == "absent":
         return "squeue not found"
     return error or "Slurm did not say"
