@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from gpuwatch.jobs.job_table import Job, JobTable, Pod
@@ -34,8 +34,6 @@ GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _REPLICA = "::"
 
-Lister = Callable[[str, float], list[ContainerDevices]]
-
 
 def pod_resources_socket(environ: Mapping[str, str]) -> str:
     """The kubelet's socket: `$GPUWATCH_KUBELET_SOCKET`, else `DEFAULT_SOCKET`."""
@@ -50,13 +48,9 @@ class KubeletPods:
         socket_path: str = DEFAULT_SOCKET,
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        lister: Lister = list_devices,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.socket_path = socket_path
         self.timeout_s = timeout_s
-        self._list = lister
-        self._clock = clock
         self._lock = threading.Lock()
         self._pending: threading.Thread | None = None
         self._answer: JobTable | None = None
@@ -99,10 +93,10 @@ class KubeletPods:
         self._closed = True
 
     def _ask(self) -> None:
-        read_at, uuid_of_index = self._clock(), self._uuid_of_index
+        read_at, uuid_of_index = time.time(), self._uuid_of_index
         lacked = False
         try:
-            containers = self._list(self.socket_path, self.timeout_s)
+            containers = list_devices(self.socket_path, self.timeout_s)
             answer, why = pods_table(containers, uuid_of_index, read_at), None
             lacked = not uuid_of_index and any(_by_index(c) for c in containers)
         except PodResourcesError as error:

@@ -142,7 +142,7 @@ class EngineReader(JobsReader):
         self._ask()
         until, self._waits_until = self._waits_until, None  # only the first read waits
         table, hung = self._answer(until)
-        if not hung and self._engine.lacked_gpus():
+        if until is not None and not hung and self._engine.lacked_gpus():
             self._ask(again=True)  # asked before the GPUs were known, which it needed
             table, hung = self._answer(until)
         why = None

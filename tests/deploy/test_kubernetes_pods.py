@@ -139,6 +139,14 @@ def test_the_policy_names_the_port_the_daemon_listens_on() -> None:
     assert ports == [port["name"]]
 
 
+def test_the_pods_labels_reach_prometheus_as_the_daemon_exports_them() -> None:
+    # GIVEN the ServiceMonitor, whose targets get namespace, pod and container labels of
+    # their own (the daemon's pod): the pod info's labels would be renamed exported_pod ...
+    (endpoint,) = one("ServiceMonitor")["spec"]["endpoints"]
+    # THEN it keeps the daemon's own labels
+    assert endpoint["honorLabels"] is True
+
+
 # the daemon's uid
 
 
