@@ -29,6 +29,7 @@ from gpuwatch.daemon.settings import (
     parse_node_name,
 )
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET, ENV_SOCKET
 from gpuwatch.paths import daemon_socket_path
 
 _FLAG_SETTINGS = {
@@ -41,6 +42,7 @@ _FLAG_SETTINGS = {
     "jobs_refresh_s": "jobs_refresh",
     "idle_window_s": "idle_window",
     "slurm_conf": "slurm_conf",
+    "pod_resources_socket": "pod_resources_socket",
 }
 _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
@@ -133,8 +135,9 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     "--jobs",
     type=click.Choice(JOB_ENGINES),
     default="auto",
-    help="Who tells which job holds each GPU: auto (Slurm where squeue is on PATH and a "
-    "slurm.conf is found), slurm, or off (never ask).  [default: auto]",
+    help="Who tells which job holds each GPU: auto (the kubelet where its pod-resources "
+    "socket is, else Slurm where squeue is on PATH and a slurm.conf is found), slurm, "
+    "kubernetes (the pods holding GPUs), or off (never ask).  [default: auto]",
 )
 @_duration_option(
     "--jobs-refresh",
@@ -142,7 +145,8 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     least_s=MIN_JOBS_REFRESH_S,
     most_s=MAX_JOBS_REFRESH_S,
     default_s=DEFAULT_JOBS_REFRESH_S,
-    help="How often Slurm is asked (sooner when slurmd starts or ends a job step).  [default: 30s]",
+    help="How often the jobs are asked for (Slurm: sooner when slurmd starts or ends a job "
+    "step).  [default: 30s]",
 )
 @_duration_option(
     "--idle-window",
@@ -159,11 +163,22 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     help="The slurm.conf of this node's Slurm (gres.conf is read beside it).  "
     "[default: $SLURM_CONF, else /etc/slurm/slurm.conf]",
 )
+@click.option(
+    "--pod-resources-socket",
+    "pod_resources_socket",
+    type=FilePath(),
+    default=DEFAULT_SOCKET,
+    envvar=ENV_SOCKET,
+    metavar="PATH",
+    help=f"The kubelet's pod-resources socket, asked which pod holds each GPU.  "
+    f"[env: {ENV_SOCKET}; default: pod-resources/kubelet.sock in /var/lib/kubelet]",
+)
 @_file_option(
     "--config",
     "config_path",
     help="A TOML file with interval, history, listen, node_name, web_config, jobs, "
-    "jobs_refresh, idle_window and slurm_conf; re-read on SIGHUP. Flags and their "
+    "jobs_refresh, idle_window, slurm_conf and pod_resources_socket; re-read on SIGHUP. "
+    "Flags and their "
     "environment variables win over it.",
 )
 @click.option(
@@ -181,8 +196,9 @@ def daemon(ctx: click.Context, /, socket_path: str | None, **flags: Any) -> int:
     Clients (status, pick) use the daemon when it runs and read the driver
     themselves when it does not. SIGHUP re-reads --config and reopens the
     driver; SIGTERM stops. Under systemd: docs/operations/systemd.md. On a
-    Slurm node it also tells which job holds each GPU and which held GPUs sit
-    idle (/v1/jobs, /metrics): docs/operations/slurm.md.
+    Slurm node, or a Kubernetes node, it also tells which job or pod holds
+    each GPU and which held GPUs sit idle (/v1/jobs, /metrics):
+    docs/operations/slurm.md, docs/operations/deployments.md.
 
     \b
     Examples:

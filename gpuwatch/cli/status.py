@@ -29,7 +29,7 @@ from gpuwatch.cli.terminal import printable, terminal_columns
 from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.sampling.node_jobs import JobsReader, early_reader, jobs_reader, slurm_conf
+from gpuwatch.sampling.node_jobs import JobsReader, early_reader, jobs_reader, scheduler_here
 from gpuwatch.sampling.poller import watch
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -168,26 +168,26 @@ def _local_frames(
         reader = _jobs_reader(source, interval_s is None, jobs, early)
         try:
             if reader is not None:
-                reader.start()  # Slurm answers while the GPUs are read (if not already)
+                reader.start()  # the engine answers while the GPUs are read (if not already)
             if interval_s is None:
                 snapshot = source.sample()
-                yield snapshot, _leases(lease_dir, say), _read_jobs(reader)
+                yield snapshot, _leases(lease_dir, say), _read_jobs(reader, snapshot)
                 return
             lost = _LostDaemon(interval_s)
             for snapshot in watch(source, interval_s, count=count, on_unavailable=lost.tell):
                 lost.back()
-                yield snapshot, _leases(lease_dir, say), _read_jobs(reader)
+                yield snapshot, _leases(lease_dir, say), _read_jobs(reader, snapshot)
         finally:
             if reader is not None:
                 reader.close()
 
 
 def _early_jobs(one_shot: bool) -> JobsReader | None:
-    """This Slurm node's reader, asked before the driver opens (see `early_reader`); `None`
-    where no Slurm is."""
+    """This node's job reader, asked before the driver opens (see `early_reader`); `None`
+    where no job engine is."""
     if not one_shot:
         return None
-    return early_reader() if slurm_conf() is not None else None
+    return early_reader() if scheduler_here() else None
 
 
 def _jobs_reader(
@@ -197,13 +197,16 @@ def _jobs_reader(
     (no daemon to ask, no Slurm)."""
     if not wanted:
         return None
-    if getattr(source, "socket_path", None) is None and slurm_conf() is None:
+    if getattr(source, "socket_path", None) is None and not scheduler_here():
         return None
     return jobs_reader(source, one_shot=one_shot, local=early)
 
 
-def _read_jobs(reader: JobsReader | None) -> NodeJobs | None:
-    return None if reader is None else reader.read()
+def _read_jobs(reader: JobsReader | None, snapshot: Snapshot) -> NodeJobs | None:
+    if reader is None:
+        return None
+    reader.observe(snapshot.gpus)  # an engine may need them to tell which GPU is which
+    return reader.read()
 
 
 class _LostDaemon:

@@ -11,7 +11,11 @@ qualify.
 
 Whether a GPU is in use needs its processes: the driver's process lists are
 read for every choice, the host's details of them (users, commands) only
-when a choice fails and the reasons must name who uses each GPU.
+when a choice fails and the reasons must name who uses each GPU. A GPU or MIG
+device a job of the cluster holds (a Slurm job, a Kubernetes pod) is never
+chosen: who holds what is read as `gpuwatch status` reads it (the daemon's
+table, else this node's job engine), except inside a Slurm job, whose own GPUs
+are all it may have.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from gpuwatch.placement.visible import (
     visible_entries,
 )
 from gpuwatch.request import Request, Waiter, describe_wish, request_of
+from gpuwatch.sampling.node_jobs import JobsReader, jobs_reader
 from gpuwatch.units import counted, format_size
 
 POLL_S = 0.5
@@ -275,6 +280,7 @@ def acquire(
     # GPU names are needed to resolve indices; host details of processes (users) only to say
     # who uses a GPU, when a choice fails.
     full = wanted.needs_names
+    holders = Holders(backend, wanted, on_note)
     try:
         while True:
             try:
@@ -287,15 +293,18 @@ def acquire(
             request = request or wanted.resolve(snapshot, on_note)
             # What no device could ever give ends at once, with its reasons, waiting or not.
             waits = wait and never(kind_for(request), snapshot, request) is None
-            # Both read outside the lock: a daemon call and /proc are no file operations.
-            recent = _recent_utilization(backend, request)
-            own_pids = _own_pids(snapshot, lease_dir, mine) if mine else frozenset()
+            # Read outside the lock: daemon calls and /proc are no file operations.
+            outside = _Outside(
+                _recent_utilization(backend, request),
+                _own_pids(snapshot, lease_dir, mine) if mine else frozenset(),
+                holders.held(snapshot),
+            )
             try:
                 with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
                     leases = _without_stale(lease_dir, lease_dir.leases(), snapshot)
                     ahead = lease_dir.waiting_before(ticket)
                     own = _own(mine, leases)
-                    choice = _choose(snapshot, request, leases, own, own_pids, recent, ahead)
+                    choice = _choose(snapshot, request, leases, own, ahead, outside)
                     if choice.satisfied:
                         held = (
                             _claim_all(lease_dir, choice.chosen, request, command) if hold else []
@@ -324,6 +333,7 @@ def acquire(
             remaining = POLL_S if timeout_s is None else timeout_s - waited_s
             sleep(max(0.0, min(POLL_S, remaining)))
     finally:
+        holders.close()
         if ticket is not None:
             ticket.release()
 
@@ -338,6 +348,34 @@ def _not_enough(
         + _mig_hint(backend, snapshot, request, leases)
     )
     return NotEnoughGpusError(shortfall, choice.reasons)
+
+
+class Holders:
+    """Who holds each device, by UUID, as the cluster says (a Slurm job, a Kubernetes pod):
+    read through the daemon that `backend` reads, else this node's job engine; nothing
+    inside a Slurm job (its own GPUs are all it may choose from). Where a scheduler is
+    there but does not say, `on_note` hears it once."""
+
+    def __init__(self, backend: Backend, wanted: Wanted, on_note: OnNote | None) -> None:
+        self._reader: JobsReader | None = None
+        if wanted.slurm is None:
+            self._reader = jobs_reader(backend, one_shot=True)
+            self._reader.start()
+        self._on_note = on_note
+
+    def held(self, snapshot: Snapshot) -> dict[str, str]:
+        if self._reader is None:
+            return {}
+        self._reader.observe(snapshot.gpus)
+        jobs = self._reader.read()
+        if jobs.unknown_why is not None and self._on_note is not None:
+            self._on_note(f"jobs unknown ({jobs.unknown_why}): a GPU a job holds may be chosen")
+            self._on_note = None
+        return {uuid: job.holder for uuid, job in jobs.held(snapshot).items()}
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
 
 
 def _wait_out(
@@ -414,14 +452,23 @@ def _descends(pid: int, roots: set[int]) -> bool:
 _MAX_ANCESTORS = 64
 
 
+@dataclass(frozen=True, slots=True)
+class _Outside:
+    """What a choice needs that is read outside the lease directory's lock (a daemon call,
+    /proc): each GPU's recent utilization, the job's own processes, who holds each device."""
+
+    recent_util_pct: dict[str, float]
+    own_pids: frozenset[int]
+    held_by: dict[str, str]
+
+
 def _choose(
     snapshot: Snapshot,
     request: Request,
     leases: list[Lease],
     mine: frozenset[str],
-    own_pids: frozenset[int],
-    recent_util_pct: dict[str, float],
     ahead: list[Waiter],
+    outside: _Outside,
 ) -> Choice:
     return place(
         kind_for(request),
@@ -429,10 +476,11 @@ def _choose(
         request,
         leases=leases,
         mine=mine,
-        own_pids=own_pids,
-        recent_util_pct=recent_util_pct,
+        own_pids=outside.own_pids,
+        recent_util_pct=outside.recent_util_pct,
         waiting_ahead=ahead,
         seed=os.getpid(),
+        held_by=outside.held_by,
     )
 
 

@@ -2,11 +2,12 @@
 
     candidates -> qualify -> keep for waiters -> rank -> claim
 
-`place()` runs them on plain inputs (a snapshot, the leases in force, the jobs
-waiting ahead) and returns a `Choice`: the devices to give and, for every other
-device, one line saying why not. No I/O happens here, so the same code answers
-for this machine (`gpuwatch.placement.acquire` gathers the inputs and claims the
-leases) and for a remote node's snapshot (`gpuwatch where`).
+`place()` runs them on plain inputs (a snapshot, the leases in force, the devices a
+scheduler's job or a Kubernetes pod holds, the jobs waiting ahead) and returns a
+`Choice`: the devices to give and, for every other device, one line saying why not.
+No I/O happens here, so the same code answers for this machine
+(`gpuwatch.placement.acquire` gathers the inputs and claims the leases) and for a
+remote node's snapshot (`gpuwatch where`).
 
 What differs between a whole GPU and a MIG device is a `Kind`: which devices
 there are, which of them a request may ever have, how a device is named, and
@@ -72,6 +73,8 @@ class Candidate:
     recent_util_pct: float | None = None
     fault: str | None = None
     """Why the device cannot be told apart from another (two GPUs with one UUID)."""
+    holder: str | None = None
+    """Who holds it outside gpuwatch's leases (a Slurm job, a Kubernetes pod), in words."""
 
 
 class Kind:
@@ -122,6 +125,7 @@ def place(
     recent_util_pct: Mapping[str, float] | None = None,
     waiting_ahead: Sequence[Waiter] = (),
     seed: int = 0,
+    held_by: Mapping[str, str] | None = None,
 ) -> Choice:
     """Chooses `request.count` devices of `kind`, or says for each why it cannot be had.
 
@@ -131,10 +135,12 @@ def place(
     do not make a device in use for it. `recent_util_pct` is each GPU's (by UUID)
     highest utilization over the last minute, where known. `seed` breaks ties
     between equally good devices; giving each process its own (its pid) spreads
-    jobs started together over equal devices.
+    jobs started together over equal devices. `held_by` names who holds each device (by
+    UUID) that a job of the cluster holds, the asking job's own left out: never given.
     """
     recent = recent_util_pct or {}
-    everyone = _candidates(kind, snapshot, leases, frozenset(), frozenset(), recent)
+    held = held_by or {}
+    everyone = _candidates(kind, snapshot, leases, frozenset(), frozenset(), recent, held)
     kept = _kept_for_waiters(kind, snapshot, everyone, waiting_ahead)
     own = own_pids | {lease.pid for lease in leases if lease.lease_id in mine}
     candidates = everyone
@@ -143,7 +149,7 @@ def place(
         alone = frozenset(
             lease.gpu_uuid for lease in leases if lease.lease_id in mine and lease.exclusive
         )
-        candidates = _candidates(kind, snapshot, others, own, alone, recent)
+        candidates = _candidates(kind, snapshot, others, own, alone, recent, held)
     ranked, rejected, busy = _qualify(kind, candidates, request, kept, seed)
     if len(ranked) >= request.count:
         best = ranked[: request.count]
@@ -205,13 +211,18 @@ def keepers(waiting_ahead: Sequence[Waiter], *, mig: bool) -> Iterator[Waiter]:
             yield waiter
 
 
-def qualifying(kind: Kind, snapshot: Snapshot, leases: Sequence[Lease] = ()) -> list[Device]:
+def qualifying(
+    kind: Kind,
+    snapshot: Snapshot,
+    leases: Sequence[Lease] = (),
+    held_by: Mapping[str, str] | None = None,
+) -> list[Device]:
     """The devices `Request()` could have now (whole and idle, at the default limits, any
-    free memory) for a job that holds nothing there, best first: the verdict a node
-    publishes on each of its GPUs, so that `where` needs no more of it than its free
-    memory. Jobs waiting in line and the last minute's load are left out, as `where`
-    knows neither of a node it reads from Prometheus."""
-    candidates = _candidates(kind, snapshot, leases, frozenset(), frozenset(), {})
+    free memory, held by no job or pod) for a job that holds nothing there, best first:
+    the verdict a node publishes on each of its GPUs, so that `where` needs no more of it
+    than its free memory. Jobs waiting in line and the last minute's load are left out, as
+    `where` knows neither of a node it reads from Prometheus."""
+    candidates = _candidates(kind, snapshot, leases, frozenset(), frozenset(), {}, held_by or {})
     ranked, _, _ = _qualify(kind, candidates, Request(), {}, 0)
     return [candidate.device for candidate in ranked]
 
@@ -236,6 +247,7 @@ def _candidates(
     own_pids: frozenset[int],
     own_devices: frozenset[str],
     recent_util_pct: Mapping[str, float],
+    held_by: Mapping[str, str],
 ) -> list[Candidate]:
     faults = kind.faults(snapshot)
     by_uuid: dict[str, list[Lease]] = {}
@@ -269,6 +281,7 @@ def _candidates(
                 held_alone=uuid in own_devices,
                 recent_util_pct=recent_util_pct.get(uuid) if uuid else None,
                 fault=fault,
+                holder=held_by.get(uuid) if uuid else None,
             )
         )
     return candidates
@@ -302,7 +315,8 @@ def _reason_against(
         return reason
     if (reason := _unreadable(candidate)) is not None:
         return reason
-    if reason := lease_conflict(candidate.leases, shared=request.mem_bytes is not None):
+    held = f"held by {candidate.holder}" if candidate.holder is not None else None
+    if reason := lease_conflict(candidate.leases, shared=request.mem_bytes is not None) or held:
         return reason
     if (waiter := kept.get(kind.order(device))) is not None:
         return f"kept for pid {waiter.pid} ({waiter.user}), which asked earlier"

@@ -4,9 +4,11 @@
 runs `rules.place()` on every node's snapshot and leases, exactly as `pick`
 runs it on this machine's: the same candidates, the same in-use rule, the same
 refusals. A node that is down or stale never counts; neither does a GPU of
-unknown free memory. Leases are known only where a node runs gpuwatch: on a
-node of another exporter a lease cannot keep a job off a GPU, and the answer
-says so (`NodeFit.leases_known`).
+unknown free memory, nor one a job of the cluster holds (a Slurm job, a
+Kubernetes pod), as far as the node's exporter tells (`NodeState.jobs`).
+Leases are known only where a node runs gpuwatch: on a node of another
+exporter a lease cannot keep a job off a GPU, and the answer says so
+(`NodeFit.leases_known`).
 
 No I/O happens here.
 """
@@ -95,13 +97,25 @@ def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
         why = node.error or "down"
         return NodeMiss(node.name, f"down: {why}{age}", leases_known=known)
     kind = kind_for(request)
-    choice = place(kind, node.snapshot, request, leases=node.leases or ())
+    choice = place(kind, node.snapshot, request, leases=node.leases or (), held_by=_held(node))
     if choice.satisfied:
         return NodeFit(node.name, choice.chosen, choice.free_bytes, known)
     if (hopeless := never(kind, node.snapshot, request)) is not None:
         return NodeMiss(node.name, _never(kind, hopeless, request), choice.reasons, 0, known)
     summary = f"{choice.qualifying} of {request.count} qualify"
     return NodeMiss(node.name, summary, choice.reasons, choice.qualifying, known)
+
+
+def _held(node: NodeState) -> dict[str, str]:
+    """Who holds each of the node's GPUs that a job holds, by UUID."""
+    if node.snapshot is None:
+        return {}
+    uuids = {gpu.index: gpu.uuid for gpu in node.snapshot.gpus if gpu.uuid}
+    return {
+        uuids[job.gpu_index]: f"job {job.job_id}"
+        for job in node.jobs or ()
+        if job.gpu_index in uuids
+    }
 
 
 def _never(kind: Kind, why: Never, request: Request) -> str:
