@@ -16,7 +16,7 @@ import click
 from gpuwatch.backends import open_backend
 from gpuwatch.choices import Format, check_one_mig_device, exclude_entries
 from gpuwatch.cli.options import Command, Duration, Parsed, backend_options
-from gpuwatch.cli.terminal import printable, terminal_columns
+from gpuwatch.cli.terminal import terminal_columns
 from gpuwatch.cli.wish_options import wish_options, wishes_of
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases.directory import LeaseDir
@@ -193,7 +193,7 @@ class _WaitDisplay:
         lines = [
             f"gpuwatch: waiting {waited_s:.0f}s for {describe_wish(request)}, "
             f"{choice.qualifying} {qualify} now (Ctrl-C to give up)",
-            *(f"  {printable(reason)}" for reason in choice.reasons),
+            *(f"  {reason}" for reason in choice.reasons),
         ]
         if self._terminal:
             up = f"\x1b[{self._drawn}F" if self._drawn else ""

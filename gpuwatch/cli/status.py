@@ -25,12 +25,13 @@ from gpuwatch.cli.options import (
 )
 from gpuwatch.cli.status_jobs import with_jobs
 from gpuwatch.cli.table import Style, render
-from gpuwatch.cli.terminal import printable, terminal_columns
+from gpuwatch.cli.terminal import terminal_columns
 from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.sampling.node_jobs import JobsReader, early_reader, jobs_reader, slurm_conf
 from gpuwatch.sampling.poller import watch
+from gpuwatch.text import printable
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MIN_WATCH_S = 0.05

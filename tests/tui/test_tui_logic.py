@@ -95,9 +95,15 @@ def test_durations_read_like_ps(seconds: float | None, text: str) -> None:
     ids=["escape", "bidi-override", "nul", "c1-control"],
 )
 def test_control_and_bidi_characters_never_reach_the_terminal(hostile: str) -> None:
-    shown = render.printable(hostile)
-    assert all(ch.isprintable() for ch in shown)
-    assert "?" in shown
+    # GIVEN a process whose command and user carry characters a terminal acts on
+    row = build_rows(
+        frame([gpu(0)], [process(1, 0, command=hostile, user=hostile)]), {}, FROZEN_TIME, 600
+    )[0]
+    # WHEN its cells are drawn THEN each is printable, and marks where they were
+    for key in ("command", "user"):
+        shown = cell_text(row, BY_KEY[key], FROZEN_TIME, tagged=False)[0]
+        assert all(ch.isprintable() for ch in shown)
+        assert "?" in shown
 
 
 def test_markup_in_a_command_is_shown_as_typed() -> None:

@@ -223,10 +223,11 @@ def test_a_lease_whose_command_holds_a_newline_still_holds_its_gpu(tmp_path: Pat
     lease_dir = LeaseDir(tmp_path)
     with lease_dir.locked():
         held = lease_dir.claim(GPU, mem_bytes=None, command="python train.py --note 'a\nb\tc'")
-    # WHEN another process lists the leases THEN the lease is there, command and all
+    # WHEN another process lists the leases THEN the lease is there, its command made
+    # printable as all text that enters the model is
     try:
         (seen,) = LeaseDir(tmp_path).leases()
-        assert seen.command == "python train.py --note 'a\nb\tc'"
+        assert seen.command == "python train.py --note 'a?b?c'"
     finally:
         held.release()
 

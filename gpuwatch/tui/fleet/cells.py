@@ -66,7 +66,7 @@ def cell_text(row: NodeRow, key: str) -> tuple[str, str]:
 
 def _cell(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per column
     if key == "node":
-        return render.printable(row.node), "title" if row.up else "alarm"
+        return row.node, "title" if row.up else "alarm"
     if not row.has_data and key not in ("age",):
         return ("down" if key == "free" else render.MISSING), "dim"
     if key == "free":
@@ -190,7 +190,7 @@ def user_line(row: UserRow | None, width: int) -> str:
     if row is None:
         user, cells = USER_TITLES[0], USER_TITLES[1:]
     else:
-        user = render.printable(row.user)
+        user = row.user
         memory = render.size(row.memory_bytes)
         cells = (str(row.nodes), str(row.gpus), memory, str(row.jobs) if row.jobs else "-")
     return render.fit(user, name_width) + "".join(f"{cell:>9}" for cell in cells)
