@@ -190,6 +190,9 @@ class Snapshot:
     processes: tuple[ProcessUsage, ...]
     mig_devices: tuple[MigDevice, ...] = ()
     """The MIG devices of every MIG-enabled GPU, by GPU, then by MIG index."""
+    simulated: bool = False
+    """True for a simulated node (`--sim`, a scenario file, a `daemon --sim`): its GPUs,
+    processes and UUIDs are made up, and every screen says so."""
 
     def __post_init__(self) -> None:
         printable_fields(self, "hostname", "driver_version", "cuda_driver_version")
@@ -234,6 +237,7 @@ class Snapshot:
             gpus=gpus,
             processes=processes,
             mig_devices=mig_devices,
+            simulated=data.get("simulated") is True,
         )
 
 
@@ -298,6 +302,8 @@ class NodeSummary:
     """The scheduler's jobs holding its GPUs; `None` where its jobs are unknown."""
     idle_allocated: int | None = None
     """GPUs a job holds and has left idle for 10 minutes, by its daemon's watch."""
+    simulated: bool = False
+    """Its daemon serves a simulated node (`gpuwatch_simulated`): its GPUs are made up."""
 
     def __post_init__(self) -> None:
         if not all(user.isprintable() for user, _, _ in self.users):
@@ -343,6 +349,14 @@ class NodeState:
 
     def __post_init__(self) -> None:
         printable_fields(self, "name", "error")
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the node is simulated (its GPUs made up), as its snapshot or its figures
+        say; False where neither was read."""
+        if self.snapshot is not None:
+            return self.snapshot.simulated
+        return self.summary is not None and self.summary.simulated
 
     def jobs_on(self, gpu_index: int) -> tuple[GpuJob, ...]:
         """The jobs holding this GPU (usually one), as far as they are known."""

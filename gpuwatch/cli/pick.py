@@ -21,7 +21,7 @@ from gpuwatch.cli.wish_options import wish_options, wishes_of
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Device, MigDevice
-from gpuwatch.placement.acquire import Wanted, acquire, passed_down
+from gpuwatch.placement.acquire import Wanted, acquire, passed_down, simulated_daemon_note
 from gpuwatch.placement.launch import exec_command
 from gpuwatch.placement.rules import Choice
 from gpuwatch.placement.visible import VARIABLE, child_environment
@@ -125,10 +125,12 @@ def pick(
     fmt = Format(format_)
     waiting = wait or timeout is not None
     say = _say if verbose else None
-    lease_dir = LeaseDir.for_job(say=_say)
-    if say is not None and (skipped := lease_dir.read().skipped):
-        say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
     with open_backend(backend, sim, on_fallback=say) as opened:
+        if (note := simulated_daemon_note(opened)) is not None:
+            _say(note)
+        lease_dir = LeaseDir.for_job(say=_say, simulation=opened.simulation)
+        if say is not None and (skipped := lease_dir.read().skipped):
+            say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
         chosen, leases = acquire(
             opened,
             wanted,

@@ -154,10 +154,10 @@ def _local_frames(
 ) -> Iterator[tuple[Snapshot, list[Lease], NodeJobs | None]]:
     say = _say if verbose else None
     early = _early_jobs(interval_s is None and jobs)
-    lease_dir = LeaseDir.read_only(on_refused=say)
     with open_backend(backend, sim, on_fallback=say, on_lost=_say) as source:
         if say is not None:
             say(f"reading GPUs from {_described(source)}")
+        lease_dir = LeaseDir.read_only(on_refused=say, simulation=source.simulation)
         reader = _jobs_reader(source, interval_s is None, jobs, early)
         try:
             if reader is not None:

@@ -124,10 +124,12 @@ def _header(snapshot: Snapshot, style: Style, width: int) -> str:
         parts.append(f"driver {snapshot.driver_version}")
     if snapshot.cuda_driver_version:
         parts.append(f"CUDA {snapshot.cuda_driver_version}")
-    while len(parts) > 1 and len("  ".join(parts)) > width:  # the versions go first
+    mark = " (simulated)" if snapshot.simulated else ""  # never left out: GPUs made up
+    while len(parts) > 1 and len("  ".join(parts)) + len(mark) > width:  # versions go first
         parts.pop()
-    host = _cut(parts[0], width, style)
-    return "  ".join([style.paint(host, BOLD), *parts[1:]])
+    host = _cut(parts[0], max(1, width - len(mark)), style)
+    head = style.paint(host, BOLD) + (style.paint(mark, YELLOW) if mark else "")
+    return "  ".join([head, *parts[1:]])
 
 
 class _Cell:

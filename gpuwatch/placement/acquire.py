@@ -218,6 +218,18 @@ class Wanted:
         return said(field, value, by_pick=self.by_pick)
 
 
+def simulated_daemon_note(backend: Backend) -> str | None:
+    """One line for a job whose GPUs would come from a daemon that serves a simulated node,
+    which the job did not ask for (as it does with `--sim`); `None` for any other."""
+    socket_path = getattr(backend, "socket_path", None)
+    if socket_path is None or backend.simulation is None:
+        return None
+    return (
+        f"the daemon at {socket_path} serves a simulated node: its GPUs are made up "
+        "and CUDA_VISIBLE_DEVICES names none of this machine's"
+    )
+
+
 def acquire(
     backend: Backend,
     wanted: Wanted,

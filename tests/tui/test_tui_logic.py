@@ -604,6 +604,24 @@ def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None
     assert "sim-node" in shown and "1 waiting for GPUs" in shown
 
 
+@pytest.mark.parametrize("width", [30, 80, 160])
+@pytest.mark.parametrize("simulated", [True, False], ids=["simulated", "real"])
+def test_the_section_header_says_simulated_however_narrow(width: int, simulated: bool) -> None:
+    from gpuwatch.tui.common.cards import fit_parts, header_parts
+
+    # GIVEN a frame of a simulated node, or of a real one
+    real = frame([gpu(0)], source="node1")
+    assert real.snapshot is not None
+    state = ScreenState(["node1"], 1.0)
+    state.apply(0, replace(real, snapshot=replace(real.snapshot, simulated=simulated)), 0.0)
+    # WHEN its header is fitted to the screen
+    parts = header_parts(state.sections[0], None, None, graphs=True)
+    shown = "".join(t for t, _ in fit_parts(parts, width)).split("  ")
+    # THEN a simulated node's says so, whatever else goes; a real node's never does
+    assert ("simulated" in shown) is simulated
+    assert shown[0] == "node1"
+
+
 def test_a_lost_driver_says_its_error_once() -> None:
     from gpuwatch.tui.common.cards import header_parts, shared_error
 

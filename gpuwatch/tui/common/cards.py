@@ -84,6 +84,8 @@ def header_parts(
     parts: list[HeaderPart] = [(0, [(section.label or "…", "title")])]
     if frame is not None and frame.snapshot is not None:
         snapshot = frame.snapshot
+        if snapshot.simulated:  # made-up GPUs never pass for real ones, however narrow
+            parts.append((0, [("simulated", "warn")]))
         parts.append((2, [(render.clock_time(snapshot.taken_at), "label")]))
         if snapshot.driver_version:
             parts.append((3, [(f"driver {snapshot.driver_version}", "label")]))
