@@ -36,6 +36,10 @@ class Backend(abc.ABC):
     name: str
     """Short name shown to users: `nvml`, `sim`, ..."""
 
+    simulation: str | None = None
+    """The simulated node this backend reads, named for its own lease directory
+    (`gpuwatch.paths.sim_lease_dir`); `None` for real GPUs. Its snapshots say `simulated`."""
+
     @abc.abstractmethod
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         """Read every GPU now; fields outside `scope` are `None`."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -188,7 +189,12 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     show_default=True,
     help="Where GPUs are read (auto: the NVIDIA driver).",
 )
-@click.option("--sim", metavar="N|FILE", help="Serve a simulated node: N GPUs, or a scenario file.")
+@click.option(
+    "--sim",
+    metavar="N|FILE",
+    help="Serve a simulated node: N GPUs, or a scenario file. It says it is simulated "
+    "everywhere, and listens on the system's socket only when --socket names it.",
+)
 @click.pass_context
 def daemon(ctx: click.Context, /, socket_path: str | None, **flags: Any) -> int:
     """Sample the GPUs for every local client, keep history, serve Prometheus.
@@ -219,5 +225,7 @@ def daemon(ctx: click.Context, /, socket_path: str | None, **flags: Any) -> int:
     )
     logging.basicConfig(level=logging.INFO, format="gpuwatch daemon: %(message)s")
     # Each option's parameter is named after the setting it gives.
-    socket_path = socket_path or daemon_socket_path()
-    return run_daemon(Settings(socket_path=socket_path, fixed_by_flags=fixed, **flags))
+    settings = Settings(socket_path=socket_path or "", fixed_by_flags=fixed, **flags)
+    if not socket_path:  # a simulated node takes the system's socket only when told to
+        settings = replace(settings, socket_path=daemon_socket_path(simulated=settings.simulated))
+    return run_daemon(settings)

@@ -16,12 +16,12 @@ import click
 from gpuwatch.backends import open_backend
 from gpuwatch.choices import Format, check_one_mig_device, exclude_entries
 from gpuwatch.cli.options import Command, Duration, Parsed, backend_options
-from gpuwatch.cli.terminal import printable, terminal_columns, wrap
+from gpuwatch.cli.terminal import terminal_columns, wrap
 from gpuwatch.cli.wish_options import wish_options, wishes_of
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Device, MigDevice
-from gpuwatch.placement.acquire import Wanted, acquire, passed_down
+from gpuwatch.placement.acquire import Wanted, acquire, passed_down, simulated_daemon_note
 from gpuwatch.placement.launch import exec_command
 from gpuwatch.placement.rules import Choice
 from gpuwatch.placement.visible import VARIABLE, child_environment
@@ -128,10 +128,12 @@ def pick(
     fmt = Format(format_)
     waiting = wait or timeout is not None
     say = _say if verbose else None
-    lease_dir = LeaseDir.for_job(say=_say)
-    if say is not None and (skipped := lease_dir.read().skipped):
-        say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
     with open_backend(backend, sim, on_fallback=say) as opened:
+        if (note := simulated_daemon_note(opened)) is not None:
+            _say(note)
+        lease_dir = LeaseDir.for_job(say=_say, simulation=opened.simulation)
+        if say is not None and (skipped := lease_dir.read().skipped):
+            say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
         chosen, leases = acquire(
             opened,
             wanted,
@@ -214,7 +216,7 @@ class _WaitDisplay:
             f"gpuwatch: waiting for {describe_wish(request)}{waited}, "
             f"{choice.qualifying} {qualify} now"
         )
-        reasons = [f"  {printable(reason)}" for reason in choice.reasons]
+        reasons = [f"  {reason}" for reason in choice.reasons]
         if self._terminal:
             width = terminal_columns() - 1
             # One row per line, or the block is not redrawn in place: cut what is still wider.

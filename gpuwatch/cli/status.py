@@ -25,12 +25,13 @@ from gpuwatch.cli.options import (
 )
 from gpuwatch.cli.status_jobs import with_jobs
 from gpuwatch.cli.table import Style, render
-from gpuwatch.cli.terminal import printable, terminal_columns
+from gpuwatch.cli.terminal import terminal_columns
 from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.sampling.node_jobs import JobsReader, early_reader, jobs_reader, scheduler_here
 from gpuwatch.sampling.poller import watch
+from gpuwatch.text import printable
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MIN_WATCH_S = 0.05
@@ -161,10 +162,10 @@ def _local_frames(
 ) -> Iterator[tuple[Snapshot, list[Lease], NodeJobs | None]]:
     say = _say if verbose else None
     early = _early_jobs(interval_s is None and jobs)
-    lease_dir = LeaseDir.read_only(on_refused=say)
     with open_backend(backend, sim, on_fallback=say, on_lost=_say) as source:
         if say is not None:
             say(f"reading GPUs from {_described(source)}")
+        lease_dir = LeaseDir.read_only(on_refused=say, simulation=source.simulation)
         reader = _jobs_reader(source, interval_s is None, jobs, early)
         try:
             if reader is not None:

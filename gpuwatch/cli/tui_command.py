@@ -70,7 +70,12 @@ def tui(
         opened = open_backend(backend, sim)
         jobs = jobs_reader(opened, one_shot=False, wanted=not no_jobs)
         sources = [
-            LocalSource(opened, LeaseDir.read_only(), training=reports_for_this_machine, jobs=jobs)
+            LocalSource(
+                opened,
+                LeaseDir.read_only(simulation=opened.simulation),
+                training=reports_for_this_machine,
+                jobs=jobs,
+            )
         ]
     panels = [] if hosts else [TrainingPanel()]  # training reports are this machine's own
     app = GpuwatchApp(

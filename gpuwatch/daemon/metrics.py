@@ -99,6 +99,13 @@ class ViewCollector(Collector):
             "build_info", "gpuwatch's version.", [("version", __version__), ("hostname", node)], 1
         )
         yield _gauge(
+            "simulated",
+            "1 when the node is simulated (gpuwatch daemon --sim): its GPUs are made up; "
+            "0 for real GPUs.",
+            [("hostname", node)],
+            1 if view.simulated else 0,
+        )
+        yield _gauge(
             "sampling_up",
             "1 while sampling the GPUs succeeds and the snapshot is current; 0 before the "
             "first snapshot.",

@@ -83,6 +83,11 @@ class Settings:
     fixed_by_flags: frozenset[str] = frozenset()
     """Settings given as flags, which the config file cannot change."""
 
+    @property
+    def simulated(self) -> bool:
+        """Whether the daemon serves a simulated node (`--sim`, `--backend sim`)."""
+        return self.sim is not None or self.backend == "sim"
+
 
 def parse_listen(text: str) -> tuple[str, int] | None:
     """`19400` (loopback), `HOST:19400` or `[::1]:19400`; an empty text turns TCP off."""

@@ -1,7 +1,7 @@
 """`gpuwatch fleet --json`: a fleet as one JSON document, in the model's field names.
 
     {"taken_at", "source", "nodes": [{"node", "up", "age_s", "error", "exporter",
-     "lease_waiters", "longest_wait_s", "jobs_known",
+     "simulated", "lease_waiters", "longest_wait_s", "jobs_known",
      "gpus": [{"index", "uuid", "name", "memory_total_bytes", "memory_free_bytes",
                "memory_used_bytes", "utilization_pct", "temperature_c", "power_w",
                "leases_exclusive", "leases_shared", "mig_enabled",
@@ -10,7 +10,8 @@
 What a source does not know is `null`: a node never read has no GPUs; `leases_*` are
 `null` on a node whose exporter tells no leases (not 0, which says "none"), and so are
 `lease_waiters` and `longest_wait_s` where the exporter tells no line. `jobs_known` says
-whether a GPU's `job_id: null` means "no job" (true) or "unknown" (false).
+whether a GPU's `job_id: null` means "no job" (true) or "unknown" (false). `simulated` is
+true for a node whose daemon serves a simulated node (its GPUs are made up).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def _node(node: NodeState) -> dict[str, Any]:
         "age_s": _finite(node.age_s),
         "error": node.error,
         "exporter": None if node.exporter is None else str(node.exporter),
+        "simulated": node.simulated,
         "lease_waiters": node.lease_waiters,
         "longest_wait_s": _finite(node.longest_wait_s),
         "jobs_known": node.jobs is not None,

@@ -35,6 +35,8 @@ class Mapped:
     longest_wait_s: float | None = None
     jobs: tuple[GpuJob, ...] | None = None
     """As `NodeState`'s: `None` where the exporter does not tell."""
+    simulated: bool = False
+    """Its daemon serves a simulated node (`gpuwatch_simulated`): its GPUs are made up."""
 
 
 @dataclass

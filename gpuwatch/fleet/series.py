@@ -100,6 +100,7 @@ def judged(found: TargetMapping, *, seen_at: float, now: float, stale_after_s: f
         gpus=mapped.gpus,
         processes=mapped.processes,
         mig_devices=mapped.mig_devices,
+        simulated=mapped.simulated,
     )
     return NodeState(
         name,

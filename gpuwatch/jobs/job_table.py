@@ -22,6 +22,7 @@ from gpuwatch.record_fields import (
     optional,
     text_field,
 )
+from gpuwatch.text import printable_fields
 
 MAX_JOBS = 100_000
 MAX_GPUS_PER_NODE = 1024
@@ -71,6 +72,10 @@ class Job:
             return f"pod {self.job_id} (container {self.pod.container})"
         return f"job {self.job_id}" + (f" ({self.user})" if self.user else "")
 
+    def __post_init__(self) -> None:
+        # A job's name and user are free text, whichever engine told them.
+        printable_fields(self, "job_id", "user", "name", "state")
+
     def time_left_s(self, now: float) -> float | None:
         """Seconds until its time limit at Unix time `now` (at least 0); `None` when unlimited
         or unknown."""
@@ -96,6 +101,7 @@ class JobTable:
     _by_uuid: dict[str, Job] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        printable_fields(self, "source")
         for job in self.jobs:
             for minor in job.gpu_minor_numbers:
                 self._by_minor.setdefault(minor, job)
@@ -244,6 +250,9 @@ class NodeJobs:
     idle_window_s: float | None = None
     """From how long idle an allocated GPU is shown as such; `None`: never (not tracked)."""
     scheduler: bool = False
+
+    def __post_init__(self) -> None:
+        printable_fields(self, "unknown_why")
 
     def job_of(self, gpu: GpuSample) -> Job | None:
         """The job holding `gpu`; `None` when free or unknown."""

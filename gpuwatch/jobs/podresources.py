@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.record_fields import printable
+from gpuwatch.text import printable
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
 MAX_ANSWER_BYTES = 16 << 20

@@ -251,6 +251,18 @@ def _too_small(kind: Kind, request: Request, why: Never) -> str:
     return f"{describe_wish(request)} asked for, but {which} {size} of memory in all{largest}"
 
 
+def simulated_daemon_note(backend: Backend) -> str | None:
+    """One line for a job whose GPUs would come from a daemon that serves a simulated node,
+    which the job did not ask for (as it does with `--sim`); `None` for any other."""
+    socket_path = getattr(backend, "socket_path", None)
+    if socket_path is None or backend.simulation is None:
+        return None
+    return (
+        f"the daemon at {socket_path} serves a simulated node: its GPUs are made up "
+        "and CUDA_VISIBLE_DEVICES names none of this machine's"
+    )
+
+
 def acquire(
     backend: Backend,
     wanted: Wanted,

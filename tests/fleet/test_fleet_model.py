@@ -371,6 +371,7 @@ def test_the_document_has_the_issues_shape_and_null_for_the_unknown() -> None:
         "age_s": None,
         "error": "connection refused",
         "exporter": "gpuwatch",
+        "simulated": False,
         "lease_waiters": None,
         "longest_wait_s": None,
         "jobs_known": False,

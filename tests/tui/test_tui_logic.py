@@ -95,9 +95,15 @@ def test_durations_read_like_ps(seconds: float | None, text: str) -> None:
     ids=["escape", "bidi-override", "nul", "c1-control"],
 )
 def test_control_and_bidi_characters_never_reach_the_terminal(hostile: str) -> None:
-    shown = render.printable(hostile)
-    assert all(ch.isprintable() for ch in shown)
-    assert "?" in shown
+    # GIVEN a process whose command and user carry characters a terminal acts on
+    row = build_rows(
+        frame([gpu(0)], [process(1, 0, command=hostile, user=hostile)]), {}, FROZEN_TIME, 600
+    )[0]
+    # WHEN its cells are drawn THEN each is printable, and marks where they were
+    for key in ("command", "user"):
+        shown = cell_text(row, BY_KEY[key], FROZEN_TIME, tagged=False)[0]
+        assert all(ch.isprintable() for ch in shown)
+        assert "?" in shown
 
 
 def test_markup_in_a_command_is_shown_as_typed() -> None:
@@ -596,6 +602,24 @@ def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None
     shown = text.split("  ")
     assert all(piece in wanted for piece in shown)
     assert "sim-node" in shown and "1 waiting for GPUs" in shown
+
+
+@pytest.mark.parametrize("width", [30, 80, 160])
+@pytest.mark.parametrize("simulated", [True, False], ids=["simulated", "real"])
+def test_the_section_header_says_simulated_however_narrow(width: int, simulated: bool) -> None:
+    from gpuwatch.tui.common.cards import fit_parts, header_parts
+
+    # GIVEN a frame of a simulated node, or of a real one
+    real = frame([gpu(0)], source="node1")
+    assert real.snapshot is not None
+    state = ScreenState(["node1"], 1.0)
+    state.apply(0, replace(real, snapshot=replace(real.snapshot, simulated=simulated)), 0.0)
+    # WHEN its header is fitted to the screen
+    parts = header_parts(state.sections[0], None, None, graphs=True)
+    shown = "".join(t for t, _ in fit_parts(parts, width)).split("  ")
+    # THEN a simulated node's says so, whatever else goes; a real node's never does
+    assert ("simulated" in shown) is simulated
+    assert shown[0] == "node1"
 
 
 def test_a_lost_driver_says_its_error_once() -> None:

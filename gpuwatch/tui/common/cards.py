@@ -81,9 +81,11 @@ def header_parts(
     section: Section, stalled_s: float | None, shared: str | None, *, graphs: bool
 ) -> list[HeaderPart]:
     frame = section.frame
-    parts: list[HeaderPart] = [(0, [(render.printable(section.label or "…"), "title")])]
+    parts: list[HeaderPart] = [(0, [(section.label or "…", "title")])]
     if frame is not None and frame.snapshot is not None:
         snapshot = frame.snapshot
+        if snapshot.simulated:  # made-up GPUs never pass for real ones, however narrow
+            parts.append((0, [("simulated", "warn")]))
         parts.append((2, [(render.clock_time(snapshot.taken_at), "label")]))
         if snapshot.driver_version:
             parts.append((3, [(f"driver {snapshot.driver_version}", "label")]))
@@ -93,14 +95,13 @@ def header_parts(
             parts.append((0, [(f"{len(frame.waiters)} waiting for GPUs", "warn")]))
         if shared is not None:
             count = sum(gpu.error == shared for gpu in snapshot.gpus)
-            parts.append((0, [(f"{count} GPUs: {render.printable(shared)}", "alarm")]))
+            parts.append((0, [(f"{count} GPUs: {shared}", "alarm")]))
     if stalled_s is not None:
         parts.append((0, [(f"no sample for {stalled_s:.0f} s", "alarm")]))
     if section.error:
-        parts.append((0, [(render.printable(section.error), "alarm")]))
+        parts.append((0, [(section.error, "alarm")]))
     if frame is not None and frame.jobs is not None and frame.jobs.unknown_why is not None:
-        why = render.printable(frame.jobs.unknown_why)
-        parts.append((1, [(f"jobs unknown: {why}", "warn")]))
+        parts.append((1, [(f"jobs unknown: {frame.jobs.unknown_why}", "warn")]))
     if frame is not None and graphs:
         minutes = GRAPH_WINDOW_S / 60
         parts.append((5, [(f"graphs: {minutes:.0f} min {section.history_note}", "dim")]))

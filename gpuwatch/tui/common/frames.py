@@ -13,6 +13,7 @@ from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.reports.training import TrainingReports
 from gpuwatch.request import Waiter
+from gpuwatch.text import printable_fields
 
 NO_TRAINING = TrainingReports()
 
@@ -64,6 +65,11 @@ class Frame:
     them: read on the source's thread, so a slow lease directory never holds up the screen."""
     jobs: NodeJobs | None = None
     """Who holds each GPU (the daemon's or this node's Slurm's word); `None`: not asked."""
+
+    def __post_init__(self) -> None:
+        # The model's text is printable already; a source's name and its failure (an ssh
+        # host's own words) enter the screen here.
+        printable_fields(self, "source", "error")
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,16 +137,6 @@ def clock_time(timestamp: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(timestamp))
 
 
-def printable(text: str) -> str:
-    """`text` with every unprintable character (escapes, bidi overrides, line separators,
-    unassigned code points) shown as `?`.
-
-    Commands and lease files come from other users; what reaches the terminal
-    must be what it seems.
-    """
-    return "".join(c if c.isprintable() else "?" for c in text)
-
-
 def fit(text: str, width: int) -> str:
     """`text` cut to `width` cells with an ellipsis, or padded to it."""
     if len(text) > width:
@@ -159,7 +149,7 @@ def lease_summary(leases: Sequence[Lease]) -> str:
     parts = []
     for lease in leases:
         how = "exclusive" if lease.mem_bytes is None else size(lease.mem_bytes)
-        parts.append(f"{printable(lease.user)} ({how})")
+        parts.append(f"{lease.user} ({how})")
     return " + ".join(parts)
 
 
@@ -219,11 +209,11 @@ def crop(line: Line, width: int) -> Line:
 
 def mig_line(mig: MigDevice, width: int) -> Line:
     """One MIG device under its GPU: `  0:2 1g.10gb  ███░░░ 3.1G/9.8G`."""
-    head = f"  {mig.label:>5} {printable(mig.profile or mig.name or MISSING):<10}"
+    head = f"  {mig.label:>5} {mig.profile or mig.name or MISSING:<10}"
     if mig.error is not None:
         return [
             (head, "label"),
-            (fit(f" error: {printable(mig.error)}", width - len(head)), "alarm"),
+            (fit(f" error: {mig.error}", width - len(head)), "alarm"),
         ]
     used, total = mig.memory_used_bytes, mig.memory_total_bytes
     numbers = f" {size(used):>7}/{size(total)}"
@@ -246,7 +236,7 @@ def graph_width(width: int) -> int:
 
 
 def _title_line(gpu: GpuSample, extra: CardInput, width: int) -> Line:
-    head = f"[{gpu.index}] {printable(gpu.name or MISSING)}"
+    head = f"[{gpu.index}] {gpu.name or MISSING}"
     temperature = gpu.temperature_c
     limit = gpu.power_limit_w
     hot = level(temperature, THRESHOLDS.temperature_c)
@@ -291,13 +281,13 @@ def _tail(gpu: GpuSample, extra: CardInput, room: int) -> tuple[str, str]:
 
 
 def _error_text(gpu: GpuSample, extra: CardInput) -> str:
-    return "error: see above" if extra.error_above else f"error: {printable(gpu.error or '')}"
+    return "error: see above" if extra.error_above else f"error: {gpu.error or ''}"
 
 
 def _compact_line(gpu: GpuSample, extra: CardInput, width: int) -> Line:
     """`[0] H100 80GB HBM3  mem ███░░ 61.5GiB/79.6GiB  util ██░ 91%  70°C`."""
     name = (gpu.name or MISSING).removeprefix("NVIDIA ")
-    head = fit(f"[{gpu.index}] {printable(name)}", max(8, min(20, width // 4)))
+    head = fit(f"[{gpu.index}] {name}", max(8, min(20, width // 4)))
     if gpu.error is not None and gpu.memory_total_bytes is None:
         return [(head, "title"), (fit(f"  {_error_text(gpu, extra)}", width - len(head)), "alarm")]
     temperature = gpu.temperature_c

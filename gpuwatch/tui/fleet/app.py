@@ -211,7 +211,7 @@ class FleetApp(TableApp[FleetView, NodeRow]):
         columns = columns_for(width)
         self.view = self.view.fit_columns(c.key for c in columns)
         shown = self.view.arrange(everything)
-        longest = max((len(row.node) for row in everything), default=0)
+        longest = max((len(row.shown_name) for row in everything), default=0)
         name_width = node_width(columns, width, longest)
         self.table().show(
             shown,

@@ -66,7 +66,7 @@ def cell_text(row: NodeRow, key: str) -> tuple[str, str]:
 
 def _cell(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per column
     if key == "node":
-        return render.printable(row.node), "title" if row.up else "alarm"
+        return row.shown_name, "title" if row.up else "alarm"
     if not row.has_data and key not in ("age",):
         return ("down" if key == "free" else render.MISSING), "dim"
     if key == "free":
@@ -163,7 +163,7 @@ def plain_table(rows: Sequence[NodeRow], totals: Totals, width: int) -> list[str
     """The table as `fleet --once` prints it: the totals, a header, a line per node, each
     at most `width` characters."""
     columns = columns_for(width)
-    name_width = node_width(columns, width, max((len(r.node) for r in rows), default=0))
+    name_width = node_width(columns, width, max((len(r.shown_name) for r in rows), default=0))
     widths = {c.key: name_width if c.key == "node" else c.width for c in columns}
     head = "".join(text for text, _ in totals_line(totals))
     lines = [render.fit(head, width).rstrip()]
@@ -190,7 +190,7 @@ def user_line(row: UserRow | None, width: int) -> str:
     if row is None:
         user, cells = USER_TITLES[0], USER_TITLES[1:]
     else:
-        user = render.printable(row.user)
+        user = row.user
         memory = render.size(row.memory_bytes)
         cells = (str(row.nodes), str(row.gpus), memory, str(row.jobs) if row.jobs else "-")
     return render.fit(user, name_width) + "".join(f"{cell:>9}" for cell in cells)

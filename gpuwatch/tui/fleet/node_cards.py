@@ -62,7 +62,7 @@ def job_note(jobs: Sequence[GpuJob], idle_after_s: float) -> str:
     the node's daemon has seen the job leave it idle for `idle_after_s`."""
     parts = []
     for job in jobs:
-        text = f"job {render.printable(job.job_id)} {render.printable(job.user or '?')}"
+        text = f"job {job.job_id} {job.user or '?'}"
         idle = job.allocated_idle_s
         if idle and idle >= idle_after_s:
             text += f", idle {render.duration(idle)}"

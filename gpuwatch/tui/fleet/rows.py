@@ -62,10 +62,17 @@ class NodeRow:
     users: frozenset[str] = frozenset()
     models: str = ""
     """Its GPU models, for the filter."""
+    simulated: bool = False
+    """Its GPUs are made up (a daemon serving a simulated node): its name says so."""
 
     @property
     def key(self) -> str:
         return self.node
+
+    @property
+    def shown_name(self) -> str:
+        """The node's name as its row shows it: `gpu-01 (simulated)` for a simulated one."""
+        return f"{self.node} (simulated)" if self.simulated else self.node
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +222,7 @@ def _read_row(
         idle_allocated=idle_allocated,
         users=users,
         models=models,
+        simulated=node.simulated,
     )
 
 

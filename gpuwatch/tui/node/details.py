@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import psutil
 
 from gpuwatch.leases.directory import user_name
+from gpuwatch.text import printable
 from gpuwatch.tui.common import render
 from gpuwatch.tui.common.trends import ProcessTrend
 from gpuwatch.tui.node.rows import Row
@@ -47,7 +48,7 @@ def _command(process: psutil.Process) -> str | None:
         return None
     while argv and not argv[-1]:
         argv.pop()  # the kernel's terminating NUL, or a rewritten command line's padding
-    return render.printable(shlex.join(argv)) if argv else None
+    return printable(shlex.join(argv)) if argv else None
 
 
 def _parents(process: psutil.Process) -> tuple[str, ...]:
@@ -61,7 +62,7 @@ def _parents(process: psutil.Process) -> tuple[str, ...]:
             ancestor = psutil.Process(parent)
             with ancestor.oneshot():
                 user = user_name(ancestor.uids().effective)
-                lines.append(f"{parent:>8}  {user:<10} {render.printable(ancestor.name())}")
+                lines.append(f"{parent:>8}  {user:<10} {printable(ancestor.name())}")
                 parent = ancestor.ppid()
         except psutil.Error:
             lines.append(f"{parent:>8}  (not readable)")
@@ -76,7 +77,7 @@ def _environment(process: psutil.Process) -> tuple[str, ...]:
         return ("not readable by you (only its owner and root may read it)",)
     except psutil.Error as error:
         return (f"not readable: {type(error).__name__}",)
-    return tuple(render.printable(f"{name}={value}") for name, value in sorted(environment.items()))
+    return tuple(printable(f"{name}={value}") for name, value in sorted(environment.items()))
 
 
 def remote_details() -> ProcessDetails:
@@ -89,7 +90,7 @@ def graphs_text(row: Row, trend: ProcessTrend | None, width: int, *, gone: bool)
     spans: render.Line = []
     gpu = "-" if row.gpu is None else str(row.gpu)
     spans.append((f"pid {row.pid}", "heading"))
-    spans.append((f"  user {render.printable(row.user or '?')}  GPU {gpu}  {row.kind}", ""))
+    spans.append((f"  user {row.user or '?'}  GPU {gpu}  {row.kind}", ""))
     if gone:
         spans.append(("  (no longer on the GPU)", "alarm"))
     spans.append(("\n", ""))
@@ -124,14 +125,14 @@ def details_text(row: Row, details: ProcessDetails) -> render.Line:
     spans.append(("\nCommand\n", "heading"))
     spans.append(
         (
-            render.printable(details.command or row.command or "(not visible from here)") + "\n",
+            (details.command or row.command or "(not visible from here)") + "\n",
             "",
         )
     )
     if row.wants:
         spans.append((f"\nWaiting for: {row.wants}\n", ""))
     if row.lease:
-        spans.append((f"\nLease: {render.printable(row.lease)}\n", ""))
+        spans.append((f"\nLease: {row.lease}\n", ""))
     if row.idle is not None:
         prefix = "at least " if row.idle.at_least else ""
         idle = f"{prefix}{render.duration(row.idle.seconds)}"

@@ -216,7 +216,7 @@ def _lease_cell(process: ProcessUsage, leases: Sequence[Lease]) -> str:
         return render.lease_summary(mine)
     if not leases:
         return ""
-    holders = " + ".join(sorted({render.printable(lease.user) for lease in leases}))
+    holders = " + ".join(sorted({lease.user for lease in leases}))
     # A process whose owner cannot be seen (another container) may be the holder's own.
     return f"on {holders}'s lease" if process.user is None else f"outside {holders}'s lease"
 
@@ -335,7 +335,7 @@ def cell_text(row: Row, column: Column[Row], now: float, tagged: bool) -> tuple[
     if key == "pid":
         return (f"{'*' if tagged else ' '}{row.pid}", "tagged" if tagged else "")
     text, style = _cell(row, key, now)
-    return render.printable(text), style
+    return text, style
 
 
 def _cell(row: Row, key: str, now: float) -> tuple[str, str]:  # noqa: PLR0911, PLR0912 - one per column

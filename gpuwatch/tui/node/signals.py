@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psutil
 
 from gpuwatch.leases.directory import user_name
+from gpuwatch.text import printable
 from gpuwatch.tui.common import render
 from gpuwatch.tui.node.rows import Row
 
@@ -72,7 +73,7 @@ def plan(rows: Iterable[Row], my_uid: int | None = None) -> Plan:
 
 def _name(pid: int) -> str:
     try:
-        return render.printable(psutil.Process(pid).name())
+        return printable(psutil.Process(pid).name())
     except psutil.Error:
         return "?"
 
@@ -114,12 +115,12 @@ def confirm_text(signal_name: str, plan: Plan) -> render.Line:
     if plan.targets:
         spans.append((f"Send {signal_name} to:\n", "heading"))
         for target in plan.targets:
-            command = render.fit(render.printable(target.command), 60).rstrip()
-            spans.append((f"  pid {target.pid}  {render.printable(target.user)}  {command}\n", ""))
+            command = render.fit(target.command, 60).rstrip()
+            spans.append((f"  pid {target.pid}  {target.user}  {command}\n", ""))
     else:
         spans.append((f"No process to send {signal_name} to.\n", "heading"))
     if plan.refused:
         spans.append(("\nLeft out:\n", "heading"))
         for reason in plan.refused:
-            spans.append((f"  {render.printable(reason)}\n", ""))
+            spans.append((f"  {reason}\n", ""))
     return spans

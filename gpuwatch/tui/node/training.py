@@ -31,11 +31,11 @@ def _report_lines(report: TrainingReport) -> list[str]:
     step_time = "" if report.step_time_s is None else f" {report.step_time_s:.3f}s/step"
     head = (
         f"TRAIN pid {report.pid} rank {report.rank}/{report.world_size} "
-        f"{render.printable(report.user)} {render.printable(report.device)} "
+        f"{report.user} {report.device} "
         f"step {report.step}{step_time}"
     )
     if report.allocated_bytes is None:
-        return [head, f"  {render.printable(report.notice or 'no allocator figures yet')}",
+        return [head, f"  {report.notice or 'no allocator figures yet'}",
                 _modules_line(report)]  # fmt: skip
     head += (
         f"  alloc {render.size(report.allocated_bytes)} resv {render.size(report.reserved_bytes)}"
@@ -72,7 +72,5 @@ def _graph_line(report: TrainingReport) -> str:
 def _modules_line(report: TrainingReport) -> str:
     if not report.modules:
         return "  modules: not sampled (watch(..., per_module=True))"
-    named = ", ".join(
-        f"{render.printable(m.name)} {render.size(m.peak_bytes)}" for m in report.modules[:4]
-    )
+    named = ", ".join(f"{m.name} {render.size(m.peak_bytes)}" for m in report.modules[:4])
     return f"  largest modules (step {report.modules_step}): {named}"
