@@ -4,8 +4,8 @@
   60), on a simulated 8-GPU node with 100 GPU processes that are real processes of this
   machine (so /proc is read for each), through ../shared/fakenvml; beside `nvitop-exporter`
   at the same interval on the same node, when it is installed in $FAKENVML_VENV.
-- `gpuwatch pick -n 2 -- true` with the daemon up, beside the same without it and a bare
-  `python -c pass`.
+- `gpuwatch pick -n 1 -- true` (the node has one idle GPU) with the daemon up, beside the
+  same without it and a bare `python -c pass`.
 - The memory of 24 h of history at 1 Hz for 8 GPUs: stated, and measured with tracemalloc.
 
 Run: python bench/daemon_cost.py [SECONDS]
@@ -146,7 +146,7 @@ def pick_with_daemon(library: Path, runs: int) -> None:
     try:
         while not answers(socket_path):
             time.sleep(0.1)
-        pick = [GPUWATCH, "pick", "-n", "2", "--", "true"]
+        pick = [GPUWATCH, "pick", "-n", "1", "--", "true"]
         with_daemon = median_wall_ms(
             {"python -c pass": [PYTHON, "-c", "pass"], "pick, daemon up": pick},
             {**base, "GPUWATCH_SOCKET": socket_path},
@@ -159,7 +159,7 @@ def pick_with_daemon(library: Path, runs: int) -> None:
         daemon.terminate()
         daemon.wait()
     bare = with_daemon["python -c pass"]
-    print(f"gpuwatch pick -n 2 -- true, median of {runs} runs (8 GPUs, fakenvml):")
+    print(f"gpuwatch pick -n 1 -- true, median of {runs} runs (8 GPUs, fakenvml):")
     for name, ms in {**with_daemon, **without}.items():
         print(f"  {name:<18} {ms:7.1f} ms   {ms - bare:+7.1f} ms over bare python")
 
