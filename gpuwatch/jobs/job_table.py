@@ -69,8 +69,17 @@ class Job:
         """Who holds its devices, in words: `job 1234 (alice)`, `pod ml/train-0 (container
         main)`."""
         if self.pod is not None:
-            return f"pod {self.job_id} (container {self.pod.container})"
+            container = self.pod.container
+            return f"pod {self.job_id}" + (f" (container {container})" if container else "")
         return f"job {self.job_id}" + (f" ({self.user})" if self.user else "")
+
+    @property
+    def heading(self) -> str:
+        """Who holds its GPUs, as `gpuwatch status` and the node screen head them: `job 1234
+        alice` (`?` for a user not told), `pod ml/train-0 (container main)`."""
+        if self.pod is not None:
+            return self.holder
+        return f"job {self.job_id} {self.user or '?'}"
 
     def __post_init__(self) -> None:
         # A job's name and user are free text, whichever engine told them.
