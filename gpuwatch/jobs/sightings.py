@@ -14,12 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuwatch.jobs.job_table import Job, JobTable, job_from_record, job_record
-from gpuwatch.record_fields import BadRecord, float_field, optional
+from gpuwatch.record_fields import BadRecord, optional, time_field
 
 MAX_JOBS_KEPT = 100_000
 """The oldest are forgotten first beyond this many (a node running a job a second for a
 day keeps the day)."""
-_MAX_TIME = 1e11
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +106,7 @@ def sighting_from_record(data: object) -> Sighting:
         raise BadRecord("job: not an object")
     return Sighting(
         job_from_record(data),
-        first_seen_at=_when(data, "first_seen_at"),
-        last_seen_at=_when(data, "last_seen_at"),
-        gone_at=optional(data, "gone_at", _when),
+        first_seen_at=time_field(data, "first_seen_at"),
+        last_seen_at=time_field(data, "last_seen_at"),
+        gone_at=optional(data, "gone_at", time_field),
     )
-
-
-def _when(data: dict[str, Any], name: str) -> float:
-    return float_field(data, name, 0, _MAX_TIME)

@@ -19,11 +19,11 @@ from gpuwatch.record_fields import (
     BadRecord,
     bool_field,
     bytes_field,
-    float_field,
     int_field,
     list_field,
     optional,
     text_field,
+    time_field,
 )
 from gpuwatch.reports.training import (
     ModuleMemory,
@@ -75,7 +75,7 @@ def report_from_dict(data: object) -> OomReport:
     return OomReport(
         *rank_fields(data),
         **rank_memory_fields(data),
-        at=float_field(data, "at", 0, 1e11),
+        at=time_field(data, "at"),
         step=int_field(data, "step"),
         device_free_bytes=optional(data, "device_free_bytes", bytes_field),
         device_total_bytes=optional(data, "device_total_bytes", bytes_field),

@@ -35,6 +35,7 @@ from gpuwatch.record_fields import (
     list_field,
     optional,
     text_field,
+    time_field,
 )
 from gpuwatch.text import printable
 
@@ -200,7 +201,7 @@ def report_from_dict(data: object, *, user: str = "") -> TrainingReport:
     return TrainingReport(
         *rank_fields(data),
         step=int_field(data, "step"),
-        published_at=float_field(data, "published_at", 0, 1e11),
+        published_at=time_field(data, "published_at"),
         step_time_s=optional(data, "step_time_s", _seconds),
         **memory,
         ooms=optional(data, "ooms", int_field),
