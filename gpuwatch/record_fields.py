@@ -17,6 +17,7 @@ _T = TypeVar("_T")
 MAX_BYTES = 1 << 53  # far above any GPU's memory, and exact as a float in every JSON reader
 MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT
 MAX_COUNT = 1 << 53  # the largest integer a JSON reader that uses doubles keeps exact
+MAX_TIME = 1e11  # Unix time in the year 5138: later than any real record's
 
 
 class Malformed(Exception):
@@ -42,6 +43,11 @@ def float_field(data: dict[str, Any], name: str, low: float, high: float) -> flo
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
         raise BadRecord(f"{name}: {value!r:.40}")
     return float(value)
+
+
+def time_field(data: dict[str, Any], name: str) -> float:
+    """A Unix time (seconds, from 0 to `MAX_TIME`)."""
+    return float_field(data, name, 0, MAX_TIME)
 
 
 def text_field(

@@ -190,8 +190,8 @@ def _memory(socket_path: str, job_id: str) -> DaemonMemory:
         seen = sighting_from_record(data["job"]) if data.get("seen") is True else None
     except BadRecord as error:
         raise RemoteError(f"the daemon's memory of job {job_id} is malformed: {error}") from None
-    if seen is not None and seen.job_id != job_id:
-        raise RemoteError(f"the daemon answered for job {seen.job_id[:40]}, not {job_id}")
+    if seen is not None and seen.job.job_id != job_id:
+        raise RemoteError(f"the daemon answered for job {seen.job.job_id[:40]}, not {job_id}")
     return DaemonMemory(seen, since, data.get("reading") is not False)
 
 

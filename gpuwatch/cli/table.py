@@ -318,13 +318,13 @@ def _job_line(gpu: GpuSample, jobs: NodeJobs, style: Style, width: int, now: flo
     job = jobs.job_of(gpu)
     if job is None:
         return []
-    head = f"  job {job.job_id} {job.user or '?'}"
+    head = f"  {job.heading}"
     left = time_left_text(job, now)
     idle_s = jobs.idle_s(gpu)
     idle = idle_text(idle_s) if idle_s is not None else ""
     tail = "".join(f"  {part}" for part in (left, idle) if part)
     room = width - len(head) - len(tail) - 2
-    name = job.name or ""
+    name = (job.name or "") if job.pod is None else ""  # a pod's is its container, said
     line = style.paint(head, BOLD)
     if name and room >= _MIN_NAME:
         line += "  " + _cut(name, room, style)

@@ -93,31 +93,32 @@ class ViewCollector(Collector):
         yield from training_metrics(view.training, training_indices(view.snapshot), view.node)
         yield from job_metrics(view)
 
+    def _node_gauge(self, name: str, text: str, value: float) -> Metric:
+        """A gauge of the whole node: `hostname` is its one label."""
+        return _gauge(name, text, [("hostname", self._view.node)], value)
+
     def _snapshot_metrics(self) -> Iterator[Metric]:
         view, snapshot, node = self._view, self._view.snapshot, self._view.node
         yield _gauge(
             "build_info", "gpuwatch's version.", [("version", __version__), ("hostname", node)], 1
         )
-        yield _gauge(
+        yield self._node_gauge(
             "simulated",
             "1 when the node is simulated (gpuwatch daemon --sim): its GPUs are made up; "
             "0 for real GPUs.",
-            [("hostname", node)],
             1 if view.simulated else 0,
         )
-        yield _gauge(
+        yield self._node_gauge(
             "sampling_up",
             "1 while sampling the GPUs succeeds and the snapshot is current; 0 before the "
             "first snapshot.",
-            [("hostname", node)],
             1 if view.current else 0,
         )
         if snapshot is None:
             return
-        yield _gauge(
+        yield self._node_gauge(
             "sample_timestamp_seconds",
             "When the snapshot was taken (Unix time).",
-            [("hostname", node)],
             snapshot.taken_at,
         )
         if not view.current:
@@ -129,16 +130,14 @@ class ViewCollector(Collector):
         yield from _lease_metrics(snapshot, node, view.leases, by_uuid)
         yield from _available_metrics(snapshot, node, view.leases, view.jobs.table)
         yield from node_metrics(snapshot, node, view.leases)
-        yield _gauge(
+        yield self._node_gauge(
             "lease_waiters",
             "Jobs waiting in line for GPUs on this node (gpuwatch pick --wait).",
-            [("hostname", node)],
             len(view.waiters),
         )
-        yield _gauge(
+        yield self._node_gauge(
             "lease_longest_wait_seconds",
             "How long the oldest waiting job has been in line; 0 with none waiting.",
-            [("hostname", node)],
             max((waiter.waited_s for waiter in view.waiters), default=0.0),
         )
         yield from _mig_metrics(snapshot, node, view.leases)

@@ -16,11 +16,13 @@ from typing import Any
 
 from gpuwatch.models import Device, GpuSample, MigDevice, Snapshot
 from gpuwatch.record_fields import (
+    MAX_TIME,
     BadRecord,
     float_field,
     list_field,
     optional,
     text_field,
+    time_field,
 )
 from gpuwatch.text import printable_fields
 
@@ -32,7 +34,6 @@ MAX_NAME_CHARS = 253
 """The longest name Kubernetes gives anything (a DNS subdomain)."""
 MAX_UUID_CHARS = 96
 _MAX_MINOR = 1 << 20
-_MAX_TIME = 1e11
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +70,17 @@ class Job:
         """Who holds its devices, in words: `job 1234 (alice)`, `pod ml/train-0 (container
         main)`."""
         if self.pod is not None:
-            return f"pod {self.job_id} (container {self.pod.container})"
+            container = self.pod.container
+            return f"pod {self.job_id}" + (f" (container {container})" if container else "")
         return f"job {self.job_id}" + (f" ({self.user})" if self.user else "")
+
+    @property
+    def heading(self) -> str:
+        """Who holds its GPUs, as `gpuwatch status` and the node screen head them: `job 1234
+        alice` (`?` for a user not told), `pod ml/train-0 (container main)`."""
+        if self.pod is not None:
+            return self.holder
+        return f"job {self.job_id} {self.user or '?'}"
 
     def __post_init__(self) -> None:
         # A job's name and user are free text, whichever engine told them.
@@ -195,8 +205,8 @@ def job_from_record(data: object) -> Job:
         user=optional(data, "user", text_field),
         name=optional(data, "name", lambda d, n: text_field(d, n, 256)),
         gpu_minor_numbers=tuple(minors),
-        started_at=optional(data, "started_at", lambda d, n: float_field(d, n, 0, _MAX_TIME)),
-        time_limit_s=optional(data, "time_limit_s", lambda d, n: float_field(d, n, 0, _MAX_TIME)),
+        started_at=optional(data, "started_at", time_field),
+        time_limit_s=optional(data, "time_limit_s", lambda d, n: float_field(d, n, 0, MAX_TIME)),
         state=text_field(data, "state", 32, shortest=1) if "state" in data else "RUNNING",
         # An older daemon sends neither: its jobs hold GPUs by minor number only.
         device_uuids=_uuids(data),
@@ -226,7 +236,7 @@ def table_from_record(data: object) -> JobTable | None:
     jobs = list_field(data, "jobs", MAX_JOBS)
     return JobTable(
         jobs=tuple(job_from_record(job) for job in jobs),
-        read_at=float_field(data, "read_at", 0, _MAX_TIME),
+        read_at=time_field(data, "read_at"),
         source=text_field(data, "source", 64),
     )
 

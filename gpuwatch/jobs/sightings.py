@@ -13,28 +13,20 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuwatch.jobs.job_table import MAX_GPUS_PER_NODE, MAX_JOB_ID_CHARS, JobTable
-from gpuwatch.record_fields import BadRecord, float_field, list_field, optional, text_field
+from gpuwatch.jobs.job_table import Job, JobTable, job_from_record, job_record
+from gpuwatch.record_fields import BadRecord, optional, time_field
 
 MAX_JOBS_KEPT = 100_000
 """The oldest are forgotten first beyond this many (a node running a job a second for a
 day keeps the day)."""
-_MAX_MINOR = 1 << 20
-_MAX_TIME = 1e11
 
 
 @dataclass(frozen=True, slots=True)
 class Sighting:
     """One job as the daemon saw it on this node."""
 
-    job_id: str
-    user: str | None
-    name: str | None
-    gpu_minor_numbers: tuple[int, ...]
-    """Every GPU it was seen holding here, by device-file minor number."""
-    started_at: float | None
-    """When it started, as the scheduler said (Unix time)."""
-    time_limit_s: float | None
+    job: Job
+    """The job as last seen; its `gpu_minor_numbers` are every GPU it was seen holding here."""
     first_seen_at: float
     last_seen_at: float
     """The last read of the jobs that showed it."""
@@ -71,20 +63,12 @@ class JobSightings:
                 before = self._jobs.pop(job.job_id, None)
                 minors = set(job.gpu_minor_numbers)
                 if before is not None and before.gone_at is None:
-                    minors |= set(before.gpu_minor_numbers)
+                    minors |= set(before.job.gpu_minor_numbers)
                 first = (
                     before.first_seen_at if before is not None and before.gone_at is None else at
                 )
-                self._jobs[job.job_id] = Sighting(
-                    job.job_id,
-                    job.user,
-                    job.name,
-                    tuple(sorted(minors)),
-                    job.started_at,
-                    job.time_limit_s,
-                    first,
-                    at,
-                )
+                held = replace(job, gpu_minor_numbers=tuple(sorted(minors)))
+                self._jobs[job.job_id] = Sighting(held, first, at)
             self._forget(at)
 
     def seen(self, job_id: str) -> Sighting | None:
@@ -99,21 +83,16 @@ class JobSightings:
         kept = {k: v for k, v in self._jobs.items() if v.last_seen_at >= horizon}
         if len(kept) > MAX_JOBS_KEPT:
             newest = sorted(kept.values(), key=lambda s: s.last_seen_at)[-MAX_JOBS_KEPT:]
-            kept = {s.job_id: s for s in newest}
+            kept = {s.job.job_id: s for s in newest}
         if len(kept) < len(self._jobs) and self._since is not None:
             self._since = max(self._since, horizon)
         self._jobs = kept
 
 
 def sighting_record(seen: Sighting) -> dict[str, Any]:
-    """A sighting as JSON (`GET /v1/jobs/seen`): the model's field names."""
+    """A sighting as JSON (`GET /v1/jobs/seen`): the job's record and when it was seen."""
     return {
-        "job_id": seen.job_id,
-        "user": seen.user,
-        "name": seen.name,
-        "gpu_minor_numbers": list(seen.gpu_minor_numbers),
-        "started_at": seen.started_at,
-        "time_limit_s": seen.time_limit_s,
+        **job_record(seen.job),
         "first_seen_at": seen.first_seen_at,
         "last_seen_at": seen.last_seen_at,
         "gone_at": seen.gone_at,
@@ -125,21 +104,9 @@ def sighting_from_record(data: object) -> Sighting:
     user's daemon, or a process on its socket, could send anything)."""
     if not isinstance(data, dict):
         raise BadRecord("job: not an object")
-    minors = list_field(data, "gpu_minor_numbers", MAX_GPUS_PER_NODE)
-    if not all(type(m) is int and 0 <= m < _MAX_MINOR for m in minors):
-        raise BadRecord("gpu_minor_numbers: not minor numbers")
-
-    def when(d: dict[str, Any], name: str) -> float:
-        return float_field(d, name, 0, _MAX_TIME)
-
     return Sighting(
-        job_id=text_field(data, "job_id", MAX_JOB_ID_CHARS, shortest=1),
-        user=optional(data, "user", text_field),
-        name=optional(data, "name", lambda d, n: text_field(d, n, 256)),
-        gpu_minor_numbers=tuple(minors),
-        started_at=optional(data, "started_at", when),
-        time_limit_s=optional(data, "time_limit_s", when),
-        first_seen_at=when(data, "first_seen_at"),
-        last_seen_at=when(data, "last_seen_at"),
-        gone_at=optional(data, "gone_at", when),
+        job_from_record(data),
+        first_seen_at=time_field(data, "first_seen_at"),
+        last_seen_at=time_field(data, "last_seen_at"),
+        gone_at=optional(data, "gone_at", time_field),
     )

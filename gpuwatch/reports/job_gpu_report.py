@@ -265,7 +265,7 @@ def _gpus(
     if given is not None:
         return given
     if seen is not None:
-        return seen.gpu_minor_numbers, "the daemon's memory"
+        return seen.job.gpu_minor_numbers, "the daemon's memory"
     assert run is not None  # job_on_node: one of them is known
     when = f"from {clock_time(run.start_s)}" if run.start_s is not None else ""
     raise JobUnknownError(
@@ -280,11 +280,11 @@ def _times(run: JobRun | None, seen: Sighting | None) -> tuple[float, float | No
     if run is not None and run.start_s is not None:
         return run.start_s, run.end_s, []
     assert seen is not None
-    start = seen.started_at if seen.started_at is not None else seen.first_seen_at
+    start = seen.job.started_at if seen.job.started_at is not None else seen.first_seen_at
     if seen.gone_at is None:
         return start, None, []
     note = (
-        f"Slurm no longer knows job {seen.job_id}: it ended between "
+        f"Slurm no longer knows job {seen.job.job_id}: it ended between "
         f"{clock_time(seen.last_seen_at)} and {clock_time(seen.gone_at)} (the daemon's last "
         "two reads of the jobs); the figures run to the first"
     )

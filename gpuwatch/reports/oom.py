@@ -19,13 +19,19 @@ from gpuwatch.record_fields import (
     BadRecord,
     bool_field,
     bytes_field,
-    float_field,
     int_field,
     list_field,
     optional,
     text_field,
+    time_field,
 )
-from gpuwatch.reports.training import ModuleMemory, RankOfTraining, module_from_dict, rank_fields
+from gpuwatch.reports.training import (
+    ModuleMemory,
+    RankMemory,
+    module_from_dict,
+    rank_fields,
+    rank_memory_fields,
+)
 from gpuwatch.units import format_size
 
 FORMAT = "gpuwatch-oom/1"
@@ -45,21 +51,13 @@ class TensorSize:
 
 
 @dataclass(frozen=True, slots=True)
-class OomReport(RankOfTraining):
+class OomReport(RankMemory):
     """The facts at an out-of-memory error. Allocator figures are `None` when unknown."""
 
     at: float
     step: int
-    requested_bytes: int | None = None
     device_free_bytes: int | None = None
     device_total_bytes: int | None = None
-    allocated_bytes: int | None = None
-    allocated_peak_bytes: int | None = None
-    reserved_bytes: int | None = None
-    inactive_split_bytes: int | None = None
-    alloc_retries: int | None = None
-    nvml_process_bytes: int | None = None
-    gpu_uuid: str | None = None
     model_training: bool | None = None
     grad_enabled: bool | None = None
     modules: tuple[ModuleMemory, ...] = ()
@@ -74,24 +72,13 @@ def report_from_dict(data: object) -> OomReport:
     """An OOM report from decoded JSON, every field checked; raises `BadRecord`."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BadRecord("not a gpuwatch OOM report")
-    names = (
-        "requested_bytes",
-        "device_free_bytes",
-        "device_total_bytes",
-        "allocated_bytes",
-        "allocated_peak_bytes",
-        "reserved_bytes",
-        "inactive_split_bytes",
-        "nvml_process_bytes",
-    )
-    sizes: dict[str, Any] = {name: optional(data, name, bytes_field) for name in names}
     return OomReport(
         *rank_fields(data),
-        at=float_field(data, "at", 0, 1e11),
+        **rank_memory_fields(data),
+        at=time_field(data, "at"),
         step=int_field(data, "step"),
-        **sizes,
-        alloc_retries=optional(data, "alloc_retries", int_field),
-        gpu_uuid=optional(data, "gpu_uuid", text_field),
+        device_free_bytes=optional(data, "device_free_bytes", bytes_field),
+        device_total_bytes=optional(data, "device_total_bytes", bytes_field),
         model_training=optional(data, "model_training", bool_field),
         grad_enabled=optional(data, "grad_enabled", bool_field),
         modules=tuple(module_from_dict(item) for item in list_field(data, "modules", MAX_ITEMS)),

@@ -35,6 +35,7 @@ from gpuwatch.record_fields import (
     list_field,
     optional,
     text_field,
+    time_field,
 )
 from gpuwatch.text import printable
 
@@ -85,6 +86,42 @@ def rank_fields(data: dict[str, Any]) -> tuple[int, int, int, str, str]:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankMemory(RankOfTraining):
+    """A rank's memory on its GPU, as the allocator and the driver count it: the figures
+    training and out-of-memory reports share, each `None` when unknown."""
+
+    gpu_uuid: str | None = None
+    allocated_bytes: int | None = None
+    allocated_peak_bytes: int | None = None
+    reserved_bytes: int | None = None
+    requested_bytes: int | None = None
+    inactive_split_bytes: int | None = None
+    alloc_retries: int | None = None
+    nvml_process_bytes: int | None = None
+
+
+_RANK_MEMORY_SIZES = (
+    "allocated_bytes",
+    "allocated_peak_bytes",
+    "reserved_bytes",
+    "requested_bytes",
+    "inactive_split_bytes",
+    "nvml_process_bytes",
+)
+
+
+def rank_memory_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The `RankMemory` fields of a report's decoded JSON beyond `rank_fields`, by name,
+    checked; raises `BadRecord`."""
+    sizes = {name: optional(data, name, bytes_field) for name in _RANK_MEMORY_SIZES}
+    return {
+        **sizes,
+        "alloc_retries": optional(data, "alloc_retries", int_field),
+        "gpu_uuid": optional(data, "gpu_uuid", text_field),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class ModuleMemory:
     """One module's memory in a sampled step: change across its forward and backward, and
@@ -114,7 +151,7 @@ class MemoryPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class TrainingReport(RankOfTraining):
+class TrainingReport(RankMemory):
     """One training process (one rank) as it last published itself.
 
     Allocator figures are `None` while CUDA is not in use (not yet initialised, a
@@ -125,19 +162,11 @@ class TrainingReport(RankOfTraining):
 
     step: int
     published_at: float
-    gpu_uuid: str | None = None
     step_time_s: float | None = None
-    allocated_bytes: int | None = None
-    allocated_peak_bytes: int | None = None
-    reserved_bytes: int | None = None
     reserved_peak_bytes: int | None = None
     active_bytes: int | None = None
     active_peak_bytes: int | None = None
-    requested_bytes: int | None = None
-    inactive_split_bytes: int | None = None
-    alloc_retries: int | None = None
     ooms: int | None = None
-    nvml_process_bytes: int | None = None
     modules: tuple[ModuleMemory, ...] = ()
     modules_step: int | None = None
     recent: tuple[MemoryPoint, ...] = ()
@@ -167,17 +196,15 @@ def report_from_dict(data: object, *, user: str = "") -> TrainingReport:
     """A report from decoded JSON, every field checked; raises `BadRecord`."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BadRecord("not a gpuwatch training report")
-    sizes: dict[str, Any] = {name: optional(data, name, bytes_field) for name in MEMORY_FIELDS}
+    peaks = ("reserved_peak_bytes", "active_bytes", "active_peak_bytes")
+    memory = rank_memory_fields(data) | {name: optional(data, name, bytes_field) for name in peaks}
     return TrainingReport(
         *rank_fields(data),
         step=int_field(data, "step"),
-        published_at=float_field(data, "published_at", 0, 1e11),
-        gpu_uuid=optional(data, "gpu_uuid", text_field),
+        published_at=time_field(data, "published_at"),
         step_time_s=optional(data, "step_time_s", _seconds),
-        **sizes,
-        alloc_retries=optional(data, "alloc_retries", int_field),
+        **memory,
         ooms=optional(data, "ooms", int_field),
-        nvml_process_bytes=optional(data, "nvml_process_bytes", bytes_field),
         modules=tuple(module_from_dict(item) for item in list_field(data, "modules", MAX_MODULES)),
         modules_step=optional(data, "modules_step", int_field),
         recent=tuple(_point(item) for item in list_field(data, "recent", MAX_POINTS)),

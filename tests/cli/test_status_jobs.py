@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.jobs.job_table import Job, JobTable, table_record
+from gpuwatch.jobs.job_table import Job, JobTable, Pod, table_record
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
 from gpuwatch.sampling.jobs_cache import FILE_NAME, FORMAT, slurm_key
 from tests.helpers.cli import CliResult, run_cli, under
@@ -264,6 +264,24 @@ def test_the_daemons_jobs_and_idle_times_are_shown(
     assert data["allocated_idle_window_s"] == 600.0
     # AND Slurm was not asked here: the daemon did
     assert node.calls == 0
+
+
+def test_a_gpu_a_kubernetes_pod_holds_shows_the_pod_under_it(
+    node: SlurmNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a daemon that says container "trainer" of pod ml/train-0 holds NVML GPU 0
+    uuids = [gpu.uuid or "" for gpu in SimBackend(NODE).sample().gpus]
+    pod = Pod("ml", "train-0", "trainer")
+    job = Job("ml/train-0", None, "trainer", (), None, None, device_uuids=(uuids[0],), pod=pod)
+    record = table_record(JobTable((job,), 1.0))
+    socket_path = tmp_path / "daemon.sock"
+    monkeypatch.setenv("GPUWATCH_SOCKET", str(socket_path))
+    with fake_daemon(socket_path, daemon_routes((200, record))):
+        # WHEN status reads the daemon
+        lines = run_cli("status").stdout.splitlines()
+    # THEN GPU 0's line names the pod and its container, as the node screen does
+    assert under(lines, 0) == ["  pod ml/train-0 (container trainer)"]
+    assert under(lines, 1) == []
 
 
 def test_a_daemon_without_the_jobs_route_leaves_slurm_to_status(

@@ -111,7 +111,7 @@ def test_status_shows_the_pod_under_each_gpu_it_holds(daemon: Path) -> None:
     # THEN GPUs 1 and 2 name the pod holding them, where a Slurm job would be named
     assert under(lines, 0) == []
     for index in (1, 2):
-        assert under(lines, index)[0].startswith("  job ml/train-0 ?  trainer"), lines
+        assert under(lines, index)[0].startswith("  pod ml/train-0 (container trainer)"), lines
     assert "jobs unknown" not in result.stdout
 
 

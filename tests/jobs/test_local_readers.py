@@ -79,4 +79,4 @@ def test_status_of_a_kubernetes_node_without_a_daemon_asks_the_kubelet(
         result = run_cli("status", "--sim", str(NODE))
     # THEN the pod is shown under the GPU it holds
     assert result.exit_code == 0, result.stderr
-    assert under(result.stdout.splitlines(), 2)[0].startswith("  job ml/train-0 ?  main")
+    assert under(result.stdout.splitlines(), 2)[0].startswith("  pod ml/train-0 (container main)")

@@ -11,7 +11,7 @@ import pytest
 from textual.widgets import Static
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.jobs.job_table import Job, JobTable, NodeJobs
+from gpuwatch.jobs.job_table import Job, JobTable, NodeJobs, Pod
 from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S
 from gpuwatch.sampling.node_jobs import JobsReader
 from gpuwatch.tui.common import render
@@ -80,6 +80,36 @@ def test_a_card_names_its_job_with_time_left_and_marks_it_allocated_idle() -> No
     assert "job 1234 alice  2:13:05 left  allocated, idle 20m" in titles[1]
     assert "job 1240 bob  no time limit" in titles[2]
     assert "job" not in titles[3]
+
+
+def pod_frame(container: str) -> Frame:
+    """The simulated node with GPU 0 held by Kubernetes pod ml/train-0 (`container` in it)."""
+    frame = slurm_frame(NodeJobs())
+    assert frame.snapshot is not None
+    uuid = frame.snapshot.gpus[0].uuid or ""
+    pod = Pod("ml", "train-0", container)
+    job = Job("ml/train-0", None, container, (), None, None, device_uuids=(uuid,), pod=pod)
+    return replace(frame, jobs=NodeJobs(JobTable((job,), FROZEN_TIME), scheduler=True))
+
+
+@pytest.mark.parametrize(
+    ("container", "title"),
+    [
+        ("trainer", "pod ml/train-0 (container trainer)"),
+        ("", "pod ml/train-0"),
+    ],
+    ids=["container-known", "container-unknown"],
+)
+def test_a_card_names_a_kubernetes_pod_as_a_pod(container: str, title: str) -> None:
+    # GIVEN a section showing a node whose GPU 0 a Kubernetes pod holds
+    section = Section(0, "sim-node", 1.0)
+    section.apply(pod_frame(container), 0.0)
+    # WHEN GPU 0's card is drawn
+    extra = section.card_input(0, 0.0, 100, 600.0)
+    gpu = section.frame.snapshot.gpus[0]  # type: ignore[union-attr]
+    drawn = "".join(text for text, _ in render.gpu_card(gpu, extra, 100, 0)[0])
+    # THEN it names the pod (and its container where known), not a Slurm job
+    assert title in drawn and "job " not in drawn and "?" not in drawn
 
 
 # --- level 2: the app ---------------------------------------------------------------------
@@ -166,3 +196,15 @@ def test_without_a_daemon_the_screen_counts_idle_held_gpus_itself(tmp_path: Path
     assert later.jobs.idle_s(gpus[1]) is None
     # AND not before the window has passed
     assert first.jobs is not None and first.jobs.idle_s(first.snapshot.gpus[0]) is None  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_the_screen_names_a_pod_on_its_card() -> None:
+    def check(app: GpuwatchApp) -> None:
+        # THEN GPU 0's card names the pod and its container (cut to the card's width), as
+        # `gpuwatch status` does
+        cards = str(app.query_one("#section-0", Static).render())
+        assert "pod ml/train-0 (container train" in cards and "job ml/train-0" not in cards
+
+    # GIVEN a node whose GPU 0 a Kubernetes pod holds, WHEN the screen shows it
+    run_app(pod_frame("trainer"), check)

@@ -3,7 +3,7 @@ select and open a row, from keys, the mouse and the filter field."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from textual import on
@@ -23,11 +23,28 @@ R = TypeVar("R", bound=Keyed)
 class TableApp(App[int], Generic[V, R]):
     """An app whose first screen shows one `RowTable`, a filter field (`#filter`) and a
     status line; `view` is what the user chose about the table, and each key maps to one of
-    its transitions. An app says how it draws (`redraw`) and what Enter opens (`open_row`)."""
+    its transitions. An app says how it draws (`redraw`) and what Enter opens (`open_row`).
 
-    def __init__(self, view: V, keys: Iterable[Key]) -> None:
+    Both apps read on threads of their own every `interval_s`, call a holder idle after
+    `idle_after_s`, and measure time with `monotonic`; `sample=False` starts no thread, so
+    data comes only from the app's `feed()` (as tests do)."""
+
+    def __init__(
+        self,
+        view: V,
+        keys: Iterable[Key],
+        *,
+        interval_s: float,
+        idle_after_s: float,
+        monotonic: Callable[[], float],
+        sample: bool,
+    ) -> None:
         super().__init__()
         self.view = view
+        self.interval_s = interval_s
+        self.idle_after_s = idle_after_s
+        self.monotonic = monotonic
+        self.sample = sample
         for key in keys:
             if key.action:
                 self.bind(key.keys, key.action, description=key.footer, show=bool(key.footer))

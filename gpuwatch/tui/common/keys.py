@@ -20,6 +20,8 @@ KEY_CELLS = 26
 
 @dataclass(frozen=True, slots=True)
 class Key:
+    """One key of a screen: what Textual binds, the action it runs, and how people see it."""
+
     keys: str
     """Textual key names, comma-separated."""
     action: str
@@ -31,6 +33,20 @@ class Key:
     """Acts on processes: not bound under --readonly."""
     footer: str = ""
     """The short name in the footer; not in the footer when empty."""
+
+
+HEAD_KEYS = (
+    Key("question_mark", "help", "Show this help", "?", footer="help"),
+    Key("q", "quit", "Quit", "q", footer="quit"),
+    Key("up,down,pageup,pagedown,home,end", "", "Move the selection", "↑ ↓ PgUp PgDn Home End"),
+)
+"""The keys every screen's table begins with."""
+SORT_KEYS = (
+    Key("s", "next_sort", "Sort by the next column", "s", footer="sort"),
+    Key("S", "previous_sort", "Sort by the previous column", "S"),
+    Key("r", "reverse_sort", "Reverse the sort order", "r"),
+)
+"""The keys of `TableApp`'s sort actions, the same on every screen."""
 
 
 def keys_help(keys: Iterable[Key], width: int) -> render.Line:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuwatch.models import GpuSample, Lease, MigDevice
-from gpuwatch.units import format_size
+from gpuwatch.units import format_size, format_span
 
 Span = tuple[str, str]
 Line = list[Span]
@@ -123,14 +123,7 @@ def duration(seconds: float | None) -> str:
     """`45s`, `12m`, `3h05m`, `2d04h`: a running or idle time."""
     if seconds is None or seconds < 0 or math.isnan(seconds):
         return MISSING
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+    return format_span(seconds)
 
 
 def clock_time(timestamp: float) -> str:

@@ -127,9 +127,9 @@ class Section:
         )
 
     def job_of(self, gpu_index: int) -> tuple[str, str, str]:
-        """`job 1234 alice` for the job holding the GPU, its time left as of the frame
-        (`2:13:05 left`), and `allocated, idle 12m` when it has left the GPU idle past the
-        window; empty where no job holds it."""
+        """`job 1234 alice` or `pod ml/train-0 (container main)` for the job holding the GPU
+        (`Job.heading`), its time left as of the frame (`2:13:05 left`), and `allocated, idle
+        12m` when it has left the GPU idle past the window; empty where no job holds it."""
         frame = self.frame
         jobs = frame.jobs if frame is not None else None
         snapshot = frame.snapshot if frame is not None else None
@@ -141,7 +141,7 @@ class Section:
             return "", "", ""
         idle_s = jobs.idle_s(gpu)
         return (
-            f"job {job.job_id} {job.user or '?'}",
+            job.heading,
             time_left_text(job, snapshot.taken_at),
             idle_text(idle_s) if idle_s is not None else "",
         )

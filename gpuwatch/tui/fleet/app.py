@@ -79,11 +79,15 @@ class FleetApp(TableApp[FleetView, NodeRow]):
         """`monotonic` measures idle times and graphs; `sample=False` starts no reader, so
         fleets come only from `feed()`; `first` is a read already made (the command makes
         one, to fail before the screen opens when the source cannot be read at all)."""
-        super().__init__(FleetView(), FLEET_KEYS)
+        super().__init__(
+            FleetView(),
+            FLEET_KEYS,
+            interval_s=interval_s,
+            idle_after_s=idle_after_s,
+            monotonic=monotonic,
+            sample=sample,
+        )
         self.source = source
-        self.interval_s = interval_s
-        self.idle_after_s = idle_after_s
-        self.monotonic = monotonic
         self.fleet: FleetState | None = None
         self.error: str | None = None
         self.idle = IdleTracker()
@@ -91,7 +95,6 @@ class FleetApp(TableApp[FleetView, NodeRow]):
         self._rows: list[NodeRow] = []
         """Every node's row as of the latest read: keys re-sort and filter these, and only a
         read builds them again."""
-        self._sample = sample
         self._first = first
         self._read_first = first is not None
         """The reader's first read waits an interval: the command made one just now."""
@@ -116,7 +119,7 @@ class FleetApp(TableApp[FleetView, NodeRow]):
         yield Footer()
 
     def on_mount(self) -> None:
-        if self._sample:
+        if self.sample:
             self._reader = threading.Thread(
                 target=self._read_loop, name="gpuwatch-fleet-reader", daemon=True
             )

@@ -4,24 +4,20 @@ key table in docs/guide/fleet-screen.md is checked against them."""
 from __future__ import annotations
 
 from gpuwatch.tui.common import render
-from gpuwatch.tui.common.keys import HELP_WIDTH, Key, filter_help, hanging, keys_help
+from gpuwatch.tui.common.keys import HEAD_KEYS, SORT_KEYS, Key, filter_help, hanging, keys_help
 
 FLEET_KEYS: tuple[Key, ...] = (
-    Key("question_mark", "help", "Show this help", "?", footer="help"),
-    Key("q", "quit", "Quit", "q", footer="quit"),
-    Key("up,down,pageup,pagedown,home,end", "", "Move the selection", "↑ ↓ PgUp PgDn Home End"),
+    *HEAD_KEYS,
     Key("enter", "node", "The selected node's GPUs, as cards with graphs", "Enter", footer="node"),
     Key("u", "users", "Users across the fleet (again: back to the nodes)", "u", footer="users"),
-    Key("s", "next_sort", "Sort by the next column", "s", footer="sort"),
-    Key("S", "previous_sort", "Sort by the previous column", "S"),
-    Key("r", "reverse_sort", "Reverse the sort order", "r"),
+    *SORT_KEYS,
     Key("slash", "filter", "Filter nodes: user:NAME free down idle WORD", "/", footer="filter"),
     Key("escape", "clear", "Clear the filter", "Esc"),
 )
 """Every key of `gpuwatch fleet`: bound by the app, listed by `?` and in the docs."""
 
 
-def fleet_help(width: int = HELP_WIDTH) -> render.Line:
+def fleet_help(width: int) -> render.Line:
     """Every key, the filter syntax and when a GPU counts as free, `width` cells wide."""
     spans = keys_help(FLEET_KEYS, width)
     terms = (

@@ -82,15 +82,18 @@ class GpuwatchApp(TableApp[TableView, Row]):
         samples and measures graphs, idle times and stalls, whatever the wall clock does;
         `sample=False` starts no threads, so frames come only from `feed()`; `as_root`
         defaults to the truth."""
-        super().__init__(TableView(), (key for key in KEYS if not (key.writes and readonly)))
+        super().__init__(
+            TableView(),
+            (key for key in KEYS if not (key.writes and readonly)),
+            interval_s=interval_s,
+            idle_after_s=idle_after_s,
+            monotonic=monotonic,
+            sample=sample,
+        )
         self.sources = list(sources)
-        self.interval_s = interval_s
         self.readonly = readonly
-        self.idle_after_s = idle_after_s
         self.clock = clock
-        self.monotonic = monotonic
         self.state = ScreenState([s.label for s in self.sources], interval_s)
-        self._sample = sample
         self.panels = list(panels)
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
         self._samplers: list[Sampler] = []
@@ -119,7 +122,7 @@ class GpuwatchApp(TableApp[TableView, Row]):
     def on_mount(self) -> None:
         # Sampling starts while the screen is still being built: the first frame is
         # then waiting for it, not the other way round.
-        if self._sample:
+        if self.sample:
             for number, source in enumerate(self.sources):
                 sampler = Sampler(
                     number,

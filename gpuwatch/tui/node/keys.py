@@ -4,12 +4,10 @@ key table in docs/guide/status.md is checked against them."""
 from __future__ import annotations
 
 from gpuwatch.tui.common import render
-from gpuwatch.tui.common.keys import HELP_WIDTH, Key, filter_help, hanging, keys_help
+from gpuwatch.tui.common.keys import HEAD_KEYS, SORT_KEYS, Key, filter_help, hanging, keys_help
 
 KEYS: tuple[Key, ...] = (
-    Key("question_mark", "help", "Show this help", "?", footer="help"),
-    Key("q", "quit", "Quit", "q", footer="quit"),
-    Key("up,down,pageup,pagedown,home,end", "", "Move the selection", "↑ ↓ PgUp PgDn Home End"),
+    *HEAD_KEYS,
     Key(
         "tab,shift+tab",
         "",
@@ -17,9 +15,7 @@ KEYS: tuple[Key, ...] = (
         "Tab Shift+Tab",
     ),
     Key("enter", "detail", "Details of the selected process", "Enter", footer="details"),
-    Key("s", "next_sort", "Sort by the next column", "s", footer="sort"),
-    Key("S", "previous_sort", "Sort by the previous column", "S"),
-    Key("r", "reverse_sort", "Reverse the sort order", "r"),
+    *SORT_KEYS,
     Key("slash", "filter", "Filter rows: user:NAME gpu:N idle WORD", "/", footer="filter"),
     Key("T", "tree", "Tree view: processes under their parents (again: a flat list)", "T"),
     Key("escape", "clear", "Clear the filter and the tags", "Esc"),
@@ -49,7 +45,7 @@ KEYS: tuple[Key, ...] = (
 )
 
 
-def help_text(readonly: bool, width: int = HELP_WIDTH) -> render.Line:
+def help_text(readonly: bool, width: int) -> render.Line:
     """Every key (those that signal only when not `readonly`), the mouse, and the filter
     syntax, `width` cells wide."""
     spans = keys_help((key for key in KEYS if not (key.writes and readonly)), width)
