@@ -25,7 +25,7 @@ import subprocess
 import time
 
 from gpuwatch.backends.sim_fleet import SimFleet
-from gpuwatch.models import FleetState, NodeState, NodeSummary
+from gpuwatch.fleet_model import FleetState, NodeState, NodeSummary
 from gpuwatch.tui.fleet.app import FleetApp
 from gpuwatch.tui.fleet.rows import node_row
 

@@ -29,8 +29,9 @@ from gpuwatch.backends.scenario import (
     SimProcess,
 )
 from gpuwatch.backends.sim import SimBackend
+from gpuwatch.fleet_model import Exporter, FleetState, GpuJob, NodeState
 from gpuwatch.gpu_history import GpuSeries
-from gpuwatch.models import Exporter, FleetState, GpuJob, Lease, NodeState, Snapshot
+from gpuwatch.models import Lease, Snapshot
 
 MAX_SIM_NODES = 10_000
 TROUBLE_FROM_NODES = 5

@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpuwatch.models import FleetState, GpuSample, Lease, NodeState
+from gpuwatch.fleet_model import FleetState, NodeState
+from gpuwatch.models import GpuSample, Lease
 
 GPU_FIELDS = (
     "index",

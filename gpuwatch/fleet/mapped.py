@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuwatch.models import GpuJob, GpuSample, Lease, MigDevice, ProcessUsage
+from gpuwatch.fleet_model import GpuJob
+from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage
 from gpuwatch.units import MAX_SIZE_BYTES
 
 MAX_GPU_INDEX = 1023

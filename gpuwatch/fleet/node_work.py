@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet.exposition import Sample
-from gpuwatch.models import GpuJob
+from gpuwatch.fleet_model import GpuJob
 
 WAITERS = "gpuwatch_lease_waiters"
 LONGEST_WAIT = "gpuwatch_lease_longest_wait_seconds"

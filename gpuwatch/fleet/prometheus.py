@@ -34,8 +34,8 @@ from gpuwatch.fleet.series import (
     safe_name,
     target_mapping,
 )
+from gpuwatch.fleet_model import Exporter, FleetState, NodeState
 from gpuwatch.gpu_history import GpuSeries
-from gpuwatch.models import Exporter, FleetState, NodeState
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_STALE_AFTER_S = 120.0

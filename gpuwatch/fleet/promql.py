@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gpuwatch.fleet import node_work, series_dcgm, series_gpuwatch, series_smi
-from gpuwatch.models import Exporter
+from gpuwatch.fleet_model import Exporter
 
 KNOWN_WINDOW = "1h"
 _TARGET = ("job", "instance")

@@ -26,7 +26,7 @@ from gpuwatch.fleet.series import (
     shown_address,
     target_state,
 )
-from gpuwatch.models import FleetState, NodeState
+from gpuwatch.fleet_model import FleetState, NodeState
 
 DEFAULT_PORT = 19400
 """The port a gpuwatch daemon serves `/metrics` on in the docs' examples (`--listen 19400`)."""

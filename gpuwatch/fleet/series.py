@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from gpuwatch.fleet import series_dcgm, series_gpuwatch, series_smi
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.mapped import Mapped
-from gpuwatch.models import Exporter, NodeState, Snapshot
+from gpuwatch.fleet_model import Exporter, NodeState
+from gpuwatch.models import Snapshot
 
 PREFIXES = ("gpuwatch_", "DCGM_FI_", "nvidia_smi_")
 """Every series the fleet reads starts with one of these."""

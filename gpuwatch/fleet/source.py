@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from gpuwatch.models import FleetState
+from gpuwatch.fleet_model import FleetState
 
 
 class FleetSource(Protocol):

@@ -22,7 +22,7 @@ from gpuwatch.fleet import node_work, series_gpuwatch
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.promql import FamilyQuery, NodeFamilies, Query
 from gpuwatch.fleet.series import NO_GPU, aged, stale
-from gpuwatch.models import Exporter, NodeState, NodeSummary
+from gpuwatch.fleet_model import Exporter, NodeState, NodeSummary
 
 _MODELS = "gpuwatch:node_gpu_models:count"
 PROBE = f"count({_MODELS})"

@@ -19,7 +19,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from gpuwatch.choices import Strategy
-from gpuwatch.models import Device, FleetState, GpuSample, NodeState
+from gpuwatch.fleet_model import FleetState, NodeState
+from gpuwatch.models import Device, GpuSample
 from gpuwatch.placement.gpus import kind_for
 from gpuwatch.placement.rules import Kind, Never, never, place
 from gpuwatch.request import Request

@@ -12,17 +12,8 @@ import pytest
 
 from gpuwatch.backends.sim_fleet import STALE_AGE_S, SimFleet
 from gpuwatch.fleet.document import fleet_document
-from gpuwatch.models import (
-    Exporter,
-    FleetState,
-    GpuSample,
-    Lease,
-    NodeState,
-    NodeSummary,
-    ProcessKind,
-    ProcessUsage,
-    Snapshot,
-)
+from gpuwatch.fleet_model import Exporter, FleetState, NodeState, NodeSummary
+from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.tui.fleet import rows as fleet_rows
 from gpuwatch.tui.fleet.cells import cell_text, columns_for, plain_table
 from gpuwatch.tui.fleet.model import FleetView, NodeFilter

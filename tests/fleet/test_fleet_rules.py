@@ -15,7 +15,7 @@ import yaml
 from gpuwatch.fleet import summaries
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.prometheus import PrometheusSource
-from gpuwatch.models import FleetState, NodeState, NodeSummary
+from gpuwatch.fleet_model import FleetState, NodeState, NodeSummary
 from gpuwatch.tui.fleet.rows import NodeRow, build_rows, user_rows
 from tests.helpers.fleet.daemons import SimNode
 from tests.helpers.fleet.prometheus import StartDaemons, StartPrometheus, Target

@@ -18,7 +18,7 @@ from textual.pilot import Pilot
 from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.errors import SourceError
 from gpuwatch.fleet.prometheus import PrometheusSource
-from gpuwatch.models import FleetState, NodeState
+from gpuwatch.fleet_model import FleetState, NodeState
 from gpuwatch.tui.common.section import GRAPH_WINDOW_S
 from gpuwatch.tui.fleet.app import FleetApp
 from gpuwatch.tui.fleet.screens import NodeScreen, UsersScreen

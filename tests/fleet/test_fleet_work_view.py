@@ -8,7 +8,7 @@ import json
 
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.series import PREFIXES, target_state
-from gpuwatch.models import FleetState, NodeState
+from gpuwatch.fleet_model import FleetState, NodeState
 from gpuwatch.tui.fleet.app import FleetApp
 from gpuwatch.tui.fleet.cells import cell_text, plain_table
 from gpuwatch.tui.fleet.model import FleetView

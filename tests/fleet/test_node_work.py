@@ -10,7 +10,7 @@ from gpuwatch.fleet.document import fleet_document
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
-from gpuwatch.models import FleetState, GpuJob, NodeState
+from gpuwatch.fleet_model import FleetState, GpuJob, NodeState
 from gpuwatch.tui.fleet.rows import build_rows
 from tests.helpers.fleet.fakeprom import NOW, FakePrometheus, FakeTarget, with_node_figures
 from tests.helpers.fleet.servers import fixture, serving

@@ -16,7 +16,7 @@ from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
-from gpuwatch.models import Exporter, FleetState
+from gpuwatch.fleet_model import Exporter, FleetState
 from gpuwatch.placement.rules import needed_bytes
 from gpuwatch.placement.where import where
 from gpuwatch.request import Request

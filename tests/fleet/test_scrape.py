@@ -13,7 +13,7 @@ from gpuwatch.errors import InvalidValueError
 from gpuwatch.fleet import fetch
 from gpuwatch.fleet.config import read_nodes_file
 from gpuwatch.fleet.scrape import ScrapeSource, parse_target
-from gpuwatch.models import Exporter, FleetState
+from gpuwatch.fleet_model import Exporter, FleetState
 from tests.helpers.daemon import running_daemon
 from tests.helpers.fleet.endpoints import Endpoint, hanging
 from tests.helpers.fleet.net import free_port

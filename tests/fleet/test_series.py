@@ -7,7 +7,7 @@ import pytest
 
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.series import PREFIXES, merged, safe_name, target_state
-from gpuwatch.models import Exporter, NodeState
+from gpuwatch.fleet_model import Exporter, NodeState
 from tests.helpers.fleet.servers import fixture
 
 GIB = 1 << 30

@@ -10,17 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.choices import Strategy
-from gpuwatch.models import (
-    Exporter,
-    FleetState,
-    GpuSample,
-    Lease,
-    MigDevice,
-    NodeState,
-    ProcessKind,
-    ProcessUsage,
-    Snapshot,
-)
+from gpuwatch.fleet_model import Exporter, FleetState, NodeState
+from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.placement.where import where
 from gpuwatch.request import Request
 

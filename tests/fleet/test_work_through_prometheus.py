@@ -8,7 +8,7 @@ import pytest
 
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.scrape import ScrapeSource
-from gpuwatch.models import FleetState
+from gpuwatch.fleet_model import FleetState
 from tests.helpers.fleet.prometheus import StartPrometheus, StartSimFleet, Target
 from tests.helpers.wait import wait_until
 

@@ -12,19 +12,9 @@ import pytest
 
 from gpuwatch.backends.daemon_client import DaemonBackend
 from gpuwatch.errors import DaemonUnavailableError
+from gpuwatch.fleet_model import FleetState, GpuJob, NodeState, NodeSummary
 from gpuwatch.jobs.job_table import Job, JobTable, NodeJobs
-from gpuwatch.models import (
-    FleetState,
-    GpuJob,
-    GpuSample,
-    Lease,
-    MigDevice,
-    NodeState,
-    NodeSummary,
-    ProcessKind,
-    ProcessUsage,
-    Snapshot,
-)
+from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.text import printable
 from tests.helpers.daemon import answering_once
 

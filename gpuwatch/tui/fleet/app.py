@@ -23,8 +23,8 @@ from textual.widgets import Footer, Input, Static
 
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.fleet.source import FleetSource
+from gpuwatch.fleet_model import FleetState
 from gpuwatch.gpu_history import GpuSeries
-from gpuwatch.models import FleetState
 from gpuwatch.tui.common.app import TableApp
 from gpuwatch.tui.common.screens import HelpScreen
 from gpuwatch.tui.common.section import GRAPH_WINDOW_S

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from gpuwatch.models import FleetState
+from gpuwatch.fleet_model import FleetState
 from gpuwatch.tui.common import render
 from gpuwatch.tui.common.columns import CELL_PADDING, Column, fitting, sortable
 from gpuwatch.tui.fleet.rows import NodeRow, Totals, UserRow, user_rows

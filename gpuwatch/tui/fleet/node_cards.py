@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gpuwatch.fleet_model import GpuJob, NodeState
 from gpuwatch.gpu_history import GpuSeries
-from gpuwatch.models import GpuJob, NodeState
 from gpuwatch.tui.common import render
 from gpuwatch.tui.common.frames import Backfill, Frame
 from gpuwatch.tui.common.layout import CHROME_LINES, MIN_TABLE_LINES, Layout, choose_layout

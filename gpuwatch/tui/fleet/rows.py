@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuwatch.fleet.node_figures import NodeFigures, node_figures
-from gpuwatch.models import FleetState, GpuSample, Lease, NodeState, NodeSummary, Snapshot
+from gpuwatch.fleet_model import FleetState, NodeState, NodeSummary
+from gpuwatch.models import GpuSample, Lease, Snapshot
 from gpuwatch.placement.gpus import choose
 from gpuwatch.request import Request
 from gpuwatch.tui.common.trends import IDLE_UTILIZATION_PCT, IdleClock

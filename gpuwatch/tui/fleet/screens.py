@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from gpuwatch.models import FleetState
+from gpuwatch.fleet_model import FleetState
 from gpuwatch.tui.common.widgets import Painted, SectionView
 from gpuwatch.tui.fleet.cells import users_text
 from gpuwatch.tui.fleet.node_cards import FleetSection, node_layout

@@ -17,7 +17,7 @@ from gpuwatch.fleet import node_figures, node_work, promql, summaries
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.promql import FamilyQuery
 from gpuwatch.fleet.series import PREFIXES, exporter_of, target_state
-from gpuwatch.models import Exporter
+from gpuwatch.fleet_model import Exporter
 from gpuwatch.placement.gpus import GPUS
 from gpuwatch.placement.rules import qualifying
 from gpuwatch.request import IDLE_MAX_UTIL_PCT
