@@ -26,7 +26,7 @@ from gpuwatch.errors import GpuwatchError
 from gpuwatch.fleet.source import FleetSource
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import FleetState
-from gpuwatch.tui.common.app import TableApp
+from gpuwatch.tui.common.app import DEFAULT_IDLE_AFTER_S, TableApp
 from gpuwatch.tui.common.screens import HelpScreen
 from gpuwatch.tui.common.section import GRAPH_WINDOW_S
 from gpuwatch.tui.common.table import RowTable
@@ -38,7 +38,6 @@ from gpuwatch.tui.fleet.rows import IdleTracker, NodeRow, RowMemory, build_rows,
 from gpuwatch.tui.fleet.screens import NodeScreen, UsersScreen
 
 DEFAULT_INTERVAL_S = 2.0
-DEFAULT_IDLE_AFTER_S = 600.0
 READER_EXIT_WAIT_S = 2.0
 
 

@@ -22,7 +22,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
-from gpuwatch.tui.common.app import TableApp
+from gpuwatch.tui.common.app import DEFAULT_IDLE_AFTER_S, TableApp
 from gpuwatch.tui.common.frames import Ancestor, Backfill, Frame, HostStats
 from gpuwatch.tui.common.layout import Layout, choose_layout
 from gpuwatch.tui.common.screens import HelpScreen
@@ -38,8 +38,6 @@ from gpuwatch.tui.node.signals import plan, send
 from gpuwatch.tui.node.sources import Source
 from gpuwatch.tui.node.state import ScreenState
 from gpuwatch.tui.node.widgets import HostLine, Panel
-
-DEFAULT_IDLE_AFTER_S = 600.0
 
 
 @dataclass
