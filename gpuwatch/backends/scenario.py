@@ -55,6 +55,17 @@ class LoadShape(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Load:
+    """A utilization curve: `shape` between `low_pct` and `high_pct`, repeating every `period_s`."""
+
+    shape: LoadShape
+    low_pct: float = 0.0
+    high_pct: float = 0.0
+    period_s: float = 60.0
+    phase_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class GpuModel:
     """A product the simulator knows: what a fresh GPU of that kind reports."""
 
@@ -82,18 +93,9 @@ _BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
 @dataclass(frozen=True, slots=True)
-class Load:
-    """A utilization curve: `shape` between `low_pct` and `high_pct`, repeating every `period_s`."""
-
-    shape: LoadShape
-    low_pct: float = 0.0
-    high_pct: float = 0.0
-    period_s: float = 60.0
-    phase_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
 class SimGpu:
+    """One GPU of a scenario: its product, identity, load, and what it cannot report."""
+
     model: GpuModel
     uuid: str
     pci_bus_id: str
@@ -108,6 +110,9 @@ class SimGpu:
 
 @dataclass(frozen=True, slots=True)
 class SimProcess:
+    """One process of a scenario on GPU `gpu`; its memory follows the GPU's utilization,
+    from `memory_low_bytes` when idle to `memory_high_bytes` when fully busy."""
+
     gpu: int
     pid: int
     user: str
@@ -123,6 +128,8 @@ class SimProcess:
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
+    """A simulated node: what its driver reports, its GPUs and the processes on them."""
+
     hostname: str
     driver_version: str
     cuda_driver_version: str

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from gpuwatch.backends.scenario import (
     MODELS,
@@ -48,14 +49,15 @@ _WAITING = 6
 """Node k has jobs waiting in line for its GPUs when k % 6 == 3."""
 _IDLE_JOB = "python train.py --resume"
 """The job that holds its GPU and does nothing with it."""
+_Health = Literal["up", "down", "stale"]
+"""Whether a node is read (`up`), never read (`down`), or read with minutes-old data."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Node:
     name: str
     backend: SimBackend
-    health: str
-    """`up`, `down` or `stale`."""
+    health: _Health
     exporter: Exporter
     leases: tuple[Lease, ...] | None
     delay_s: float
@@ -151,7 +153,7 @@ class SimFleet:
 def _plan(name: str, k: int, count: int, seed: int, clock: Callable[[], float]) -> _Node:
     rng = random.Random(f"gpuwatch-fleet:{seed}:{k}")
     troubled = count >= TROUBLE_FROM_NODES
-    health = "up"
+    health: _Health = "up"
     if troubled and k % _DOWN == 5:
         health = "down"
     elif troubled and k % _STALE == 8:

@@ -102,7 +102,8 @@ def print_table(source: FleetSource) -> int:
 
 def run_screen(source: FleetSource, interval_s: float | None, idle_after_s: float | None) -> int:
     # Here: textual, which --once and --json do without.
-    from gpuwatch.tui.fleet.app import DEFAULT_IDLE_AFTER_S, DEFAULT_INTERVAL_S, FleetApp
+    from gpuwatch.tui.common.app import DEFAULT_IDLE_AFTER_S
+    from gpuwatch.tui.fleet.app import DEFAULT_INTERVAL_S, FleetApp
 
     first = source.read()  # a source that cannot be read at all: one line, before the screen
     collect_garbage_rarely()

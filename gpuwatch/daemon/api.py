@@ -42,7 +42,7 @@ from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.settings import Settings
 from gpuwatch.daemon.training_series import TrainingView, training_body
 from gpuwatch.daemon.view import NO_REPORTS, View
-from gpuwatch.daemon.wire import Response, error_response, json_response
+from gpuwatch.daemon.wire import Response, error_response, json_response, text_response
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.jobs import table_record
 from gpuwatch.jobs.sightings import sighting_record
@@ -59,7 +59,6 @@ DEFAULT_HISTORY_WINDOW_S = 600.0
 MAX_HISTORY_POINTS = 20_000
 STALE_AFTER_HEADER = "X-Gpuwatch-Stale-After"
 _READ_ONLY = ("Allow", "GET, HEAD")
-_TEXT = "text/plain; charset=utf-8"
 TCP_PATHS = ("/metrics", "/-/healthy", "/-/ready")
 Query = dict[str, str]
 Route = Callable[[Query], Response]
@@ -281,15 +280,15 @@ class Api:
         return Response(200, CONTENT_TYPE_LATEST, exposition(self.view(leases=True, training=True)))
 
     def healthy(self, query: Query) -> Response:
-        return Response(200, _TEXT, b"gpuwatch daemon is healthy.\n")
+        return text_response(200, "gpuwatch daemon is healthy.\n")
 
     def ready(self, query: Query) -> Response:
         """Ready while the snapshot may be served as current, as `gpuwatch_sampling_up`."""
         view = self.view()
         if view.current:
-            return Response(200, _TEXT, b"gpuwatch daemon is ready.\n")
+            return text_response(200, "gpuwatch daemon is ready.\n")
         why = view.stale or f"no sample yet ({view.state.error or 'starting'})"
-        return Response(503, _TEXT, f"gpuwatch daemon is not ready: {why}\n".encode())
+        return text_response(503, f"gpuwatch daemon is not ready: {why}\n")
 
     def _lease_files(self) -> LeaseFiles:
         lease_dir = self._lease_dir()

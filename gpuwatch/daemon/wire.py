@@ -24,11 +24,12 @@ MAX_HEAD_BYTES = 16 << 10
 MAX_BODY_BYTES = 64 << 10
 """A body (nothing here takes one) is read and dropped up to this size; a larger one ends
 the connection."""
-JSON = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
 class Response:
+    """An answer: its status, the media type of its body, and any further headers."""
+
     status: int
     content_type: str
     body: bytes
@@ -36,7 +37,13 @@ class Response:
 
 
 def json_response(status: int, data: object, *headers: tuple[str, str]) -> Response:
-    return Response(status, JSON, json.dumps(data).encode(), headers)
+    """An answer carrying `data` as JSON, as every answer does but `/metrics` and the probes."""
+    return Response(status, "application/json", json.dumps(data).encode(), headers)
+
+
+def text_response(status: int, text: str) -> Response:
+    """A line of plain text: what the health and readiness probes answer."""
+    return Response(status, "text/plain; charset=utf-8", text.encode())
 
 
 def error_response(status: int, message: str, *headers: tuple[str, str]) -> Response:
@@ -45,6 +52,8 @@ def error_response(status: int, message: str, *headers: tuple[str, str]) -> Resp
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """A request's head, as far as the daemon reads it; its body is never kept."""
+
     method: str
     target: str
     keep_alive: bool

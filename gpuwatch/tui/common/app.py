@@ -18,6 +18,8 @@ from gpuwatch.tui.common.view import TableChoices
 
 V = TypeVar("V", bound=TableChoices)
 R = TypeVar("R", bound=Keyed)
+DEFAULT_IDLE_AFTER_S = 600.0
+"""Both apps call a process an idle holder once its GPU has been idle this long."""
 
 
 class TableApp(App[int], Generic[V, R]):

@@ -22,6 +22,9 @@ CARD_GAP = " │ "
 
 @dataclass(frozen=True, slots=True)
 class Layout:
+    """The screen as `choose_layout` divides it: cards per line, each card's width and graph
+    rows, and the lines of the GPU panel."""
+
     card_columns: int
     card_width: int
     graph_rows: int

@@ -14,6 +14,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from textual import on
 from textual.app import ComposeResult
@@ -25,7 +26,7 @@ from gpuwatch.errors import GpuwatchError
 from gpuwatch.fleet.source import FleetSource
 from gpuwatch.fleet_model import FleetState
 from gpuwatch.gpu_history import GpuSeries
-from gpuwatch.tui.common.app import TableApp
+from gpuwatch.tui.common.app import DEFAULT_IDLE_AFTER_S, TableApp
 from gpuwatch.tui.common.screens import HelpScreen
 from gpuwatch.tui.common.section import GRAPH_WINDOW_S
 from gpuwatch.tui.common.table import RowTable
@@ -37,27 +38,24 @@ from gpuwatch.tui.fleet.rows import IdleTracker, NodeRow, RowMemory, build_rows,
 from gpuwatch.tui.fleet.screens import NodeScreen, UsersScreen
 
 DEFAULT_INTERVAL_S = 2.0
-DEFAULT_IDLE_AFTER_S = 600.0
 READER_EXIT_WAIT_S = 2.0
 
 
+@dataclass
 class FleetRead(Message):
     """The source said something: a fleet, or why it could not be read at all."""
 
-    def __init__(self, fleet: FleetState | None, error: str | None = None) -> None:
-        super().__init__()
-        self.fleet = fleet
-        self.error = error
+    fleet: FleetState | None
+    error: str | None = None
 
 
+@dataclass
 class HistoryRead(Message):
     """A node's past, for its cards' graphs."""
 
-    def __init__(self, node: str, series: Sequence[GpuSeries], note: str) -> None:
-        super().__init__()
-        self.node = node
-        self.series = series
-        self.note = note
+    node: str
+    series: Sequence[GpuSeries]
+    note: str
 
 
 class FleetApp(TableApp[FleetView, NodeRow]):

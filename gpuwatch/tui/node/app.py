@@ -13,6 +13,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from textual import on
 from textual.app import ComposeResult
@@ -21,7 +22,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Input, Static
 
-from gpuwatch.tui.common.app import TableApp
+from gpuwatch.tui.common.app import DEFAULT_IDLE_AFTER_S, TableApp
 from gpuwatch.tui.common.frames import Ancestor, Backfill, Frame, HostStats
 from gpuwatch.tui.common.layout import Layout, choose_layout
 from gpuwatch.tui.common.screens import HelpScreen
@@ -38,25 +39,21 @@ from gpuwatch.tui.node.sources import Source
 from gpuwatch.tui.node.state import ScreenState
 from gpuwatch.tui.node.widgets import HostLine, Panel
 
-DEFAULT_IDLE_AFTER_S = 600.0
 
-
+@dataclass
 class FrameArrived(Message):
     """Source `number` said something: a frame, good or failed."""
 
-    def __init__(self, number: int, frame: Frame) -> None:
-        super().__init__()
-        self.number = number
-        self.frame = frame
+    number: int
+    frame: Frame
 
 
+@dataclass
 class BackfillArrived(Message):
     """Source `number`'s past (the daemon's history, when it keeps one), once, first."""
 
-    def __init__(self, number: int, backfill: Backfill) -> None:
-        super().__init__()
-        self.number = number
-        self.backfill = backfill
+    number: int
+    backfill: Backfill
 
 
 class GpuwatchApp(TableApp[TableView, Row]):
