@@ -81,6 +81,18 @@ def format_duration(seconds: float) -> str:
     return f"{seconds * 1000:g}ms"
 
 
+def format_elapsed(seconds: float) -> str:
+    """A time gone by, to the unit that matters: `45s`, `12m`, `3h05m`, `2d04h`."""
+    whole = int(max(0.0, seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
 def parse_whole_number(text: str, *, low: int, high: int) -> int:
     """A whole number from `low` to `high`, in ASCII digits only.
 

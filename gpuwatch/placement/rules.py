@@ -72,6 +72,8 @@ class Candidate:
     recent_util_pct: float | None = None
     fault: str | None = None
     """Why the device cannot be told apart from another (two GPUs with one UUID)."""
+    holder: str | None = None
+    """Who holds it where no lease or process says so (a Kubernetes pod), or `None`."""
 
 
 class Kind:
@@ -99,6 +101,10 @@ class Kind:
     def name(self, device: Device) -> str:
         raise NotImplementedError
 
+    def identified(self, device: Device) -> bool:
+        """Whether the device can be named to a job, and leases matched to it: its UUID."""
+        return device.uuid is not None
+
     def order(self, device: Device) -> tuple[int, ...]:
         """Where the device's line stands among the reasons, and its key for ties."""
         raise NotImplementedError
@@ -122,6 +128,7 @@ def place(
     recent_util_pct: Mapping[str, float] | None = None,
     waiting_ahead: Sequence[Waiter] = (),
     seed: int = 0,
+    held: Mapping[tuple[int, ...], str] | None = None,
 ) -> Choice:
     """Chooses `request.count` devices of `kind`, or says for each why it cannot be had.
 
@@ -131,10 +138,13 @@ def place(
     do not make a device in use for it. `recent_util_pct` is each GPU's (by UUID)
     highest utilization over the last minute, where known. `seed` breaks ties
     between equally good devices; giving each process its own (its pid) spreads
-    jobs started together over equal devices.
+    jobs started together over equal devices. `held` names who holds a device (by
+    `Kind.order`) where no lease or process tells it (a Kubernetes pod, as a remote
+    node's exporter labels its GPUs): it is never given.
     """
     recent = recent_util_pct or {}
-    everyone = _candidates(kind, snapshot, leases, frozenset(), frozenset(), recent)
+    held = held or {}
+    everyone = _candidates(kind, snapshot, leases, frozenset(), frozenset(), recent, held)
     kept = _kept_for_waiters(kind, snapshot, everyone, waiting_ahead)
     own = own_pids | {lease.pid for lease in leases if lease.lease_id in mine}
     candidates = everyone
@@ -143,7 +153,7 @@ def place(
         alone = frozenset(
             lease.gpu_uuid for lease in leases if lease.lease_id in mine and lease.exclusive
         )
-        candidates = _candidates(kind, snapshot, others, own, alone, recent)
+        candidates = _candidates(kind, snapshot, others, own, alone, recent, held)
     ranked, rejected, busy = _qualify(kind, candidates, request, kept, seed)
     if len(ranked) >= request.count:
         best = ranked[: request.count]
@@ -193,7 +203,7 @@ def qualifying(kind: Kind, snapshot: Snapshot, leases: Sequence[Lease] = ()) -> 
     publishes on each of its GPUs, so that `where` needs no more of it than its free
     memory. Jobs waiting in line and the last minute's load are left out, as `where`
     knows neither of a node it reads from Prometheus."""
-    candidates = _candidates(kind, snapshot, leases, frozenset(), frozenset(), {})
+    candidates = _candidates(kind, snapshot, leases, frozenset(), frozenset(), {}, {})
     ranked, _, _ = _qualify(kind, candidates, Request(), {}, 0)
     return [candidate.device for candidate in ranked]
 
@@ -218,6 +228,7 @@ def _candidates(
     own_pids: frozenset[int],
     own_devices: frozenset[str],
     recent_util_pct: Mapping[str, float],
+    holders: Mapping[tuple[int, ...], str],
 ) -> list[Candidate]:
     faults = kind.faults(snapshot)
     by_uuid: dict[str, list[Lease]] = {}
@@ -251,6 +262,7 @@ def _candidates(
                 held_alone=uuid in own_devices,
                 recent_util_pct=recent_util_pct.get(uuid) if uuid else None,
                 fault=fault,
+                holder=holders.get(kind.order(device)),
             )
         )
     return candidates
@@ -282,9 +294,10 @@ def _reason_against(
     device = candidate.device
     if (reason := kind.outside(device, request)) is not None:
         return reason
-    if (reason := _unreadable(candidate)) is not None:
+    if (reason := _unreadable(kind, candidate)) is not None:
         return reason
-    if reason := lease_conflict(candidate.leases, shared=request.mem_bytes is not None):
+    shared = request.mem_bytes is not None
+    if reason := lease_conflict(candidate.leases, shared=shared) or _holding(candidate):
         return reason
     if (waiter := kept.get(kind.order(device))) is not None:
         return f"kept for pid {waiter.pid} ({waiter.user}), which asked earlier"
@@ -302,17 +315,21 @@ def _reason_against(
     return _too_full(candidate, request)
 
 
-def _unreadable(candidate: Candidate) -> str | None:
+def _unreadable(kind: Kind, candidate: Candidate) -> str | None:
     device = candidate.device
     if device.error is not None:
         return f"error: {device.error}"
     if candidate.fault is not None:
         return f"error: {candidate.fault}"
-    if device.memory_free_bytes is None or device.uuid is None:
+    if device.memory_free_bytes is None or not kind.identified(device):
         return "free memory unknown"
     return memory_nonsense(
         device.memory_total_bytes, device.memory_used_bytes, device.memory_free_bytes
     )
+
+
+def _holding(candidate: Candidate) -> str | None:
+    return None if candidate.holder is None else f"held by {candidate.holder}"
 
 
 def memory_nonsense(total: int | None, used: int | None, free: int | None) -> str | None:
