@@ -224,3 +224,84 @@ def test_the_most_free_memory_of_a_split_gpu_is_its_largest_mig_devices() -> Non
     figures = node_figures.node_figures([whole, split], devices)
     assert figures.most_free_bytes == 20 * GIB
     assert figures.memory_free_bytes == 80 * GIB
+
+
+ALERTS = ROOT / "examples" / "gpuwatch-alerts.yml"
+DOWN_SUMMARY = "GPU node 10.0.0.9:19400 (job gpuwatch) cannot be scraped"
+DOWN_DESCRIPTION = (
+    "Prometheus's /targets page says why (refused, 401, timeout); `gpuwatch fleet --once` "
+    "shows it down with that reason."
+)
+
+
+def alert_tests(tmp_path: Path) -> Path:
+    """promtool's tests of the target alerts: a target never up beside one up; a job with
+    no target at all."""
+    up = [
+        {"series": 'up{job="gpuwatch",instance="10.0.0.7:19400"}', "values": "1x20"},
+        {"series": 'up{job="gpuwatch",instance="10.0.0.9:19400"}', "values": "0x20"},
+        {"series": 'up{job="node",instance="10.0.0.9:9100"}', "values": "0x20"},
+    ]
+    down = {
+        "exp_labels": {
+            "severity": "warn",
+            "job": "gpuwatch",
+            "instance": "10.0.0.9:19400",
+        },
+        "exp_annotations": {"summary": DOWN_SUMMARY, "description": DOWN_DESCRIPTION},
+    }
+    absent = {
+        "exp_labels": {"severity": "warn", "job": "gpuwatch"},
+        "exp_annotations": {
+            "summary": "Prometheus scrapes no target of job gpuwatch",
+            "description": "Check the scrape config (prometheus.yml) or its service "
+            "discovery: no GPU node of the job is watched.",
+        },
+    }
+    tests = {
+        "rule_files": [str(ALERTS)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": up,
+                "alert_rule_test": [
+                    {"eval_time": "4m", "alertname": "GpuwatchTargetDown", "exp_alerts": []},
+                    {"eval_time": "6m", "alertname": "GpuwatchTargetDown", "exp_alerts": [down]},
+                    {"eval_time": "15m", "alertname": "GpuwatchTargetsAbsent", "exp_alerts": []},
+                ],
+            },
+            {
+                "interval": "1m",
+                "input_series": [up[2]],
+                "alert_rule_test": [
+                    {"eval_time": "9m", "alertname": "GpuwatchTargetsAbsent", "exp_alerts": []},
+                    {
+                        "eval_time": "11m",
+                        "alertname": "GpuwatchTargetsAbsent",
+                        "exp_alerts": [absent],
+                    },
+                ],
+            },
+        ],
+    }
+    path = tmp_path / "alerts.test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    return path
+
+
+def test_a_target_never_up_alerts_and_so_does_a_job_with_no_target(tmp_path: Path) -> None:
+    # GIVEN a gpuwatch target never up beside one that is, a node_exporter down, and a
+    # Prometheus with no gpuwatch target at all
+    tests = alert_tests(tmp_path)
+    # WHEN promtool checks the shipped alerts and runs these tests
+    checked = subprocess.run(
+        [promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False
+    )
+    done = subprocess.run(
+        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, check=False
+    )
+    # THEN the target never up alerts after 5 minutes (not the node_exporter), and the job
+    # with no target after 10
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
