@@ -71,6 +71,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuwatch.fleet import scrape
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.fleet.source import Needs
 
 MIB = 1 << 20
 RULES = REPO / "examples" / "gpuwatch-fleet-rules.yml"
@@ -205,23 +206,24 @@ def refresh_cost(
     which also learns the exporters and reads GPU identity): requests, bytes as sent
     (gzip) and as JSON, and time, the median refresh's and the largest. `mode`: see
     `MODES`; `proxy` hides the rules for "evaluated"."""
-    source = PrometheusSource(proxy.url, per_node=mode != "gpus")
+    source = PrometheusSource(proxy.url, needs=Needs(per_node=mode != "gpus"))
     times: list[float] = []
     seen, counts = "", []
-    source.read()
+    fleet = source.read()
     for _ in range(refreshes):
         time.sleep(interval_s)
         proxy.reset()
         start = time.perf_counter()
         before = source.client.bytes_read
-        seen = str(len(source.read().nodes))
+        fleet = source.read()
+        seen = str(len(fleet.nodes))
         json_bytes = source.client.bytes_read - before
         times.append(time.perf_counter() - start)
         sent = proxy.reset()
         counts.append((sent.body_bytes, sent.requests, json_bytes))
     # The typical refresh: some read slow-changing series too, every fifth or thirtieth.
     body_bytes, requests, json_bytes = sorted(counts)[len(counts) // 2]
-    used = source.summarized
+    used = any(node.summary is not None for node in fleet.nodes)
     source.close()
     return (
         mode if used or mode == "gpus" else f"{mode} (not read)",

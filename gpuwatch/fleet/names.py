@@ -21,7 +21,8 @@ def node_text(text: str) -> str:
     leading `-` escaped, so that its first word is all of it and no command (`ssh`)
     takes it for an option."""
     shown = safe_name(text)
-    if shown.isprintable() and not any(ch.isspace() for ch in shown) and shown[:1] != "-":
+    # Every whitespace character but the space is unprintable, escaped by `safe_name`.
+    if " " not in shown and shown[:1] != "-":
         return shown
     escaped = "".join(_escape(ch) if ch.isspace() else ch for ch in shown)
     return _escape("-") + escaped[1:] if escaped[:1] == "-" else escaped

@@ -14,98 +14,35 @@ whose scrape fails has `up == 0` and its series vanish: it is down, with Prometh
 reason (`lastError` of `/api/v1/targets`, one more request only where a node is down).
 
 Only a gpuwatch daemon too old to export what the round asks of it (its node's figures,
-its verdict on each GPU) costs one more round, narrowed to it. State kept between reads,
-each where a benchmark shows it pays (`bench/fleet_cost.py`, docs/development/
-benchmarks.md): whether the server records the fleet rules (probed every
-`PROBE_EVERY` reads: the rules spare Prometheus their expressions), and the table's slow
-figures (users, GPU models, idle holders: the largest answers, read in parts every
-`SLOW_EVERY` reads); and which target each node's label stands for, for `history` and
-`focus`.
+its verdict on each GPU) costs one more round, narrowed to it. A one-shot read keeps
+nothing between reads; the fleet table's source keeps what a benchmark shows pays
+(`gpuwatch.fleet.table_memory`), and every source which target each node's key stands
+for, for `history` and `focus`.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection
+from dataclasses import replace
 
-from gpuwatch.fleet import node_history, promql, series_gpuwatch, summaries
-from gpuwatch.fleet.exposition import Sample
+from gpuwatch.fleet import node_history, promql, summaries
 from gpuwatch.fleet.fetch import Budget, HttpOptions
-from gpuwatch.fleet.mapped import MAX_GPU_INDEX, small_whole
-from gpuwatch.fleet.names import host_of, node_text, safe_name
+from gpuwatch.fleet.prom_nodes import Judge, nodes_of
 from gpuwatch.fleet.promapi import DEFAULT_MAX_BYTES, PromClient
 from gpuwatch.fleet.promql import Query
-from gpuwatch.fleet.series import (
-    aged,
-    claimed,
-    host_named,
-    judged,
-    stale,
-    target_mapping,
-    target_state,
-)
+from gpuwatch.fleet.rounds import DETAIL, NAMES, UP, Asked, Found, Target, ask
+from gpuwatch.fleet.series import claimed
 from gpuwatch.fleet.source import Needs
+from gpuwatch.fleet.table_memory import TableMemory
 from gpuwatch.gpu_history import GpuSeries
-from gpuwatch.models import Exporter, FleetState, NodeState, NodeSummary, Snapshot
+from gpuwatch.models import Exporter, FleetState, NodeState
 from gpuwatch.request import IDLE_MAX_UTIL_PCT
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_STALE_AFTER_S = 120.0
 """Two scrapes at Prometheus's default interval (1m), so that a node is stale only when
 a scrape was missed, whatever interval the server uses up to that."""
-PROBE_EVERY = 30
-"""Reads between two probes of the recording rules (a minute at the screen's 2 s)."""
-SLOW_EVERY = 15
-"""Reads between two readings of each part of what changes slowly (`summaries.slow_plan`:
-30 s at the screen's 2 s refresh)."""
-Target = tuple[str, str]
-"""(job, instance): one scraped endpoint."""
-_UP, _NAMES, _PROBE = "up", "names", "probe"
-_MAIN, _DETAIL, _SLOW = "main", "detail", "slow"
-
-
-@dataclass(frozen=True, slots=True)
-class _Asked:
-    """One query of a round: what it asks, whose answer it is, and the matcher that
-    narrows it to some targets ("" for all)."""
-
-    query: Query | str
-    role: str = _MAIN
-    matcher: str = ""
-
-    @property
-    def family(self) -> str:
-        return "" if isinstance(self.query, str) else self.query.family
-
-    def promql(self) -> str:
-        if self.query == _UP:
-            return promql.UP_SEEN
-        if self.query == _NAMES:
-            return promql.names()
-        if self.query == _PROBE:
-            return summaries.PROBE
-        assert not isinstance(self.query, str)
-        return self.query.promql(self.matcher)
-
-
-@dataclass
-class _Found:
-    """What a read's answers say, by target."""
-
-    evaluated: float = 0.0
-    seen: dict[Target, float] = field(default_factory=dict)
-    """Each target's last scrape time, negative where it failed."""
-    scraped_as: dict[Target, dict[str, str]] = field(default_factory=dict)
-    names: dict[Target, str] = field(default_factory=dict)
-    exporters: dict[Target, str] = field(default_factory=dict)
-    last: dict[Target, float] = field(default_factory=dict)
-    """A gpuwatch daemon's last snapshot time, within the names query's hour."""
-    samples: dict[Target, list[Sample]] = field(default_factory=lambda: defaultdict(list))
-    details: dict[Target, list[Sample]] = field(default_factory=lambda: defaultdict(list))
-    slow: dict[Target, list[Sample]] = field(default_factory=lambda: defaultdict(list))
-    rules: bool | None = None
 
 
 class PrometheusSource:
@@ -133,14 +70,16 @@ class PrometheusSource:
         self.client = PromClient(
             url, options=options or HttpOptions(), timeout_s=timeout_s, max_bytes=max_bytes
         )
-        self.stale_after_s = stale_after_s
         self.needs = needs or Needs()
         self._clock = clock
         self._budget = budget
-        self._reads = 0
-        self._rules = False
-        self._slow: dict[int, dict[Target, list[Sample]]] = {}
-        self._due: tuple[int, ...] = ()
+        table = self.needs.per_node and not self.needs.placement
+        self._memory = TableMemory(self.needs.idle_after_s) if table else None
+        self._judge = (
+            Judge(self.needs, stale_after_s)
+            if self._memory is None
+            else Judge(self.needs, stale_after_s, self._memory.figures)
+        )
         self._targets: dict[str, Target] = {}
         self._uuids: dict[str, dict[str, int]] = {}
         self._focus: frozenset[str] = frozenset()
@@ -153,23 +92,19 @@ class PrometheusSource:
 
     def read(self) -> FleetState:
         """The fleet now; raises `SourceError` when the server cannot be read."""
-        self._reads += 1
         budget = self._budget or self.client.budget()
-        found = _Found()
+        found = Found()
         self._ask(self._round(), budget, found)
+        if self._memory is not None:
+            self._memory.keep(found)
         if later := self._older_daemons(found):
             self._ask(later, budget, found)
-        self._keep_slow(found)
-        nodes = self._nodes(found)
-        down = sorted({job for (job, _), node in nodes.items() if node.error and not node.up})
-        if down and self.needs.errors:
-            errors = self.client.scrape_errors(down, budget=budget)
-            nodes = {t: _with_error(node, errors.get(t)) for t, node in nodes.items()}
+        now = found.evaluated or self._clock()
+        unscraped = frozenset(t for t, seen in found.seen.items() if seen <= 0)
+        nodes = self._with_errors(nodes_of(self._judge, found, now), unscraped, budget)
         fleet = claimed(nodes.values())
         self._remember(fleet, nodes)
-        return FleetState(
-            taken_at=found.evaluated or self._clock(), source=self.description, nodes=fleet
-        )
+        return FleetState(taken_at=now, source=self.description, nodes=fleet)
 
     def focus(self, nodes: Collection[str]) -> None:
         """Reads `nodes` (by `NodeState.key`) GPU by GPU too, from the next read on, where
@@ -194,50 +129,46 @@ class PrometheusSource:
     def close(self) -> None:
         """Nothing stays open between reads."""
 
-    def _round(self) -> list[_Asked]:
-        """The queries of one read: targets and names, the gpuwatch daemons' as the
-        reader needs them, dcgm-exporter's and nvidia_gpu_exporter's, and for the table
-        what changes slowly where it is due, and the nodes in focus GPU by GPU."""
+    def _round(self) -> list[Asked]:
+        """The queries of one read: targets (and their names, but where the table's
+        memory holds them), the gpuwatch daemons' as the reader needs them,
+        dcgm-exporter's and nvidia_gpu_exporter's; for the table, what of its memory is
+        due, and the nodes in focus GPU by GPU."""
         needs = self.needs
-        asked = [_Asked(_UP), _Asked(_NAMES)]
-        asked += [_Asked(query) for query in self._gpuwatch_plan()]
-        asked += [_Asked(query) for query in promql.dcgm_values(placement=needs.placement)]
-        asked += [_Asked(query) for query in promql.smi_values(placement=needs.placement)]
-        if not needs.per_node or needs.placement:
-            return asked
-        if self._reads % PROBE_EVERY == 1:
-            asked.append(_Asked(_PROBE))
-        self._due = self._slow_due()
-        asked += [
-            _Asked(query, _SLOW)
-            for group in self._due
-            for query in summaries.slow_plan(
-                recorded=self._rules, group=group, idle_after_s=needs.idle_after_s
-            )
-        ]
+        runs = None if self._memory is None else self._memory.exporters()
+        asked = [Asked(UP)]
+        if runs is None or Exporter.DCGM in runs:
+            asked += [Asked(query) for query in promql.dcgm_values(placement=needs.placement)]
+        if runs is None or Exporter.NVIDIA_GPU_EXPORTER in runs:
+            asked += [Asked(query) for query in promql.smi_values(placement=needs.placement)]
+        if self._memory is None:
+            return [*asked, Asked(NAMES), *(Asked(query) for query in self._gpuwatch_plan())]
+        asked += self._memory.plan()
         focused = {self._targets[key][1] for key in self._focus if key in self._targets}
         if focused:
             matcher = promql.instances(focused)
             detail = promql.gpuwatch_values(placement=False)
-            asked += [_Asked(query, _DETAIL, matcher) for query in detail]
+            asked += [Asked(query, DETAIL, matcher) for query in detail]
         return asked
 
-    def _gpuwatch_plan(self) -> Sequence[Query]:
+    def _gpuwatch_plan(self) -> list[Query]:
         needs = self.needs
         if needs.placement and needs.verdicts:
             return promql.verdicts(needs.free_bytes, IDLE_MAX_UTIL_PCT / 100)
-        if needs.placement or not needs.per_node:
-            return promql.gpuwatch_values(placement=needs.placement, mig=needs.mig)
-        return summaries.plan(needs.idle_after_s)
+        return list(promql.gpuwatch_values(placement=needs.placement, mig=needs.mig))
 
-    def _older_daemons(self, found: _Found) -> list[_Asked]:
+    def _ask(self, asked: list[Asked], budget: Budget, found: Found) -> None:
+        self.queries_sent += len(asked)
+        ask(self.client, asked, budget, found)
+
+    def _older_daemons(self, found: Found) -> list[Asked]:
         """The GPU-by-GPU queries of the daemons that answered the round with neither
         their node's figures nor their verdicts (a version before them), narrowed to
         them: nothing where there are none."""
         needs = self.needs
         if needs.placement and needs.verdicts:
             marker = promql.AVAILABLE_GPUS
-        elif needs.per_node and not needs.placement:
+        elif self._memory is not None:
             marker = promql.NODE_GPUS
         else:
             return []
@@ -252,161 +183,26 @@ class PrometheusSource:
             return []
         queries = promql.gpuwatch_values(placement=needs.placement, mig=needs.mig)
         matcher = promql.instances(older)
-        return [_Asked(query, _DETAIL, matcher) for query in queries]
+        return [Asked(query, DETAIL, matcher) for query in queries]
 
-    def _slow_due(self) -> tuple[int, ...]:
-        """The parts of what changes slowly that this read reads: all until every part
-        is held, then each part every `SLOW_EVERY` reads, at different reads."""
-        if len(self._slow) < summaries.SLOW_GROUPS:
-            return tuple(range(summaries.SLOW_GROUPS))
-        step = SLOW_EVERY // summaries.SLOW_GROUPS
-        turn = self._reads % SLOW_EVERY
-        due = turn // step
-        return (due,) if turn % step == 0 and due < summaries.SLOW_GROUPS else ()
-
-    def _ask(self, asked: Sequence[_Asked], budget: Budget, found: _Found) -> None:
-        """Sends `asked` at once, within what is left of `budget`, and files the answers
-        into `found`."""
-        texts = [item.promql() for item in asked]
-        self.queries_sent += len(texts)
-        answers = self.client.samples(texts, [item.family for item in asked], budget=budget)
-        for item, (evaluated, vector) in zip(asked, answers, strict=True):
-            found.evaluated = max(found.evaluated, evaluated)
-            if item.query == _UP:
-                for sample in vector:
-                    target = _target(sample.labels)
-                    found.seen[target] = sample.value
-                    found.scraped_as[target] = sample.labels
-            elif item.query == _NAMES:
-                _file_names(vector, found)
-            elif item.query == _PROBE:
-                found.rules = bool(vector)
-            else:
-                into = {_MAIN: found.samples, _DETAIL: found.details, _SLOW: found.slow}
-                filed = into[item.role]
-                for sample in vector:
-                    filed[_target(sample.labels)].append(sample)
-
-    def _keep_slow(self, found: _Found) -> None:
-        """Files what changes slowly into the parts held, and notes whether the rules
-        are recorded."""
-        if found.rules is not None:
-            self._rules = found.rules
-        for group in self._due:
-            families = {q.family for q in summaries.slow_plan(recorded=True, group=group)}
-            self._slow[group] = {
-                target: [s for s in samples if s.name in families]
-                for target, samples in found.slow.items()
-            }
-        self._due = ()
-
-    def _nodes(self, found: _Found) -> dict[Target, NodeState]:
-        """Every target of a job with GPU series, and every target at a GPU exporter's
-        own port (a job none of whose targets was ever up): a node each."""
-        jobs = {job for job, _ in found.exporters} | {job for job, _ in found.samples}
-        targets = {t for t in found.seen if t[0] in jobs or _exporter_port(t[1])}
-        targets |= set(found.samples)
-        several = _instances_in_several_jobs(targets)
-        now = found.evaluated or self._clock()
-        return {t: self._node(t, found, now, several) for t in sorted(targets)}
-
-    def _node(
-        self, target: Target, found: _Found, now: float, several: frozenset[str]
-    ) -> NodeState:
-        job, instance = target
-        shown = f"{job}/{instance}" if instance in several else instance
-        seen = found.seen.get(target, 0.0)
-        samples = found.samples.get(target, []) + found.details.get(target, [])
-        labels = found.scraped_as.get(target, {})
-        name = self._name(target, found, labels)
-        if seen <= 0 or not samples:
-            return replace(self._down(target, found, now, seen), target=shown, job=job)
-        if self.needs.per_node and not self.needs.placement and _figures_of(samples):
-            state = self._summarized(target, found, now, seen, name)
-        elif self.needs.verdicts and self.needs.placement and _verdicts_of(samples):
-            state = self._given(samples, now, seen, name)
-        else:
-            state = target_state(
-                samples,
-                fallback_name=name,
-                seen_at=seen,
-                now=now,
-                stale_after_s=self.stale_after_s,
-                scraped_as=labels,
-            )
-        return replace(state, target=shown, job=job)
-
-    def _down(self, target: Target, found: _Found, now: float, seen: float) -> NodeState:
-        """A target Prometheus cannot scrape, or that sends no GPU series now: under its
-        last name, with the age of its daemon's last snapshot where that is known."""
-        job, instance = target
-        labels = found.scraped_as.get(target, {})
-        name = found.names.get(target)
-        name = name if name and host_named(name, labels) else instance
-        last = found.last.get(target, 0.0)
-        age_s = max(0.0, now - last) if last > 0 else None
-        where = f"{safe_name(instance)} (job {safe_name(job)})"
-        if seen > 0:
-            why = f"{where} sends Prometheus no GPU series now"
-        else:
-            why = f"Prometheus cannot scrape {where}"
-        return NodeState(node_text(name), up=False, snapshot=None, age_s=age_s, error=why)
-
-    def _summarized(
-        self,
-        target: Target,
-        found: _Found,
-        now: float,
-        seen: float,
-        name: str,
-    ) -> NodeState:
-        """A gpuwatch daemon read as its node's figures (and, in focus, GPU by GPU)."""
-        slow = [s for part in self._slow.values() for s in part.get(target, ())]
-        figures = summaries.figures(found.samples[target], summaries.slow_figures(slow))
-        name = node_text(name)
-        stale_after_s = self.stale_after_s
-        state = summaries.node_state(
-            figures, name, seen_at=seen, now=now, stale_after_s=stale_after_s
-        )
-        detail = found.details.get(target)
-        if not detail:
-            return state
-        labels = found.scraped_as.get(target, {})
-        mapping = target_mapping(detail, fallback_name=name, scraped_as=labels)
-        gpus = judged(mapping, seen_at=seen, now=now, stale_after_s=stale_after_s)
-        return replace(gpus, name=state.name, summary=state.summary)
-
-    def _given(self, samples: list[Sample], now: float, seen: float, name: str) -> NodeState:
-        """A gpuwatch daemon read as its verdict on each GPU: the GPUs it would give out,
-        and how many GPUs it has (`NodeState.given_only`)."""
-        mapped = series_gpuwatch.available_mapped(samples)
-        shown = node_text(name)
-        taken_at, age_s = aged(seen, mapped.data_at, now)
-        error = mapped.error or stale(age_s, self.stale_after_s)
-        snapshot = Snapshot(taken_at, shown, None, None, mapped.gpus, ())
-        by_name = {s.name: s.value for s in samples}
-        gpus, given = by_name.get(promql.NODE_GPUS), by_name.get(promql.AVAILABLE_GPUS)
-        return NodeState(
-            shown,
-            up=error is None,
-            snapshot=snapshot,
-            age_s=age_s,
-            error=error,
-            exporter=Exporter.GPUWATCH,
-            leases=(),
-            given_only=True,
-            summary=_counts(gpus, given),
-        )
-
-    def _name(self, target: Target, found: _Found, labels: dict[str, str]) -> str:
-        """A target's name: its host label (from its series, else the names query's),
-        where that names a node, else its instance's host."""
-        for sample in found.samples.get(target, ()):
-            for key in ("hostname", "Hostname"):
-                if (value := sample.labels.get(key)) and host_named(value, labels):
-                    return value
-        name = found.names.get(target)
-        return name if name and host_named(name, labels) else host_of(target[1])
+    def _with_errors(
+        self, nodes: dict[Target, NodeState], unscraped: frozenset[Target], budget: Budget
+    ) -> dict[Target, NodeState]:
+        """The nodes, each that Prometheus cannot scrape (`unscraped`) with why (its
+        `lastError`), where the reader needs it: one request more where there is one."""
+        down = unscraped & nodes.keys()
+        if not down or not self.needs.errors:
+            return nodes
+        memory = self._memory
+        errors = None
+        if memory is None or memory.errors_due(down):
+            errors = self.client.scrape_errors(sorted({job for job, _ in down}), budget=budget)
+        if memory is not None:
+            errors = memory.errors(down, errors)
+        found = errors or {}
+        return {
+            t: _with_error(node, found.get(t)) if t in down else node for t, node in nodes.items()
+        }
 
     def _remember(self, fleet: tuple[NodeState, ...], nodes: dict[Target, NodeState]) -> None:
         """Which target each node's key stands for, and its GPUs' indices, for `history`
@@ -420,53 +216,5 @@ class PrometheusSource:
         }
 
 
-def _target(labels: dict[str, str]) -> Target:
-    return (labels.get("job", ""), labels.get("instance", ""))
-
-
-EXPORTER_PORTS = frozenset({"19400", "9400", "9835"})
-"""gpuwatch's daemon (in the docs), dcgm-exporter's and nvidia_gpu_exporter's ports."""
-
-
-def _exporter_port(instance: str) -> bool:
-    return instance.rpartition(":")[2] in EXPORTER_PORTS
-
-
 def _with_error(node: NodeState, error: str | None) -> NodeState:
     return node if error is None or node.up else replace(node, error=f"{node.error}: {error}")
-
-
-def _counts(gpus: float | None, given: float | None) -> NodeSummary:
-    """A daemon's count of its GPUs and of those it would give out, checked."""
-    total = None if gpus is None else small_whole(gpus, MAX_GPU_INDEX + 1)
-    free = None if given is None else small_whole(given, MAX_GPU_INDEX + 1)
-    if total is not None and free is not None and free > total:
-        total = free = None  # no node gives out more GPUs than it has
-    return NodeSummary(total, free, None, None, None, None, None, None, None)
-
-
-def _instances_in_several_jobs(targets: Collection[Target]) -> frozenset[str]:
-    jobs: dict[str, set[str]] = defaultdict(set)
-    for job, instance in targets:
-        jobs[instance].add(job)
-    return frozenset(instance for instance, found in jobs.items() if len(found) > 1)
-
-
-def _file_names(vector: list[Sample], found: _Found) -> None:
-    for sample in vector:
-        target = _target(sample.labels)
-        found.exporters.setdefault(target, sample.labels.get("exporter", ""))
-        if sample.value > 0:
-            found.last[target] = max(found.last.get(target, 0.0), sample.value)
-        name = sample.labels.get("hostname") or sample.labels.get("Hostname")
-        if name and target not in found.names:
-            found.names[target] = name
-
-
-def _figures_of(samples: list[Sample]) -> bool:
-    """Whether a daemon answered with its node's figures (or sampling that fails)."""
-    return any(s.name in (promql.NODE_GPUS, summaries.SAMPLING_UP) for s in samples)
-
-
-def _verdicts_of(samples: list[Sample]) -> bool:
-    return any(s.name in (promql.AVAILABLE_GPUS, summaries.SAMPLING_UP) for s in samples)

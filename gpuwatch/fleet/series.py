@@ -75,8 +75,9 @@ def target_state(
     by; `target` (and `job`) where it is scraped; `scraped_as`, the labels Prometheus
     gives every series of the target (`up`'s): on Kubernetes, the exporter pod's own."""
     found = target_mapping(samples, fallback_name=fallback_name, scraped_as=scraped_as)
-    state = judged(found, seen_at=seen_at, now=now, stale_after_s=stale_after_s)
-    return replace(state, target=target, job=job)
+    return judged(
+        found, seen_at=seen_at, now=now, stale_after_s=stale_after_s, target=target, job=job
+    )
 
 
 TargetMapping = tuple[str, Exporter, Mapped] | NodeState
@@ -97,10 +98,19 @@ def target_mapping(
     return name, exporter, _MAPPERS[exporter](mine, name, scraped_as)
 
 
-def judged(found: TargetMapping, *, seen_at: float, now: float, stale_after_s: float) -> NodeState:
-    """The node a mapping describes, its age and staleness judged at `now`."""
+def judged(
+    found: TargetMapping,
+    *,
+    seen_at: float,
+    now: float,
+    stale_after_s: float,
+    target: str = "",
+    job: str | None = None,
+) -> NodeState:
+    """The node a mapping describes, its age and staleness judged at `now`, scraped at
+    `target` (and `job`)."""
     if isinstance(found, NodeState):
-        return found
+        return replace(found, target=target, job=job) if target or job else found
     name, exporter, mapped = found
     data_at, age_s = aged(seen_at, mapped.data_at, now)
     error = mapped.error
@@ -129,6 +139,8 @@ def judged(found: TargetMapping, *, seen_at: float, now: float, stale_after_s: f
         jobs=mapped.jobs,
         pods=mapped.pods,
         mig_devices_known=mapped.mig_devices_known,
+        target=target,
+        job=job,
     )
 
 

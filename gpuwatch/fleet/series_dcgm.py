@@ -36,6 +36,18 @@ _VALUES = {
 INDEXED = (*_FB, "DCGM_FI_DEV_FB_TOTAL", *_VALUES)
 """Families a Prometheus source may read with only `gpu` and `GPU_I_ID` as labels."""
 FAMILIES = INDEXED
+SEEN = (
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_XID_ERRORS",
+)
+"""Families of the default counters in which dcgm-exporter tells each GPU and GPU
+instance: 2.x exports a GPU instance's XID errors and no memory, 3.x and later its
+memory (and temperatures)."""
 DEVICES = "DCGM_FI_DEVICES"
 """Not a family: the name a Prometheus source gives each GPU and GPU instance it finds
 in any family, with its identity, host and pod labels (`promql.DCGM_DEVICES`): 2.x

@@ -183,10 +183,17 @@ def figures(samples: Sequence[Sample], slow: SlowFigures) -> Figures:
 
 
 def node_state(
-    found: Figures, name: str, *, seen_at: float, now: float, stale_after_s: float
+    found: Figures,
+    name: str,
+    *,
+    seen_at: float,
+    now: float,
+    stale_after_s: float,
+    target: str = "",
+    job: str | None = None,
 ) -> NodeState:
     """One gpuwatch node from its per-node figures, up only when its daemon's snapshot is
-    current (judged as for a node read GPU by GPU)."""
+    current (judged as for a node read GPU by GPU), scraped at `target` (and `job`)."""
     _, age_s = aged(seen_at, found.stamp, now)
     error = _error(found.by_name, found.stamp) or stale(age_s, stale_after_s)
     return NodeState(
@@ -199,6 +206,8 @@ def node_state(
         lease_waiters=found.lease_waiters,
         longest_wait_s=found.longest_wait_s,
         summary=found.summary,
+        target=target,
+        job=job,
     )
 
 

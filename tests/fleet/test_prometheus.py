@@ -279,8 +279,10 @@ def test_a_read_for_placement_leaves_out_what_the_rules_never_read() -> None:
         placed = PrometheusSource(url, clock=lambda: NOW, needs=needs).read()
         asked = list(prometheus.asked)
         shown = PrometheusSource(url, clock=lambda: NOW).read()
-    # THEN placement asks no temperature or power, and sees the same memory, leases, MIG
-    assert not [q for q in asked if re.search("temperature|power|TEMP|POWER", q)]
+    # THEN placement asks no temperature or power (dcgm-exporter's devices are seen in
+    # any family, values asked of none), and sees the same memory, leases, MIG
+    values = [q for q in asked if q != promql.DCGM_DEVICES.promql()]
+    assert not [q for q in values if re.search("temperature|power|TEMP|POWER", q)]
     (a,), (b,) = placed.nodes, shown.nodes
     assert a.snapshot is not None and b.snapshot is not None
     for gpu, full in zip(a.snapshot.gpus, b.snapshot.gpus, strict=True):
@@ -502,3 +504,49 @@ def test_on_kubernetes_only_a_workload_pod_holds_a_gpu_not_the_exporters_own() -
     assert [len(n.snapshot.gpus) for n in fleet.nodes if n.snapshot] == [8, 8]
     pods = [(n.name, p.gpu_index, p.name, p.container) for n in fleet.nodes for p in n.pods]
     assert pods == [("gpu-node-1", 0, "dynamo-workload/vllm-agg-0-vllmdecodeworker-s65j5", "main")]
+
+
+def table_source(url: str) -> PrometheusSource:
+    return PrometheusSource(url, clock=lambda: NOW, needs=Needs(per_node=True))
+
+
+def test_the_table_reads_again_only_the_figures_of_nodes_scraped_since() -> None:
+    # GIVEN the table's source, having read two daemons that export their figures
+    nodes = [with_node_figures(gpuwatch_node(n)) for n in (1, 2)]
+    prometheus = FakePrometheus(nodes)
+    with serving(prometheus) as url:
+        source = table_source(url)
+        source.read()
+        asked = len(prometheus.asked)
+        # WHEN Prometheus scrapes the second again (after that read was evaluated, at NOW),
+        # finding its GPUs full, and it refreshes
+        full = with_node_figures(gpuwatch_node(2, full=True))
+        prometheus.targets[1] = replace(full, scraped_at=NOW + 1)
+        refreshed = source.read()
+        figures = [q for q in prometheus.asked[asked:] if "gpuwatch_node_gpus" in q]
+        fresh = table_source(url).read()
+    # THEN it asked the figures of the targets scraped since its last read only, and shows
+    # what a source reading them all shows
+    assert figures and all("scrape_duration_seconds > " in q for q in figures)
+    rows = [(n.name, n.summary) for n in refreshed.nodes]
+    assert rows == [(n.name, n.summary) for n in fresh.nodes]
+    assert refreshed.nodes[1].summary != refreshed.nodes[0].summary
+
+
+def test_the_table_asks_names_and_why_nodes_are_down_only_when_they_may_have_changed() -> None:
+    # GIVEN the table's source over a daemon and a target never up
+    never = FakeTarget("gpuwatch", "10.0.1.9:9400", "", up=False, last_error="refused")
+    prometheus = FakePrometheus([with_node_figures(gpuwatch_node(1)), never])
+    with serving(prometheus) as url:
+        source = table_source(url)
+        # WHEN it refreshes three times, the fleet unchanged
+        fleets = [source.read() for _ in range(3)]
+    # THEN the names and the reasons were asked at the first refresh only, and every
+    # refresh shows them
+    assert prometheus.asked.count("targets") == 1
+    assert sum(q == promql.names() for q in prometheus.asked) == 1
+    for fleet in fleets:
+        assert [(n.name, n.error and n.error.endswith(": refused")) for n in fleet.nodes] == [
+            ("10.0.1.9:9400", True),
+            ("gpu-node-01", None),
+        ]

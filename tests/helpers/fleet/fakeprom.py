@@ -83,8 +83,12 @@ class FakePrometheus:
         return _json({"status": "success", "data": {"resultType": "vector", "result": result}})
 
     def _answer(self, query: str) -> list[dict[str, object]] | None:
-        matcher = _MATCHER.search(query)
         targets = self.targets
+        if (since := _SCRAPED_SINCE.fullmatch(query)) is not None:
+            # Only the targets scraped since then (a scrape takes no time here).
+            query = since[1]
+            targets = [t for t in targets if t.scraped_at > float(since[2])]
+        matcher = _MATCHER.search(query)
         if matcher is not None:
             pattern = re.compile(matcher[1].replace("\\\\", "\\"))
             targets = [t for t in targets if pattern.fullmatch(t.instance)]
@@ -99,12 +103,19 @@ class FakePrometheus:
         }
         if query in fixed:
             return fixed[query](targets)
-        if (names := _NODE_FAMILIES.fullmatch(query)) is not None:
-            compare = names[2] or ""
+        if (names := _FAMILIES_BY.fullmatch(query)) is not None:
+            keep = tuple(label for label in (names[1] or "").split(", ") if label)
+            compare = names[3] or ""
+            return [
+                s
+                for name in names[2].split("|")
+                for s in self._node_family(targets, FamilyQuery(name, keep, compare))
+            ]
+        if (names := _FAMILIES_WHOLE.fullmatch(query)) is not None:
             return [
                 s
                 for name in names[1].split("|")
-                for s in self._node_family(targets, FamilyQuery(name, (), compare))
+                for s in self._node_family(targets, FamilyQuery(name))
             ]
         family = _family_query(query)
         return None if family is None else self._family(targets, family)
@@ -236,10 +247,16 @@ def _passes(sample: float, compare: str) -> bool:
     return sample == float(value) if op == "==" else sample > float(value)
 
 
-_MATCHER = re.compile(r'instance=~"((?:[^"\\]|\\.)*)"')
-_NODE_FAMILIES = re.compile(
-    r'max by \(__name__, job, instance\) \(\{__name__=~"([^"]*)"\}(?: ([<>=!]=? \S+))?\)'
+_SCRAPED_SINCE = re.compile(
+    r"\((.*)\) and on \(job, instance\) \(timestamp\(up\) \+ scrape_duration_seconds > "
+    r"([0-9.]+)\)"
 )
+_MATCHER = re.compile(r'instance=~"((?:[^"\\]|\\.)*)"')
+_FAMILIES_BY = re.compile(
+    r'max by \(__name__, job, instance(?:, ([^)]*))?\) \(\{__name__=~"([^"]*)"\}'
+    r"(?: ([<>=!]=? \S+))?\)"
+)
+_FAMILIES_WHOLE = re.compile(r'\{__name__=~"([^"]*)"\}')
 
 
 _FAMILIES = {
