@@ -26,8 +26,8 @@ import time
 
 from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.models import FleetState, NodeState, NodeSummary
-from gpuwatch.tui.fleet_app import FleetApp
-from gpuwatch.tui.fleet_rows import node_row
+from gpuwatch.tui.fleet.app import FleetApp
+from gpuwatch.tui.fleet.rows import node_row
 
 START = 1_700_000_000.0
 INTERVAL_S = 2.0

@@ -174,9 +174,8 @@ def memory_over_hours() -> list[tuple[int, float, int, str]]:
     import psutil
 
     from gpuwatch.backends import open_backend
-    from gpuwatch.tui.app import GpuwatchApp
-    from gpuwatch.tui.frames import LocalSource
-    from gpuwatch.tui.widgets import ProcessTable
+    from gpuwatch.tui.node.app import GpuwatchApp
+    from gpuwatch.tui.node.sources import LocalSource
 
     churn = Churn(Path(os.environ["FAKENVML_SCENARIO"]))
     os.environ["FAKENVML_SCENARIO"] = str(churn.path)  # read by nvmlInit, below
@@ -189,7 +188,7 @@ def memory_over_hours() -> list[tuple[int, float, int, str]]:
 
     async def run() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            table = app.query_one(ProcessTable)
+            table = app.table()
             for second in range(HOURS * 3600 + 1):
                 if second and second % CHURN_EVERY_S == 0:
                     churn.step()

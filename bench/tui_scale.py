@@ -21,9 +21,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gpuwatch.models import GpuSample, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.frames import Frame, Source
-from gpuwatch.tui.widgets import ProcessTable
+from gpuwatch.tui.common.frames import Frame
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.sources import Source
 
 SIZE = (160, 48)
 GIB = 1 << 30
@@ -82,7 +82,7 @@ async def measure(processes: int, tries: int) -> dict[str, list[float]]:
     full, empty = frame(processes), frame(0)
     results: dict[str, list[float]] = {}
     async with app.run_test(size=SIZE) as pilot:
-        table = app.query_one(ProcessTable)
+        table = app.table()
 
         def record(name: str, seconds: float) -> None:
             results.setdefault(name, []).append(seconds)

@@ -1,3 +1,5 @@
+"""`python -m gpuwatch`: the `gpuwatch` command."""
+
 from gpuwatch.cli import main
 
 main()

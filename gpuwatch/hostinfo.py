@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import psutil
 
 from gpuwatch import procfs
-from gpuwatch.record_fields import printable
+from gpuwatch.text import printable
 
 MAX_OPEN_STAT_FILES = 512
 """At most this many /proc/PID/stat files are kept open (a quarter of the unit's

@@ -4,6 +4,11 @@ Every value carries its unit in its name. `None` always means "this GPU, driver
 or process does not report it" (a passively cooled GPU has no `fan_pct`, a
 process in another PID namespace has no `user`); it never means zero.
 Times are Unix timestamps in seconds.
+
+Text enters the model here, from drivers, scenario files, other nodes, exporters and
+schedulers: each value's text is made printable as it is made (`gpuwatch.text`), so a
+GPU name or a driver version can never carry an escape sequence to a screen, a JSON
+document or a metric label. Text where text belongs is checked to be text.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from gpuwatch.text import printable, printable_fields
 
 
 class ProcessKind(enum.StrEnum):
@@ -58,6 +65,9 @@ class GpuSample:
     """N of the GPU's device file `/dev/nvidiaN`: what Slurm's gres.conf names a GPU by
     (`File=`), never assumed to follow `index`; `None` when the driver does not tell."""
 
+    def __post_init__(self) -> None:
+        printable_fields(self, "uuid", "name", "pci_bus_id", "error")
+
     @property
     def ok(self) -> bool:
         """True when the GPU could be read."""
@@ -86,6 +96,9 @@ class MigDevice:
     memory_used_bytes: int | None = None
     memory_free_bytes: int | None = None
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        printable_fields(self, "uuid", "name", "profile", "error")
 
     @property
     def label(self) -> str:
@@ -126,6 +139,9 @@ class ProcessUsage:
     """Its share of the GPU's SM utilization in the driver's latest sample (nvitop's GPU-SM),
     0 to 100; `None` where the driver does not sample processes (MIG, older GPUs)."""
 
+    def __post_init__(self) -> None:
+        printable_fields(self, "gpu_uuid", "user", "command", "mig_uuid")
+
 
 @dataclass(frozen=True, slots=True)
 class Lease:
@@ -149,6 +165,9 @@ class Lease:
     lease_id: str = ""
     """Names the lease among all others (its file in the lease directory)."""
 
+    def __post_init__(self) -> None:
+        printable_fields(self, "gpu_uuid", "user", "command", "lease_id")
+
     @property
     def exclusive(self) -> bool:
         """True when no other job may share the GPU."""
@@ -171,6 +190,12 @@ class Snapshot:
     processes: tuple[ProcessUsage, ...]
     mig_devices: tuple[MigDevice, ...] = ()
     """The MIG devices of every MIG-enabled GPU, by GPU, then by MIG index."""
+    simulated: bool = False
+    """True for a simulated node (`--sim`, a scenario file, a `daemon --sim`): its GPUs,
+    processes and UUIDs are made up, and every screen says so."""
+
+    def __post_init__(self) -> None:
+        printable_fields(self, "hostname", "driver_version", "cuda_driver_version")
 
     def processes_on(self, gpu_index: int) -> tuple[ProcessUsage, ...]:
         """The processes using the GPU with this NVML index."""
@@ -212,6 +237,7 @@ class Snapshot:
             gpus=gpus,
             processes=processes,
             mig_devices=mig_devices,
+            simulated=data.get("simulated") is True,
         )
 
 
@@ -239,6 +265,9 @@ class GpuJob:
     user: str | None
     allocated_idle_s: float | None = None
     """How long the job has left the GPU idle (0 while it computes); `None`: not told."""
+
+    def __post_init__(self) -> None:
+        printable_fields(self, "job_id", "user")
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +321,15 @@ class NodeSummary:
     """The scheduler's jobs holding its GPUs; `None` where its jobs are unknown."""
     idle_allocated: int | None = None
     """GPUs a job holds and has left idle for 10 minutes, by its daemon's watch."""
+    simulated: bool = False
+    """Its daemon serves a simulated node (`gpuwatch_simulated`): its GPUs are made up."""
+
+    def __post_init__(self) -> None:
+        if not all(user.isprintable() for user, _, _ in self.users):
+            users = tuple((printable(user), gpus, memory) for user, gpus, memory in self.users)
+            object.__setattr__(self, "users", users)
+        if not all(model.isprintable() for model in self.models):
+            object.__setattr__(self, "models", tuple(printable(model) for model in self.models))
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,6 +401,17 @@ class NodeState:
         """The pods holding this GPU or one of its MIG devices."""
         return tuple(pod for pod in self.pods if pod.gpu_index == gpu_index)
 
+    def __post_init__(self) -> None:
+        printable_fields(self, "name", "error")
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the node is simulated (its GPUs made up), as its snapshot or its figures
+        say; False where neither was read."""
+        if self.snapshot is not None:
+            return self.snapshot.simulated
+        return self.summary is not None and self.summary.simulated
+
     def jobs_on(self, gpu_index: int) -> tuple[GpuJob, ...]:
         """The jobs holding this GPU (usually one), as far as they are known."""
         return tuple(job for job in self.jobs or () if job.gpu_index == gpu_index)
@@ -377,3 +426,6 @@ class FleetState:
     """Where it came from, without credentials: `prometheus http://prom:9090`,
     `nodes (12)`."""
     nodes: tuple[NodeState, ...]
+
+    def __post_init__(self) -> None:
+        printable_fields(self, "source")

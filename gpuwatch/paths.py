@@ -12,6 +12,11 @@ containers) root takes the system socket, and any other user a directory of
 their own: `/run/user/UID`, else `/tmp/gpuwatch-UID`. Clients look at
 `$GPUWATCH_SOCKET`, else at the system socket, then at the user's own places.
 
+A simulated node is nobody else's business: its daemon never takes the system
+socket unless told to (`--socket`), and its leases live apart from real ones, in a
+directory of the user's own for each simulation (`sim_lease_dir`), so that two users'
+simulations, whose GPUs have the same made-up UUIDs, never collide.
+
 A path a user gives gpuwatch to make something at (`--socket`, a lease
 directory, a report) is checked with `existing`: only a thing of the kind
 gpuwatch makes there may be reused or replaced; anything else is refused.
@@ -19,7 +24,9 @@ gpuwatch makes there may be reused or replaced; anything else is refused.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import stat
 import tempfile
 
@@ -32,6 +39,8 @@ SYSTEM_DIR = "/run/gpuwatch"
 SYSTEM_SOCKET = f"{SYSTEM_DIR}/{SOCKET_NAME}"
 SYSTEM_LEASE_DIR = f"{SYSTEM_DIR}/leases"
 FALLBACK_LEASE_DIR = "/tmp/gpuwatch"
+SIM_LEASES = "gpuwatch-sim-leases"
+"""Under a directory of the user's own: the leases of each simulation they run."""
 MAKE_SHARED_LEASE_DIR = f"sudo install -d -m 1777 {SYSTEM_LEASE_DIR}"
 """The one command that gives every user of a machine a lease directory they can share."""
 _STICKY_SHARED = 0o1777
@@ -50,28 +59,57 @@ def socket_candidates() -> list[str]:
     return candidates
 
 
-def daemon_socket_path() -> str:
-    """Where a daemon started without `--socket` listens; makes its directory if needed."""
-    for variable in ("RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR"):
+def daemon_socket_path(*, simulated: bool = False) -> str:
+    """Where a daemon started without `--socket` listens; makes its directory if needed.
+
+    A `simulated` node's daemon listens in the user's own places only: at the system's
+    socket (or systemd's runtime directory, which is it) every user's clients would take
+    it for the machine's GPUs."""
+    variables = ("XDG_RUNTIME_DIR",) if simulated else ("RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR")
+    for variable in variables:
         if directory := os.environ.get(variable):
             # systemd may list several runtime directories, separated by colons.
             return os.path.join(directory.split(":")[0], SOCKET_NAME)
-    if os.geteuid() == 0 and _private_dir(SYSTEM_DIR, 0o755):
+    if not simulated and os.geteuid() == 0 and _private_dir(SYSTEM_DIR, 0o755):
         return SYSTEM_SOCKET
-    if _private_dir(_user_run_dir(), 0o700):
-        return os.path.join(_user_run_dir(), SOCKET_NAME)
-    if _private_dir(_user_tmp_dir(), 0o700):
-        return os.path.join(_user_tmp_dir(), SOCKET_NAME)
-    # Someone else took /tmp/gpuwatch-UID: a fresh name nobody can guess.
-    return os.path.join(tempfile.mkdtemp(prefix=f"gpuwatch-{os.geteuid()}-"), SOCKET_NAME)
+    return os.path.join(_own_dir(), SOCKET_NAME)
 
 
-def default_lease_dir() -> str:
-    """`$GPUWATCH_LEASE_DIR`, else the system's shared directory when it is there, else
-    `/tmp/gpuwatch` (which other users use with a warning unless root made it: see
-    `MAKE_SHARED_LEASE_DIR`)."""
+def sim_lease_dir(simulation: str) -> str:
+    """Where the leases of the simulated node `simulation` go (unless `$GPUWATCH_LEASE_DIR`
+    says): a directory of this user's own for it, under `$XDG_RUNTIME_DIR`, else
+    `/tmp/gpuwatch-UID`; the directory above it is made if missing.
+
+    `simulation` names the simulated node (`Backend.simulation`): a GPU count, a
+    scenario file or a simulated daemon's socket. Anything but letters, digits, `.`, `_`
+    and `-` in it becomes `_`.
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", simulation)[:100].lstrip(".") or "_"
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir and _private_dir(parent := os.path.join(runtime_dir, SIM_LEASES), 0o700):
+        return os.path.join(parent, name)
+    own = _user_tmp_dir()
+    if _private_dir(own, 0o700) and _private_dir(parent := os.path.join(own, SIM_LEASES), 0o700):
+        return os.path.join(parent, name)
+    # Someone else took /tmp/gpuwatch-UID: a fresh place, for this run's leases alone.
+    return os.path.join(tempfile.mkdtemp(prefix=f"gpuwatch-{os.geteuid()}-"), name)
+
+
+def served_simulation(socket_path: str) -> str:
+    """The `simulation` (see `sim_lease_dir`) of a simulated node a daemon serves at
+    `socket_path`: the daemon and its clients, knowing the same socket, name it alike."""
+    digest = hashlib.sha256(os.path.realpath(socket_path).encode()).hexdigest()[:16]
+    return f"daemon-{digest}"
+
+
+def default_lease_dir(simulation: str | None = None) -> str:
+    """`$GPUWATCH_LEASE_DIR`, else for a simulated node its own (`sim_lease_dir`), else
+    the system's shared directory when it is there, else `/tmp/gpuwatch` (which other users
+    use with a warning unless root made it: see `MAKE_SHARED_LEASE_DIR`)."""
     if configured := os.environ.get(ENV_LEASE_DIR):
         return configured
+    if simulation is not None:
+        return sim_lease_dir(simulation)
     try:
         info = os.lstat(SYSTEM_LEASE_DIR)
     except OSError:
@@ -111,6 +149,15 @@ def existing(path: str, kind: int, option: str) -> os.stat_result | None:
             "it is left alone: give another path"
         )
     return info
+
+
+def _own_dir() -> str:
+    """A directory of this user's alone, made if missing: `/run/user/UID`, else
+    `/tmp/gpuwatch-UID`, else (someone else took that) a fresh one nobody can guess."""
+    for path in (_user_run_dir(), _user_tmp_dir()):
+        if _private_dir(path, 0o700):
+            return path
+    return tempfile.mkdtemp(prefix=f"gpuwatch-{os.geteuid()}-")
 
 
 def _user_run_dir() -> str:

@@ -28,15 +28,6 @@ class BadRecord(Malformed, ValueError):
     cannot be believed, the file is skipped and counted."""
 
 
-def printable(text: str) -> str:
-    """`text` with every character a terminal would act on instead of show (escapes, bidi
-    overrides, line separators, undecodable bytes) replaced by `?`: for text another user
-    wrote, such as a command line, made safe where it enters."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else "?" for c in text)
-
-
 def int_field(data: dict[str, Any], name: str, low: int = 0, high: int = MAX_COUNT) -> int:
     value = _present(data, name)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

@@ -81,7 +81,7 @@ def format_duration(seconds: float) -> str:
     return f"{seconds * 1000:g}ms"
 
 
-def format_elapsed(seconds: float) -> str:
+def format_span(seconds: float) -> str:
     """A time gone by, to the unit that matters: `45s`, `12m`, `3h05m`, `2d04h`."""
     whole = int(max(0.0, seconds))
     if whole < 60:

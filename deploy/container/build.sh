@@ -31,19 +31,20 @@ cleanup() {
 trap cleanup EXIT
 
 # The project and its dependencies as wheels, so that the image installs with no index.
-"$python" -m pip wheel --quiet --wheel-dir "$work/wheels" "$repo"
+"$python" -m pip wheel --quiet --wheel-dir "$work/wheels" "$repo[kubernetes]"
 
 container="$(buildah from scratch)"
 root="$(buildah mount "$container")"
-debootstrap --variant=minbase --include=python3,python3-venv,passwd "$suite" "$root" "$mirror" \
+debootstrap --variant=minbase --include=python3,python3-venv,passwd,socat "$suite" "$root" "$mirror" \
     >"$work/debootstrap.log" || { tail -20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
 
 cp -r "$work/wheels" "$root/tmp/wheels"
 buildah run "$container" -- sh -ec '
     python3 -m venv /opt/gpuwatch
-    /opt/gpuwatch/bin/pip install --quiet --no-index --no-cache-dir --find-links /tmp/wheels gpuwatch
-    groupadd --gid 19400 gpuwatch
-    useradd --uid 19400 --gid 19400 --no-create-home --home-dir /nonexistent \
+    /opt/gpuwatch/bin/pip install --quiet --no-index --no-cache-dir --find-links /tmp/wheels \
+        "gpuwatch[kubernetes]"
+    groupadd --gid 65529 gpuwatch
+    useradd --uid 65529 --gid 65529 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin gpuwatch
 '
 # What a running container does not need; the runtime provides its own resolv.conf and hostname.
@@ -56,7 +57,7 @@ buildah unmount "$container" >/dev/null
 # The same settings as the Containerfile's last lines.
 buildah config \
     --env PATH=/opt/gpuwatch/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    --user 19400:19400 \
+    --user 65529:65529 \
     --port 19400/tcp \
     --entrypoint '["/opt/gpuwatch/bin/gpuwatch", "daemon"]' \
     --cmd '["--socket=/run/gpuwatch/gpuwatch.sock", "--listen=0.0.0.0:19400"]' \

@@ -49,7 +49,8 @@ def open_backend(
     Under `auto`, a sample the daemon cannot give later (it restarts, or hangs)
     is read from the driver, and `on_lost` is told so once; where there is no
     driver either, `sample()` raises `DaemonUnavailableError` until the daemon
-    is back, as it does under `daemon`.
+    is back, as it does under `daemon`. A daemon that serves a simulated node is never
+    stood in for by the driver: its jobs hold leases on made-up GPUs, apart from real ones.
     """
     kind = kind or os.environ.get("GPUWATCH_BACKEND") or "auto"
     if kind not in BACKEND_KINDS:

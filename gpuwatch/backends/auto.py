@@ -4,7 +4,8 @@ A daemon restarts (an upgrade, a crash and systemd) or hangs (a stopped
 process): a job waiting for GPUs, or a watch, must outlive that. A sample the
 daemon cannot give is read from the driver instead, opened on first need, and
 the daemon is asked again a few seconds later. Where there is no driver to
-read either, `sample()` raises `DaemonUnavailableError`, and the caller decides
+read either, or the daemon serves a simulated node (whose stand-in the driver's real
+GPUs must never be), `sample()` raises `DaemonUnavailableError`, and the caller decides
 whether to try again (a waiting pick does, until its own timeout).
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import BackendError, DaemonUnavailableError
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Snapshot
 
 RETRY_DAEMON_S = 5.0
@@ -45,6 +47,10 @@ class AutoBackend(Backend):
     def name(self) -> str:  # type: ignore[override]
         return self._daemon.name if self._driver is None else self._driver.name
 
+    @property
+    def simulation(self) -> str | None:  # type: ignore[override]
+        return self._daemon.simulation
+
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         again_at = self._daemon_again_at
         if again_at is None or self._clock() >= again_at:
@@ -61,9 +67,19 @@ class AutoBackend(Backend):
             return {}  # the driver stands in, and keeps no history
         return self._daemon.recent_utilization_pct(window_s)
 
+    def history(self, window_s: float) -> list[GpuSeries] | None:
+        if self._daemon_again_at is not None:
+            return None  # the driver stands in, and keeps no history
+        return self._daemon.history(window_s)
+
     def _from_driver(
         self, scope: SampleScope, lost: DaemonUnavailableError | None, *, told: bool
     ) -> Snapshot:
+        if self.simulation is not None:  # its jobs lease made-up GPUs, apart from real ones
+            raise DaemonUnavailableError(
+                f"{lost or 'the daemon is away'}; it serves a simulated node, for which the "
+                "driver never stands in"
+            )
         try:
             if self._driver is None:
                 self._driver = self._open_driver()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import enum
 
+from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Snapshot
 
 
@@ -35,6 +36,10 @@ class Backend(abc.ABC):
     name: str
     """Short name shown to users: `nvml`, `sim`, ..."""
 
+    simulation: str | None = None
+    """The simulated node this backend reads, named for its own lease directory
+    (`gpuwatch.paths.sim_lease_dir`); `None` for real GPUs. Its snapshots say `simulated`."""
+
     @abc.abstractmethod
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         """Read every GPU now; fields outside `scope` are `None`."""
@@ -43,6 +48,12 @@ class Backend(abc.ABC):
         """Each GPU's highest utilization over the last `window_s` seconds, by UUID, where
         this backend keeps a history (the daemon's); empty where it keeps none or cannot tell."""
         return {}
+
+    def history(self, window_s: float) -> list[GpuSeries] | None:
+        """Each GPU's samples over the last `window_s` seconds, where this backend keeps a
+        history (the daemon's); `None` where it keeps none. Raises `OSError`, `ValueError`
+        or `DaemonUnavailableError` where it keeps one but cannot answer now."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -24,7 +24,7 @@ from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import DaemonUnavailableError
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION, Snapshot
-from gpuwatch.paths import socket_candidates
+from gpuwatch.paths import served_simulation, socket_candidates
 
 TIMEOUT_S = 2.0
 STALE_AFTER_HEADER = "x-gpuwatch-stale-after"
@@ -83,6 +83,8 @@ class DaemonBackend(Backend):
                 failures.append(str(error))
                 continue
             self.socket_path = path
+            if self._pending.simulated:
+                self.simulation = served_simulation(path)
             return
         raise DaemonUnavailableError("; ".join(failures))
 

@@ -8,6 +8,7 @@ so faults can be injected into a running client.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -58,6 +59,7 @@ class SimBackend(Backend):
             self._scenario = load_scenario(source)
         else:
             self._scenario = default_scenario(source)
+        self.simulation = _simulation_of(source)
         self._stamp = self._file_stamp()
         self._loaded_at = clock()
         self._mig_changes = MigChanges()
@@ -101,6 +103,7 @@ class SimBackend(Backend):
             gpus=gpus,
             processes=processes if full else tuple(_bare(p) for p in processes),
             mig_devices=migs,
+            simulated=True,
         )
 
     def close(self) -> None:
@@ -154,6 +157,17 @@ class SimBackend(Backend):
             self._scenario = load_scenario(self._path)
         except ScenarioError as error:
             log.warning("%s; keeping the previous scenario", error)
+
+
+def _simulation_of(source: int | Path | Scenario) -> str:
+    """The simulation's name (`Backend.simulation`): its GPU count, its scenario file (by
+    name and by where it is: two files of one name are two simulations), or its host."""
+    if isinstance(source, Path):
+        digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
+        return f"{source.stem}-{digest}"
+    if isinstance(source, Scenario):
+        return f"node-{source.hostname}"
+    return f"{source}-gpus"
 
 
 def _sm_util(process: SimProcess, utilization_pct: float, sharing: int) -> int | None:

@@ -17,8 +17,9 @@ import click
 
 from gpuwatch.cli.exit_codes import ExitCode, exit_code_for
 from gpuwatch.cli.group import cli
-from gpuwatch.cli.terminal import help_width, printable, reader_gone
+from gpuwatch.cli.terminal import help_width, reader_gone
 from gpuwatch.errors import DriverNotFoundError, GpuwatchError, NotEnoughGpusError
+from gpuwatch.text import printable
 
 _NO_GPU_HINT = "; try --sim 4 to explore gpuwatch without a GPU"
 

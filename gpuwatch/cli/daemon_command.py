@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -29,6 +30,7 @@ from gpuwatch.daemon.settings import (
     parse_node_name,
 )
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET, ENV_SOCKET
 from gpuwatch.paths import daemon_socket_path
 
 _FLAG_SETTINGS = {
@@ -41,6 +43,7 @@ _FLAG_SETTINGS = {
     "jobs_refresh_s": "jobs_refresh",
     "idle_window_s": "idle_window",
     "slurm_conf": "slurm_conf",
+    "pod_resources_socket": "pod_resources_socket",
 }
 _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
@@ -120,9 +123,8 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     metavar="NAME",
     envvar="GPUWATCH_NODE_NAME",
     help="The node's name: the hostname label of every series, the name in the API, and "
-    "the node Slurm is asked about, e.g. where the daemon runs in a container.  "
-    "[env: GPUWATCH_NODE_NAME; default: the host name (for Slurm: $SLURMD_NODENAME, else the "
-    "short host name)]",
+    "the node Slurm is asked about where $SLURMD_NODENAME is not set, e.g. where the daemon "
+    "runs in a container.  [env: GPUWATCH_NODE_NAME; default: the host name]",
 )
 @_file_option(
     "--web-config",
@@ -134,8 +136,9 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     "--jobs",
     type=click.Choice(JOB_ENGINES),
     default="auto",
-    help="Who tells which job holds each GPU: auto (Slurm where squeue is on PATH and a "
-    "slurm.conf is found), slurm, or off (never ask).  [default: auto]",
+    help="Who tells which job holds each GPU: auto (the kubelet where its pod-resources "
+    "socket is, else Slurm where squeue is on PATH and a slurm.conf is found), slurm, "
+    "kubernetes (the pods holding GPUs), or off (never ask).  [default: auto]",
 )
 @_duration_option(
     "--jobs-refresh",
@@ -143,7 +146,8 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     least_s=MIN_JOBS_REFRESH_S,
     most_s=MAX_JOBS_REFRESH_S,
     default_s=DEFAULT_JOBS_REFRESH_S,
-    help="How often Slurm is asked (sooner when slurmd starts or ends a job step).  [default: 30s]",
+    help="How often the jobs are asked for (Slurm: sooner when slurmd starts or ends a job "
+    "step).  [default: 30s]",
 )
 @_duration_option(
     "--idle-window",
@@ -160,11 +164,22 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     help="The slurm.conf of this node's Slurm (gres.conf is read beside it).  "
     "[default: $SLURM_CONF, else /etc/slurm/slurm.conf]",
 )
+@click.option(
+    "--pod-resources-socket",
+    "pod_resources_socket",
+    type=FilePath(),
+    default=DEFAULT_SOCKET,
+    envvar=ENV_SOCKET,
+    metavar="PATH",
+    help=f"The kubelet's pod-resources socket, asked which pod holds each GPU.  "
+    f"[env: {ENV_SOCKET}; default: pod-resources/kubelet.sock in /var/lib/kubelet]",
+)
 @_file_option(
     "--config",
     "config_path",
     help="A TOML file with interval, history, listen, node_name, web_config, jobs, "
-    "jobs_refresh, idle_window and slurm_conf; re-read on SIGHUP. Flags and their "
+    "jobs_refresh, idle_window, slurm_conf and pod_resources_socket; re-read on SIGHUP. "
+    "Flags and their "
     "environment variables win over it.",
 )
 @click.option(
@@ -174,7 +189,12 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     show_default=True,
     help="Where GPUs are read (auto: the NVIDIA driver).",
 )
-@click.option("--sim", metavar="N|FILE", help="Serve a simulated node: N GPUs, or a scenario file.")
+@click.option(
+    "--sim",
+    metavar="N|FILE",
+    help="Serve a simulated node: N GPUs, or a scenario file. It says it is simulated "
+    "everywhere, and listens on the system's socket only when --socket names it.",
+)
 @click.pass_context
 def daemon(ctx: click.Context, /, socket_path: str | None, **flags: Any) -> int:
     """Sample the GPUs for every local client, keep history, serve Prometheus.
@@ -182,8 +202,9 @@ def daemon(ctx: click.Context, /, socket_path: str | None, **flags: Any) -> int:
     Clients (status, pick) use the daemon when it runs and read the driver
     themselves when it does not. SIGHUP re-reads --config and reopens the
     driver; SIGTERM stops. Under systemd: docs/operations/systemd.md. On a
-    Slurm node it also tells which job holds each GPU and which held GPUs sit
-    idle (/v1/jobs, /metrics): docs/operations/slurm.md.
+    Slurm node, or a Kubernetes node, it also tells which job or pod holds
+    each GPU and which held GPUs sit idle (/v1/jobs, /metrics):
+    docs/operations/slurm.md, docs/operations/deployments.md.
 
     \b
     Examples:
@@ -204,5 +225,7 @@ def daemon(ctx: click.Context, /, socket_path: str | None, **flags: Any) -> int:
     )
     logging.basicConfig(level=logging.INFO, format="gpuwatch daemon: %(message)s")
     # Each option's parameter is named after the setting it gives.
-    socket_path = socket_path or daemon_socket_path()
-    return run_daemon(Settings(socket_path=socket_path, fixed_by_flags=fixed, **flags))
+    settings = Settings(socket_path=socket_path or "", fixed_by_flags=fixed, **flags)
+    if not socket_path:  # a simulated node takes the system's socket only when told to
+        settings = replace(settings, socket_path=daemon_socket_path(simulated=settings.simulated))
+    return run_daemon(settings)

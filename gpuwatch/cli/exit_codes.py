@@ -33,7 +33,8 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     """A bad command line or environment: unknown option, bad value, bad `--sim` or
     scenario file, malformed CUDA_VISIBLE_DEVICES, a Slurm step's GPUs that gres.conf cannot
-    tell, more GPUs asked for than exist."""
+    tell, a request no GPU could ever meet (more GPUs than exist, more memory than any GPU
+    has, a MIG profile none has), waiting or not."""
     NO_GPU = 3
     """No NVIDIA driver, or the driver reports no GPU."""
     NOT_ENOUGH_GPUS = 4

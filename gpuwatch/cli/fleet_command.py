@@ -17,13 +17,14 @@ import click
 
 from gpuwatch.cli.fleet_source import open_fleet_source, source_options
 from gpuwatch.cli.options import Command, Duration
-from gpuwatch.cli.terminal import printable, terminal_columns
+from gpuwatch.cli.terminal import terminal_columns
 from gpuwatch.fleet.document import fleet_document
 from gpuwatch.fleet.source import IDLE_AFTER_S, FleetSource, Needs
 from gpuwatch.models import NodeState
-from gpuwatch.tui.fleet_cells import plain_table
-from gpuwatch.tui.fleet_model import FleetView
-from gpuwatch.tui.fleet_rows import build_rows, totals
+from gpuwatch.text import printable
+from gpuwatch.tui.fleet.cells import plain_table
+from gpuwatch.tui.fleet.model import FleetView
+from gpuwatch.tui.fleet.rows import build_rows, totals
 
 
 @click.command(cls=Command)
@@ -113,7 +114,7 @@ def _why_not_up(node: NodeState) -> str:
 
 def run_screen(source: FleetSource, interval_s: float | None, idle_after_s: float | None) -> int:
     # Here: textual, which --once and --json do without.
-    from gpuwatch.tui.fleet_app import DEFAULT_IDLE_AFTER_S, DEFAULT_INTERVAL_S, FleetApp
+    from gpuwatch.tui.fleet.app import DEFAULT_IDLE_AFTER_S, DEFAULT_INTERVAL_S, FleetApp
 
     first = source.read()  # a source that cannot be read at all: one line, before the screen
     collect_garbage_rarely()

@@ -16,16 +16,17 @@ import click
 from gpuwatch.backends import open_backend
 from gpuwatch.choices import Format, check_one_mig_device, exclude_entries
 from gpuwatch.cli.options import Command, Duration, Parsed, backend_options
-from gpuwatch.cli.terminal import printable, terminal_columns
+from gpuwatch.cli.terminal import terminal_columns, wrap
 from gpuwatch.cli.wish_options import wish_options, wishes_of
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Device, MigDevice
-from gpuwatch.placement.acquire import Wanted, acquire, passed_down
+from gpuwatch.placement.acquire import Wanted, acquire, passed_down, simulated_daemon_note
 from gpuwatch.placement.launch import exec_command
 from gpuwatch.placement.rules import Choice
 from gpuwatch.placement.visible import VARIABLE, child_environment
 from gpuwatch.request import Request, describe_wish
+from gpuwatch.units import format_span
 
 
 def _exclude(text: str) -> str:
@@ -68,8 +69,8 @@ def _exclude(text: str) -> str:
     "-v",
     "--verbose",
     is_flag=True,
-    help="Say on stderr which GPUs were chosen, why the daemon was not used, and how many "
-    "malformed lease files were skipped.",
+    help="Give the chosen GPUs' UUIDs too, and say on stderr why the daemon was not used "
+    "and how many malformed lease files were skipped.",
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] [COMMAND [ARGS...]]")
 def pick(
@@ -84,7 +85,8 @@ def pick(
 ) -> int:
     """Choose GPUs nobody uses, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES
     set to them. The lease lasts as long as COMMAND runs (however it ends), so jobs
-    started alongside are given other GPUs. Without COMMAND, print the choice.
+    started alongside are given other GPUs. Without COMMAND, print the choice. Either way,
+    one line on stderr says which GPUs were chosen, by nvidia-smi index.
 
     Examples:
       gpuwatch pick -- python train.py       # the idle GPU with most free memory
@@ -102,7 +104,8 @@ def pick(
 
     CUDA_VISIBLE_DEVICES gets the GPUs' UUIDs, which mean the same GPUs whatever
     CUDA_DEVICE_ORDER says; --format index writes nvidia-smi indices and sets
-    CUDA_DEVICE_ORDER=PCI_BUS_ID beside them. An existing CUDA_VISIBLE_DEVICES
+    CUDA_DEVICE_ORDER=PCI_BUS_ID beside them, for tools that read the variable as
+    integers (some vLLM, DeepSpeed and dask code). An existing CUDA_VISIBLE_DEVICES
     (Slurm, Kubernetes, yours) is the set to choose from; it is never widened.
     Inside a Slurm job or step, only the GPUs Slurm gave it (SLURM_STEP_GPUS, found
     through gres.conf) are chosen from, whatever Slurm's CUDA_VISIBLE_DEVICES names;
@@ -110,10 +113,10 @@ def pick(
     A GPU in MIG mode is only given out as MIG devices, with --mig, one per COMMAND
     (CUDA shows a process one MIG device); one of MIG- UUIDs only implies --mig any.
 
-    Exit status: COMMAND's own once it runs; 2 bad usage (or a Slurm step's GPUs
-    gres.conf cannot tell), 3 no NVIDIA driver or
-    GPU, 4 not enough GPUs qualify, 5 timed out waiting, 126 COMMAND not
-    executable, 127 COMMAND not found.
+    Exit status: COMMAND's own once it runs; 2 bad usage, a request no GPU here
+    could ever meet (--wait or not), or a Slurm step's GPUs gres.conf cannot tell;
+    3 no NVIDIA driver or GPU, 4 not enough GPUs qualify, 5 timed out waiting, 126
+    COMMAND not executable, 127 COMMAND not found.
     """
     if command and not command[0]:
         raise InvalidValueError("COMMAND is empty: give the program to run after --")
@@ -125,10 +128,12 @@ def pick(
     fmt = Format(format_)
     waiting = wait or timeout is not None
     say = _say if verbose else None
-    lease_dir = LeaseDir.for_job(say=_say)
-    if say is not None and (skipped := lease_dir.read().skipped):
-        say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
     with open_backend(backend, sim, on_fallback=say) as opened:
+        if (note := simulated_daemon_note(opened)) is not None:
+            _say(note)
+        lease_dir = LeaseDir.for_job(say=_say, simulation=opened.simulation)
+        if say is not None and (skipped := lease_dir.read().skipped):
+            say(f"skipped {skipped} malformed file(s) in the lease directory {lease_dir.path}")
         chosen, leases = acquire(
             opened,
             wanted,
@@ -141,8 +146,7 @@ def pick(
             on_note=_say,
         )
     env = passed_down(leases, child_environment(chosen, fmt, os.environ))
-    if verbose or not command:
-        _say("chose " + ", ".join(_described(device) for device in chosen))
+    _say(_chose(chosen, verbose=verbose))
     if not command:
         index_format = fmt is Format.INDEX and not wanted.wants_mig
         _print_choice(env[VARIABLE], chosen, index_format=index_format)
@@ -168,9 +172,21 @@ def _these(chosen: tuple[Device, ...]) -> str:
     return f"this {noun}" if len(chosen) == 1 else f"these {len(chosen)} {noun}s"
 
 
-def _described(device: Device) -> str:
+def _chose(chosen: tuple[Device, ...], *, verbose: bool) -> str:
+    """`chose GPUs 3, 2`: what the job got, best first, by nvidia-smi index (and UUID with
+    `verbose`), so that a job's log says which GPUs it ran on."""
+    if verbose:
+        return "chose " + ", ".join(_described(device) for device in chosen)
+    if isinstance(chosen[0], MigDevice):
+        return "chose " + ", ".join(_described(device, uuid=False) for device in chosen)
+    noun = "GPU" if len(chosen) == 1 else "GPUs"
+    return f"chose {noun} " + ", ".join(str(device.index) for device in chosen)
+
+
+def _described(device: Device, *, uuid: bool = True) -> str:
     if isinstance(device, MigDevice):
-        return f"MIG device {device.label} {device.profile or ''} ({device.uuid})"
+        text = f"MIG device {device.label} {device.profile or ''}".rstrip()
+        return f"{text} ({device.uuid})" if uuid else text
     return f"GPU {device.index} ({device.uuid})"
 
 
@@ -178,8 +194,14 @@ def _say(message: str) -> None:
     sys.stderr.write(f"gpuwatch: {message}\n")
 
 
+SAY_WAITED_AFTER_S = 10.0
+"""How long a pick waits before the time it has waited is worth a word."""
+
+
 class _WaitDisplay:
-    """What a waiting pick says: a live block on a terminal, a single note otherwise."""
+    """What a waiting pick says: a live block on a terminal, a single note otherwise; the
+    time waited only once it is `SAY_WAITED_AFTER_S` or more. On a terminal the first line
+    is wrapped, never cut: what is waited for may be longer than the terminal is wide."""
 
     def __init__(self) -> None:
         self._terminal = sys.stderr.isatty()
@@ -188,18 +210,33 @@ class _WaitDisplay:
     def __call__(self, request: Request, choice: Choice, waited_s: float) -> None:
         if not self._terminal and self._drawn:
             return
-        width = terminal_columns() - 1
         qualify = "qualifies" if choice.qualifying == 1 else "qualify"
-        lines = [
-            f"gpuwatch: waiting {waited_s:.0f}s for {describe_wish(request)}, "
-            f"{choice.qualifying} {qualify} now (Ctrl-C to give up)",
-            *(f"  {printable(reason)}" for reason in choice.reasons),
-        ]
+        waited = f" ({format_span(waited_s)} so far)" if waited_s >= SAY_WAITED_AFTER_S else ""
+        lead = (
+            f"gpuwatch: waiting for {describe_wish(request)}{waited}, "
+            f"{choice.qualifying} {qualify} now"
+        )
+        reasons = [f"  {reason}" for reason in choice.reasons]
         if self._terminal:
+            width = terminal_columns() - 1
+            # One row per line, or the block is not redrawn in place: cut what is still wider.
+            lines = [line[:width] for line in (*_wrapped(lead, _GIVE_UP, width), *reasons)]
             up = f"\x1b[{self._drawn}F" if self._drawn else ""
-            text = up + "".join(f"\x1b[2K{line[:width]}\n" for line in lines) + "\x1b[J"
+            text = up + "".join(f"\x1b[2K{line}\n" for line in lines) + "\x1b[J"
         else:
+            lines = [f"{lead} {_GIVE_UP}", *reasons]
             text = "\n".join(lines) + "\n"
         sys.stderr.write(text)
         sys.stderr.flush()
         self._drawn = len(lines)
+
+
+_GIVE_UP = "(Ctrl-C to give up)"
+
+
+def _wrapped(text: str, tail: str, width: int) -> list[str]:
+    """`text` wrapped to `width`, and `tail` after it, kept whole."""
+    lines = wrap(text, width) or [""]
+    if len(lines[-1]) + 1 + len(tail) <= width:
+        return [*lines[:-1], f"{lines[-1]} {tail}"]
+    return [*lines, tail]

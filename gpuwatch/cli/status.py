@@ -25,12 +25,13 @@ from gpuwatch.cli.options import (
 )
 from gpuwatch.cli.status_jobs import with_jobs
 from gpuwatch.cli.table import Style, render
-from gpuwatch.cli.terminal import printable, terminal_columns
+from gpuwatch.cli.terminal import terminal_columns
 from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
-from gpuwatch.sampling.node_jobs import JobsReader, early_reader, jobs_reader, slurm_conf
+from gpuwatch.sampling.node_jobs import JobsReader, early_reader, jobs_reader, scheduler_here
 from gpuwatch.sampling.poller import watch
+from gpuwatch.text import printable
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 MIN_WATCH_S = 0.05
@@ -77,6 +78,11 @@ COLORS = ("auto", "always", "never")
     help="Colour the table; auto colours a terminal unless NO_COLOR is set.",
 )
 @click.option(
+    "--header/--no-header",
+    default=None,
+    help="A line naming the table's columns.  [default: on a terminal]",
+)
+@click.option(
     "-v",
     "--verbose",
     is_flag=True,
@@ -92,6 +98,7 @@ def status(
     count: int | None,
     host: str | None,
     color: str,
+    header: bool | None,
     verbose: bool,
     no_jobs: bool,
 ) -> int:
@@ -111,7 +118,9 @@ def status(
     """
     if count is not None and interval_s is None:
         raise click.UsageError("--count needs --watch")
-    show = _print_json if as_json else _table_printer(color)
+    if as_json and header:
+        raise click.UsageError("--header names the table's columns: JSON has none")
+    show = _print_json if as_json else _table_printer(color, header)
     if host is not None:
         frames = _remote_frames(host, backend, sim, interval_s, count, verbose)
     else:
@@ -153,33 +162,33 @@ def _local_frames(
 ) -> Iterator[tuple[Snapshot, list[Lease], NodeJobs | None]]:
     say = _say if verbose else None
     early = _early_jobs(interval_s is None and jobs)
-    lease_dir = LeaseDir.read_only(on_refused=say)
     with open_backend(backend, sim, on_fallback=say, on_lost=_say) as source:
         if say is not None:
             say(f"reading GPUs from {_described(source)}")
+        lease_dir = LeaseDir.read_only(on_refused=say, simulation=source.simulation)
         reader = _jobs_reader(source, interval_s is None, jobs, early)
         try:
             if reader is not None:
-                reader.start()  # Slurm answers while the GPUs are read (if not already)
+                reader.start()  # the engine answers while the GPUs are read (if not already)
             if interval_s is None:
                 snapshot = source.sample()
-                yield snapshot, _leases(lease_dir, say), _read_jobs(reader)
+                yield snapshot, _leases(lease_dir, say), _read_jobs(reader, snapshot)
                 return
             lost = _LostDaemon(interval_s)
             for snapshot in watch(source, interval_s, count=count, on_unavailable=lost.tell):
                 lost.back()
-                yield snapshot, _leases(lease_dir, say), _read_jobs(reader)
+                yield snapshot, _leases(lease_dir, say), _read_jobs(reader, snapshot)
         finally:
             if reader is not None:
                 reader.close()
 
 
 def _early_jobs(one_shot: bool) -> JobsReader | None:
-    """This Slurm node's reader, asked before the driver opens (see `early_reader`); `None`
-    where no Slurm is."""
+    """This node's job reader, asked before the driver opens (see `early_reader`); `None`
+    where no job engine is."""
     if not one_shot:
         return None
-    return early_reader() if slurm_conf() is not None else None
+    return early_reader() if scheduler_here() else None
 
 
 def _jobs_reader(
@@ -189,13 +198,16 @@ def _jobs_reader(
     (no daemon to ask, no Slurm)."""
     if not wanted:
         return None
-    if getattr(source, "socket_path", None) is None and slurm_conf() is None:
+    if getattr(source, "socket_path", None) is None and not scheduler_here():
         return None
     return jobs_reader(source, one_shot=one_shot, local=early)
 
 
-def _read_jobs(reader: JobsReader | None) -> NodeJobs | None:
-    return None if reader is None else reader.read()
+def _read_jobs(reader: JobsReader | None, snapshot: Snapshot) -> NodeJobs | None:
+    if reader is None:
+        return None
+    reader.observe(snapshot.gpus)  # an engine may need them to tell which GPU is which
+    return reader.read()
 
 
 class _LostDaemon:
@@ -258,11 +270,13 @@ def _strict(value: object) -> object:
     return value
 
 
-def _table_printer(color: str) -> Callable[..., None]:
+def _table_printer(color: str, header: bool | None) -> Callable[..., None]:
+    terminal = sys.stdout.isatty()
     if color == "auto":
-        use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        use_color = terminal and not os.environ.get("NO_COLOR")
     else:
         use_color = color == "always"
+    column_names = terminal if header is None else header
     encoding = (sys.stdout.encoding or "").lower().replace("-", "")
     style = Style(color=use_color, unicode=encoding == "utf8")
 
@@ -270,7 +284,15 @@ def _table_printer(color: str) -> Callable[..., None]:
         snapshot: Snapshot, leases: list[Lease], jobs: NodeJobs | None, *, pretty: bool
     ) -> None:
         width = terminal_columns()
-        text = render(snapshot, leases=leases, style=style, width=width, jobs=jobs, now=time.time())
+        text = render(
+            snapshot,
+            leases=leases,
+            style=style,
+            width=width,
+            jobs=jobs,
+            now=time.time(),
+            column_names=column_names,
+        )
         sys.stdout.write(text)
         sys.stdout.flush()
 

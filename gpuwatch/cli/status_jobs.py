@@ -3,14 +3,15 @@ with `jobs_error` saying why) and, on each GPU, the `job_id` holding it and how 
 been allocated and idle.
 
 A job's GPUs are given as this node's NVML indices and UUIDs, matched by device-file minor
-number: the GRES indices Slurm counts in are not NVML's.
+number (the GRES indices Slurm counts in are not NVML's) or by UUID (as Kubernetes names
+them), and the MIG devices it holds by UUID; a pod's job names its pod.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuwatch.jobs.job_table import Job, NodeJobs
+from gpuwatch.jobs.job_table import Job, NodeJobs, pod_record
 from gpuwatch.models import Snapshot
 
 
@@ -30,13 +31,20 @@ def with_jobs(data: dict[str, Any], snapshot: Snapshot, jobs: NodeJobs | None) -
 
 
 def _job(job: Job, snapshot: Snapshot) -> dict[str, Any]:
-    held = [gpu for gpu in snapshot.gpus if gpu.minor_number in job.gpu_minor_numbers]
+    held = [
+        gpu
+        for gpu in snapshot.gpus
+        if gpu.minor_number in job.gpu_minor_numbers or gpu.uuid in job.device_uuids
+    ]
+    migs = [mig.uuid for mig in snapshot.mig_devices if mig.uuid in job.device_uuids]
     return {
         "job_id": job.job_id,
         "user": job.user,
         "name": job.name,
         "gpus": [gpu.index for gpu in held],
         "gpu_uuids": [gpu.uuid for gpu in held],
+        "mig_uuids": migs,
         "started_at": job.started_at,
         "time_limit_s": job.time_limit_s,
+        "pod": None if job.pod is None else pod_record(job.pod),
     }

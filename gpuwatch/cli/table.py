@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from gpuwatch.cli.terminal import printable
 from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage, Snapshot
 from gpuwatch.sampling.node_jobs import idle_text, time_left_text
@@ -53,16 +52,20 @@ def render(
     width: int = 120,
     jobs: NodeJobs | None = None,
     now: float | None = None,
+    column_names: bool = False,
 ) -> str:
     """The whole table, ending in a newline; no line is wider than `width` (at 40 or more).
 
     With `jobs`, each GPU a job holds has a line saying which (its time left counted at
-    `now`), and jobs that are unknown one line saying why."""
+    `now`), and jobs that are unknown one line saying why. With `column_names`, a line
+    above the GPUs names their columns."""
     lines = [_header(snapshot, style, width)]
     if jobs is not None and jobs.unknown_why is not None:
-        unknown = _cut(f"jobs unknown: {printable(jobs.unknown_why)}", width, style)
+        unknown = _cut(f"jobs unknown: {jobs.unknown_why}", width, style)
         lines.append(style.paint(unknown, YELLOW))
-    layout = _layout(snapshot.gpus, width, style)
+    layout = _layout(snapshot.gpus, width, style, COLUMN_NAMES if column_names else ())
+    if column_names and snapshot.gpus:
+        lines.append(style.paint(_column_names(layout), DIM))
     for gpu in snapshot.gpus:
         lines.append(_gpu_line(gpu, layout, style))
         if jobs is not None:
@@ -101,11 +104,11 @@ def _processes_and_leases(
 def _mig_line(mig: MigDevice, layout: _Layout, style: Style, width: int) -> str:
     """`  0:2  1g.10gb   0.0 /   9.8 GiB  GI 13 CI 0`; the instance ids go first when narrow."""
     label = style.paint(f"{mig.label:>5}", BOLD)
-    profile = printable(mig.profile or mig.name or _MISSING)
+    profile = mig.profile or mig.name or _MISSING
     head = f"  {label}  {profile:<10} | "
     head_width = 2 + max(5, len(mig.label)) + 2 + max(10, len(profile)) + 3
     if mig.error is not None:
-        error = _cut("error: " + printable(mig.error), max(10, width - head_width), style)
+        error = _cut("error: " + mig.error, max(10, width - head_width), style)
         return head + style.paint(error, RED)
     memory = _memory(mig, layout.bar, style)
     ids = f"GI {_or_missing(mig.gpu_instance_id)} CI {_or_missing(mig.compute_instance_id)}"
@@ -120,15 +123,17 @@ def _or_missing(value: int | None) -> str:
 
 def _header(snapshot: Snapshot, style: Style, width: int) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot.taken_at))
-    parts = [printable(snapshot.hostname), when]
+    parts = [snapshot.hostname, when]
     if snapshot.driver_version:
-        parts.append(f"driver {printable(snapshot.driver_version)}")
+        parts.append(f"driver {snapshot.driver_version}")
     if snapshot.cuda_driver_version:
-        parts.append(f"CUDA {printable(snapshot.cuda_driver_version)}")
-    while len(parts) > 1 and len("  ".join(parts)) > width:  # the versions go first
+        parts.append(f"CUDA {snapshot.cuda_driver_version}")
+    mark = " (simulated)" if snapshot.simulated else ""  # never left out: GPUs made up
+    while len(parts) > 1 and len("  ".join(parts)) + len(mark) > width:  # versions go first
         parts.pop()
-    host = _cut(parts[0], width, style)
-    return "  ".join([style.paint(host, BOLD), *parts[1:]])
+    host = _cut(parts[0], max(1, width - len(mark)), style)
+    head = style.paint(host, BOLD) + (style.paint(mark, YELLOW) if mark else "")
+    return "  ".join([head, *parts[1:]])
 
 
 class _Cell:
@@ -167,11 +172,22 @@ class _Layout:
         self.bar = bar
 
 
-def _layout(gpus: Sequence[GpuSample], width: int, style: Style) -> _Layout:
+COLUMN_NAMES = ("GPU", "name", "memory used / total", "util", "temp", "power / limit")
+"""What the columns of a GPU's line show, as the line above them names them: each name is
+cut to its column, never widens it past what the GPUs' own figures take."""
+_NAMES_LEFT = {"memory used / total", "power / limit"}
+"""Names of columns whose figures are pairs, read from the left."""
+
+
+def _layout(
+    gpus: Sequence[GpuSample], width: int, style: Style, names: Sequence[str] = ()
+) -> _Layout:
     index_width = max((len(f"[{gpu.index}]") for gpu in gpus), default=3)
-    name_width = max((len(printable(gpu.name or _MISSING)) for gpu in gpus), default=4)
+    name_width = max((len(gpu.name or _MISSING) for gpu in gpus), default=4)
     rows = [_cells(gpu, style, bar=False) for gpu in gpus if _readable(gpu)]
     widths = tuple(max((len(row[i].plain) for row in rows), default=4) for i in range(4))
+    if names:  # a short word at least, so that a column of dashes is still named
+        widths = tuple(max(w, len(n.split()[0])) for w, n in zip(widths, names[2:], strict=True))
     fixed = index_width + 1 + name_width
     for bar, kept in ((True, 4), (False, 4), (False, 3), (False, 2)):
         shown = widths[:kept]
@@ -181,17 +197,30 @@ def _layout(gpus: Sequence[GpuSample], width: int, style: Style) -> _Layout:
     return _Layout(index_width, max(_MIN_NAME, width - rest), widths[:2], False)
 
 
+def _column_names(layout: _Layout) -> str:
+    """`GPU name | memory used / total | util | temp | power / limit`, each name over its
+    column (spaces for the bars), shortened to its first word where the column is narrow."""
+    index, name, *cells = COLUMN_NAMES
+    line = f"{index:<{layout.index_width}} {name:<{layout.name_width}}"
+    for number, cell_width in enumerate(layout.cell_widths):
+        width = cell_width + (_BAR_WIDTH + 1 if number == 0 and layout.bar else 0)
+        named = cells[number]
+        label = named if len(named) <= width else named.split()[0]
+        line += "   " + (f"{label:<{width}}" if named in _NAMES_LEFT else f"{label:>{width}}")
+    return line.rstrip()
+
+
 def _readable(gpu: GpuSample) -> bool:
     return gpu.error is None or gpu.memory_total_bytes is not None
 
 
 def _gpu_line(gpu: GpuSample, layout: _Layout, style: Style) -> str:
     index = style.paint(f"[{gpu.index}]".ljust(layout.index_width), BOLD)
-    name = _short_name(printable(gpu.name or _MISSING), layout.name_width, style)
+    name = _short_name(gpu.name or _MISSING, layout.name_width, style)
     head = f"{index} {name.ljust(layout.name_width)}"
     if not _readable(gpu):
         room = layout.name_width + sum(3 + w for w in layout.cell_widths) - len(name) - 3
-        error = _cut("error: " + printable(gpu.error or ""), max(room, 10), style)
+        error = _cut("error: " + (gpu.error or ""), max(room, 10), style)
         return f"{index} {name} | {style.paint(error, BOLD, RED)}"
     cells = _cells(gpu, style, bar=layout.bar)
     line = head + "".join(
@@ -199,7 +228,7 @@ def _gpu_line(gpu: GpuSample, layout: _Layout, style: Style) -> str:
         for i, (cell, w) in enumerate(zip(cells, layout.cell_widths, strict=False))
     )
     if gpu.error is not None:
-        line += " | " + style.paint("error: " + printable(gpu.error), RED)
+        line += " | " + style.paint("error: " + gpu.error, RED)
     return line
 
 
@@ -268,20 +297,18 @@ def _process_line(process: ProcessUsage, style: Style, width: int) -> str:
     memory = (
         _MISSING if process.memory_used_bytes is None else format_size(process.memory_used_bytes)
     )
-    user = style.paint(f"{printable(process.user or '?'):<10}", CYAN)
+    user = style.paint(f"{process.user or '?':<10}", CYAN)
     head = f"    {user} {process.pid:>8}  {memory:>9}  "
     room = max(0, width - 4 - 10 - 1 - 8 - 2 - 9 - 2)
     if process.command is None:
         return head + style.paint(_cut(_MISSING, room, style), DIM)
-    return head + _cut(printable(process.command), room, style)
+    return head + _cut(process.command, room, style)
 
 
 def _lease_line(lease: Lease, style: Style, width: int) -> str:
     how = "exclusive" if lease.mem_bytes is None else f"shared, {format_size(lease.mem_bytes)}"
     since = time.strftime("%H:%M", time.localtime(lease.started_at))
-    text = printable(
-        f"leased by {lease.user} (pid {lease.pid}, {how}, since {since}): {lease.command}"
-    )
+    text = f"leased by {lease.user} (pid {lease.pid}, {how}, since {since}): {lease.command}"
     return style.paint(_cut(f"    {text}", width, style), YELLOW)
 
 
@@ -291,13 +318,13 @@ def _job_line(gpu: GpuSample, jobs: NodeJobs, style: Style, width: int, now: flo
     job = jobs.job_of(gpu)
     if job is None:
         return []
-    head = f"  job {printable(job.job_id)} {printable(job.user or '?')}"
+    head = f"  job {job.job_id} {job.user or '?'}"
     left = time_left_text(job, now)
     idle_s = jobs.idle_s(gpu)
     idle = idle_text(idle_s) if idle_s is not None else ""
     tail = "".join(f"  {part}" for part in (left, idle) if part)
     room = width - len(head) - len(tail) - 2
-    name = printable(job.name or "")
+    name = job.name or ""
     line = style.paint(head, BOLD)
     if name and room >= _MIN_NAME:
         line += "  " + _cut(name, room, style)

@@ -1,5 +1,5 @@
-"""What every command shares about the terminal: its width, safe text, a reader that went
-away, and the layout of help (which click draws through `gpuwatch.cli.options.HelpFormatter`).
+"""What every command shares about the terminal: its width, a reader that went away, and
+the layout of help (which click draws through `gpuwatch.cli.options.HelpFormatter`).
 """
 
 from __future__ import annotations
@@ -41,20 +41,6 @@ def reader_gone() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     return ExitCode.OK
-
-
-def printable(text: str) -> str:
-    """`text` with every character a terminal would act on instead of show replaced by `?`.
-
-    Command lines, lease files and GPU names come from other users. Control
-    characters (escape sequences) and format characters (U+202E, which flips
-    what follows right to left, zero-width spaces) could make them lie about
-    what they are, so neither reaches the terminal. `str.isprintable()` is false
-    for exactly these, and for line and paragraph separators.
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def fit_line(line: str, width: int) -> str:

@@ -9,9 +9,9 @@ from gpuwatch.cli.options import HOST, Command, Duration, backend_options, no_jo
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.reports.training import reports_for_this_machine
 from gpuwatch.sampling.node_jobs import jobs_reader
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.frames import LocalSource, RemoteSource, Source
-from gpuwatch.tui.widgets import TrainingPanel
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.sources import LocalSource, RemoteSource, Source
+from gpuwatch.tui.node.widgets import TrainingPanel
 
 
 @click.command(cls=Command)
@@ -70,7 +70,12 @@ def tui(
         opened = open_backend(backend, sim)
         jobs = jobs_reader(opened, one_shot=False, wanted=not no_jobs)
         sources = [
-            LocalSource(opened, LeaseDir.read_only(), training=reports_for_this_machine, jobs=jobs)
+            LocalSource(
+                opened,
+                LeaseDir.read_only(simulation=opened.simulation),
+                training=reports_for_this_machine,
+                jobs=jobs,
+            )
         ]
     panels = [] if hosts else [TrainingPanel()]  # training reports are this machine's own
     app = GpuwatchApp(

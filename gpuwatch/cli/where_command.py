@@ -17,7 +17,6 @@ import click
 
 from gpuwatch.cli.fleet_source import open_fleet_source, source_options
 from gpuwatch.cli.options import Command, WholeNumber
-from gpuwatch.cli.terminal import printable
 from gpuwatch.cli.wish_options import wish_options, wishes_of
 from gpuwatch.errors import NotEnoughGpusError
 from gpuwatch.models import Device, GpuSample
@@ -71,7 +70,7 @@ def where_command(
 
     Examples:
       gpuwatch where -n 2 --min-free 40GiB
-      ssh "$(gpuwatch where -n 2 --min-free 40GiB | head -1 | cut -d' ' -f1)"
+      node=$(gpuwatch where -n 2 --min-free 40GiB --limit 1) && ssh "${node%% *}"
       gpuwatch where --mem 10GiB --strategy pack --limit 3
       gpuwatch where --mig 1g.10gb --json
       gpuwatch where --prometheus http://prom:9090 --exclude-node gpu-07
@@ -108,7 +107,7 @@ def _line(fit: NodeFit) -> str:
     noun = "GPU" if isinstance(fit.devices[0], GpuSample) else "MIG"
     plural = "s" if len(fit.devices) > 1 and noun == "GPU" else ""
     free = ", ".join(format_size(size) for size in fit.free_bytes)
-    return f"{printable(fit.node)} {noun}{plural} {names} ({free} free)"
+    return f"{fit.node} {noun}{plural} {names} ({free} free)"
 
 
 def _name(device: Device) -> str:
@@ -142,7 +141,7 @@ def _closest(misses: tuple[NodeMiss, ...]) -> tuple[str, ...]:
     """The closest nodes' reasons, as pick gives its GPUs': a line each, indented below."""
     lines: list[str] = []
     for miss in misses[:_CLOSEST_SHOWN]:
-        lines.append(f"{printable(miss.node)}: {miss.summary}")
+        lines.append(f"{miss.node}: {miss.summary}")
         lines += [f"  {reason}" for reason in miss.reasons[:_REASONS_SHOWN]]
         if len(miss.reasons) > _REASONS_SHOWN:
             lines.append(f"  ... and {len(miss.reasons) - _REASONS_SHOWN} more")
@@ -160,9 +159,9 @@ def _counted_nodes(answer: Answer) -> str:
 def _explain(answer: Answer) -> None:
     for fit in answer.fits:
         if not fit.leases_known:
-            _say(f"{printable(fit.node)}: leases unknown (it does not run the gpuwatch daemon)")
+            _say(f"{fit.node}: leases unknown (it does not run the gpuwatch daemon)")
     for miss in answer.misses:
-        _say(f"{printable(miss.node)}: {miss.summary}")
+        _say(f"{miss.node}: {miss.summary}")
 
 
 def _say(message: str) -> None:

@@ -48,6 +48,7 @@ from gpuwatch.jobs import table_record
 from gpuwatch.jobs.sightings import sighting_record
 from gpuwatch.leases.directory import LeaseDir, LeaseFiles
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
+from gpuwatch.paths import served_simulation
 from gpuwatch.request import Waiter
 from gpuwatch.sampling.poller import Poller, PollState
 from gpuwatch.units import parse_duration
@@ -151,6 +152,7 @@ class Api:
             self._training.reports() if training else NO_REPORTS,
             self.settings.node_name,
             self.jobs.now(state.snapshot),
+            self.settings.simulated,
         )
 
     def snapshot(self, query: Query) -> Response:
@@ -222,7 +224,8 @@ class Api:
                 "status": status,
                 "version": __version__,
                 "pid": os.getpid(),
-                "backend": "sim" if self.settings.sim else self.settings.backend,
+                "backend": "sim" if self.settings.simulated else self.settings.backend,
+                "simulated": self.settings.simulated,
                 "interval_s": self.poller.interval_s,
                 "uptime_s": round(time.monotonic() - self._started, 1),
                 "samples": state.samples,
@@ -289,9 +292,15 @@ class Api:
         return Response(503, _TEXT, f"gpuwatch daemon is not ready: {why}\n".encode())
 
     def _lease_files(self) -> LeaseFiles:
-        lease_dir = LeaseDir.read_only()
+        lease_dir = self._lease_dir()
         return lease_dir.read() if lease_dir is not None else LeaseFiles([])
 
     def _waiters(self) -> list[Waiter]:
-        lease_dir = LeaseDir.read_only()
+        lease_dir = self._lease_dir()
         return lease_dir.waiting_before(None) if lease_dir is not None else []
+
+    def _lease_dir(self) -> LeaseDir | None:
+        """The leases of this node: a simulated node's are its clients' own, kept apart."""
+        settings = self.settings
+        simulation = served_simulation(settings.socket_path) if settings.simulated else None
+        return LeaseDir.read_only(simulation=simulation)

@@ -1,8 +1,10 @@
 """The daemon's knowledge of jobs: who holds each GPU, which held GPUs sit idle, and which
 jobs held which GPUs when (`JobSightings`, for `job-report` after a job).
 
-One thread of its own asks the job engine every `--jobs-refresh`, and sooner when the
-engine's change folder changes (slurmd's spool folder: a job step started or ended; one
+One thread of its own asks the job engine (Slurm, or the kubelet's pods) every
+`--jobs-refresh`, and once more after the first sample where the first answer lacked
+the GPUs (an engine may need them to tell GPUs apart), and sooner when the engine's
+change folder changes (slurmd's spool folder: a job step started or ended; one
 stat a second, and at most one early question every `EARLY_ASK_GAP_S`), and keeps the
 answer. Asking is never done on the poller's thread or a request's: an engine that is
 absent, down or hung (its command is killed at its deadline) makes the jobs unknown, with
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from gpuwatch.jobs.engines import JobEngine, open_job_reader
 from gpuwatch.jobs.job_table import JobTable
+from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET
 from gpuwatch.jobs.sightings import JobSightings
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.allocated_idle import AllocatedIdle
@@ -55,6 +58,8 @@ class JobSettings:
     """The node's name to the scheduler (--node-name), where it is not the host's."""
     keep_s: float = 86400.0
     """How long jobs seen are remembered: the daemon's --history."""
+    pod_resources_socket: str = DEFAULT_SOCKET
+    """The kubelet's pod-resources socket (--pod-resources-socket)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,7 @@ class JobWatch:
         self._thread: threading.Thread | None = None
         self._table: JobTable | None = None
         self._error: str | None = None
+        self._sampled = False
         self.sightings = JobSightings(settings.keep_s)
         self._apply(settings)
 
@@ -133,7 +139,7 @@ class JobWatch:
         """How jobs are read, for the daemon's log."""
         if self._reader is None:
             return f"no jobs: {self._error}"
-        return f"jobs from the scheduler every {format_duration(self.settings.refresh_s)}"
+        return f"{self._reader.describe()} every {format_duration(self.settings.refresh_s)}"
 
     @property
     def reading(self) -> bool:
@@ -148,6 +154,9 @@ class JobWatch:
             reader.observe(snapshot.gpus)
         with self._lock:
             self._idle.update(snapshot.gpus, self._table, sampled_at)
+            first, self._sampled = not self._sampled, True
+        if first and reader is not None and reader.lacked_gpus():
+            self._wake.set()  # asked before the first sample, and it needed the GPUs
 
     def now(self, snapshot: Snapshot | None) -> JobsNow:
         """The jobs as known now, with the idle time of `snapshot`'s held GPUs."""
@@ -218,5 +227,6 @@ def _open_reader(settings: JobSettings) -> tuple[JobEngine | None, str | None]:
         settings.engine,
         slurm_conf=settings.slurm_conf,
         node=settings.node_name,
+        pod_resources_socket=settings.pod_resources_socket,
         timeout_s=ASK_TIMEOUT_S,
     )

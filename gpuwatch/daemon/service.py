@@ -211,6 +211,7 @@ def job_settings(settings: Settings) -> JobSettings:
         settings.slurm_conf,
         node_name=settings.node_name,
         keep_s=settings.history_s,
+        pod_resources_socket=settings.pod_resources_socket,
     )
 
 

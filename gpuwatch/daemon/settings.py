@@ -1,7 +1,8 @@
 """The daemon's settings: command-line flags over an optional TOML file.
 
 The file (`--config`) may set `interval`, `history`, `listen`, `node_name`,
-`web_config`, `jobs`, `jobs_refresh`, `idle_window` and `slurm_conf`; flags
+`web_config`, `jobs`, `jobs_refresh`, `idle_window`, `slurm_conf` and
+`pod_resources_socket`; flags
 given on the command line (or their environment variables) win over it.
 SIGHUP reads the file again, on top of the flags: a setting removed from the
 file goes back to its flag or default. A file that does not exist sets nothing
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.errors import ConfigFileError, InvalidValueError
+from gpuwatch.jobs.engines import ENGINES
+from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import format_duration, parse_duration
 
@@ -25,7 +28,7 @@ DEFAULT_INTERVAL_S = 1.0
 DEFAULT_HISTORY_S = 24 * 3600.0
 MAX_HISTORY_SAMPLES = 1_000_000
 """At most this many samples are kept (96 MB for 8 GPUs): over 11 days at 1 s."""
-JOB_ENGINES = ("auto", "slurm", "off")
+JOB_ENGINES = ENGINES
 DEFAULT_JOBS_REFRESH_S = 30.0
 """How often Slurm is asked by default: one squeue every 30 s costs the daemon well under
 0.5 % of a core (bench/daemon_slurm_cost.py); slurmd's spool folder says sooner when a job
@@ -47,6 +50,7 @@ _EXAMPLES = {
     "jobs_refresh": '"30s"',
     "idle_window": '"10m"',
     "slurm_conf": '"/etc/slurm/slurm.conf"',
+    "pod_resources_socket": f'"{DEFAULT_SOCKET}"',
 }
 
 
@@ -66,15 +70,23 @@ class Settings:
     sim: str | None = None
     config_path: str | None = None
     jobs: str = "auto"
-    """Who tells which job holds each GPU: `auto` (Slurm where squeue is on PATH and a
-    slurm.conf is found), `slurm` or `off`."""
+    """Who tells which job holds each GPU: `auto` (the kubelet where its pod-resources
+    socket is, else Slurm where squeue is on PATH and a slurm.conf is found), `slurm`,
+    `kubernetes` or `off`."""
     jobs_refresh_s: float = DEFAULT_JOBS_REFRESH_S
     idle_window_s: float = DEFAULT_IDLE_WINDOW_S
     """How long an allocated GPU may sit idle before the `GpuAllocatedIdle` alert."""
     slurm_conf: str | None = None
     """The slurm.conf of Slurm's commands; `None`: $SLURM_CONF, else Slurm's default."""
+    pod_resources_socket: str = DEFAULT_SOCKET
+    """The kubelet's pod-resources socket (`--jobs kubernetes`, or `auto` where it is)."""
     fixed_by_flags: frozenset[str] = frozenset()
     """Settings given as flags, which the config file cannot change."""
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the daemon serves a simulated node (`--sim`, `--backend sim`)."""
+        return self.sim is not None or self.backend == "sim"
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
@@ -131,6 +143,12 @@ def parse_idle_window(text: str) -> float:
 def _slurm_conf(text: str) -> str:
     if not text:
         raise InvalidValueError("slurm_conf: give a path, or leave it out")
+    return text
+
+
+def _pod_resources_socket(text: str) -> str:
+    if not text:
+        raise InvalidValueError("pod_resources_socket: give a path, or leave it out")
     return text
 
 
@@ -202,6 +220,7 @@ def with_config_file(settings: Settings) -> Settings:
         "jobs_refresh": ("jobs_refresh_s", parse_jobs_refresh),
         "idle_window": ("idle_window_s", parse_idle_window),
         "slurm_conf": ("slurm_conf", _slurm_conf),
+        "pod_resources_socket": ("pod_resources_socket", _pod_resources_socket),
     }
     changes: dict[str, Any] = {}
     for key, value in data.items():

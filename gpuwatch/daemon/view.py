@@ -37,6 +37,8 @@ class View:
     """`--node-name`; `None`: the name the source gives the node."""
     jobs: JobsNow = NO_JOBS
     """Which job holds each GPU, and for how long held GPUs have been idle."""
+    simulated: bool = False
+    """Whether the node is simulated (`daemon --sim`): `gpuwatch_simulated` says so."""
 
     @property
     def node(self) -> str:

@@ -1,8 +1,8 @@
 """`gpuwatch fleet --json`: a fleet as one JSON document, in the model's field names.
 
     {"taken_at", "source", "nodes": [{"node", "label", "target", "job", "claims", "up",
-     "age_s", "error", "exporter", "lease_waiters", "longest_wait_s", "jobs_known",
-     "mig_devices_known",
+     "age_s", "error", "exporter", "simulated", "lease_waiters", "longest_wait_s",
+     "jobs_known", "mig_devices_known",
      "gpus": [{"index", "uuid", "name", "pci_bus_id", "memory_total_bytes",
                "memory_free_bytes", "memory_used_bytes", "utilization_pct",
                "temperature_c", "power_w", "leases_exclusive", "leases_shared",
@@ -21,7 +21,8 @@ read has no GPUs; `leases_*` are `null` on a node whose exporter tells no leases
 which says "none"), and so are `lease_waiters` and `longest_wait_s` where the exporter
 tells no line. `jobs_known` says whether a GPU's `job_id: null` means "no job" (true) or
 "unknown" (false); `mig_devices_known: false` says a MIG-enabled GPU's devices are not
-all listed (its exporter does not tell them).
+all listed (its exporter does not tell them). `simulated` is true for a node whose daemon
+serves a simulated node (its GPUs are made up).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def _node(node: NodeState) -> dict[str, Any]:
         "age_s": _finite(node.age_s),
         "error": node.error,
         "exporter": None if node.exporter is None else str(node.exporter),
+        "simulated": node.simulated,
         "lease_waiters": node.lease_waiters,
         "longest_wait_s": _finite(node.longest_wait_s),
         "jobs_known": node.jobs is not None,

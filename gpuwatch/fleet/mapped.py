@@ -38,6 +38,8 @@ class Mapped:
     pods: tuple[GpuPod, ...] = ()
     mig_devices_known: bool = True
     """As `NodeState`'s."""
+    simulated: bool = False
+    """Its daemon serves a simulated node (`gpuwatch_simulated`): its GPUs are made up."""
 
 
 @dataclass

@@ -138,10 +138,11 @@ _NOT_PLACED = frozenset(
         "nvidia_smi_temperature_gpu",
         "nvidia_smi_power_draw_watts",
         *node_work.BY_NODE_OR_GPU,
+        series_gpuwatch.SIMULATED,
     }
 )
-"""Families placement's rules never read (the line of waiting jobs and the scheduler's
-jobs are shown, not placed on)."""
+"""Families placement's rules never read (the line of waiting jobs, the scheduler's jobs
+and whether a node is simulated are shown, not placed on)."""
 _PLACED_LABELS = {
     "gpuwatch_gpu_info": ("gpu", "uuid"),
     "gpuwatch_process_memory_bytes": ("gpu", "pid", "kind", "user"),

@@ -125,6 +125,7 @@ def judged(
         gpus=mapped.gpus,
         processes=mapped.processes,
         mig_devices=mapped.mig_devices,
+        simulated=mapped.simulated,
     )
     return NodeState(
         name,

@@ -57,8 +57,15 @@ WHOLE = (
 """Families read with all their labels: identity, processes, MIG devices."""
 ZERO = ("gpuwatch_gpu_up",)
 """Read where 0 only: a GPU the daemon cannot read (absent: it can)."""
-NONZERO = ("gpuwatch_leases", "gpuwatch_lease_declared_memory_bytes", "gpuwatch_mig_enabled")
-"""Read where not 0 only: most GPUs hold no lease and are not split (absent: 0)."""
+SIMULATED = "gpuwatch_simulated"
+NONZERO = (
+    "gpuwatch_leases",
+    "gpuwatch_lease_declared_memory_bytes",
+    "gpuwatch_mig_enabled",
+    SIMULATED,
+)
+"""Read where not 0 only: most GPUs hold no lease and are not split, and most nodes are
+real (absent: 0)."""
 FAMILIES = (*INDEXED, *WHOLE, *ZERO, *NONZERO)
 _KINDS = frozenset(kind.value for kind in ProcessKind)
 AVAILABLE = "gpuwatch_memory_available_bytes"
@@ -89,6 +96,7 @@ def mapped(
         lease_waiters=waiters,
         longest_wait_s=longest_wait_s,
         jobs=node_work.gpu_jobs(by_name, set(gpus)),
+        simulated=any(sample.value == 1 for sample in by_name[SIMULATED]),
     )
 
 

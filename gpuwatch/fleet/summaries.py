@@ -67,7 +67,7 @@ _FAST = (
 _ZERO_UNSENT = (f.LEASES, node_work.WAITERS, node_work.LONGEST_WAIT)
 """Per-node series every refresh reads only where they are not 0: a daemon that exports
 its node's figures exports these beside them, so one not sent is 0."""
-_MOSTLY_ZERO = (*_ZERO_UNSENT, node_work.JOBS_KNOWN)
+_MOSTLY_ZERO = (*_ZERO_UNSENT, node_work.JOBS_KNOWN, series_gpuwatch.SIMULATED)
 MIN_IDLE_WINDOW_S = 60
 """Prometheus's past of a GPU's utilization is read over at least this window."""
 SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS, _IDLE_HELD)
@@ -238,6 +238,7 @@ def _summary(by_name: dict[str, list[Sample]], slow: SlowFigures) -> NodeSummary
         users=slow.users,
         models=slow.models,
         **_jobs(by_name),
+        simulated=any(s.value == 1 for s in by_name.get(series_gpuwatch.SIMULATED, ())),
     )
 
 

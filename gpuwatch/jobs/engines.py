@@ -1,26 +1,29 @@
-"""Which engine tells this node's jobs (`gpuwatch daemon --jobs auto|slurm|off`), and the
-one interface every engine offers (`JobEngine`): nothing above this package knows which
-engine answered.
+"""Which engine tells this node's jobs (`gpuwatch daemon --jobs auto|slurm|kubernetes|off`),
+and the one interface every engine offers (`JobEngine`): nothing above this package knows
+which engine answered.
 
-`open_job_reader` answers an engine, or none and why: `auto` takes Slurm where `squeue` is
-on PATH and a slurm.conf is found; `off` never asks.
+`open_job_reader` answers an engine, or none and why: `auto` takes the kubelet where its
+pod-resources socket is (a Kubernetes node), else Slurm where `squeue` is on PATH and a
+slurm.conf is found; `off` never asks.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 from gpuwatch.jobs.job_table import JobTable
+from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET, KubeletPods
 from gpuwatch.jobs.slurm import SlurmJobs
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
 from gpuwatch.models import GpuSample
 
-ENGINES = ("auto", "slurm", "off")
+ENGINES = ("auto", "slurm", "kubernetes", "off")
 
 
 class JobEngine(Protocol):
@@ -44,8 +47,15 @@ class JobEngine(Protocol):
     def unknown_why(self) -> str:
         """Why the jobs are unknown, in words."""
 
+    def describe(self) -> str:
+        """Whom it asks, in words, for a log: `Slurm's jobs`."""
+
     def observe(self, gpus: Sequence[GpuSample]) -> None:
         """The node's GPUs, as last sampled."""
+
+    def lacked_gpus(self) -> bool:
+        """Whether the latest answer could not tell GPUs apart for want of `observe`'s GPUs
+        (asked before the first sample): asked again now, it may."""
 
     def changes_path(self) -> Path | None:
         """A folder whose change means "ask again" (slurmd's spool folder), or `None`."""
@@ -55,12 +65,20 @@ class JobEngine(Protocol):
 
 
 def open_job_reader(
-    engine: str, *, slurm_conf: str | None = None, node: str | None = None, timeout_s: float
+    engine: str,
+    *,
+    slurm_conf: str | None = None,
+    node: str | None = None,
+    pod_resources_socket: str = DEFAULT_SOCKET,
+    timeout_s: float,
 ) -> tuple[JobEngine | None, str | None]:
     """(an engine, `None`), or (`None`, why there is none) for `engine`. `node`: the node's
-    name to the scheduler (the daemon's --node-name), where it is not the host's."""
+    name to the scheduler (the daemon's --node-name), where it is not the host's;
+    `pod_resources_socket`: the kubelet's."""
     if engine == "off":
         return None, "job reading is off (--jobs off)"
+    if engine == "kubernetes" or (engine == "auto" and is_socket(pod_resources_socket)):
+        return KubeletPods(pod_resources_socket, timeout_s=timeout_s), None
     env = dict(os.environ)
     if slurm_conf is not None:
         env["SLURM_CONF"] = slurm_conf
@@ -73,3 +91,12 @@ def open_job_reader(
         )
     # The cache is the caller's: every start() asks Slurm, on the caller's schedule.
     return SlurmJobs(env=env, node=node, timeout_s=timeout_s, max_age_s=0.0), None
+
+
+def is_socket(path: str) -> bool:
+    """Whether `path` is a socket this process can see (the kubelet's directory is root's:
+    to another user it is not there)."""
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False

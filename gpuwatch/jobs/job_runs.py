@@ -39,6 +39,7 @@ from gpuwatch.jobs.slurm_text import (
     rows_from_squeue,
     timestamp,
 )
+from gpuwatch.text import printable, printable_fields
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_OUTPUT_BYTES = 256 << 20
@@ -82,6 +83,11 @@ class JobRun:
     nodes: tuple[str, ...]
     gres_indices: dict[str, list[int]] | None
     source: str
+
+    def __post_init__(self) -> None:
+        printable_fields(self, "job_id", "state")
+        if not all(node.isprintable() for node in self.nodes):
+            object.__setattr__(self, "nodes", tuple(printable(node) for node in self.nodes))
 
 
 def slurm_run(

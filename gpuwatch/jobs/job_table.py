@@ -1,8 +1,11 @@
-"""Who holds each GPU: the jobs a cluster engine ran on this node, and their GPUs.
+"""Who holds each GPU: the jobs a cluster engine ran on this node, and their devices.
 
-A GPU is named by its device file's minor number (`/dev/nvidiaN`), which is how a
-scheduler hands GPUs out (Slurm's gres.conf `File=`) and what NVML reports of each GPU
-(`GpuSample.minor_number`); the NVML index is never assumed to follow it.
+A scheduler names a GPU its own way: Slurm by its device file's minor number
+(`/dev/nvidiaN`, gres.conf's `File=`, which NVML reports as `GpuSample.minor_number`),
+Kubernetes by the UUID the device plugin gave out (`GPU-...`, or `MIG-...` for a MIG
+device). A `Job` holds devices either way; the NVML index is never assumed to follow
+either. A pod is a `Job` too (one per container holding devices), named `namespace/pod`,
+with its `Pod`: whatever shows jobs shows pods, through the same table.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwatch.models import GpuSample
+from gpuwatch.models import Device, GpuSample, MigDevice, Snapshot
 from gpuwatch.record_fields import (
     BadRecord,
     float_field,
@@ -19,11 +22,26 @@ from gpuwatch.record_fields import (
     optional,
     text_field,
 )
+from gpuwatch.text import printable_fields
 
 MAX_JOBS = 100_000
 MAX_GPUS_PER_NODE = 1024
+MAX_JOB_ID_CHARS = 320
+"""A Slurm job id is short; a pod's `namespace/name` is at most 63 + 1 + 253 characters."""
+MAX_NAME_CHARS = 253
+"""The longest name Kubernetes gives anything (a DNS subdomain)."""
+MAX_UUID_CHARS = 96
 _MAX_MINOR = 1 << 20
 _MAX_TIME = 1e11
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """The Kubernetes container that holds a job's devices."""
+
+    namespace: str
+    name: str
+    container: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +59,22 @@ class Job:
     time_limit_s: float | None
     """Its wall-time limit; `None` for no limit or not told."""
     state: str = "RUNNING"
+    device_uuids: tuple[str, ...] = ()
+    """The devices it holds by UUID (`GPU-...`, `MIG-...`): how Kubernetes names them."""
+    pod: Pod | None = None
+    """The container it is, where Kubernetes runs it; `None` for a scheduler's job."""
+
+    @property
+    def holder(self) -> str:
+        """Who holds its devices, in words: `job 1234 (alice)`, `pod ml/train-0 (container
+        main)`."""
+        if self.pod is not None:
+            return f"pod {self.job_id} (container {self.pod.container})"
+        return f"job {self.job_id}" + (f" ({self.user})" if self.user else "")
+
+    def __post_init__(self) -> None:
+        # A job's name and user are free text, whichever engine told them.
+        printable_fields(self, "job_id", "user", "name", "state")
 
     def time_left_s(self, now: float) -> float | None:
         """Seconds until its time limit at Unix time `now` (at least 0); `None` when unlimited
@@ -64,11 +98,15 @@ class JobTable:
     source: str = ""
     """Which of the scheduler's answers it came from (`squeue --json`, `scontrol`)."""
     _by_minor: dict[int, Job] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_uuid: dict[str, Job] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        printable_fields(self, "source")
         for job in self.jobs:
             for minor in job.gpu_minor_numbers:
                 self._by_minor.setdefault(minor, job)
+            for uuid in job.device_uuids:
+                self._by_uuid.setdefault(uuid, job)
 
     @property
     def by_minor_number(self) -> Mapping[int, Job]:
@@ -81,8 +119,24 @@ class JobTable:
         return None if minor_number is None else self._by_minor.get(minor_number)
 
     def job_of_gpu(self, gpu: GpuSample) -> Job | None:
-        """The job holding this GPU, found by its `minor_number`."""
-        return self.job_on(gpu.minor_number)
+        """The job holding this whole GPU, found by its `minor_number` or its UUID."""
+        return self.job_on(gpu.minor_number) or self._by_uuid.get(gpu.uuid or "")
+
+    def job_of_device(self, device: Device) -> Job | None:
+        """The job holding this GPU or MIG device (a MIG device by its UUID)."""
+        if isinstance(device, MigDevice):
+            return self._by_uuid.get(device.uuid or "")
+        return self.job_of_gpu(device)
+
+    def held(self, snapshot: Snapshot) -> dict[str, Job]:
+        """The job holding each of `snapshot`'s devices that one holds, by the device's
+        UUID: the GPUs and MIG devices no other job may be given."""
+        devices: list[Device] = [*snapshot.gpus, *snapshot.mig_devices]
+        return {
+            device.uuid: job
+            for device in devices
+            if device.uuid and (job := self.job_of_device(device)) is not None
+        }
 
     def job(self, job_id: str) -> Job | None:
         """The job with this id, when it runs here."""
@@ -99,7 +153,34 @@ def job_record(job: Job) -> dict[str, Any]:
         "started_at": job.started_at,
         "time_limit_s": job.time_limit_s,
         "state": job.state,
+        "device_uuids": list(job.device_uuids),
+        "pod": None if job.pod is None else pod_record(job.pod),
     }
+
+
+def pod_record(pod: Pod) -> dict[str, str]:
+    """A pod as JSON: `namespace`, `name`, `container`."""
+    return {"namespace": pod.namespace, "name": pod.name, "container": pod.container}
+
+
+def _pod_from_record(data: dict[str, Any], name: str) -> Pod:
+    pod = data[name]
+    if not isinstance(pod, dict):
+        raise BadRecord("pod: not an object")
+    return Pod(
+        namespace=text_field(pod, "namespace", MAX_NAME_CHARS, shortest=1),
+        name=text_field(pod, "name", MAX_NAME_CHARS, shortest=1),
+        container=text_field(pod, "container", MAX_NAME_CHARS),
+    )
+
+
+def _uuids(data: dict[str, Any]) -> tuple[str, ...]:
+    uuids = list_field(data, "device_uuids", MAX_GPUS_PER_NODE)
+    if not all(
+        isinstance(u, str) and 0 < len(u) <= MAX_UUID_CHARS and u.isprintable() for u in uuids
+    ):
+        raise BadRecord("device_uuids: not device UUIDs")
+    return tuple(uuids)
 
 
 def job_from_record(data: object) -> Job:
@@ -110,13 +191,16 @@ def job_from_record(data: object) -> Job:
     if not all(type(m) is int and 0 <= m < _MAX_MINOR for m in minors):
         raise BadRecord("gpu_minor_numbers: not minor numbers")
     return Job(
-        job_id=text_field(data, "job_id", 64, shortest=1),
+        job_id=text_field(data, "job_id", MAX_JOB_ID_CHARS, shortest=1),
         user=optional(data, "user", text_field),
         name=optional(data, "name", lambda d, n: text_field(d, n, 256)),
         gpu_minor_numbers=tuple(minors),
         started_at=optional(data, "started_at", lambda d, n: float_field(d, n, 0, _MAX_TIME)),
         time_limit_s=optional(data, "time_limit_s", lambda d, n: float_field(d, n, 0, _MAX_TIME)),
         state=text_field(data, "state", 32, shortest=1) if "state" in data else "RUNNING",
+        # An older daemon sends neither: its jobs hold GPUs by minor number only.
+        device_uuids=_uuids(data),
+        pod=optional(data, "pod", _pod_from_record),
     )
 
 
@@ -167,9 +251,16 @@ class NodeJobs:
     """From how long idle an allocated GPU is shown as such; `None`: never (not tracked)."""
     scheduler: bool = False
 
+    def __post_init__(self) -> None:
+        printable_fields(self, "unknown_why")
+
     def job_of(self, gpu: GpuSample) -> Job | None:
         """The job holding `gpu`; `None` when free or unknown."""
         return None if self.table is None else self.table.job_of_gpu(gpu)
+
+    def held(self, snapshot: Snapshot) -> dict[str, Job]:
+        """The job holding each held device of `snapshot`, by UUID; none while unknown."""
+        return {} if self.table is None else self.table.held(snapshot)
 
     def idle_s(self, gpu: GpuSample) -> float | None:
         """How long `gpu` has been allocated and idle, when that is at least the window:

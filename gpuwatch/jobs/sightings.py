@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuwatch.jobs.job_table import MAX_GPUS_PER_NODE, JobTable
+from gpuwatch.jobs.job_table import MAX_GPUS_PER_NODE, MAX_JOB_ID_CHARS, JobTable
 from gpuwatch.record_fields import BadRecord, float_field, list_field, optional, text_field
 
 MAX_JOBS_KEPT = 100_000
@@ -133,7 +133,7 @@ def sighting_from_record(data: object) -> Sighting:
         return float_field(d, name, 0, _MAX_TIME)
 
     return Sighting(
-        job_id=text_field(data, "job_id", 64, shortest=1),
+        job_id=text_field(data, "job_id", MAX_JOB_ID_CHARS, shortest=1),
         user=optional(data, "user", text_field),
         name=optional(data, "name", lambda d, n: text_field(d, n, 256)),
         gpu_minor_numbers=tuple(minors),

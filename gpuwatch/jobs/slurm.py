@@ -53,22 +53,23 @@ DEFAULT_SPOOL_DIR = "/var/spool/slurmd"
 _CGROUP_JOB = re.compile(r"/slurm[^/]*/(?:uid_\d+/)?job_(\d+)(?:/|$)")
 _REASONS = {
     "absent": "squeue is not found",
-    "failed": "squeue and scontrol failed (is slurmctld up?)",
+    "failed": "squeue and scontrol failed (is slurmctld down?)",
     "closed": "job reading stopped",
 }
 
 
 def slurm_node_name(env: Mapping[str, str], given: str | None = None) -> str:
-    """Slurm's name for this node: `given` (the daemon's --node-name), else
-    `SLURMD_NODENAME` (which Slurm sets in every job), else the short host name."""
-    return given or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    """Slurm's name for this node: `SLURMD_NODENAME` (slurmd's own word for it, set in every
+    job, or by an admin for the daemon), else `given` (the daemon's --node-name, for a
+    container whose host name is not the node's), else the short host name."""
+    return env.get("SLURMD_NODENAME") or given or socket.gethostname().split(".")[0]
 
 
 class SlurmJobs:
     """This node's Slurm jobs and the GPUs they hold, cached for `max_age_s`.
 
     `node` is Slurm's name for this node (`slurm_node_name`); `gres_conf` the gres.conf
-    (default: beside `SLURM_CONF`, else /etc/slurm/gres.conf). `env` is the environment of
+    (default: beside the slurm.conf in use, `configured_slurm_conf`). `env` is the environment of
     the Slurm commands.
     """
 
@@ -86,9 +87,12 @@ class SlurmJobs:
     ) -> None:
         self.env = dict(os.environ if env is None else env)
         self.node = slurm_node_name(self.env, node)
-        self.gres_conf = Path(gres_conf) if gres_conf is not None else default_gres_conf(self.env)
         slurm_conf = configured_slurm_conf(self.env)
         self.slurm_conf = Path(slurm_conf) if slurm_conf is not None else None
+        if gres_conf is None:  # beside the slurm.conf in use (a configless node's copy too)
+            beside = self.slurm_conf.parent / "gres.conf" if self.slurm_conf else None
+            gres_conf = beside or default_gres_conf(self.env)
+        self.gres_conf = Path(gres_conf)
         self.timeout_s = timeout_s
         self.max_age_s = max_age_s
         self.squeue, self.scontrol = squeue, scontrol
@@ -101,6 +105,7 @@ class SlurmJobs:
         self._detected: tuple[DetectedGpu, ...] | None = None
         self._use_json = True
         self._closed = False
+        self._lacked_gpus = False
         self.calls = 0
         """How many Slurm commands were started (for tests and benchmarks)."""
         self.last_error: str | None = None
@@ -149,6 +154,9 @@ class SlurmJobs:
         if (detected := detected_gpus(gpus)) is not None:
             self._detected = detected
 
+    def lacked_gpus(self) -> bool:
+        return self._lacked_gpus
+
     def unknown_why(self) -> str:
         """Why the jobs are unknown, in words."""
         code = self.last_error
@@ -157,6 +165,9 @@ class SlurmJobs:
         if code == "timeout":
             return f"Slurm did not answer within {self.timeout_s:g}s"
         return _REASONS.get(code, code)
+
+    def describe(self) -> str:
+        return f"Slurm's jobs on node {self.node}"
 
     def changes_path(self) -> Path | None:
         """slurmd's spool folder (SlurmdSpoolDir): slurmd makes a socket there for each job
@@ -252,11 +263,14 @@ class SlurmJobs:
     def _gres_minors(self) -> list[int | None] | None:
         """Each GRES index's minor number, as slurmd numbers them (read each time: the
         files are small, and an edited gres.conf takes effect without a restart)."""
+        detected = self._detected
         try:
-            return node_gpu_minors(self.gres_conf, self.slurm_conf, self.node, self._detected)
+            minors = node_gpu_minors(self.gres_conf, self.slurm_conf, self.node, detected)
         except GresOrderUnknown as error:
-            self.last_error = str(error)
+            self.last_error, self._lacked_gpus = str(error), detected is None
             return None
+        self._lacked_gpus = False
+        return minors
 
     def _run(self, argv: Sequence[str], deadline: float) -> str | None:
         """The command's output; `None` (and `last_error`: "absent", "failed", "timeout"

@@ -34,6 +34,7 @@ from typing import Any
 from gpuwatch.jobs.gres import gpu_indices, minors_of_indices
 from gpuwatch.jobs.hostlist import hostlist_names
 from gpuwatch.jobs.job_table import Job
+from gpuwatch.text import printable
 
 MAX_TEXT_CHARS = 256
 """Job names and users longer than this are cut: they are shown, never parsed further."""
@@ -183,7 +184,7 @@ def text_of(value: Any) -> str | None:
 
 
 def clean(text: str) -> str:
-    return "".join(char if char.isprintable() else "?" for char in text[:MAX_TEXT_CHARS])
+    return printable(text[:MAX_TEXT_CHARS])
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ arrival order.
 
 The directory is `$GPUWATCH_LEASE_DIR`, else `/run/gpuwatch/leases` when
 every user may write there (the systemd unit makes it so), else `/tmp/gpuwatch`
-(see `gpuwatch.paths`). Users
+(see `gpuwatch.paths`); a simulated node's leases go to a directory of the user's
+own for that simulation, so that they never hold a real GPU's lease. Users
 share it, so nothing in it is trusted: symlinks are never followed, only
 regular files are read, records are checked field by field (a bad one is
 skipped and counted), a lease's user is its file's owner, and a waiting ticket
@@ -134,8 +135,16 @@ class HeldLease(HeldFile):
 class LeaseDir:
     """The shared directory of leases and waiting jobs."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, writing: bool = True) -> None:
-        self.path = os.fspath(path) if path is not None else default_lease_dir()
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        writing: bool = True,
+        simulation: str | None = None,
+    ) -> None:
+        """The directory at `path`, else the default one for real GPUs or, for the
+        simulated node `simulation` (`Backend.simulation`), that simulation's own."""
+        self.path = os.fspath(path) if path is not None else default_lease_dir(simulation)
         self._locked = False
         self._unreadable = 0
         self.warning: str | None = None
@@ -144,7 +153,11 @@ class LeaseDir:
 
     @classmethod
     def for_job(
-        cls, path: str | os.PathLike[str] | None = None, *, say: Callable[[str], None]
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        say: Callable[[str], None],
+        simulation: str | None = None,
     ) -> LeaseDir:
         """The lease directory a job picks in, never refusing the job for it.
 
@@ -155,13 +168,14 @@ class LeaseDir:
         a mistake they can fix.
         """
         try:
-            lease_dir = cls(path)
+            lease_dir = cls(path, simulation=simulation)
         except LeaseError as error:
             named = path is not None or bool(os.environ.get(ENV_VARIABLE))
             if named and isinstance(error, LeaseDirError):
                 raise
             say(f"picking without a lease, so another job may be given the same GPU: {error}")
-            return Unleased(os.fspath(path) if path is not None else default_lease_dir())
+            unusable = os.fspath(path) if path is not None else default_lease_dir(simulation)
+            return Unleased(unusable)
         if lease_dir.warning is not None:
             say(lease_dir.warning)
         return lease_dir
@@ -172,11 +186,12 @@ class LeaseDir:
         path: str | os.PathLike[str] | None = None,
         *,
         on_refused: Callable[[str], None] | None = None,
+        simulation: str | None = None,
     ) -> LeaseDir | None:
         """The lease directory for looking only; `None` when there is none (yet), or when it
         cannot be used (then `on_refused` is told why, as it is who could tamper with one
         that is used)."""
-        path = os.fspath(path) if path is not None else default_lease_dir()
+        path = os.fspath(path) if path is not None else default_lease_dir(simulation)
         if not os.path.lexists(path):
             return None  # not made yet: nobody has leased
         try:

@@ -11,7 +11,11 @@ qualify.
 
 Whether a GPU is in use needs its processes: the driver's process lists are
 read for every choice, the host's details of them (users, commands) only
-when a choice fails and the reasons must name who uses each GPU.
+when a choice fails and the reasons must name who uses each GPU. A GPU or MIG
+device a job of the cluster holds (a Slurm job, a Kubernetes pod) is never
+chosen: who holds what is read as `gpuwatch status` reads it (the daemon's
+table, else this node's job engine), except inside a Slurm job, whose own GPUs
+are all it may have.
 """
 
 from __future__ import annotations
@@ -45,9 +49,14 @@ from gpuwatch.leases.directory import (
     user_name,
 )
 from gpuwatch.models import Device, Lease, Snapshot
-from gpuwatch.placement.gpus import kind_for
-from gpuwatch.placement.mig import free_mig_devices, stale_mig_leases, usable_mig_devices
-from gpuwatch.placement.rules import Choice, place
+from gpuwatch.placement.gpus import GPUS, kind_for
+from gpuwatch.placement.mig import (
+    MIG_DEVICES,
+    free_mig_devices,
+    stale_mig_leases,
+    usable_mig_devices,
+)
+from gpuwatch.placement.rules import Choice, Kind, Never, never, place
 from gpuwatch.placement.slurmstep import SlurmStep, allowed_in_step, slurm_step, step_indices
 from gpuwatch.placement.visible import (
     ORDER_VARIABLE,
@@ -57,7 +66,8 @@ from gpuwatch.placement.visible import (
     visible_entries,
 )
 from gpuwatch.request import Request, Waiter, describe_wish, request_of
-from gpuwatch.units import counted
+from gpuwatch.sampling.node_jobs import JobsReader, jobs_reader
+from gpuwatch.units import counted, format_size
 
 POLL_S = 0.5
 OnWait = Callable[[Request, Choice, float], None]
@@ -147,14 +157,21 @@ class Wanted:
         excluded = resolve(
             self.exclude, gpus, device_order="PCI_BUS_ID", what=self._named("exclude")
         )
+        request = replace(self.asked, allowed=allowed, excluded=excluded, job_gpus=job_gpus)
+        if (why := never(GPUS, snapshot, request)) is None:
+            return request
+        if why.usable >= request.count:
+            raise InvalidValueError(_too_small(GPUS, request, why))
+        # GPUs in MIG mode are not given whole: too few outside it is said per GPU, with the
+        # MIG devices to use instead, as any shortfall (`acquire` waits for none).
         usable = (allowed if allowed is not None else {gpu.index for gpu in gpus}) - excluded
-        if self.asked.count > len(usable):
+        if request.count > len(usable):
             left = f" after {self._named('exclude')}" if excluded else ""
-            has = self._has(allowed, len(usable))
             raise InvalidValueError(
-                f"{counted(self.asked.count, 'GPU')} asked for, but {has}{left}"
+                f"{counted(request.count, 'GPU')} asked for, but "
+                f"{self._has(allowed, len(usable))}{left}"
             )
-        return replace(self.asked, allowed=allowed, excluded=excluded, job_gpus=job_gpus)
+        return request
 
     def _has(self, allowed: frozenset[int] | None, usable: int) -> str:
         """`this machine has 2`: what limits the GPUs to choose from, and to how many."""
@@ -202,12 +219,13 @@ class Wanted:
                 f"{self._said('mig', mig)}: no MIG device of that profile to choose from; "
                 f"there are: {', '.join(profiles) or 'none'} (or use {self._said('mig', ANY)})"
             )
-        usable = usable_mig_devices(snapshot, request)
-        if self.asked.count > len(usable):
+        if (why := never(MIG_DEVICES, snapshot, request)) is not None:
+            if why.usable >= request.count:
+                raise InvalidValueError(_too_small(MIG_DEVICES, request, why))
             of = "" if mig == ANY else f" of profile {mig}"
             raise InvalidValueError(
-                f"{counted(self.asked.count, 'MIG device')} asked for, but there "
-                f"{'is' if len(usable) == 1 else 'are'} {len(usable)}{of} to choose from"
+                f"{counted(request.count, 'MIG device')} asked for, but there "
+                f"{'is' if why.usable == 1 else 'are'} {why.usable}{of} to choose from"
             )
         return request
 
@@ -216,6 +234,33 @@ class Wanted:
 
     def _said(self, field: str, value: object) -> str:
         return said(field, value, by_pick=self.by_pick)
+
+
+def _too_small(kind: Kind, request: Request, why: Never) -> str:
+    """`1 idle GPU with 100.0GiB free asked for, but no GPU to choose from has 100.0GiB of
+    memory in all (the largest: 79.6GiB)`: a request for more memory than any device has."""
+    size = format_size(why.needed_bytes)
+    if why.large_enough:
+        have = "has" if why.large_enough == 1 else "have"
+        which = f"only {counted(why.large_enough, kind.noun)} to choose from {have}"
+    else:
+        which = f"no {kind.noun} to choose from has"
+    largest = (
+        "" if why.largest_bytes is None else f" (the largest: {format_size(why.largest_bytes)})"
+    )
+    return f"{describe_wish(request)} asked for, but {which} {size} of memory in all{largest}"
+
+
+def simulated_daemon_note(backend: Backend) -> str | None:
+    """One line for a job whose GPUs would come from a daemon that serves a simulated node,
+    which the job did not ask for (as it does with `--sim`); `None` for any other."""
+    socket_path = getattr(backend, "socket_path", None)
+    if socket_path is None or backend.simulation is None:
+        return None
+    return (
+        f"the daemon at {socket_path} serves a simulated node: its GPUs are made up "
+        "and CUDA_VISIBLE_DEVICES names none of this machine's"
+    )
 
 
 def acquire(
@@ -247,6 +292,7 @@ def acquire(
     # GPU names are needed to resolve indices; host details of processes (users) only to say
     # who uses a GPU, when a choice fails.
     full = wanted.needs_names
+    holders = Holders(backend, wanted, on_note)
     try:
         while True:
             try:
@@ -257,15 +303,20 @@ def acquire(
                 sleep(POLL_S)
                 continue
             request = request or wanted.resolve(snapshot, on_note)
-            # Both read outside the lock: a daemon call and /proc are no file operations.
-            recent = _recent_utilization(backend, request)
-            own_pids = _own_pids(snapshot, lease_dir, mine) if mine else frozenset()
+            # What no device could ever give ends at once, with its reasons, waiting or not.
+            waits = wait and never(kind_for(request), snapshot, request) is None
+            # Read outside the lock: daemon calls and /proc are no file operations.
+            outside = _Outside(
+                _recent_utilization(backend, request),
+                _own_pids(snapshot, lease_dir, mine) if mine else frozenset(),
+                holders.held(snapshot),
+            )
             try:
                 with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
                     leases = _without_stale(lease_dir, lease_dir.leases(), snapshot)
                     ahead = lease_dir.waiting_before(ticket)
                     own = _own(mine, leases)
-                    choice = _choose(snapshot, request, leases, own, own_pids, recent, ahead)
+                    choice = _choose(snapshot, request, leases, own, ahead, outside)
                     if choice.satisfied:
                         held = (
                             _claim_all(lease_dir, choice.chosen, request, command) if hold else []
@@ -274,7 +325,7 @@ def acquire(
                     if not full and choice.in_use:
                         full = True  # to say who uses them: sample the host's details too
                         continue
-                    if wait and ticket is None:
+                    if waits and ticket is None:
                         ticket = lease_dir.enqueue(request, command)
             except LeaseBusyError:
                 # Any user can hold the lock: a job told to wait goes on waiting, to its timeout.
@@ -282,13 +333,8 @@ def acquire(
                     raise
                 continue
             waited_s = clock() - started
-            if not wait:
-                shortfall = (
-                    _shortfall(request, choice)
-                    + _busy_hint(request, choice)
-                    + _mig_hint(backend, snapshot, request, leases)
-                )
-                raise NotEnoughGpusError(shortfall, choice.reasons)
+            if not waits:
+                raise _not_enough(backend, snapshot, request, choice, leases)
             if timeout_s is not None and waited_s >= timeout_s:
                 raise WaitTimeoutError(
                     f"gave up after waiting {waited_s:.0f}s: {_shortfall(request, choice)}",
@@ -299,8 +345,49 @@ def acquire(
             remaining = POLL_S if timeout_s is None else timeout_s - waited_s
             sleep(max(0.0, min(POLL_S, remaining)))
     finally:
+        holders.close()
         if ticket is not None:
             ticket.release()
+
+
+def _not_enough(
+    backend: Backend, snapshot: Snapshot, request: Request, choice: Choice, leases: list[Lease]
+) -> NotEnoughGpusError:
+    """Too few devices qualify: why for each, and what the job could ask for instead."""
+    shortfall = (
+        _shortfall(request, choice)
+        + _busy_hint(request, choice)
+        + _mig_hint(backend, snapshot, request, leases)
+    )
+    return NotEnoughGpusError(shortfall, choice.reasons)
+
+
+class Holders:
+    """Who holds each device, by UUID, as the cluster says (a Slurm job, a Kubernetes pod):
+    read through the daemon that `backend` reads, else this node's job engine; nothing
+    inside a Slurm job (its own GPUs are all it may choose from). Where a scheduler is
+    there but does not say, `on_note` hears it once."""
+
+    def __init__(self, backend: Backend, wanted: Wanted, on_note: OnNote | None) -> None:
+        self._reader: JobsReader | None = None
+        if wanted.slurm is None:
+            self._reader = jobs_reader(backend, one_shot=True)
+            self._reader.start()
+        self._on_note = on_note
+
+    def held(self, snapshot: Snapshot) -> dict[str, str]:
+        if self._reader is None:
+            return {}
+        self._reader.observe(snapshot.gpus)
+        jobs = self._reader.read()
+        if jobs.unknown_why is not None and self._on_note is not None:
+            self._on_note(f"jobs unknown ({jobs.unknown_why}): a GPU a job holds may be chosen")
+            self._on_note = None
+        return {uuid: job.holder for uuid, job in jobs.held(snapshot).items()}
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
 
 
 def _wait_out(
@@ -377,14 +464,23 @@ def _descends(pid: int, roots: set[int]) -> bool:
 _MAX_ANCESTORS = 64
 
 
+@dataclass(frozen=True, slots=True)
+class _Outside:
+    """What a choice needs that is read outside the lease directory's lock (a daemon call,
+    /proc): each GPU's recent utilization, the job's own processes, who holds each device."""
+
+    recent_util_pct: dict[str, float]
+    own_pids: frozenset[int]
+    held_by: dict[str, str]
+
+
 def _choose(
     snapshot: Snapshot,
     request: Request,
     leases: list[Lease],
     mine: frozenset[str],
-    own_pids: frozenset[int],
-    recent_util_pct: dict[str, float],
     ahead: list[Waiter],
+    outside: _Outside,
 ) -> Choice:
     return place(
         kind_for(request),
@@ -392,10 +488,11 @@ def _choose(
         request,
         leases=leases,
         mine=mine,
-        own_pids=own_pids,
-        recent_util_pct=recent_util_pct,
+        own_pids=outside.own_pids,
+        recent_util_pct=outside.recent_util_pct,
         waiting_ahead=ahead,
         seed=os.getpid(),
+        held_by=outside.held_by,
     )
 
 

@@ -2,11 +2,12 @@
 
     candidates -> qualify -> keep for waiters -> rank -> claim
 
-`place()` runs them on plain inputs (a snapshot, the leases in force, the jobs
-waiting ahead) and returns a `Choice`: the devices to give and, for every other
-device, one line saying why not. No I/O happens here, so the same code answers
-for this machine (`gpuwatch.placement.acquire` gathers the inputs and claims the
-leases) and for a remote node's snapshot (`gpuwatch where`).
+`place()` runs them on plain inputs (a snapshot, the leases in force, the devices a
+scheduler's job or a Kubernetes pod holds, the jobs waiting ahead) and returns a
+`Choice`: the devices to give and, for every other device, one line saying why not.
+No I/O happens here, so the same code answers for this machine
+(`gpuwatch.placement.acquire` gathers the inputs and claims the leases) and for a
+remote node's snapshot (`gpuwatch where`).
 
 What differs between a whole GPU and a MIG device is a `Kind`: which devices
 there are, which of them a request may ever have, how a device is named, and
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuwatch.choices import Strategy
-from gpuwatch.models import Device, Lease, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.models import Device, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.request import Request, Waiter
 from gpuwatch.units import format_size
 
@@ -73,7 +74,7 @@ class Candidate:
     fault: str | None = None
     """Why the device cannot be told apart from another (two GPUs with one UUID)."""
     holder: str | None = None
-    """Who holds it where no lease or process says so (a Kubernetes pod), or `None`."""
+    """Who holds it outside gpuwatch's leases (a Slurm job, a Kubernetes pod), in words."""
 
 
 class Kind:
@@ -128,7 +129,7 @@ def place(
     recent_util_pct: Mapping[str, float] | None = None,
     waiting_ahead: Sequence[Waiter] = (),
     seed: int = 0,
-    held: Mapping[tuple[int, ...], str] | None = None,
+    held_by: Mapping[str, str] | None = None,
 ) -> Choice:
     """Chooses `request.count` devices of `kind`, or says for each why it cannot be had.
 
@@ -138,12 +139,13 @@ def place(
     do not make a device in use for it. `recent_util_pct` is each GPU's (by UUID)
     highest utilization over the last minute, where known. `seed` breaks ties
     between equally good devices; giving each process its own (its pid) spreads
-    jobs started together over equal devices. `held` names who holds a device (by
-    `Kind.order`) where no lease or process tells it (a Kubernetes pod, as a remote
-    node's exporter labels its GPUs): it is never given.
+    jobs started together over equal devices. `held_by` names who holds each device (by
+    `held_key`: its UUID, else where it is) that a job of the cluster holds (a Slurm job,
+    a Kubernetes pod as a remote node's exporter labels its GPUs), the asking job's own
+    left out: never given.
     """
     recent = recent_util_pct or {}
-    held = held or {}
+    held = held_by or {}
     everyone = _candidates(kind, snapshot, leases, frozenset(), frozenset(), recent, held)
     kept = _kept_for_waiters(kind, snapshot, everyone, waiting_ahead)
     own = own_pids | {lease.pid for lease in leases if lease.lease_id in mine}
@@ -172,13 +174,31 @@ def usable(kind: Kind, snapshot: Snapshot, request: Request) -> list[Device]:
     return [device for device in kind.devices(snapshot) if kind.outside(device, request) is None]
 
 
-def could_ever_serve(kind: Kind, snapshot: Snapshot, request: Request) -> bool:
-    """Whether enough of the devices `request` may have could serve it once idle (`None`
-    sizes: unknown, which might): what a waiter must pass to keep devices from later jobs,
-    and what a node must pass for `where` to explain why it cannot serve now."""
+@dataclass(frozen=True, slots=True)
+class Never:
+    """Why no amount of waiting lets a request have enough devices of a node: it may have
+    too few at all (`usable`), or too few of them are large enough (`large_enough` of them
+    have `needed_bytes` of memory in all, the largest `largest_bytes`)."""
+
+    usable: int
+    large_enough: int
+    needed_bytes: int
+    largest_bytes: int | None
+
+
+def never(kind: Kind, snapshot: Snapshot, request: Request) -> Never | None:
+    """Why `request` could never be served on `snapshot`'s node, even with every device idle,
+    or `None` when it could (a device of unknown size might be large enough). The one rule
+    for "never": pick and `select()` refuse such a request at once, wait or not; a waiter
+    must pass it to keep devices from later jobs; `where` says it of a node."""
+    devices = usable(kind, snapshot, request)
     needed = needed_bytes(request)
-    sizes = (device.memory_total_bytes for device in usable(kind, snapshot, request))
-    return sum(1 for total in sizes if total is None or total >= needed) >= request.count
+    sizes = [device.memory_total_bytes for device in devices]
+    large = sum(1 for total in sizes if total is None or total >= needed)
+    if large >= request.count:
+        return None
+    largest = max((total for total in sizes if total is not None), default=None)
+    return Never(len(devices), large, needed, largest)
 
 
 def needed_bytes(request: Request) -> int:
@@ -197,13 +217,18 @@ def keepers(waiting_ahead: Sequence[Waiter], *, mig: bool) -> Iterator[Waiter]:
             yield waiter
 
 
-def qualifying(kind: Kind, snapshot: Snapshot, leases: Sequence[Lease] = ()) -> list[Device]:
+def qualifying(
+    kind: Kind,
+    snapshot: Snapshot,
+    leases: Sequence[Lease] = (),
+    held_by: Mapping[str, str] | None = None,
+) -> list[Device]:
     """The devices `Request()` could have now (whole and idle, at the default limits, any
-    free memory) for a job that holds nothing there, best first: the verdict a node
-    publishes on each of its GPUs, so that `where` needs no more of it than its free
-    memory. Jobs waiting in line and the last minute's load are left out, as `where`
-    knows neither of a node it reads from Prometheus."""
-    candidates = _candidates(kind, snapshot, leases, frozenset(), frozenset(), {}, {})
+    free memory, held by no job or pod) for a job that holds nothing there, best first:
+    the verdict a node publishes on each of its GPUs, so that `where` needs no more of it
+    than its free memory. Jobs waiting in line and the last minute's load are left out, as
+    `where` knows neither of a node it reads from Prometheus."""
+    candidates = _candidates(kind, snapshot, leases, frozenset(), frozenset(), {}, held_by or {})
     ranked, _, _ = _qualify(kind, candidates, Request(), {}, 0)
     return [candidate.device for candidate in ranked]
 
@@ -213,7 +238,7 @@ def _kept_for_waiters(
 ) -> dict[tuple[int, ...], Waiter]:
     kept: dict[tuple[int, ...], Waiter] = {}
     for waiter in keepers(waiting_ahead, mig=kind.mig):
-        if not could_ever_serve(kind, snapshot, waiter.request):
+        if never(kind, snapshot, waiter.request) is not None:
             continue
         ranked, _, _ = _qualify(kind, everyone, waiter.request, kept, waiter.pid)
         for candidate in ranked[: waiter.request.count]:
@@ -228,7 +253,7 @@ def _candidates(
     own_pids: frozenset[int],
     own_devices: frozenset[str],
     recent_util_pct: Mapping[str, float],
-    holders: Mapping[tuple[int, ...], str],
+    held_by: Mapping[str, str],
 ) -> list[Candidate]:
     faults = kind.faults(snapshot)
     by_uuid: dict[str, list[Lease]] = {}
@@ -262,7 +287,7 @@ def _candidates(
                 held_alone=uuid in own_devices,
                 recent_util_pct=recent_util_pct.get(uuid) if uuid else None,
                 fault=fault,
-                holder=holders.get(kind.order(device)),
+                holder=held_by.get(held_key(device)),
             )
         )
     return candidates
@@ -326,6 +351,16 @@ def _unreadable(kind: Kind, candidate: Candidate) -> str | None:
     return memory_nonsense(
         device.memory_total_bytes, device.memory_used_bytes, device.memory_free_bytes
     )
+
+
+def held_key(device: Device) -> str:
+    """How `place`'s `held_by` names a device: its UUID, else (a MIG device an exporter
+    tells no UUID of) its GPU and GPU instance, `0/GI-3`."""
+    if device.uuid:
+        return device.uuid
+    if isinstance(device, MigDevice):
+        return f"{device.gpu_index}/GI-{device.gpu_instance_id}"
+    return str(device.index)
 
 
 def _holding(candidate: Candidate) -> str | None:

@@ -24,7 +24,7 @@ from gpuwatch.errors import (
 )
 from gpuwatch.leases.directory import HELD_VARIABLE, HeldLease, LeaseDir
 from gpuwatch.models import Device, GpuSample, MigDevice
-from gpuwatch.placement.acquire import Wanted, acquire, passed_down
+from gpuwatch.placement.acquire import Wanted, acquire, passed_down, simulated_daemon_note
 from gpuwatch.placement.cudastate import cuda_initialized
 from gpuwatch.placement.visible import ORDER_VARIABLE, VARIABLE, child_environment, visible_entries
 from gpuwatch.units import parse_duration
@@ -232,10 +232,12 @@ def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selec
     if wanted.wants_mig:
         check_one_mig_device(wanted.asked.count, "process")
     with source:
+        if (note := simulated_daemon_note(source)) is not None:
+            _warn(note)
         gpus, held = acquire(
             source,
             wanted,
-            lease_dir=LeaseDir.for_job(say=_warn),
+            lease_dir=LeaseDir.for_job(say=_warn, simulation=source.simulation),
             command=_own_command(),
             wait=wait,
             timeout_s=timeout_s,

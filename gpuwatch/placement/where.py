@@ -3,12 +3,13 @@
 `where()` takes a `FleetState` (what a fleet source read) and a request, and
 runs `rules.place()` on every node's snapshot and leases, exactly as `pick`
 runs it on this machine's: the same candidates, the same in-use rule, the same
-refusals; a GPU (or MIG device) a Kubernetes pod holds is never given. A node that
-is down or stale never counts; neither does a GPU of unknown free memory. Leases are
-known only where a node runs gpuwatch: on a node of another exporter a lease cannot
-keep a job off a GPU, and the answer says so (`NodeFit.leases_known`). A node is
-named by its `NodeState.label`: `gpu-07`, or `gpu-07@10.0.0.7:9400` where several
-targets claim that name.
+refusals. A node that is down or stale never counts; neither does a GPU (or MIG device)
+of unknown free memory, nor one a job of the cluster holds (a Slurm job, a Kubernetes
+pod), as far as the node's exporter tells (`NodeState.jobs`, `NodeState.pods`). Leases
+are known only where a node runs gpuwatch: on a node of another exporter a lease cannot
+keep a job off a GPU, and the answer says so (`NodeFit.leases_known`). A node is named
+by its `NodeState.label`: `gpu-07`, or `gpu-07@10.0.0.7:9400` where several targets
+claim that name.
 
 No I/O happens here.
 """
@@ -22,9 +23,9 @@ from gpuwatch.choices import Strategy
 from gpuwatch.fleet.source import Needs
 from gpuwatch.models import Device, FleetState, GpuSample, MigDevice, NodeState, Snapshot
 from gpuwatch.placement.gpus import kind_for
-from gpuwatch.placement.rules import Kind, could_ever_serve, needed_bytes, place, usable
+from gpuwatch.placement.rules import Kind, Never, held_key, needed_bytes, never, place
 from gpuwatch.request import Request
-from gpuwatch.units import counted, format_elapsed, format_size
+from gpuwatch.units import counted, format_size, format_span
 
 
 def needs_of(request: Request, *, errors: bool = False) -> Needs:
@@ -107,42 +108,42 @@ def where(fleet: FleetState, request: Request, *, excluded_nodes: Collection[str
 def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
     known = node.leases is not None
     if node.snapshot is None or not node.up:
-        age = "" if node.age_s is None else f", data {format_elapsed(node.age_s)} old"
+        age = "" if node.age_s is None else f", data {format_span(node.age_s)} old"
         why = node.error or "down"
         return NodeMiss(node.label, f"down: {why}{age}", leases_known=known)
     kind = kind_for(request)
     if kind.mig and not node.mig_devices_known:
         return NodeMiss(node.label, _mig_unknown(node.snapshot), leases_known=known)
-    held = _held(kind, node, node.snapshot)
-    choice = place(kind, node.snapshot, request, leases=node.leases or (), held=held)
+    held = held_devices(kind, node, node.snapshot)
+    choice = place(kind, node.snapshot, request, leases=node.leases or (), held_by=held)
     if choice.satisfied:
         return NodeFit(node.label, choice.chosen, choice.free_bytes, known)
     if node.given_only:
         return _given_short(node, request, choice.qualifying)
-    if not could_ever_serve(kind, node.snapshot, request):
-        return NodeMiss(node.label, _never(kind, node.snapshot, request), choice.reasons, 0, known)
+    if (hopeless := never(kind, node.snapshot, request)) is not None:
+        return NodeMiss(node.label, _never(kind, hopeless, request), choice.reasons, 0, known)
     summary = f"{choice.qualifying} of {request.count} qualify"
     return NodeMiss(node.label, summary, choice.reasons, choice.qualifying, known)
 
 
-def _held(kind: Kind, node: NodeState, snapshot: Snapshot) -> dict[tuple[int, ...], str]:
-    """The devices of `kind` a pod holds (by `Kind.order`), and which pod: a GPU held
-    whole, or one of its MIG devices; a pod on a MIG device leaves the others free."""
-    if not node.pods:
-        return {}
-    held: dict[tuple[int, ...], str] = {}
+def held_devices(kind: Kind, node: NodeState, snapshot: Snapshot) -> dict[str, str]:
+    """Who holds each device of `kind` that a job holds (by `held_key`, for `place`'s
+    `held_by`): a Slurm job on its GPU, or a pod on the GPU or on that MIG device (a pod
+    on a MIG device leaves the others free). The fleet table counts free GPUs by it too."""
+    jobs: dict[int, str] = {job.gpu_index: f"job {job.job_id}" for job in node.jobs or ()}
+    held: dict[str, str] = {}
     for device in kind.devices(snapshot):
         instance = device.gpu_instance_id if isinstance(device, MigDevice) else None
         gpu = device.gpu_index if isinstance(device, MigDevice) else device.index
         pods = [
-            pod
+            pod.name
             for pod in node.pods_on(gpu)
             if instance is None or pod.gpu_instance_id in (None, instance)
         ]
-        if pods:
-            held[kind.order(device)] = f"pod {pods[0].name}" + (
-                f" and {len(pods) - 1} more" if len(pods) > 1 else ""
-            )
+        holders = [*([jobs[gpu]] if gpu in jobs else []), *(f"pod {pod}" for pod in pods)]
+        if holders:
+            more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
+            held[held_key(device)] = holders[0] + more
     return held
 
 
@@ -169,13 +170,13 @@ def _given_short(node: NodeState, request: Request, qualifying: int) -> NodeMiss
     return NodeMiss(node.label, summary, (reason,), qualifying)
 
 
-def _never(kind: Kind, snapshot: Snapshot, request: Request) -> str:
+def _never(kind: Kind, why: Never, request: Request) -> str:
     """`never: it has 2 GPUs`, or `never: 1 GPU of 80.0GiB or more`: why waiting won't do."""
-    devices = usable(kind, snapshot, request)
-    if len(devices) < request.count:
-        return f"never: it has {counted(len(devices), kind.noun)}"
-    big = [d for d in devices if (d.memory_total_bytes or 0) >= needed_bytes(request)]
-    return f"never: {counted(len(big), kind.noun)} of {format_size(needed_bytes(request))} or more"
+    if why.usable < request.count:
+        return f"never: it has {counted(why.usable, kind.noun)}"
+    return (
+        f"never: {counted(why.large_enough, kind.noun)} of {format_size(why.needed_bytes)} or more"
+    )
 
 
 def _rank(fit: NodeFit, strategy: Strategy) -> tuple[float, str]:

@@ -13,6 +13,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from gpuwatch.text import printable
 from gpuwatch.units import format_size
 
 MAX_FILE_BYTES = 4 << 30
@@ -106,7 +107,7 @@ def _where(block: dict[str, Any]) -> str:
     for frame in _list(block, "frames"):
         if isinstance(frame, dict):
             place = f"{frame.get('filename', '?')}:{frame.get('line', '?')} {frame.get('name', '')}"
-            return "".join(c if c.isprintable() else "?" for c in place)[:200]
+            return printable(place)[:200]
     return "(no history: record_history=True keeps where blocks came from)"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import textwrap
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -51,6 +52,7 @@ class OomReport(RankOfTraining):
     step: int
     requested_bytes: int | None = None
     device_free_bytes: int | None = None
+    device_total_bytes: int | None = None
     allocated_bytes: int | None = None
     allocated_peak_bytes: int | None = None
     reserved_bytes: int | None = None
@@ -75,6 +77,7 @@ def report_from_dict(data: object) -> OomReport:
     names = (
         "requested_bytes",
         "device_free_bytes",
+        "device_total_bytes",
         "allocated_bytes",
         "allocated_peak_bytes",
         "reserved_bytes",
@@ -122,25 +125,69 @@ def read_text(raw: bytes) -> str:
     return "".join(c if c.isprintable() or c == "\n" else "?" for c in text)
 
 
+TEXT_WIDTH = 80
+"""The text report's lines are at most this wide (a terminal's default), but for long words."""
+
+
 def render(report: OomReport) -> str:
     """The report for people: the facts, then the fixes that apply."""
-    return "\n".join([*_facts(report), "", "What to do:", *(f"  - {a}" for a in advice(report))])
+    fixes = [
+        line
+        for fix in advice(report)
+        for line in textwrap.wrap(
+            fix,
+            TEXT_WIDTH,
+            initial_indent="  - ",
+            subsequent_indent="    ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    ]
+    return "\n".join([*_facts(report), "", "What to do:", *fixes])
 
 
 def advice(report: OomReport) -> list[str]:
-    """The fixes that apply to this error, the likeliest first."""
+    """The fixes that apply to this error, the likeliest first: to what holds the memory.
+
+    Where the modules' own figures (their activations) explain little of what is allocated,
+    the rest is in tensors kept alive outside them, and advice on activations (a smaller
+    batch, checkpointing) would blame the wrong thing: it is left out."""
     fixes = []
     if _fragmented(report):
         fixes.append(
             "fragmentation: the cache holds enough free memory, but in pieces smaller than the "
             "request; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before starting"
         )
+    if _others_hold_the_gpu(report):
+        fixes.append(_OTHERS)
     if report.model_training is False and report.grad_enabled:
         fixes.append(
             "the model is in eval mode but gradients are on: wrap evaluation in "
             "torch.no_grad() (or torch.inference_mode()) so activations are not kept"
         )
-    fixes.append("a smaller batch: activation memory grows with the batch size")
+    if (kept := _kept_alive_bytes(report)) is not None:
+        fixes += _kept_alive_fixes(report, kept)
+    else:
+        fixes += _activation_fixes(report)
+    fixes.append(
+        "torch.cuda.empty_cache() does not help: before raising, the allocator already "
+        "released its unused cache and retried; empty_cache only hands cached memory to "
+        "other processes"
+    )
+    return fixes
+
+
+_OTHERS = (
+    "other processes hold most of this GPU: `gpuwatch status` shows which; a GPU with room "
+    "is `gpuwatch pick --min-free SIZE`"
+)
+EXPLAINS_LITTLE = 0.25
+"""The share of the memory allocated to tensors below which the modules' figures (their
+activations at the last sampled step) explain little of it."""
+
+
+def _activation_fixes(report: OomReport) -> list[str]:
+    fixes = ["a smaller batch: activation memory grows with the batch size"]
     if report.modules:
         names = ", ".join(module.name for module in report.modules[:3])
         fixes.append(
@@ -149,14 +196,81 @@ def advice(report: OomReport) -> list[str]:
         )
     if report.grad_enabled is not False and report.model_training is not False:
         fixes.append("in evaluation loops, torch.no_grad() keeps no activations for backward")
-    fixes.append(
-        "torch.cuda.empty_cache() does not help: before raising, the allocator already "
-        "released its unused cache and retried; empty_cache only hands cached memory to "
-        "other processes"
-    )
-    if _others_hold_the_gpu(report):
-        fixes.append("other processes hold most of this GPU: `gpuwatch status` shows which")
     return fixes
+
+
+def _kept_alive_fixes(report: OomReport, kept_bytes: int) -> list[str]:
+    """What to do where tensors outside the modules' activations hold most of the memory:
+    the largest live tensors name them, or, where even they hold little of it, tensors no
+    Python object holds: an autograd graph kept alive, which keeps what its steps saved."""
+    held = f"tensors kept alive outside the modules hold {format_size(kept_bytes)}"
+    seen = sum(tensor.nbytes for tensor in report.tensors)
+    if report.tensors and seen >= kept_bytes * EXPLAINS_LITTLE:
+        first = (
+            f"{held}; the largest live tensors above hold {format_size(seen)} of it: keep none "
+            "of them from one step to the next that you do not need (outputs, caches, lists "
+            "of them), or move what must stay to the CPU"
+        )
+    else:
+        first = (
+            f"{held}, but the live tensors Python can see hold only {format_size(seen)} of it: "
+            "the rest is most likely held by an autograd graph kept alive, as a running total "
+            "of losses kept as tensors keeps every step's graph (add loss.item(), not loss; "
+            ".detach() what is kept for later)"
+        )
+    return [
+        first,
+        "if what is kept is the model's own weights, gradients and optimizer state: lower "
+        "precision (bf16), an optimizer with less state, or sharding (FSDP, DeepSpeed ZeRO)",
+    ]
+
+
+def _modules_peak_bytes(report: OomReport) -> int | None:
+    """The most any module added at the last sampled step: its activations' peak (modules
+    nest, so the outermost's covers the rest)."""
+    return max((module.peak_bytes for module in report.modules), default=None)
+
+
+def _kept_alive_bytes(report: OomReport) -> int | None:
+    """What tensors outside the modules' activations hold, where the modules explain little
+    of what is allocated; `None` where they explain enough, or nothing says."""
+    peak, allocated = _modules_peak_bytes(report), report.allocated_bytes
+    if peak is None or not allocated or peak >= allocated * EXPLAINS_LITTLE:
+        return None
+    return allocated - peak
+
+
+def _where_it_is(report: OomReport) -> list[str]:
+    """`Where the memory is:` what the modules explain, what the rest is, and where."""
+    allocated, reserved = report.allocated_bytes, report.reserved_bytes
+    peak = _modules_peak_bytes(report)
+    rows: list[tuple[str, int]] = []
+    if peak is not None and allocated is not None:
+        top = max(report.modules, key=lambda module: module.peak_bytes).name
+        rows.append((f"the modules' activations ({top}, at its peak)", peak))
+        rows.append(("other tensors kept alive", max(0, allocated - peak)))
+    if allocated is not None and reserved is not None:
+        rows.append(("the allocator's cache, held for reuse", max(0, reserved - allocated)))
+    driver, others = report.nvml_process_bytes, _others_bytes(report)
+    if driver is not None and reserved is not None:
+        rows.append(
+            ("this process outside torch (CUDA context, libraries)", max(0, driver - reserved))
+        )
+    if others is not None:
+        rows.append(("other processes on the GPU", others))
+    if not rows:
+        return []
+    return ["", "Where the memory is:", *(f"  {what:<54} {_size(size):>10}" for what, size in rows)]
+
+
+def _others_bytes(report: OomReport) -> int | None:
+    """What other processes hold of the GPU: all that is in use, less this process's
+    (the driver's count for it, else what torch reserved); `None` where unknown."""
+    total, free = report.device_total_bytes, report.device_free_bytes
+    mine = report.nvml_process_bytes or report.reserved_bytes
+    if total is None or free is None or mine is None:
+        return None
+    return max(0, total - free - mine)
 
 
 def _facts(report: OomReport) -> list[str]:
@@ -183,6 +297,7 @@ def _facts(report: OomReport) -> list[str]:
             f"  {m.name:<40} {_size(m.forward_peak_bytes):>10} / {_size(m.backward_peak_bytes)}"
             for m in report.modules[:10]
         ]
+    lines += _where_it_is(report)
     if report.tensors:
         lines += ["", "Largest live tensors:"]
         lines += [f"  {_size(t.nbytes):>10}  {t.dtype} {t.shape}" for t in report.tensors[:10]]
@@ -200,11 +315,13 @@ def _fragmented(report: OomReport) -> bool:
 
 
 def _others_hold_the_gpu(report: OomReport) -> bool:
-    free, reserved, requested = (
-        report.device_free_bytes,
-        report.reserved_bytes,
-        report.requested_bytes,
-    )
+    """Whether other processes, not this one, keep the request from fitting: they hold more
+    of the GPU than this process does, or (the GPU's size unknown) this process holds less
+    than it asked for and the GPU has less free."""
+    others, reserved = _others_bytes(report), report.reserved_bytes
+    if others is not None and reserved is not None:
+        return others > reserved
+    free, requested = report.device_free_bytes, report.requested_bytes
     if free is None or reserved is None or requested is None:
         return False
     return free < requested and reserved < requested

@@ -36,6 +36,7 @@ from gpuwatch.record_fields import (
     optional,
     text_field,
 )
+from gpuwatch.text import printable
 
 FORMAT = "gpuwatch-training/1"
 SUFFIX = "training"
@@ -267,8 +268,8 @@ def this_hostname() -> str:
 
 def fit_name(text: str) -> str:
     """`text` as a report may carry it: printable, and short enough for readers to accept."""
-    printable = "".join(c if c.isprintable() else "?" for c in text)
-    return printable if len(printable) <= MAX_NAME_CHARS else printable[: MAX_NAME_CHARS - 1] + "…"
+    shown = printable(text)
+    return shown if len(shown) <= MAX_NAME_CHARS else shown[: MAX_NAME_CHARS - 1] + "…"
 
 
 def module_from_dict(item: object) -> ModuleMemory:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from gpuwatch.jobs.job_table import MAX_WHY_CHARS, NodeJobs, table_from_record, table_record
+from gpuwatch.jobs.kubernetes import ENV_SOCKET
 from gpuwatch.record_fields import BadRecord
 
 FILE_NAME = "gpuwatch-jobs.json"
@@ -146,11 +147,13 @@ def _private(folder: str) -> bool:
 
 
 def slurm_key() -> str:
-    """Which Slurm an answer came from: the squeue on the PATH, `SLURM_CONF`, the node."""
+    """Which engine an answer came from: the squeue on the PATH, `SLURM_CONF`, the node, the
+    kubelet's socket."""
     parts = [
         os.environ.get("PATH", ""),
         os.environ.get("SLURM_CONF", ""),
         os.environ.get("SLURMD_NODENAME", ""),
         os.uname().nodename,
+        os.environ.get(ENV_SOCKET, ""),
     ]
     return "\n".join(parts)

@@ -1,18 +1,24 @@
 """Who holds each GPU of this node, for a screen: `NodeJobs`, and the readers that give it.
 
-A command that shows GPUs (`status`, the TUI) asks one reader, chosen by `jobs_reader`:
+A command that shows GPUs (`status`, the TUI) or picks them asks one reader, chosen by
+`jobs_reader`:
 
 - reading the daemon: the daemon's `/v1/jobs` (its table, and how long each allocated GPU
   has been idle); a daemon without that route (an older one), or one that reads no
   scheduler (`"reading": false`), is passed by: asked as without a daemon;
-- else, where `squeue` is on the PATH: this node's Slurm, asked by this process
-  (`SlurmJobs`, in a thread, with a deadline), through a small cache file for one-shot
-  commands (`jobs_cache`);
+- else this node's job engine, as the daemon's `--jobs auto` would choose it (the kubelet
+  where its pod-resources socket is visible, else Slurm where `squeue` is on the PATH):
+  asked by this process through the one engine interface (`JobEngine`, on the engine's
+  own thread, with a deadline), through a small cache file for one-shot commands
+  (`jobs_cache`);
 - else nothing: a machine without a scheduler shows no job, and no "jobs unknown" either.
 
-`start()` begins asking before the GPUs are read, so that Slurm answers meanwhile;
-`read()` gives the answer, never waiting past the deadline. A scheduler that is down or
-slow gives a `NodeJobs` whose `unknown_why` says so: never an error, never a wait.
+`start()` begins asking before the GPUs are read, so that the engine answers meanwhile;
+`observe()` hands it the GPUs once read (an engine may need them to tell which GPU is
+which: Slurm's `AutoDetect=nvml`, the device plugin's indices), and an answer that
+lacked them is asked again; `read()` gives the answer, never
+waiting past the deadline. An engine that is down or slow gives a `NodeJobs` whose
+`unknown_why` says so: never an error, never a wait.
 """
 
 from __future__ import annotations
@@ -20,26 +26,40 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import threading
+import time
 from collections.abc import Callable, Sequence
 
 from gpuwatch.backends.base import Backend
 from gpuwatch.backends.daemon_client import fetch_jobs_record
 from gpuwatch.errors import DaemonUnavailableError
-from gpuwatch.jobs.job_table import MAX_WHY_CHARS, NO_JOBS, Job, NodeJobs, table_from_record
-from gpuwatch.jobs.slurm import SlurmJobs
+from gpuwatch.jobs.engines import JobEngine, is_socket, open_job_reader
+from gpuwatch.jobs.job_table import (
+    MAX_WHY_CHARS,
+    NO_JOBS,
+    Job,
+    JobTable,
+    NodeJobs,
+    table_from_record,
+)
+from gpuwatch.jobs.kubernetes import pod_resources_socket
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
 from gpuwatch.models import GpuSample
 from gpuwatch.paths import socket_candidates
 from gpuwatch.record_fields import BadRecord
 from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S, AllocatedIdle
-from gpuwatch.sampling.jobs_cache import JobsCache
+from gpuwatch.sampling.jobs_cache import KNOWN_AGE_S, JobsCache
+from gpuwatch.units import format_span
 
 ONE_SHOT_DEADLINE_S = 1.0
-"""How long a one-shot `gpuwatch status` waits for Slurm at most (counted from before the
-GPUs are read: Slurm answers meanwhile)."""
+"""How long a one-shot `gpuwatch status` waits for the engine at most (counted from before
+the GPUs are read: it answers meanwhile)."""
 WATCH_DEADLINE_S = 2.0
-"""The deadline of each Slurm command for a screen that refreshes (the TUI, `--watch`):
-it waits only the first time; later frames show the cached answer."""
+"""The deadline of each question for a screen that refreshes (the TUI, `--watch`): it waits
+only the first time; later frames show the latest answer."""
+ENDING_GRACE_S = 0.5
+"""How long past the deadline an engine is given to end its own question and say why (a
+Slurm command it kills, a gRPC call past its deadline)."""
 _MAX_GPUS = 1024
 _MAX_IDLE_S = 1e10
 
@@ -65,6 +85,9 @@ class JobsReader:
     def start(self) -> None:
         """Begins asking, so that `read` finds the answer ready (call before reading GPUs)."""
 
+    def observe(self, gpus: Sequence[GpuSample]) -> None:
+        """The GPUs just read (call before `read`)."""
+
     def read(self) -> NodeJobs:
         """The jobs now, or why they are unknown; never waits past the reader's deadline."""
         return NO_JOBS
@@ -73,69 +96,88 @@ class JobsReader:
         """Stops asking; safe to call twice."""
 
 
-class SlurmReader(JobsReader):
-    """This node's Slurm, asked by this process through `SlurmJobs` (which asks on a thread
-    of its own, so that squeue runs while the driver is opened and read).
+class EngineReader(JobsReader):
+    """This node's job engine, asked by this process at most every `max_age_s`.
 
     `one_shot` (a command that reads once): the answer of the last few seconds is taken
-    from `cache` (any process's), and a refresh under way when the command ends is waited
-    for a moment, so that a squeue past its deadline is killed, not left running.
+    from `cache` (any process's), and a question under way when the command ends is waited
+    for a moment, so that a Slurm command past its deadline is killed, not left running.
     """
 
     def __init__(
         self,
-        slurm: Callable[[], SlurmJobs],
+        engine: JobEngine,
         *,
         deadline_s: float,
         cache: JobsCache | None = None,
         one_shot: bool = False,
+        max_age_s: float = KNOWN_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._make_slurm = slurm
-        self._slurm: SlurmJobs | None = None
+        self._engine = engine
         self._deadline_s = deadline_s
         self._cache = cache
         self._cached: NodeJobs | None = None
         self._one_shot = one_shot
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._pending: threading.Thread | None = None
+        self._asked_at: float | None = None
+        self._waits_until: float | None = None
+        """Until when a read waits for the answer: the first question's deadline, for the
+        first read; later reads show the latest answer."""
 
     def start(self) -> None:
-        if self._cache is not None and self._cached is None:
+        if self._cache is not None and self._cached is None and self._asked_at is None:
             self._cached = self._cache.load()
         if self._cached is None:
-            self._reader().start()
+            self._ask()
+
+    def observe(self, gpus: Sequence[GpuSample]) -> None:
+        self._engine.observe(gpus)
 
     def read(self) -> NodeJobs:
         if (cached := self._cached) is not None:
-            self._cached = None  # once: a later read asks Slurm again
+            self._cached = None  # once: a later read asks again
             return cached
-        slurm = self._reader()
-        table = slurm.table()
-        why = (
-            None if table is not None else _cut(unknown_reason(slurm.last_error, self._deadline_s))
-        )
+        self._ask()
+        until, self._waits_until = self._waits_until, None  # only the first read waits
+        table, hung = self._answer(until)
+        if until is not None and not hung and self._engine.lacked_gpus():
+            self._ask(again=True)  # asked before the GPUs were known, which it needed
+            table, hung = self._answer(until)
+        why = None
+        if table is None:
+            late = f"the scheduler did not answer within {self._deadline_s:g}s"
+            why = _cut(late if hung else self._engine.unknown_why())
         jobs = NodeJobs(table, why, scheduler=True)
         if self._cache is not None:
             self._cache.store(jobs)
         return jobs
 
     def close(self) -> None:
-        if self._slurm is not None:
-            self._slurm.close()
-            if self._one_shot:  # the command is about to end
-                finish(self._slurm)
+        self._engine.close()
+        pending = self._pending
+        if self._one_shot and pending is not None:  # the command is about to end
+            pending.join(ENDING_GRACE_S)
 
-    def _reader(self) -> SlurmJobs:
-        if self._slurm is None:
-            self._slurm = self._make_slurm()
-        return self._slurm
+    def _ask(self, *, again: bool = False) -> None:
+        now = self._clock()
+        if not again and self._asked_at is not None and now - self._asked_at < self._max_age_s:
+            return
+        if self._asked_at is None:
+            self._waits_until = now + self._deadline_s + ENDING_GRACE_S
+        self._pending, self._asked_at = self._engine.start(), now
 
-
-def finish(slurm: SlurmJobs, grace_s: float = 0.5) -> None:
-    """Waits a moment for a refresh under way (of a closed `slurm`) to end: past its
-    deadline it kills the Slurm command, which a process that exits first would leave
-    running in its own session."""
-    pending = slurm.start()  # closed: starts nothing, returns the refresh under way
-    if pending is not None:
-        pending.join(grace_s)
+    def _answer(self, until: float | None) -> tuple[JobTable | None, bool]:
+        """The latest answer, waited for `until` (the first read: the first question's
+        deadline and a grace for the engine to end it and say why); and whether the
+        question is still under way past that."""
+        pending = self._pending
+        if pending is not None and until is not None:
+            pending.join(max(0.0, until - self._clock()))
+        hung = until is not None and pending is not None and pending.is_alive()
+        return self._engine.latest(), hung
 
 
 class DaemonReader(JobsReader):
@@ -149,6 +191,12 @@ class DaemonReader(JobsReader):
         self._timeout_s = timeout_s
         self._make_fallback = fallback
         self._fallback: JobsReader | None = None
+        self._gpus: Sequence[GpuSample] = ()
+
+    def observe(self, gpus: Sequence[GpuSample]) -> None:
+        self._gpus = gpus  # for the fallback, should the daemon not read jobs
+        if self._fallback is not None:
+            self._fallback.observe(gpus)
 
     def read(self) -> NodeJobs:
         if self._fallback is not None:
@@ -162,8 +210,9 @@ class DaemonReader(JobsReader):
             # ask as without a daemon, from now on
             self._fallback = self._make_fallback()
             self._fallback.start()
+            self._fallback.observe(self._gpus)
             return self._fallback.read()
-        return jobs_from_daemon(record, scheduler_here=slurm_conf() is not None)
+        return jobs_from_daemon(record, scheduler_here=scheduler_here())
 
     def close(self) -> None:
         if self._fallback is not None:
@@ -185,7 +234,7 @@ def jobs_from_daemon(record: dict[str, object], *, scheduler_here: bool) -> Node
         why = said if isinstance(said, str) and said.isprintable() and said else None
         if why in (None, "absent") and not scheduler_here:
             return NO_JOBS
-        return NodeJobs(None, _cut(unknown_reason(why, None)), scheduler=True)
+        return NodeJobs(None, _cut(unknown_reason(why)), scheduler=True)
     return NodeJobs(table, None, idle, window if window else None, True)
 
 
@@ -210,16 +259,15 @@ def _idle_map(value: object) -> dict[str, float]:
     }
 
 
-def unknown_reason(error: str | None, deadline_s: float | None) -> str:
-    """What the reader's terse reason means to a user."""
+def unknown_reason(error: str | None) -> str:
+    """A daemon's reason for unknown jobs, in words: an older daemon sent terse codes."""
     if error == "timeout":
-        within = f" within {deadline_s:g}s" if deadline_s is not None else ""
-        return f"Slurm did not answer{within}"
+        return "Slurm did not answer"
     if error == "failed":
-        return "squeue and scontrol failed (is slurmctld up?)"
+        return "squeue and scontrol failed (is slurmctld down?)"
     if error == "absent":
         return "squeue not found"
-    return error or "Slurm did not say"
+    return error or "the daemon did not say"
 
 
 def _cut(text: str) -> str:
@@ -232,10 +280,16 @@ def slurm_conf() -> str | None:
     return configured_slurm_conf(os.environ) if shutil.which("squeue") else None
 
 
+def scheduler_here() -> bool:
+    """Whether this process could ask a job engine of this node itself: the kubelet's
+    pod-resources socket is visible to it, or Slurm is here (`slurm_conf`)."""
+    return is_socket(pod_resources_socket(os.environ)) or slurm_conf() is not None
+
+
 def jobs_reader(
     source: Backend, *, one_shot: bool, wanted: bool = True, local: JobsReader | None = None
 ) -> JobsReader:
-    """The reader for a command showing `source`'s GPUs: the daemon's, this node's Slurm's,
+    """The reader for a command showing `source`'s GPUs: the daemon's, this node's engine's,
     or none; `one_shot` for a command that reads once (a shorter deadline and the cache).
     `local` is this node's reader if `early_reader` started one."""
     if not wanted:
@@ -249,30 +303,26 @@ def jobs_reader(
 
 
 def early_reader(*, wanted: bool = True) -> JobsReader | None:
-    """For a one-shot command on a Slurm node without a daemon: this node's reader, started
-    now, before the driver is opened, so that squeue answers while the GPUs are read. `None`
-    where a daemon's socket is there (the daemon will be asked) or no Slurm is."""
+    """For a one-shot command on a node with a job engine and no daemon: this node's reader,
+    started now, before the driver is opened, so that the engine answers while the GPUs are
+    read. `None` where a daemon's socket is there (the daemon will be asked) or no engine is."""
     if not wanted or any(os.path.lexists(path) for path in socket_candidates()):
         return None
     reader = _local_reader(one_shot=True)
-    if not isinstance(reader, SlurmReader):
+    if not isinstance(reader, EngineReader):
         return None
     reader.start()
     return reader
 
 
 def _local_reader(one_shot: bool) -> JobsReader:
-    conf = slurm_conf()
-    if conf is None:
-        return JobsReader()
     deadline_s = ONE_SHOT_DEADLINE_S if one_shot else WATCH_DEADLINE_S
-    gres_conf = os.path.join(os.path.dirname(conf), "gres.conf")
-
-    def slurm() -> SlurmJobs:
-        return SlurmJobs(timeout_s=deadline_s, gres_conf=gres_conf)
-
+    socket_path = pod_resources_socket(os.environ)
+    engine, _ = open_job_reader("auto", pod_resources_socket=socket_path, timeout_s=deadline_s)
+    if engine is None:
+        return JobsReader()
     cache = JobsCache.for_this_user() if one_shot else None
-    return SlurmReader(slurm, deadline_s=deadline_s, cache=cache, one_shot=one_shot)
+    return EngineReader(engine, deadline_s=deadline_s, cache=cache, one_shot=one_shot)
 
 
 def time_left_text(job: Job, now: float) -> str:
@@ -291,13 +341,4 @@ def time_left_text(job: Job, now: float) -> str:
 
 def idle_text(seconds: float) -> str:
     """`allocated, idle 45s` / `12m` / `3h05m` / `2d04h`."""
-    whole = int(seconds)
-    if whole < 60:
-        span = f"{whole}s"
-    elif whole < 3600:
-        span = f"{whole // 60}m"
-    elif whole < 86400:
-        span = f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    else:
-        span = f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-    return f"allocated, idle {span}"
+    return f"allocated, idle {format_span(seconds)}"

@@ -141,6 +141,9 @@ class SimulatedAllocator(StatsSource):
     def free_bytes(self) -> int:
         return self.capacity_bytes - self._reserved()
 
+    def total_bytes(self) -> int:
+        return self.capacity_bytes
+
     def start_history(self) -> bool:
         return True
 

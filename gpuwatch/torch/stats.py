@@ -85,6 +85,10 @@ class StatsSource(abc.ABC):
         """Bytes free on the whole device, as CUDA sees it; `None` when unknown."""
         return None
 
+    def total_bytes(self) -> int | None:
+        """The whole device's memory; `None` when unknown."""
+        return None
+
     def start_history(self) -> bool:
         """Starts recording allocation history for snapshots; False when it cannot."""
         return False
@@ -158,6 +162,10 @@ class CudaStatsSource(StatsSource):
     def free_bytes(self) -> int | None:
         free, _ = self._torch.cuda.mem_get_info(self._resolved())
         return int(free)
+
+    def total_bytes(self) -> int | None:
+        # The device's properties, read once by torch: no call into the driver.
+        return int(self._torch.cuda.get_device_properties(self._resolved()).total_memory)
 
     def start_history(self) -> bool:
         self._torch.cuda.memory._record_memory_history(max_entries=100_000)

@@ -234,6 +234,7 @@ class Watch:
             step=self.steps,
             requested_bytes=requested_bytes,
             device_free_bytes=free_bytes,
+            device_total_bytes=self.source.total_bytes() if self.source and self._ready else None,
             allocated_bytes=stats.allocated_bytes if stats else None,
             allocated_peak_bytes=stats.allocated_peak_bytes if stats else None,
             reserved_bytes=stats.reserved_bytes if stats else None,

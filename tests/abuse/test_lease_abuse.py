@@ -482,9 +482,11 @@ class TestSecondUser:
                 )
                 (their_lease,) = LeaseDir(shared).leases()
         # THEN the job runs, on the GPU the other user does not hold, with one line naming
-        # who could tamper with the leases
+        # who could tamper with the leases (before the one naming the GPU chosen)
         assert mine.returncode == 0, mine.stderr
-        assert mine.stderr.count("\n") == 1 and f"lets {USER} remove or forge" in mine.stderr
+        said = mine.stderr.splitlines()
+        assert len(said) == 2 and said[1].startswith("gpuwatch: chose GPU")
+        assert f"lets {USER} remove or forge" in said[0]
         assert their_lease.user == USER and mine.stdout.strip() not in ("", their_lease.gpu_uuid)
 
     def test_a_directory_the_second_user_cannot_write_gives_a_pick_without_a_lease(
@@ -505,10 +507,12 @@ class TestSecondUser:
                 check=False,
                 cwd="/",
             )
-            # THEN the job runs, without a lease, said in one line; the directory is untouched
+            # THEN the job runs, without a lease, said in one line (before the one naming the
+            # GPU chosen); the directory is untouched
             assert picked.returncode == 0, picked.stderr
-            assert picked.stderr.count("\n") == 1
-            assert picked.stderr.startswith("gpuwatch: picking without a lease")
+            said = picked.stderr.splitlines()
+            assert len(said) == 2 and said[1].startswith("gpuwatch: chose GPU")
+            assert said[0].startswith("gpuwatch: picking without a lease")
             assert list(shared.iterdir()) == []
 
     def test_leases_in_a_directory_the_second_user_cannot_write_are_still_shown(

@@ -116,6 +116,10 @@ BAD_VALUES: dict[tuple[str, str], tuple[str, str]] = {
     ("daemon", "--jobs-refresh"): ("0", "Invalid value for '--jobs-refresh': '0' is too short"),
     ("daemon", "--idle-window"): ("0", "Invalid value for '--idle-window': '0' is too short"),
     ("daemon", "--slurm-conf"): ("", "Invalid value for '--slurm-conf': give a path"),
+    ("daemon", "--pod-resources-socket"): (
+        "",
+        "Invalid value for '--pod-resources-socket': give a path",
+    ),
     ("daemon", "--config"): ("", "Invalid value for '--config': give a path"),
     ("daemon", "--backend"): ("cuda", "Invalid value for '--backend': 'cuda' is not one of"),
     ("daemon", "--sim"): ("", "--sim '': give a GPU count"),

@@ -105,8 +105,8 @@ def test_status_json_has_the_jobs_and_each_held_gpus_idle_seconds(
 def test_the_tui_shows_the_jobs_and_the_idle_mark_on_the_cards(daemon: Path) -> None:
     from gpuwatch.backends import open_backend
     from gpuwatch.sampling.node_jobs import jobs_reader
-    from gpuwatch.tui.app import GpuwatchApp
-    from gpuwatch.tui.frames import LocalSource
+    from gpuwatch.tui.node.app import GpuwatchApp
+    from gpuwatch.tui.node.sources import LocalSource
 
     # GIVEN the TUI reading the daemon, as `gpuwatch tui` builds it
     opened = open_backend(None, None)

@@ -456,7 +456,9 @@ class TestRunningCommands:
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
         result = run_cli("pick", "--sim", idle(1), "--timeout", "0.3s")
         assert result.exit_code == 5
-        assert result.stderr.startswith("gpuwatch: waiting 0s for 1 idle GPU, 0 qualify now")
+        assert result.stderr.startswith(
+            "gpuwatch: waiting for 1 idle GPU, 0 qualify now (Ctrl-C to give up)\n"
+        )
         assert "gave up after waiting" in result.stderr
         assert f"GPU 0: leased by pid {holder.pid}" in result.stderr
 
@@ -470,7 +472,7 @@ class TestRunningCommands:
         result = run_cli("pick", "--sim", idle(2), "-n", "2", "--timeout", "0.3s")
         # THEN the wait says "1 qualifies"
         assert result.exit_code == 5
-        assert result.stderr.startswith("gpuwatch: waiting 0s for 2 idle GPUs, 1 qualifies now")
+        assert result.stderr.startswith("gpuwatch: waiting for 2 idle GPUs, 1 qualifies now")
 
 
 class TestLeaseEdges:

@@ -105,9 +105,10 @@ def test_slurms_visible_devices_naming_another_gpu_is_passed_over_in_one_line(
     env = step("0", CUDA_VISIBLE_DEVICES="0")
     # WHEN pick runs a command
     code, out, err = pick(env, "--", "printenv", "CUDA_VISIBLE_DEVICES")
-    # THEN the command gets the step's GPU by UUID, and one line says why not Slurm's
+    # THEN the command gets the step's GPU by UUID, one line says why not Slurm's, and
+    # the next which GPU was chosen
     assert (code, out) == (0, f"{UUID[7]}\n")
-    assert len(err) == 1
+    assert len(err) == 2 and err[1] == "gpuwatch: chose GPU 3"
     assert err[0].startswith(
         f"gpuwatch: CUDA_VISIBLE_DEVICES=0 would name GPU 0 ({UUID[4]}), "
         f"not this step's GPU 3 ({UUID[7]}), which SLURM_STEP_GPUS=0 names"
@@ -127,10 +128,10 @@ def test_visible_devices_naming_the_steps_gpus_narrows_the_choice_silently(
     env = step("0,1", CUDA_VISIBLE_DEVICES=visible)
     # WHEN pick runs a command
     code, out, err = pick(env, "--allow-busy", "--", "printenv", "CUDA_VISIBLE_DEVICES")
-    # THEN it chooses among those GPUs and has nothing to say
+    # THEN it chooses among those GPUs and has nothing to say but which it chose
     assert code == 0, err
     assert out.strip() in {UUID[minor] for minor in minors}
-    assert err == []
+    assert len(err) == 1 and err[0].startswith("gpuwatch: chose GPU ")
 
 
 def test_other_jobs_gpus_are_named_as_such_when_none_fits(

@@ -86,3 +86,21 @@ def test_mig_devices_fit_the_terminal_too(width: int) -> None:
     # THEN every line fits, and every MIG device keeps its label and memory
     assert max(len(line) for line in lines) <= width, max(lines, key=len)
     assert sum(" GiB" in line and ":" in line.split("|")[0] for line in lines) == 3
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 120], ids=lambda width: f"{width}-columns")
+def test_the_column_names_stand_over_their_columns_within_the_width(width: int) -> None:
+    # WHEN the table is drawn with its column names
+    lines = render(snapshot(), width=width, column_names=True).splitlines()
+    names, gpu = lines[1], lines[2]
+    # THEN they come between the host line and the first GPU, no wider than the GPU's line
+    assert names.startswith("GPU name") and gpu.startswith("[0] ")
+    assert len(names) <= len(gpu) <= width
+    # AND memory starts where its column does, and utilization ends where its figure does
+    assert names.index("memory") == gpu.index("|") + 2
+    assert names.index("util") + len("util") == gpu.index("%") + 1
+
+
+def test_without_column_names_the_table_is_as_it_was() -> None:
+    named = render(snapshot(), width=80, column_names=True).splitlines()
+    assert render(snapshot(), width=80).splitlines() == [named[0], *named[2:]]

@@ -316,7 +316,7 @@ def test_bad_job_flags_are_one_line_and_exit_code_2(
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('jobs = "pbs"', "jobs 'pbs': give one of auto, slurm, off"),
+        ('jobs = "pbs"', "jobs 'pbs': give one of auto, slurm, kubernetes, off"),
         ('jobs_refresh = "0s"', "jobs_refresh '0s' is too short"),
         ('idle_window = "forever"', "idle_window 'forever' is not a duration"),
     ],

@@ -104,3 +104,60 @@ def test_the_kubernetes_rule_alerts_alike(tmp_path: Path) -> None:
     rules.write_text(yaml.safe_dump({"groups": one("PrometheusRule")["spec"]["groups"]}))
     summary = "GPU 0 on node n1, held by job 4242 of alice, has computed nothing for 12m 0s"
     promtool_test(tmp_path, rules, "warning", summary)
+
+
+def test_a_gpu_a_pod_holds_idle_past_the_window_alerts_with_the_pod(tmp_path: Path) -> None:
+    # GIVEN GPU 0 held by pod ml/train-0 and idle from the start (its labels kept as the
+    # daemon exports them: the ServiceMonitor honours them); GPU 1 held by it but busy
+    pod = 'namespace="ml",pod="train-0",container="trainer"'
+    series = [
+        (f'gpuwatch_gpu_allocated_idle_seconds{{gpu="0",uuid="GPU-a",{TARGET}}}', "0+60x30"),
+        (f'gpuwatch_gpu_allocated_idle_seconds{{gpu="1",uuid="GPU-b",{TARGET}}}', "0x30"),
+        (f'gpuwatch_gpu_pod_info{{gpu="0",uuid="GPU-a",{pod},{TARGET}}}', "1x30"),
+        (f'gpuwatch_gpu_pod_info{{gpu="1",uuid="GPU-b",{pod},{TARGET}}}', "1x30"),
+        (f"gpuwatch_jobs_idle_window_seconds{{{TARGET}}}", "600x30"),
+    ]
+    rules = tmp_path / "prometheusrule.yml"
+    rules.write_text(yaml.safe_dump({"groups": one("PrometheusRule")["spec"]["groups"]}))
+    expected = {
+        **{k: v for k, v in FIRING.items() if k not in ("job_id", "job_user")},
+        "severity": "warning",
+        "namespace": "ml",
+        "pod": "train-0",
+        "container": "trainer",
+    }
+    annotations = {
+        "summary": "GPU 0 on node n1, held by pod ml/train-0 (container trainer), has "
+        "computed nothing for 12m 0s",
+        "description": "kubectl -n ml describe pod train-0 says whose it is; "
+        "`gpuwatch status` on n1 shows the GPU.",
+    }
+    tests = tmp_path / "tests.yml"
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": name, "values": values} for name, values in series],
+                "alert_rule_test": [
+                    {"eval_time": "9m", "alertname": "GpuPodIdle", "exp_alerts": []},
+                    {
+                        "eval_time": "12m",
+                        "alertname": "GpuPodIdle",
+                        "exp_alerts": [{"exp_labels": expected, "exp_annotations": annotations}],
+                    },
+                ],
+            }
+        ],
+    }
+    tests.write_text(yaml.safe_dump(test))
+    assert PROMTOOL is not None
+    result = subprocess.run(
+        [PROMTOOL, "test", "rules", str(tests)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -23,7 +23,13 @@ from gpuwatch.daemon.view import View
 from gpuwatch.jobs import Job, JobTable
 from gpuwatch.paths import SYSTEM_DIR, SYSTEM_LEASE_DIR, SYSTEM_SOCKET
 from gpuwatch.sampling.poller import PollState
-from tests.helpers.manifests import daemon_container, kustomization, one, pod_spec
+from tests.helpers.manifests import (
+    daemon_container,
+    kustomization,
+    one,
+    pod_spec,
+    relay_container,
+)
 
 # Labels Prometheus and its Operator put on every target of a ServiceMonitor.
 TARGET_LABELS = {"job", "instance", "namespace", "service", "pod", "container", "endpoint"}
@@ -119,9 +125,16 @@ def test_the_daemon_runs_as_a_user_with_no_capabilities_and_the_default_seccomp(
     assert not spec.get("hostNetwork")
 
 
-def test_only_the_run_dir_step_is_root_and_it_may_only_chown() -> None:
+def test_only_the_run_dir_step_and_the_kubelet_relay_are_root() -> None:
+    # GIVEN every container of the pod
+    root = {c["name"] for c in every_container() if c["securityContext"].get("runAsUser") == 0}
+    # THEN only the step that owns the run directory, which may only chown, and the relay to
+    # the kubelet's root-only socket, which may do nothing root's capabilities allow, are root
+    assert root == {"run-dir", "kubelet-relay"}
     (init,) = pod_spec()["initContainers"]
     assert init["securityContext"]["capabilities"]["add"] == ["CHOWN"]
+    assert "add" not in relay_container()["securityContext"]["capabilities"]
+    assert "ports" not in relay_container()
 
 
 def test_the_service_reaches_the_daemons_metrics_port() -> None:
@@ -134,8 +147,7 @@ def test_the_service_reaches_the_daemons_metrics_port() -> None:
     assert port["targetPort"] == container_port["name"]
     listen = option(daemon_container()["args"], "listen")
     assert int(listen.rsplit(":", 1)[1]) == container_port["containerPort"]
-    probes = [daemon_container()[probe] for probe in ("livenessProbe", "readinessProbe")]
-    assert {probe["httpGet"]["port"] for probe in probes} == {container_port["name"]}
+    assert daemon_container()["readinessProbe"]["tcpSocket"]["port"] == container_port["name"]
 
 
 def test_the_service_monitor_scrapes_the_service() -> None:

@@ -23,10 +23,10 @@ from gpuwatch.models import (
     ProcessUsage,
     Snapshot,
 )
-from gpuwatch.tui import fleet_rows
-from gpuwatch.tui.fleet_cells import cell_text, columns_for, plain_table
-from gpuwatch.tui.fleet_model import FleetView, NodeFilter
-from gpuwatch.tui.fleet_rows import IdleTracker, NodeRow, build_rows, totals, user_rows
+from gpuwatch.tui.fleet import rows as fleet_rows
+from gpuwatch.tui.fleet.cells import cell_text, columns_for, plain_table
+from gpuwatch.tui.fleet.model import FleetView, NodeFilter
+from gpuwatch.tui.fleet.rows import IdleTracker, NodeRow, build_rows, totals, user_rows
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.fleet.document import GPU_KEYS, NODE_KEYS
 
@@ -376,6 +376,7 @@ def test_the_document_has_the_issues_shape_and_null_for_the_unknown() -> None:
         "age_s": None,
         "error": "connection refused",
         "exporter": "gpuwatch",
+        "simulated": False,
         "lease_waiters": None,
         "longest_wait_s": None,
         "jobs_known": False,

@@ -17,7 +17,7 @@ from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.source import Needs
 from gpuwatch.models import FleetState, GpuSample, MigDevice, NodeState, NodeSummary
-from gpuwatch.tui.fleet_rows import NodeRow, build_rows, user_rows
+from gpuwatch.tui.fleet.rows import NodeRow, build_rows, user_rows
 from tests.helpers.fleet.daemons import SimNode
 from tests.helpers.fleet.prometheus import StartDaemons, StartPrometheus, Target
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import time
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import pytest
 from textual.pilot import Pilot
@@ -22,12 +20,14 @@ from gpuwatch.errors import SourceError
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.source import Needs
 from gpuwatch.models import FleetState, NodeState
-from gpuwatch.tui.fleet_app import FleetApp
-from gpuwatch.tui.fleet_screens import NodeScreen, UsersScreen
-from gpuwatch.tui.fleet_widgets import FleetTable
+from gpuwatch.tui.common.section import GRAPH_WINDOW_S
+from gpuwatch.tui.fleet.app import FleetApp
+from gpuwatch.tui.fleet.screens import NodeScreen, UsersScreen
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.fleet.daemons import SimNode
-from tests.helpers.fleet.prometheus import StartDaemons, StartPrometheus, Target
+from tests.helpers.fleet.prometheus import Prometheus, StartDaemons, StartPrometheus, Target
+from tests.helpers.tui import synced, until
+from tests.helpers.wait import wait_until
 
 SnapCompare = Callable[..., bool]
 
@@ -56,26 +56,8 @@ async def first_read(pilot: Pilot[int]) -> None:
     await pilot.pause()
 
 
-async def until(pilot: Pilot[int], done: Callable[[], bool], tries: int = 200) -> None:
-    for _ in range(tries):
-        if done():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("never happened")
-
-
-def synced(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
-    """A Pilot test, run in an event loop of its own."""
-
-    @functools.wraps(test)
-    def run() -> None:
-        asyncio.run(test())
-
-    return run
-
-
 def shown(app: FleetApp) -> list[str]:
-    return list(app.query_one(FleetTable).order)
+    return list(app.table().order)
 
 
 # --- keys -----------------------------------------------------------------------------------
@@ -91,7 +73,7 @@ async def test_sort_keys_change_the_order_and_reverse_it() -> None:
         # WHEN s is pressed THEN the next column sorts, highest first
         await pilot.press("s")
         assert app.view.sort_column == "most_free"
-        free = [app.query_one(FleetTable)._rows[k].most_free_bytes or -1 for k in shown(app)]
+        free = [app.table().row(k).most_free_bytes or -1 for k in shown(app)]
         assert free == sorted(free, reverse=True)
         # WHEN r is pressed THEN the order turns around
         before = shown(app)
@@ -124,7 +106,7 @@ async def test_enter_shows_the_nodes_gpus_with_graphs_from_the_sources_history()
         screen = app.screen
         assert isinstance(screen, NodeScreen) and screen.node == first
         # THEN its history arrives and fills its cards' graphs, not just this screen's read
-        await until(pilot, lambda: screen.section.frame is not None)
+        await until(pilot, lambda: screen.section.frame is not None, "the node's first read")
         trend = next(iter(screen.section.trends.values()))
         assert len(trend.utilization) > 100
         assert screen.section.history_note == "from simulated (20 nodes)"
@@ -158,7 +140,7 @@ async def test_a_thousand_nodes_are_a_thousand_rows() -> None:
     app = frozen_app(1000)
     async with app.run_test(size=(80, 24)) as pilot:
         await first_read(pilot)
-        assert app.query_one(FleetTable).row_count == 1000
+        assert app.table().row_count == 1000
         # AND a second read updates them in place: the same rows, the same order
         order = shown(app)
         app.feed(app.source.read())
@@ -167,7 +149,7 @@ async def test_a_thousand_nodes_are_a_thousand_rows() -> None:
 
 
 def drawn_lines(app: FleetApp) -> list[str]:
-    table = app.query_one(FleetTable)
+    table = app.table()
     return [table.render_line(y).text for y in range(table.size.height)]
 
 
@@ -249,6 +231,20 @@ async def test_rows_off_screen_through_reads_show_the_last_read_once_scrolled_to
     assert scrolled_late == await drawn_after(sim, [second], scrolled_first=False)
 
 
+def past_points(prometheus: Prometheus) -> int:
+    """How many points of its past Prometheus gives the node with the fewest, at the step
+    a node's graphs ask for (`PrometheusSource.history`)."""
+    now = time.time()
+    data = prometheus.api(
+        "/api/v1/query_range",
+        query="up",
+        start=str(now - GRAPH_WINDOW_S),
+        end=str(now),
+        step=str(max(1.0, GRAPH_WINDOW_S / 240)),
+    )
+    return min((len(series["values"]) for series in data["result"]), default=0)
+
+
 class FailingSource:
     """A Prometheus that stopped answering after its first read."""
 
@@ -273,7 +269,7 @@ async def test_a_source_that_fails_is_said_and_the_last_read_stays() -> None:
     app = FleetApp(FailingSource(), interval_s=0.05)
     async with app.run_test(size=(100, 30)) as pilot:
         # THEN the error is shown, and the nodes of the last good read stay on screen
-        await until(pilot, lambda: app.error is not None)
+        await until(pilot, lambda: app.error is not None, "the error")
         assert "connection refused" in (app.error or "")
         assert len(shown(app)) == 3
 
@@ -294,7 +290,7 @@ def test_node_cards(snap_compare: SnapCompare) -> None:
         await pilot.press("enter")
         screen = app.screen
         assert isinstance(screen, NodeScreen)
-        await until(pilot, lambda: screen.section.frame is not None)
+        await until(pilot, lambda: screen.section.frame is not None, "the node's first read")
         app.redraw()
         await pilot.pause()
 
@@ -313,7 +309,7 @@ def test_users_view(snap_compare: SnapCompare) -> None:
 def test_the_guides_key_table_lists_every_key() -> None:
     from pathlib import Path
 
-    from gpuwatch.tui.fleet_screens import FLEET_KEYS
+    from gpuwatch.tui.fleet.keys import FLEET_KEYS
 
     guide = Path(__file__).resolve().parents[2] / "docs" / "guide" / "fleet-screen.md"
     table = guide.read_text().split("| key | does |", 1)[1].split("\n\n", 1)[0]
@@ -339,12 +335,13 @@ async def test_question_mark_lists_the_keys_and_q_closes_the_list() -> None:
 def test_through_prometheus_the_nodes_show_and_a_nodes_cards_have_its_gpus_and_past(
     start_daemons: StartDaemons, start_prometheus: StartPrometheus
 ) -> None:
-    # GIVEN two real daemons scraped every second by a real Prometheus, for a few seconds,
-    # read as the fleet command reads them for its table: per-node figures
+    # GIVEN two real daemons scraped every second by a real Prometheus until it holds a past
+    # of each (two points at the step the node's graphs ask for), read as the fleet command
+    # reads them for its table: per-node figures
     daemons = start_daemons([SimNode("node-a", (0, 30 << 30)), SimNode("node-b", (0,))])
     prometheus = start_prometheus([Target(daemon.address) for daemon in daemons])
     prometheus.wait_until_up([daemon.address for daemon in daemons])
-    time.sleep(3)
+    wait_until(lambda: past_points(prometheus) >= 2, "two points of each node's past")
     app = FleetApp(PrometheusSource(prometheus.url, needs=Needs(per_node=True)), interval_s=1.0)
 
     def node_a() -> NodeState | None:
@@ -353,7 +350,7 @@ def test_through_prometheus_the_nodes_show_and_a_nodes_cards_have_its_gpus_and_p
     async def look() -> None:
         async with app.run_test(size=(100, 30)) as pilot:
             # WHEN the screen has read the fleet THEN each daemon is a node, up
-            await until(pilot, lambda: len(app.rows()) == 2, tries=500)
+            await until(pilot, lambda: len(app.rows()) == 2, "both nodes")
             assert sorted(row.node for row in app.rows() if row.up) == ["node-a", "node-b"]
             assert (node := node_a()) is not None and node.snapshot is None
             # WHEN Enter opens the first node THEN its GPUs are read and shown as cards,
@@ -361,14 +358,22 @@ def test_through_prometheus_the_nodes_show_and_a_nodes_cards_have_its_gpus_and_p
             await pilot.press("enter")
             screen = app.screen
             assert isinstance(screen, NodeScreen)
-            await until(pilot, lambda: screen.section.frame is not None, tries=500)
-            await until(pilot, lambda: screen.section.frame.snapshot is not None, tries=500)
+            await until(pilot, lambda: screen.section.frame is not None, "the node's read")
+            await until(
+                pilot,
+                lambda: screen.section.frame.snapshot is not None,
+                "its GPUs, read one by one",
+            )
             assert len(screen.section.frame.snapshot.gpus) == 2
             assert screen.section.history_note == f"from prometheus {prometheus.url}"
             trend = next(iter(screen.section.trends.values()))
             assert len(trend.utilization) > 1, "the past came from query_range"
             # WHEN Esc closes it THEN the fleet is read as figures again
             await pilot.press("escape")
-            await until(pilot, lambda: (n := node_a()) is not None and n.snapshot is None)
+            await until(
+                pilot,
+                lambda: (n := node_a()) is not None and n.snapshot is None,
+                "the node read as figures again",
+            )
 
     asyncio.run(look())

@@ -9,11 +9,11 @@ import json
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.series import PREFIXES, target_state
 from gpuwatch.models import FleetState, NodeState
-from gpuwatch.tui.fleet_app import FleetApp
-from gpuwatch.tui.fleet_cells import cell_text, plain_table
-from gpuwatch.tui.fleet_model import FleetView
-from gpuwatch.tui.fleet_rows import IdleTracker, build_rows, totals, user_rows
-from gpuwatch.tui.fleet_screens import NodeScreen
+from gpuwatch.tui.fleet.app import FleetApp
+from gpuwatch.tui.fleet.cells import cell_text, plain_table
+from gpuwatch.tui.fleet.model import FleetView
+from gpuwatch.tui.fleet.rows import IdleTracker, build_rows, totals, user_rows
+from gpuwatch.tui.fleet.screens import NodeScreen
 from tests.helpers.cli import run_cli
 from tests.helpers.fleet.servers import fixture
 

@@ -12,7 +12,7 @@ from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
 from gpuwatch.fleet.source import Needs
 from gpuwatch.models import FleetState, GpuJob, NodeState
-from gpuwatch.tui.fleet_rows import build_rows
+from gpuwatch.tui.fleet.rows import build_rows
 from tests.helpers.fleet.fakeprom import NOW, FakePrometheus, FakeTarget, with_node_figures
 from tests.helpers.fleet.servers import fixture, serving
 

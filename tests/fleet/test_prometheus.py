@@ -21,7 +21,7 @@ from gpuwatch.models import Exporter, FleetState
 from gpuwatch.placement.where import Answer as WhereAnswer
 from gpuwatch.placement.where import needs_of, where
 from gpuwatch.request import Request
-from gpuwatch.tui.fleet_rows import build_rows
+from gpuwatch.tui.fleet.rows import build_rows
 from tests.helpers.fleet.endpoints import Endpoint
 from tests.helpers.fleet.fakeprom import (
     NOW,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import uuid
@@ -16,10 +17,14 @@ GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 class Tmux:
     """A detached tmux session running one command, read as plain text."""
 
-    def __init__(self, command: str, size: tuple[int, int]) -> None:
+    def __init__(self, command: str, size: tuple[int, int], *, record: Path | None = None) -> None:
+        """With `record`, every byte `command` writes to the terminal is kept in that file,
+        from its first; OSC 52 (a clipboard write) is let through to a paste buffer."""
         self.name = f"gpuwatch-test-{uuid.uuid4().hex[:8]}"
         self.tmux = ["tmux", "-L", self.name]  # a server of its own: no other session interferes
         env = {**os.environ, "TERM": "xterm-256color"}
+        if record is not None:  # the command waits until the recording has begun
+            command = f"{shlex.join([*self.tmux, 'wait-for', 'recording'])}; {command}"
         subprocess.run(
             [
                 *self.tmux,
@@ -36,6 +41,10 @@ class Tmux:
             check=True,
             env=env,
         )
+        if record is not None:
+            self._ask("set-option", "-g", "set-clipboard", "on")
+            self._ask("pipe-pane", "-o", "-t", self.name, f"cat >> {shlex.quote(str(record))}")
+            self._ask("wait-for", "-S", "recording")
 
     def text(self) -> str:
         out = subprocess.run(
@@ -53,6 +62,18 @@ class Tmux:
             return screen if needle in (screen := self.text()) else None
 
         return wait_until(showing, f"{needle!r} to appear", timeout_s=timeout_s, interval_s=0.2)
+
+    def title(self) -> str:
+        """The pane's title, which a program sets with OSC 0 or 2."""
+        return self._ask("display-message", "-p", "-t", self.name, "#{pane_title}")
+
+    def buffers(self) -> str:
+        """The paste buffers, one line each: a clipboard write (OSC 52) adds one."""
+        return self._ask("list-buffers")
+
+    def _ask(self, *command: str) -> str:
+        out = subprocess.run([*self.tmux, *command], check=True, capture_output=True, text=True)
+        return out.stdout
 
     def press(self, *keys: str) -> None:
         subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+from textual.pilot import Pilot
 
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs.job_table import Job, JobTable, NodeJobs
 from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.request import Request, Waiter
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.frames import Frame, HostStats, LocalSource, Source
+from gpuwatch.tui.common.frames import Frame, HostStats
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.sources import LocalSource, Source
 from tests.helpers.cli import FROZEN_TIME
+from tests.helpers.wait import wait_until_async
 
 GIB = 1 << 30
 HOST = HostStats(
@@ -147,3 +154,21 @@ def slurm_jobs(uuids: list[str | None]) -> NodeJobs:
 def fed_app() -> GpuwatchApp:
     """An app with one quiet source, fed frames by the test."""
     return GpuwatchApp([QuietSource()], interval_s=0.1, clock=lambda: FROZEN_TIME, sample=False)
+
+
+async def until(
+    pilot: Pilot[int], condition: Callable[[], object], what: str, *, timeout_s: float = 60
+) -> None:
+    """Lets the app run until `condition` holds, without a fixed sleep (generous: CI
+    machines are slow)."""
+    await wait_until_async(condition, what, pause=pilot.pause, timeout_s=timeout_s, interval_s=0.02)
+
+
+def synced(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """A Pilot test, run in an event loop of its own (with its fixtures and parameters)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run

@@ -167,7 +167,7 @@ def test_a_node_name_slurm_does_not_know_makes_the_jobs_unknown_saying_why(
     # GIVEN a job on the node, and a daemon told another node name than Slurm's
     gpu_job(slurm, 1)
     args = ("--jobs", "slurm", "--slurm-conf", str(slurm.conf), "--node-name", "not-this-node")
-    env = {"PATH": slurm.env["PATH"], "SLURMD_NODENAME": slurm.node}
+    env = {"PATH": slurm.env["PATH"]}
     with running_daemon(tmp_path, *args, env=env, scenario=NODE) as (_, sock, _):
         # WHEN it reads the jobs THEN they are unknown (never "known, with 0 jobs"), saying why
         body = wait_until(
@@ -187,7 +187,7 @@ def test_the_node_name_given_to_the_daemon_is_slurms(slurm: SlurmCluster, tmp_pa
     # GIVEN a daemon whose host name is not the node's (a container), told the node's name
     job, gpus = gpu_job(slurm, 1)
     args = ("--jobs", "slurm", "--slurm-conf", str(slurm.conf), "--node-name", slurm.node)
-    env = {"PATH": slurm.env["PATH"], "SLURMD_NODENAME": "a-container"}
+    env = {"PATH": slurm.env["PATH"]}  # no SLURMD_NODENAME, and a host name not the node's
     with running_daemon(tmp_path, *args, env=env, scenario=NODE) as (_, sock, _):
         # THEN it sees the node's job on its GPU
         wait_until(lambda: jobs_on_minors(sock) == dict.fromkeys(gpus, job), "the job seen")

@@ -31,12 +31,13 @@ def test_the_node_name_given_is_slurms_name_for_the_node(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a daemon given --node-name (a container's host name is not the node's)
-    monkeypatch.setenv("SLURMD_NODENAME", "from-env")
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
     reader, _ = open_job_reader("slurm", node="gpu-07", timeout_s=1.0)
     # THEN Slurm is asked about that node
     assert isinstance(reader, SlurmJobs) and reader.node == "gpu-07"
-    # AND without it, SLURMD_NODENAME, as slurmd sets it
-    reader, _ = open_job_reader("slurm", timeout_s=1.0)
+    # AND where slurmd's own SLURMD_NODENAME is set, that name, whatever the daemon shows
+    monkeypatch.setenv("SLURMD_NODENAME", "from-env")
+    reader, _ = open_job_reader("slurm", node="gpu-07", timeout_s=1.0)
     assert isinstance(reader, SlurmJobs) and reader.node == "from-env"
 
 

@@ -6,6 +6,8 @@ import contextlib
 import json
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.errors import GpuwatchError, InvalidValueError
-from gpuwatch.reports.oom import OomReport, advice, read_report
+from gpuwatch.reports.oom import OomReport, TensorSize, advice, read_report
 from gpuwatch.reports.training import ModuleMemory, read_reports
 from tests.helpers.cli import run_cli
 
@@ -72,10 +74,51 @@ def test_an_oom_writes_a_report_that_explains_it(tmp_path: Path) -> None:
     assert report.modules and report.modules[0].name == "Sequential"
     assert report.tensors[0].nbytes == 4 * MiB
     assert report.snapshot_path is None
-    # AND a readable copy sits beside it
+    # AND a readable copy sits beside it, within a terminal's 80 columns
     text = path.with_suffix(".txt").read_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
     assert "requested            30.0MiB" in text
     assert "empty_cache() does not help" in text
+
+
+def test_where_the_modules_explain_little_the_report_says_where_the_rest_is(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a training whose modules' activations come to some KiB, on a simulated 1100 MiB
+    # device where the program keeps 1000 MiB alive between steps (in no tensor Python sees)
+    sim = SimulatedAllocator(capacity_bytes=1100 * MiB)
+    model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with watch(model, optimizer=optimizer, per_module=True, oom_dir=tmp_path, source=sim):
+        for _ in range(2):
+            model(torch.randn(64, 32)).sum().backward()
+            optimizer.step()
+        sim.allocate(1000 * MiB)
+        with pytest.raises(SimulatedOutOfMemory):
+            sim.allocate(200 * MiB)
+    # WHEN the user reads the report, as `gpuwatch torch-report` shows it
+    (path,) = tmp_path.glob("*.json")
+    shown = subprocess.run(
+        [str(Path(sys.executable).with_name("gpuwatch")), "torch-report", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    # THEN it says where the memory is: the modules' KiB, the 1000 MiB kept alive, no cache,
+    # no other process; as the copy written beside it does
+    assert shown == path.with_suffix(".txt").read_text()
+    where = shown.split("Where the memory is:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert where[0].startswith("  the modules' activations (Sequential, at its peak)")
+    assert where[0].endswith("KiB")
+    assert where[1].split() == ["other", "tensors", "kept", "alive", where[1].split()[-1]]
+    assert where[1].endswith("MiB") and float(where[1].split()[-1][:-3]) > 999
+    assert where[2].split()[-1] == where[3].split()[-1] == "0B"
+    # AND it advises on what holds it, not on the modules' activations
+    fixes = " ".join(shown.split("What to do:\n", 1)[1].split())  # as one line
+    assert fixes.startswith("- tensors kept alive outside the modules hold 999.")
+    assert "autograd graph kept alive" in fixes and "loss.item()" in fixes
+    assert "checkpointing" not in fixes and "a smaller batch" not in fixes
 
 
 def test_with_history_the_oom_leaves_a_snapshot_torch_report_can_sum_up(
@@ -157,11 +200,45 @@ BASE = OomReport(
         ({"inactive_split_bytes": 3 << 30}, "expandable_segments:True", None),
         ({}, "a smaller batch", "expandable_segments"),
         ({"model_training": False}, "eval mode but gradients are on", None),
-        ({"modules": (ModuleMemory("encoder", 1, 5),)}, "checkpointing", None),
+        ({"modules": (ModuleMemory("encoder", 1, 10 << 30),)}, "checkpointing", None),
+        (
+            {"modules": (ModuleMemory("encoder", 1, 81 << 10),)},
+            "the live tensors Python can see hold only 0B of it",
+            "checkpointing",
+        ),
+        (
+            {
+                "modules": (ModuleMemory("encoder", 1, 81 << 10),),
+                "tensors": (TensorSize("(4096, 4096, 256)", "torch.float32", 16 << 30),),
+            },
+            "the largest live tensors above hold 16.0GiB of it",
+            "a smaller batch",
+        ),
         ({}, "empty_cache() does not help", None),
         ({"reserved_bytes": 1 << 20, "device_free_bytes": 1 << 20}, "other processes", None),
+        (
+            {"device_total_bytes": 80 << 30, "nvml_process_bytes": 21 << 30},
+            "other processes hold most of this GPU",
+            None,
+        ),
+        (
+            {"device_total_bytes": 22 << 30, "nvml_process_bytes": 21 << 30},
+            "",
+            "other processes hold",
+        ),
     ],
-    ids=["fragmented", "plain", "eval-with-grad", "modules", "empty-cache", "others"],
+    ids=[
+        "fragmented",
+        "plain",
+        "eval-with-grad",
+        "modules",
+        "modules-explain-little",
+        "kept-tensors-seen",
+        "empty-cache",
+        "others",
+        "others-by-the-gpus-size",
+        "this-process-holds-the-gpu",
+    ],
 )
 def test_the_advice_fits_the_error(
     changes: dict[str, object], expected: str, absent: str | None

@@ -95,7 +95,7 @@ def test_the_installed_command_in_a_real_terminal(lease_dir: Path) -> None:
 
 
 def test_readme_key_table_lists_every_key() -> None:
-    from gpuwatch.tui.keys import KEYS
+    from gpuwatch.tui.node.keys import KEYS
 
     readme = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "status.md").read_text()
     section = readme.split("## `gpuwatch tui`", 1)[1].split("\n## ", 1)[0]

@@ -12,20 +12,28 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.keys import KEYS
-from gpuwatch.tui.screens import ConfirmScreen, DetailScreen, HelpScreen
-from gpuwatch.tui.widgets import ProcessTable, SectionView
+from gpuwatch.backends import open_backend
+from gpuwatch.tui.common.screens import HelpScreen
+from gpuwatch.tui.common.widgets import SectionView
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.keys import KEYS
+from gpuwatch.tui.node.screens import ConfirmScreen, DetailScreen
+from gpuwatch.tui.node.sources import LocalSource
 from tests.helpers.cli import FROZEN_TIME
-from tests.helpers.tui import HungSource, QuietSource, fed_app, frame, gpu, process, sim_source
-from tests.helpers.wait import wait_until, wait_until_async
+from tests.helpers.daemon import get_json, running_daemon
+from tests.helpers.tui import (
+    HungSource,
+    QuietSource,
+    fed_app,
+    frame,
+    gpu,
+    process,
+    sim_source,
+    until,
+)
+from tests.helpers.wait import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-
-
-async def until(pilot: Pilot[int], condition: Callable[[], bool], what: str) -> None:
-    """Waits, without a fixed sleep, for `condition` (generous: CI machines are slow)."""
-    await wait_until_async(condition, what, pause=pilot.pause, timeout_s=60, interval_s=0.05)
 
 
 def text_of(app: GpuwatchApp, selector: str) -> str:
@@ -33,7 +41,7 @@ def text_of(app: GpuwatchApp, selector: str) -> str:
 
 
 def table_pids(app: GpuwatchApp) -> list[int]:
-    table = app.query_one(ProcessTable)
+    table = app.table()
     return [
         int(str(table.get_row_at(i)[table.get_column_index("pid")]).strip(" *"))
         for i in range(table.row_count)
@@ -108,7 +116,7 @@ def test_filter_by_user_keeps_only_their_rows() -> None:
 
     async def body(pilot: Pilot[int]) -> None:
         await pilot.press("slash", *"user:bob", "enter")
-        table = app.query_one(ProcessTable)
+        table = app.table()
         users = {
             str(table.get_row_at(i)[table.get_column_index("user")]).strip()
             for i in range(table.row_count)
@@ -116,7 +124,7 @@ def test_filter_by_user_keeps_only_their_rows() -> None:
         assert users == {"bob"}
         assert "filter: user:bob" in text_of(app, "#status")
         await pilot.press("escape")
-        await until(pilot, lambda: app.query_one(ProcessTable).row_count > 2, "the filter to clear")
+        await until(pilot, lambda: app.table().row_count > 2, "the filter to clear")
 
     run(app, body)
 
@@ -145,7 +153,7 @@ def test_selection_stays_on_the_same_process_across_refreshes() -> None:
             # THEN the row moved to the top and is still the one selected
             assert table_pids(app) == [2, 1, 3]
             assert app.selected_row().pid == 2  # type: ignore[union-attr]
-            assert app.query_one(ProcessTable).cursor_row == 0
+            assert app.table().cursor_row == 0
 
     asyncio.run(main())
 
@@ -298,7 +306,7 @@ def test_80x24_shows_gpus_and_a_usable_table() -> None:
     app = sim_app()
 
     async def body(pilot: Pilot[int]) -> None:
-        table = app.query_one(ProcessTable)
+        table = app.table()
         keys = [c.key for c in table.columns_shown]
         assert {"gpu", "pid", "user", "gpu_mem", "command"} <= set(keys)
         assert table.size.height >= 6
@@ -347,7 +355,7 @@ def test_several_hosts_get_a_section_each_and_a_host_column(
     import shutil
     import stat
 
-    from gpuwatch.tui.frames import RemoteSource
+    from gpuwatch.tui.node.sources import RemoteSource
     from tests.helpers.ssh import STAND_IN_SSH
 
     bin_dir = tmp_path / "bin"
@@ -369,7 +377,7 @@ def test_several_hosts_get_a_section_each_and_a_host_column(
             assert "alice@node7" in str(views[0].render())
             # AND the unreachable one says why, without hiding the other
             await until(pilot, lambda: "cannot reach" in str(views[1].render()), "node9's error")
-            table = app.query_one(ProcessTable)
+            table = app.table()
             await until(pilot, lambda: table.row_count > 0, "remote processes")
             assert "host" in [c.key for c in table.columns_shown]
             assert str(table.get_row_at(0)[0]).strip() == "alice@node7"
@@ -379,8 +387,8 @@ def test_several_hosts_get_a_section_each_and_a_host_column(
 
 def test_an_added_panel_is_shown_and_handed_every_frame() -> None:
     # GIVEN a panel such as the training panel another part of gpuwatch adds
-    from gpuwatch.tui.state import ScreenState
-    from gpuwatch.tui.widgets import Panel
+    from gpuwatch.tui.node.state import ScreenState
+    from gpuwatch.tui.node.widgets import Panel
 
     class Counting(Panel):
         frames = 0
@@ -419,7 +427,7 @@ def test_mig_devices_sit_under_their_gpu_and_name_where_processes_run() -> None:
         # THEN each MIG device has its line, with its profile
         assert "0:0 3g.40gb" in cards and "0:1 2g.20gb" in cards
         # AND the table says which MIG device each process runs in
-        table = app.query_one(ProcessTable)
+        table = app.table()
         gpu_column = table.get_column_index("gpu")
         devices = {str(table.get_row_at(i)[gpu_column]).strip() for i in range(table.row_count)}
         assert {"0:0", "0:1", "1"} <= devices
@@ -427,18 +435,19 @@ def test_mig_devices_sit_under_their_gpu_and_name_where_processes_run() -> None:
     run(app, body)
 
 
-def test_with_the_daemon_the_graphs_are_full_from_the_first_frame(tmp_path: Path) -> None:
-    # GIVEN a daemon that has sampled for a while (3 GPUs at a constant 40%)
-    from gpuwatch.backends.daemon_client import DaemonBackend
-    from gpuwatch.tui.frames import LocalSource
-    from tests.helpers.daemon import get_json, running_daemon
-
+@pytest.mark.parametrize("backend", ["daemon", "auto"], ids=["backend-daemon", "default-backend"])
+def test_with_the_daemon_the_graphs_are_full_from_the_first_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    # GIVEN a daemon that has sampled for a while (3 GPUs at a constant 40%), read through
+    # --backend daemon or through the default backend (`auto`, which wraps the daemon)
     with running_daemon(tmp_path) as (_, socket_path, _):
         wait_until(
             lambda: get_json(socket_path, "/v1/health")[1]["history"]["samples"] >= 15,
             "some history",
         )
-        source = LocalSource(DaemonBackend(str(socket_path)), None, host_stats=None)
+        monkeypatch.setenv("GPUWATCH_SOCKET", str(socket_path))
+        source = LocalSource(open_backend(backend), None, host_stats=None)
         # WHEN the screen opens on it (its own samples come only once a minute)
         app = GpuwatchApp([source], interval_s=60)
         import asyncio
@@ -457,8 +466,7 @@ def test_with_the_daemon_the_graphs_are_full_from_the_first_frame(tmp_path: Path
 
 
 def test_as_root_the_confirmation_warns_that_anyones_job_can_stop() -> None:
-    from gpuwatch.tui.screens import confirm_text
-    from gpuwatch.tui.signals import Plan, Target
+    from gpuwatch.tui.node.signals import Plan, Target, confirm_text
 
     plan = Plan((Target(7, "bob", "python train.py", None),), (), as_root=True)
     shown = "".join(text for text, _ in confirm_text("SIGKILL", plan))
@@ -470,10 +478,9 @@ def test_shift_t_shows_the_tree_and_asks_the_source_for_parents() -> None:
     # GIVEN two ranks of one launcher, with their parents known
     from dataclasses import replace
 
-    from gpuwatch.tui.frames import Ancestor
+    from gpuwatch.tui.common.frames import Ancestor
 
     source = QuietSource()
-    source.tree = False  # type: ignore[attr-defined]
     app = GpuwatchApp([source], clock=lambda: FROZEN_TIME, sample=False)
     ancestors = (
         Ancestor(100, 1, "alice", "torchrun"),
@@ -489,8 +496,8 @@ def test_shift_t_shows_the_tree_and_asks_the_source_for_parents() -> None:
             # WHEN T is pressed
             await pilot.press("T")
             # THEN the launcher heads its ranks, the source is asked for parents from now on
-            assert source.tree is True  # type: ignore[attr-defined]
-            table = app.query_one(ProcessTable)
+            assert source.tree is True
+            table = app.table()
             command = table.get_column_index("command")
             shown = [str(table.get_row_at(i)[command]).strip() for i in range(table.row_count)]
             assert shown == ["torchrun", "├─ python train.py", "└─ python train.py"]

@@ -10,8 +10,7 @@ import asyncio
 
 import pytest
 
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.widgets import ProcessTable
+from gpuwatch.tui.node.app import GpuwatchApp
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.tui import fed_app, frame, gpu, lease, process, waiter
 
@@ -39,7 +38,7 @@ def churning_frame(second: int) -> object:
 
 
 def held_counts(app: GpuwatchApp) -> dict[str, int]:
-    table = app.query_one(ProcessTable)
+    table = app.table()
     return {
         "table rows": table.row_count,
         "rows the table keeps": len(table.rows),

@@ -14,12 +14,12 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs.job_table import Job, JobTable, NodeJobs
 from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S
 from gpuwatch.sampling.node_jobs import JobsReader
-from gpuwatch.tui import render
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.frames import Frame, LocalSource
-from gpuwatch.tui.rows import RowFilter, build_rows, columns_for
-from gpuwatch.tui.state import Section
-from gpuwatch.tui.widgets import ProcessTable
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.frames import Frame
+from gpuwatch.tui.common.section import Section
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.rows import RowFilter, build_rows, columns_for
+from gpuwatch.tui.node.sources import LocalSource
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.tui import HOST, QuietSource, slurm_jobs
 
@@ -103,7 +103,7 @@ def run_app(frame: Frame, check: object, size: tuple[int, int] = (160, 40)) -> N
 def test_the_screen_shows_the_job_column_and_the_jobs_on_the_cards() -> None:
     def check(app: GpuwatchApp) -> None:
         # THEN the table has a JOB column naming each process's job ("-" on a free GPU)
-        table = app.query_one(ProcessTable)
+        table = app.table()
         column = table.get_column_index("job")
         gpu_column = table.get_column_index("gpu")
         shown = {
@@ -130,7 +130,7 @@ def test_jobs_unknown_is_said_in_the_header_and_the_gpus_are_shown() -> None:
         cards = str(app.query_one("#section-0", Static).render())
         assert "jobs unknown: Slurm did not answer within 2s" in cards
         assert "[3]" in cards and "job 1234" not in cards
-        table = app.query_one(ProcessTable)
+        table = app.table()
         column = table.get_column_index("job")
         assert {str(table.get_row_at(i)[column]).strip() for i in range(table.row_count)} == {"-"}
 

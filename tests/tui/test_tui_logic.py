@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuwatch.backends.auto import AutoBackend
+from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.backends.daemon_client import parse_series
-from gpuwatch.models import GpuSample
-from gpuwatch.tui import render, signals
-from gpuwatch.tui.layout import choose_layout
-from gpuwatch.tui.rows import BY_KEY, RowFilter, build_rows, cell_text, columns_for, sort_rows
-from gpuwatch.tui.state import ScreenState
-from gpuwatch.tui.trends import IdleClock, Series
+from gpuwatch.backends.sim import SimBackend
+from gpuwatch.errors import DriverNotFoundError
+from gpuwatch.gpu_history import GpuSeries
+from gpuwatch.models import GpuSample, Snapshot
+from gpuwatch.tui.common import render
+from gpuwatch.tui.common.layout import choose_layout
+from gpuwatch.tui.common.trends import IdleClock, Series
+from gpuwatch.tui.node import signals
+from gpuwatch.tui.node.rows import BY_KEY, RowFilter, build_rows, cell_text, columns_for, sort_rows
+from gpuwatch.tui.node.sources import LocalSource
+from gpuwatch.tui.node.state import ScreenState
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.imports import HEAVY, loaded_after
 from tests.helpers.tui import GIB, frame, gpu, lease, process, waiter
@@ -87,9 +95,15 @@ def test_durations_read_like_ps(seconds: float | None, text: str) -> None:
     ids=["escape", "bidi-override", "nul", "c1-control"],
 )
 def test_control_and_bidi_characters_never_reach_the_terminal(hostile: str) -> None:
-    shown = render.printable(hostile)
-    assert all(ch.isprintable() for ch in shown)
-    assert "?" in shown
+    # GIVEN a process whose command and user carry characters a terminal acts on
+    row = build_rows(
+        frame([gpu(0)], [process(1, 0, command=hostile, user=hostile)]), {}, FROZEN_TIME, 600
+    )[0]
+    # WHEN its cells are drawn THEN each is printable, and marks where they were
+    for key in ("command", "user"):
+        shown = cell_text(row, BY_KEY[key], FROZEN_TIME, tagged=False)[0]
+        assert all(ch.isprintable() for ch in shown)
+        assert "?" in shown
 
 
 def test_markup_in_a_command_is_shown_as_typed() -> None:
@@ -126,7 +140,7 @@ def _rows():  # type: ignore[no-untyped-def]
 def test_sort_by_any_column_with_a_stable_tie_break(
     column: str, reverse: bool, pids: list[int]
 ) -> None:
-    ordered = sort_rows(_rows(), column, reverse=reverse, now=FROZEN_TIME)
+    ordered = sort_rows(_rows(), column, reverse=reverse)
     assert [r.pid for r in ordered] == pids
 
 
@@ -319,14 +333,20 @@ def test_state_stays_bounded_over_an_hour_of_samples() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "gpuwatch.tui.render",
-        "gpuwatch.tui.rows",
-        "gpuwatch.tui.state",
-        "gpuwatch.tui.layout",
-        "gpuwatch.tui.signals",
-        "gpuwatch.tui.frames",
-        "gpuwatch.tui.keys",
-        "gpuwatch.tui.training_panel",
+        "gpuwatch.tui.common.render",
+        "gpuwatch.tui.node.rows",
+        "gpuwatch.tui.common.section",
+        "gpuwatch.tui.common.layout",
+        "gpuwatch.tui.node.signals",
+        "gpuwatch.tui.node.sources",
+        "gpuwatch.tui.node.keys",
+        "gpuwatch.tui.node.training",
+        "gpuwatch.tui.node.sampler",
+        "gpuwatch.tui.node.model",
+        "gpuwatch.tui.common.cards",
+        "gpuwatch.tui.common.view",
+        "gpuwatch.tui.fleet.model",
+        "gpuwatch.tui.fleet.node_cards",
     ],
 )
 def test_the_tui_logic_imports_no_textual(module: str) -> None:
@@ -453,8 +473,8 @@ def test_cells_never_exceed_the_bar(total: int, parts: list[float]) -> None:
 
 def test_the_tree_puts_ranks_under_their_launcher_and_starts_where_it_branches() -> None:
     # GIVEN two ranks started by torchrun (from a shell under sshd), and an unrelated job
-    from gpuwatch.tui.frames import Ancestor
-    from gpuwatch.tui.tree import tree_order
+    from gpuwatch.tui.common.frames import Ancestor
+    from gpuwatch.tui.node.tree import tree_order
 
     ancestors = {
         a.pid: a
@@ -470,7 +490,7 @@ def test_the_tree_puts_ranks_under_their_launcher_and_starts_where_it_branches()
     f = frame(
         [gpu(0), gpu(1)], [process(101, 0, gib=9), process(200, 1, gib=5), process(102, 1, gib=1)]
     )
-    rows = sort_rows(build_rows(f, {}, FROZEN_TIME, 600), "gpu_mem", reverse=True, now=FROZEN_TIME)
+    rows = sort_rows(build_rows(f, {}, FROZEN_TIME, 600), "gpu_mem", reverse=True)
     # WHEN laid out as a tree
     tree = tree_order(rows, ancestors, "node1")
     # THEN torchrun heads its ranks (sshd and bash above it are left out), biggest first
@@ -485,8 +505,8 @@ def test_the_tree_puts_ranks_under_their_launcher_and_starts_where_it_branches()
 
 
 def test_a_forged_parent_loop_still_ends() -> None:
-    from gpuwatch.tui.frames import Ancestor
-    from gpuwatch.tui.tree import tree_order
+    from gpuwatch.tui.common.frames import Ancestor
+    from gpuwatch.tui.node.tree import tree_order
 
     ancestors = {7: Ancestor(7, 8, None, "a"), 8: Ancestor(8, 7, None, "b")}
     rows = build_rows(frame([gpu(0)], [process(7, 0)]), {}, FROZEN_TIME, 600)
@@ -494,7 +514,7 @@ def test_a_forged_parent_loop_still_ends() -> None:
 
 
 def test_ancestors_are_read_from_proc_up_to_init() -> None:
-    from gpuwatch.tui.frames import read_ancestors
+    from gpuwatch.tui.node.sources import read_ancestors
 
     found = {a.pid: a for a in read_ancestors({os.getpid()})}
     assert found[os.getpid()].ppid == os.getppid()
@@ -532,7 +552,8 @@ def test_a_gpu_idle_24_s_after_the_wall_clock_jumps_a_day_is_idle_24_s() -> None
 
 def test_help_lines_too_long_go_on_under_their_description() -> None:
     # GIVEN the help at the width of an 80-column terminal's box
-    from gpuwatch.tui.screens import HELP_WIDTH, help_text
+    from gpuwatch.tui.common.keys import HELP_WIDTH
+    from gpuwatch.tui.node.keys import help_text
 
     text = "".join(part for part, _ in help_text(readonly=False, width=HELP_WIDTH))
     lines = text.splitlines()
@@ -547,13 +568,13 @@ def test_help_lines_too_long_go_on_under_their_description() -> None:
 
 
 def test_every_column_title_has_room_for_the_sort_arrow() -> None:
-    from gpuwatch.tui.rows import COLUMNS
+    from gpuwatch.tui.node.rows import COLUMNS
 
     assert all(c.width >= len(c.title) + 2 for c in COLUMNS if c.key != "command")
 
 
 def test_sizes_read_as_gpuwatch_status_writes_them() -> None:
-    from gpuwatch.tui import render
+    from gpuwatch.tui.common import render
     from gpuwatch.units import format_size
 
     for num_bytes in (1000 << 20, 512 << 20, int(61.5 * GIB), 3 << 40):
@@ -563,11 +584,11 @@ def test_sizes_read_as_gpuwatch_status_writes_them() -> None:
 
 @pytest.mark.parametrize("width", [40, 60, 80, 100, 160])
 def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None:
-    from gpuwatch.tui.widgets import _header, fit_parts
+    from gpuwatch.tui.common.cards import fit_parts, header_parts
 
     state = ScreenState(["sim-node"], 1.0)
     state.apply(0, frame([gpu(0)], waiters=[waiter(9)], source="sim-node"), 0.0)
-    parts = _header(state.sections[0], None, None, graphs=True)
+    parts = header_parts(state.sections[0], None, None, graphs=True)
     text = "".join(t for t, _ in fit_parts(parts, width))
     assert len(text) <= width
     wanted = [
@@ -583,8 +604,26 @@ def test_the_section_header_drops_whole_parts_never_cuts_one(width: int) -> None
     assert "sim-node" in shown and "1 waiting for GPUs" in shown
 
 
+@pytest.mark.parametrize("width", [30, 80, 160])
+@pytest.mark.parametrize("simulated", [True, False], ids=["simulated", "real"])
+def test_the_section_header_says_simulated_however_narrow(width: int, simulated: bool) -> None:
+    from gpuwatch.tui.common.cards import fit_parts, header_parts
+
+    # GIVEN a frame of a simulated node, or of a real one
+    real = frame([gpu(0)], source="node1")
+    assert real.snapshot is not None
+    state = ScreenState(["node1"], 1.0)
+    state.apply(0, replace(real, snapshot=replace(real.snapshot, simulated=simulated)), 0.0)
+    # WHEN its header is fitted to the screen
+    parts = header_parts(state.sections[0], None, None, graphs=True)
+    shown = "".join(t for t, _ in fit_parts(parts, width)).split("  ")
+    # THEN a simulated node's says so, whatever else goes; a real node's never does
+    assert ("simulated" in shown) is simulated
+    assert shown[0] == "node1"
+
+
 def test_a_lost_driver_says_its_error_once() -> None:
-    from gpuwatch.tui.widgets import _header, shared_error
+    from gpuwatch.tui.common.cards import header_parts, shared_error
 
     error = "NVML: driver/library version mismatch or GPU fallen off the bus (reboot needed)"
     gpus = [gpu(i, error=error) for i in range(4)]
@@ -593,9 +632,53 @@ def test_a_lost_driver_says_its_error_once() -> None:
     state = ScreenState(["node1"], 1.0)
     state.apply(0, frame(gpus), 0.0)
     header = "".join(
-        t for _, spans in _header(state.sections[0], None, error, graphs=False) for t, _ in spans
+        t
+        for _, spans in header_parts(state.sections[0], None, error, graphs=False)
+        for t, _ in spans
     )
     assert header.count(error) == 1
     card = render.gpu_card(gpus[1], render.CardInput(error_above=True), 80, 0)
     text = "".join(t for line in card for t, _ in line)
     assert error not in text and text.count("see above") == 1
+
+
+class DaemonWithHistory(SimBackend):
+    """The daemon as the screen sees it: snapshots, and its history of each GPU."""
+
+    name = "daemon"
+
+    def history(self, window_s: float) -> list[GpuSeries]:
+        times = [FROZEN_TIME - 600 + 10 * n for n in range(61)]
+        return [GpuSeries(0, "GPU-0", times, [GIB] * 61, [40] * 61, [50] * 61, [200.0] * 61)]
+
+
+class NoDriver(Backend):
+    name = "nvml"
+
+    def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
+        raise DriverNotFoundError("no driver here")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("backend", "note"),
+    [
+        (lambda: DaemonWithHistory(1), "from the daemon's history (10 min)"),
+        (lambda: AutoBackend(DaemonWithHistory(1), NoDriver), "from the daemon's history (10 min)"),
+        (lambda: SimBackend(1), "from this screen's samples"),
+    ],
+    ids=["backend-daemon", "default-backend-over-the-daemon", "no-history-kept"],
+)
+def test_the_screen_starts_with_the_history_its_backend_keeps(
+    backend: Callable[[], Backend], note: str
+) -> None:
+    # GIVEN a source over a backend that keeps a history (the daemon's, whether asked for
+    # directly or behind the default backend) or none
+    source = LocalSource(backend(), None, host_stats=None)
+    # WHEN the screen asks for the past
+    backfill = source.backfill()
+    # THEN it gets the daemon's samples where there are some, and says where they come from
+    assert backfill.note == note
+    assert len(backfill.series) == (0 if "screen" in note else 1)

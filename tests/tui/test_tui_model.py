@@ -1,12 +1,12 @@
-"""The table's model (`gpuwatch.tui.model`): every transition, without a terminal."""
+"""The table's model (`gpuwatch.tui.node.model`): every transition, without a terminal."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuwatch.tui.frames import Ancestor
-from gpuwatch.tui.model import DEFAULT_SORT, TableView
-from gpuwatch.tui.rows import Row, build_rows
+from gpuwatch.tui.common.frames import Ancestor
+from gpuwatch.tui.node.model import DEFAULT_SORT, TableView
+from gpuwatch.tui.node.rows import Row, build_rows
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.imports import HEAVY, loaded_after
 from tests.helpers.tui import frame, gpu, process
@@ -25,11 +25,11 @@ def rows() -> list[Row]:
 
 
 def pids(view: TableView, **kwargs: object) -> list[int]:
-    return [row.pid for row in view.arrange(rows(), FROZEN_TIME, **kwargs)]  # type: ignore[arg-type]
+    return [row.pid for row in view.arrange(rows(), **kwargs)]  # type: ignore[arg-type]
 
 
 def test_the_model_loads_no_textual() -> None:
-    assert not loaded_after("import gpuwatch.tui.model") & set(HEAVY)
+    assert not loaded_after("import gpuwatch.tui.node.model") & set(HEAVY)
 
 
 def test_the_start_is_by_gpu_memory_largest_first() -> None:
@@ -113,7 +113,7 @@ def test_the_tree_view_puts_children_under_their_parent() -> None:
         5: Ancestor(5, 1, "bob", "torchrun"),
     }
     view = TableView().toggle_tree()
-    arranged = view.arrange(rows(), FROZEN_TIME, [("node1", known)])
+    arranged = view.arrange(rows(), [("node1", known)])
     # THEN the launcher gets a row, its children follow it, the tree sorts by its best row
     assert [row.pid for row in arranged] == [20, 5, 10, 30]
     assert arranged[1].kind == "parent"

@@ -14,8 +14,8 @@ import pytest
 from textual.pilot import Pilot
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.frames import LocalSource
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.sources import LocalSource
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.tui import HOST, QuietSource, lease, slurm_jobs, waiter
 

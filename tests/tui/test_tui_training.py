@@ -18,10 +18,10 @@ from gpuwatch.reports.training import (
     TrainingReports,
     reports_for_this_machine,
 )
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.frames import LocalSource
-from gpuwatch.tui.training_panel import training_lines
-from gpuwatch.tui.widgets import TrainingPanel
+from gpuwatch.tui.node.app import GpuwatchApp
+from gpuwatch.tui.node.sources import LocalSource
+from gpuwatch.tui.node.training import training_lines
+from gpuwatch.tui.node.widgets import TrainingPanel
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.tui import QuietSource
 from tests.helpers.wait import wait_until_async

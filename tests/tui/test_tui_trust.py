@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 from textual.pilot import Pilot
 
-from gpuwatch.tui.app import GpuwatchApp
-from gpuwatch.tui.widgets import REMOVE_ONE_BY_ONE_MAX, ProcessTable
+from gpuwatch.tui.common.table import REMOVE_ONE_BY_ONE_MAX, RowTable
+from gpuwatch.tui.node.app import GpuwatchApp
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.tui import QuietSource, frame, gpu, process
 
@@ -49,13 +49,13 @@ def test_a_mass_exit_empties_the_table_in_one_pass_and_keeps_the_selection(
     # GIVEN a table of many processes, one of them selected
     app = fed_app()
     removed: list[object] = []
-    original = ProcessTable.remove_row
+    original = RowTable.remove_row
 
-    def counting(table: ProcessTable, key: object) -> None:
+    def counting(table: RowTable, key: object) -> None:
         removed.append(key)
         original(table, key)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ProcessTable, "remove_row", counting)
+    monkeypatch.setattr(RowTable, "remove_row", counting)
     survivor = process(99, 0, gib=50)
     crowd = many(10 * REMOVE_ONE_BY_ONE_MAX)
 
@@ -67,7 +67,7 @@ def test_a_mass_exit_empties_the_table_in_one_pass_and_keeps_the_selection(
         # WHEN all but the selected one exit at once
         app.feed(0, frame([gpu(0), gpu(1)], [survivor]))
         await pilot.pause()
-        table = app.query_one(ProcessTable)
+        table = app.table()
         # THEN the table holds just it, still selected, and no row was renumbered one by one
         assert table.row_count == 1
         assert app.selected_row().pid == 99  # type: ignore[union-attr]
@@ -89,7 +89,7 @@ def test_a_filter_that_hides_thousands_and_brings_them_back_keeps_every_row() ->
     async def body(pilot: Pilot[int]) -> None:
         app.feed(0, frame([gpu(0), gpu(1)], crowd))
         await pilot.pause()
-        table = app.query_one(ProcessTable)
+        table = app.table()
         await pilot.press("slash", "z")
         assert table.row_count == 0
         await pilot.press("backspace", "enter")
@@ -141,7 +141,7 @@ def test_home_and_end_select_the_first_and_the_last_process() -> None:
 
 
 def test_8_gpus_at_80x24_all_show_without_scrolling() -> None:
-    from gpuwatch.tui.widgets import SectionView
+    from gpuwatch.tui.common.widgets import SectionView
 
     app = fed_app()
 
@@ -153,7 +153,7 @@ def test_8_gpus_at_80x24_all_show_without_scrolling() -> None:
         # THEN every card is on screen, and the panel has nothing below to scroll to
         assert all(f"[{i}] H100" in cards for i in range(8))
         assert panel.max_scroll_y == 0
-        assert app.query_one(ProcessTable).size.height >= 6
+        assert app.table().size.height >= 6
 
     run(app, body, size=(80, 24))
 
@@ -167,7 +167,7 @@ def test_the_sort_arrow_shows_both_ways(reverse: bool) -> None:
         await pilot.pause()
         if not reverse:
             await pilot.press("r")
-        table = app.query_one(ProcessTable)
+        table = app.table()
         arrow = "▼" if reverse else "▲"
         label = table.columns["gpu_mem"].label  # type: ignore[index]
         assert str(label) == f"GPU-MEM {arrow}"
@@ -185,7 +185,7 @@ def test_lease_text_is_readable_on_the_dark_theme() -> None:
         app.theme = "textual-dark"
         app.feed(0, frame([gpu(0)], many(1)))
         await pilot.pause()
-        table = app.query_one(ProcessTable)
+        table = app.table()
         colour = table.get_component_rich_style("span--lease").color
         assert colour is not None
         background = app.screen.styles.background
@@ -220,7 +220,7 @@ def test_the_sm_column_shows_each_processs_share_and_sorts_by_it() -> None:
     async def body(pilot: Pilot[int]) -> None:
         app.feed(0, frame([gpu(0)], [busy, idle, in_mig]))
         await pilot.pause()
-        table = app.query_one(ProcessTable)
+        table = app.table()
         column = table.get_column_index("sm")
         cells = {
             int(str(table.get_row_at(i)[table.get_column_index("pid")]).strip(" *")): str(

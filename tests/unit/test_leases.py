@@ -14,7 +14,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -31,6 +31,7 @@ from gpuwatch.placement.acquire import Wanted, acquire
 from gpuwatch.request import Request
 from tests.helpers.cli import run_cli
 from tests.helpers.daemon import running_daemon
+from tests.helpers.fake_nvml import FakeGpu, FakeNvml
 from tests.helpers.wait import wait_until
 
 GPU = GpuSample(index=3, uuid="GPU-3", name="H100", pci_bus_id=None)
@@ -223,10 +224,11 @@ def test_a_lease_whose_command_holds_a_newline_still_holds_its_gpu(tmp_path: Pat
     lease_dir = LeaseDir(tmp_path)
     with lease_dir.locked():
         held = lease_dir.claim(GPU, mem_bytes=None, command="python train.py --note 'a\nb\tc'")
-    # WHEN another process lists the leases THEN the lease is there, command and all
+    # WHEN another process lists the leases THEN the lease is there, its command made
+    # printable as all text that enters the model is
     try:
         (seen,) = LeaseDir(tmp_path).leases()
-        assert seen.command == "python train.py --note 'a\nb\tc'"
+        assert seen.command == "python train.py --note 'a?b?c'"
     finally:
         held.release()
 
@@ -694,7 +696,7 @@ class Jobs:
 
 
 def test_select_in_an_unusable_default_directory_warns_and_holds_no_lease(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_nvml: Callable[..., FakeNvml]
 ) -> None:
     import gpuwatch
     from gpuwatch.placement import selection as selection_module
@@ -709,10 +711,11 @@ def test_select_in_an_unusable_default_directory_warns_and_holds_no_lease(
     for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPUWATCH_HELD"):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
-    # WHEN a script selects a GPU
+    # WHEN a script selects a GPU of this machine (a simulated node's leases live apart)
+    fake_nvml(FakeGpu(utilization=0))
     try:
         with pytest.warns(RuntimeWarning, match="picking without a lease"):
-            selected = gpuwatch.select(sim="8")
+            selected = gpuwatch.select(backend="nvml")
         # THEN it has one, holds no lease, and the file is left as it was
         assert len(selected.gpus) == 1 and selected.environment.get("GPUWATCH_HELD", "") == ""
         assert fallback.read_text() == "not a directory"

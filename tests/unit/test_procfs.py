@@ -21,8 +21,8 @@ import pytest
 from gpuwatch import procfs
 from gpuwatch.hostinfo import read_lineage
 from gpuwatch.leases.locking import process_uids
-from gpuwatch.tui.details import read_details
-from gpuwatch.tui.frames import HostStatsReader
+from gpuwatch.tui.node.details import read_details
+from gpuwatch.tui.node.sources import HostStatsReader
 from tests.helpers.other_user import as_user, other_user_ids
 from tests.helpers.wait import wait_until
 
@@ -256,7 +256,7 @@ def test_another_users_environment_is_refused_with_a_sentence() -> None:
     # GIVEN another user, who looks at the details of this process (root's, or ours)
     uid, gid = other_user_ids()
     code = (
-        "from gpuwatch.tui.details import read_details\n"
+        "from gpuwatch.tui.node.details import read_details\n"
         f"print(read_details({os.getpid()}).environment[0])\n"
     )
     done = subprocess.run(

@@ -183,7 +183,8 @@ def test_fallback_cpu_gives_an_empty_selection_without_a_driver(
 
 def test_fallback_cpu_does_not_hide_busy_gpus() -> None:
     with pytest.raises(NotEnoughGpusError):
-        gpuwatch.select(sim=4, min_free="80GiB", fallback="cpu")
+        # 79.5GiB: within the GPUs' 79.6GiB, more than any has free
+        gpuwatch.select(sim=4, min_free="79.5GiB", fallback="cpu")
 
 
 @pytest.mark.parametrize(
@@ -295,12 +296,12 @@ def test_visible_devices_hiding_every_gpu_means_no_gpu(
 
 
 def test_not_enough_gpus_says_why_for_each_gpu() -> None:
-    # GIVEN a node where no GPU has 80GiB free, WHEN a script asks for it
+    # GIVEN a node of 79.6GiB GPUs where none has 79.5GiB free, WHEN a script asks for it
     with pytest.raises(NotEnoughGpusError) as raised:
-        gpuwatch.select(min_free="80GiB", sim=4)
+        gpuwatch.select(min_free="79.5GiB", sim=4)
     # THEN the message itself (what a traceback shows) carries pick's per-GPU reasons
     lines = str(raised.value).splitlines()
-    assert lines[0].startswith("1 idle GPU with 80.0GiB free wanted, 0 qualify; 3 GPUs in use")
+    assert lines[0].startswith("1 idle GPU with 79.5GiB free wanted, 0 qualify; 3 GPUs in use")
     assert lines[1:] == [f"  {reason}" for reason in raised.value.reasons]
     assert len(lines) == 5 and lines[1].startswith("  GPU ")
 

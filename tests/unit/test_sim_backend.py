@@ -308,11 +308,15 @@ def test_open_backend_refuses_contradictions(kind: str, sim: str | None, message
 
 
 class _GoneDaemon(SimBackend):
-    """A daemon that answers until `gone`, as one that restarts or hangs."""
+    """A daemon of real GPUs that answers until `gone`, as one that restarts or hangs."""
 
     name = "daemon"
     socket_path = "/run/gpuwatch/gpuwatch.sock"
     gone = False
+
+    def __init__(self, gpus: int) -> None:
+        super().__init__(gpus)
+        self.simulation = None  # as the daemon of a real node is
 
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         if self.gone:

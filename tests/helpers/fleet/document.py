@@ -13,6 +13,7 @@ NODE_KEYS = {
     "age_s",
     "error",
     "exporter",
+    "simulated",
     "lease_waiters",
     "longest_wait_s",
     "jobs_known",

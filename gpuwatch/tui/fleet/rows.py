@@ -1,0 +1,393 @@
+"""The fleet table's rows: one per node, the totals above them, and the users view.
+
+Pure: a `FleetState` in, rows out, in one pass over the nodes (each node's work is
+bounded by its own GPUs and processes), so 1,000 nodes cost a thousand times one.
+Whether a GPU is free is `pick`'s own rule, not a copy of it: a GPU is free when a
+plain `gpuwatch pick` (one whole GPU, exclusive) would take it there: no lease on it,
+no other job's compute process where processes are known, at most 1 GiB in use and
+5 % busy, not split into MIG devices, readable. A node that is down or stale has no
+free GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from gpuwatch.fleet.node_figures import NodeFigures, node_figures
+from gpuwatch.models import FleetState, GpuSample, Lease, NodeState, NodeSummary, Snapshot
+from gpuwatch.placement.gpus import choose
+from gpuwatch.request import Request
+from gpuwatch.tui.common.trends import IDLE_UTILIZATION_PCT, IdleClock
+
+_PLAIN_PICK = Request()
+
+IdleFor = Callable[[str, GpuSample], float | None]
+"""How long the screen has seen a node's GPU idle (seconds), or `None`: not idle, or not
+watched long enough to say."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node as its row shows it; `None` is unknown (never zero)."""
+
+    node: str
+    up: bool
+    has_data: bool
+    """False for a node never read: it has no GPUs to show."""
+    age_s: float | None
+    error: str | None
+    exporter: str | None
+    gpus: int | None = None
+    gpus_free: int | None = None
+    """`None` on a node that is not up: nothing there counts as free."""
+    most_free_bytes: int | None = None
+    """The most free memory on one of its GPUs."""
+    memory_free_bytes: int | None = None
+    utilization_pct: float | None = None
+    """Its GPUs' mean utilization."""
+    hottest_c: int | None = None
+    power_w: float | None = None
+    leases: int | None = None
+    """`None` where the node runs another exporter, which tells no leases."""
+    idle_held: int | None = None
+    """GPUs held (a lease, a process holding memory, or a scheduler's job) but idle."""
+    lease_waiters: int | None = None
+    """Jobs waiting in line for its GPUs; `None` where its exporter does not tell."""
+    longest_wait_s: float | None = None
+    jobs: int | None = None
+    """The scheduler's jobs holding its GPUs; `None` where they are unknown."""
+    idle_allocated: int | None = None
+    """GPUs a job holds but leaves idle; `None` where jobs are unknown."""
+    users: frozenset[str] = frozenset()
+    models: str = ""
+    """Its GPU models, for the filter."""
+    simulated: bool = False
+    """Its GPUs are made up (a daemon serving a simulated node): its name says so."""
+
+    @property
+    def key(self) -> str:
+        return self.node
+
+    @property
+    def shown_name(self) -> str:
+        """The node's name as its row shows it: `gpu-01 (simulated)` for a simulated one."""
+        return f"{self.node} (simulated)" if self.simulated else self.node
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """The line above the table."""
+
+    nodes_up: int
+    nodes_down: int
+    gpus: int
+    gpus_free: int
+    memory_free_bytes: int
+    utilization_pct: float | None
+
+
+class RowMemory:
+    """What a read's rows computed, kept for the next read where a node did not change: a
+    node's data changes when it is scraped, far less often than the screen reads. A node
+    read GPU by GPU keeps its free GPUs by `pick`'s rule (most of what its row costs)
+    while its GPUs and leases stay the same; a node read as its figures keeps the set of
+    its users while they are the very same. Only the nodes of the latest read are kept."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[Snapshot, tuple[Lease, ...] | None, int]] = {}
+        self._seen: dict[str, tuple[Snapshot, tuple[Lease, ...] | None, int]] = {}
+        self._users: dict[str, tuple[tuple[tuple[str, int, int], ...], frozenset[str]]] = {}
+        self._users_seen: dict[str, tuple[tuple[tuple[str, int, int], ...], frozenset[str]]] = {}
+
+    def free(self, node: NodeState, snapshot: Snapshot) -> int:
+        known = self._known.get(node.name)
+        if known is not None and known[0] == snapshot and known[1] == node.leases:
+            self._seen[node.name] = known
+            return known[2]
+        free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying
+        self._seen[node.name] = (snapshot, node.leases, free)
+        return free
+
+    def users(self, node: str, summary: NodeSummary) -> frozenset[str]:
+        held = self._users.get(node)
+        if held is None or held[0] is not summary.users:
+            held = (summary.users, _summary_users(summary))
+        self._users_seen[node] = held
+        return held[1]
+
+    def forget_unseen(self) -> None:
+        """Keeps only the nodes seen since the last call."""
+        self._known, self._seen = self._seen, {}
+        self._users, self._users_seen = self._users_seen, {}
+
+
+def build_rows(
+    fleet: FleetState,
+    idle_for: IdleFor | None = None,
+    idle_after_s: float = 0.0,
+    memory: RowMemory | None = None,
+) -> list[NodeRow]:
+    """One row per node, in the fleet's order. A held GPU is an idle holder when it is idle
+    now, or, given `idle_for`, when the screen has seen it idle for `idle_after_s`.
+    `memory` keeps what the rows of nodes whose data did not change computed last read."""
+    rows = [node_row(node, idle_for, idle_after_s, memory) for node in fleet.nodes]
+    if memory is not None:
+        memory.forget_unseen()
+    return rows
+
+
+def node_row(
+    node: NodeState,
+    idle_for: IdleFor | None,
+    idle_after_s: float,
+    memory: RowMemory | None = None,
+) -> NodeRow:
+    snapshot = node.snapshot
+    if node.summary is not None:  # as every other row says it, though its GPUs were read
+        users = (
+            _summary_users(node.summary)
+            if memory is None
+            else memory.users(node.name, node.summary)
+        )
+        return _summarized(node, node.summary, users)
+    if snapshot is None:
+        return _never_read(node)
+    gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
+    free: int | None = None
+    if node.up and memory is not None:
+        free = memory.free(node, snapshot)
+    elif node.up:
+        free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying
+    return _read_row(
+        node,
+        node_figures(snapshot.gpus),
+        gpus_free=free,
+        leases=None if node.leases is None else len(node.leases),
+        idle_held=_idle_held(node, gpus, idle_for, idle_after_s),
+        jobs=None if node.jobs is None else len({job.job_id for job in node.jobs}),
+        idle_allocated=_idle_allocated(node, gpus, idle_for, idle_after_s),
+        users=_users(node),
+        models=" ".join(sorted({gpu.name for gpu in gpus if gpu.name})),
+    )
+
+
+def _summarized(node: NodeState, summary: NodeSummary, users: frozenset[str]) -> NodeRow:
+    """A node read as its figures (its daemon's, and Prometheus's): the same as its GPUs'."""
+    return _read_row(
+        node,
+        summary,
+        gpus_free=summary.gpus_free if node.up else None,
+        leases=summary.leases,
+        idle_held=summary.idle_held,
+        jobs=summary.jobs,
+        idle_allocated=summary.idle_allocated,
+        users=users,
+        models=" ".join(summary.models),
+    )
+
+
+def _read_row(
+    node: NodeState,
+    figures: NodeFigures | NodeSummary,
+    *,
+    gpus_free: int | None,
+    leases: int | None,
+    idle_held: int | None,
+    jobs: int | None,
+    idle_allocated: int | None,
+    users: frozenset[str],
+    models: str,
+) -> NodeRow:
+    """The row of a node that was read, from its GPUs' `figures` (or its own)."""
+    return NodeRow(
+        node.name,
+        node.up,
+        True,
+        node.age_s,
+        node.error,
+        _exporter(node),
+        gpus=figures.gpus,
+        gpus_free=gpus_free,
+        most_free_bytes=figures.most_free_bytes,
+        memory_free_bytes=figures.memory_free_bytes,
+        utilization_pct=figures.utilization_pct,
+        hottest_c=figures.hottest_c,
+        power_w=figures.power_w,
+        leases=leases,
+        idle_held=idle_held,
+        lease_waiters=node.lease_waiters,
+        longest_wait_s=node.longest_wait_s,
+        jobs=jobs,
+        idle_allocated=idle_allocated,
+        users=users,
+        models=models,
+        simulated=node.simulated,
+    )
+
+
+def _summary_users(summary: NodeSummary) -> frozenset[str]:
+    return frozenset(user for user, _, _ in summary.users if user)
+
+
+def _never_read(node: NodeState) -> NodeRow:
+    return NodeRow(node.name, node.up, False, node.age_s, node.error, _exporter(node))
+
+
+def _exporter(node: NodeState) -> str | None:
+    return None if node.exporter is None else str(node.exporter)
+
+
+def _users(node: NodeState) -> frozenset[str]:
+    """Who runs a process there, and whose job holds a GPU there."""
+    assert node.snapshot is not None
+    users = {p.user for p in node.snapshot.processes if p.user}
+    return frozenset(users | {job.user for job in node.jobs or () if job.user})
+
+
+def _idle_held(
+    node: NodeState, gpus: list[GpuSample], idle_for: IdleFor | None, idle_after_s: float
+) -> int | None:
+    """Held GPUs (leased, a process holds memory, or a job holds it) idle for `idle_after_s`;
+    `None` where neither leases, processes nor jobs are told."""
+    snapshot = node.snapshot
+    assert snapshot is not None
+    if node.leases is None and not snapshot.processes and node.jobs is None:
+        return None
+    leased = {lease.gpu_uuid for lease in node.leases or ()}
+    holding = {p.gpu_index for p in snapshot.processes if p.memory_used_bytes}
+    holding |= {job.gpu_index for job in node.jobs or ()}
+    held = [gpu for gpu in gpus if gpu.uuid in leased or gpu.index in holding]
+    return sum(_idle_enough(node, gpu, idle_for, idle_after_s) for gpu in held)
+
+
+def _idle_allocated(
+    node: NodeState, gpus: list[GpuSample], idle_for: IdleFor | None, idle_after_s: float
+) -> int | None:
+    if node.jobs is None:
+        return None
+    allocated = {job.gpu_index for job in node.jobs}
+    return sum(
+        _idle_enough(node, gpu, idle_for, idle_after_s) for gpu in gpus if gpu.index in allocated
+    )
+
+
+def _idle_enough(
+    node: NodeState, gpu: GpuSample, idle_for: IdleFor | None, idle_after_s: float
+) -> bool:
+    """Idle for `idle_after_s` by the screen's own watch (`idle_for`; without it: idle now),
+    or by the node's daemon, which has watched a job's GPU since the job left it idle."""
+    if idle_for is not None:
+        seen = idle_for(node.name, gpu)
+    else:
+        util = gpu.utilization_pct
+        seen = 0.0 if util is not None and util <= IDLE_UTILIZATION_PCT else None
+    told = [job.allocated_idle_s for job in node.jobs_on(gpu.index) if job.allocated_idle_s]
+    longest = max([*told, *([] if seen is None else [seen])], default=None)
+    return longest is not None and longest >= idle_after_s
+
+
+def totals(rows: Iterable[NodeRow]) -> Totals:
+    """Nodes up and down (stale counts as down), and the GPUs of the nodes that are up."""
+    up = down = gpus = free = memory = 0
+    busy_sum, busy_count = 0.0, 0
+    for row in rows:
+        if not row.up:
+            down += 1
+            continue
+        up += 1
+        gpus += row.gpus or 0
+        free += row.gpus_free or 0
+        memory += row.memory_free_bytes or 0
+        if row.utilization_pct is not None and row.gpus:
+            busy_sum += row.utilization_pct * row.gpus
+            busy_count += row.gpus
+    mean = busy_sum / busy_count if busy_count else None
+    return Totals(up, down, gpus, free, memory, mean)
+
+
+@dataclass(frozen=True, slots=True)
+class UserRow:
+    """One user across the fleet: on how many nodes and GPUs, with how much GPU memory."""
+
+    user: str
+    nodes: int
+    gpus: int
+    memory_bytes: int
+    jobs: int = 0
+    """The scheduler's jobs of theirs holding GPUs, where nodes tell them."""
+
+
+def user_rows(fleet: FleetState) -> tuple[list[UserRow], int]:
+    """Users by GPU memory held, most first, from the processes and jobs of nodes that are
+    up; and how many nodes that are up tell no processes (another exporter)."""
+    gpus: dict[str, set[tuple[str, int]]] = {}
+    memory: dict[str, int] = {}
+    jobs: dict[str, set[tuple[str, str]]] = {}
+    silent = 0
+    for node in fleet.nodes:
+        if node.up and node.summary is not None:
+            for user, count, size in node.summary.users:
+                name = user or "?"
+                # GPUs by count alone: stand-ins that no GPU index can equal
+                gpus.setdefault(name, set()).update((node.name, -1 - n) for n in range(count))
+                memory[name] = memory.get(name, 0) + size
+            continue
+        if not node.up or node.snapshot is None:
+            continue
+        if node.leases is None and not node.snapshot.processes:
+            silent += 1
+        for process in node.snapshot.processes:
+            user = process.user or "?"
+            gpus.setdefault(user, set()).add((node.name, process.gpu_index))
+            memory[user] = memory.get(user, 0) + (process.memory_used_bytes or 0)
+        for job in node.jobs or ():
+            user = job.user or "?"
+            gpus.setdefault(user, set()).add((node.name, job.gpu_index))
+            jobs.setdefault(user, set()).add((node.name, job.job_id))
+    rows = [
+        UserRow(
+            user,
+            len({name for name, _ in held}),
+            len(held),
+            memory.get(user, 0),
+            len(jobs.get(user, ())),
+        )
+        for user, held in gpus.items()
+    ]
+    rows.sort(key=lambda row: (-row.memory_bytes, row.user))
+    return rows, silent
+
+
+def rows_by_key(rows: Iterable[NodeRow]) -> Mapping[str, NodeRow]:
+    return {row.key: row for row in rows}
+
+
+class IdleTracker:
+    """How long each GPU of the fleet has been idle, as the screen saw it: one `IdleClock`
+    per GPU of the nodes that are up, the GPUs of nodes gone or down forgotten, so what is
+    kept is bounded by the fleet, whatever the run time."""
+
+    def __init__(self) -> None:
+        self._clocks: dict[tuple[str, str], IdleClock] = {}
+        self._now = 0.0
+
+    def observe(self, fleet: FleetState, now: float) -> None:
+        """Notes each GPU's utilization at `now` (a monotonic time)."""
+        seen: dict[tuple[str, str], IdleClock] = {}
+        for node in fleet.nodes:
+            if not node.up or node.snapshot is None:
+                continue
+            for gpu in node.snapshot.gpus:
+                key = (node.name, gpu.uuid or str(gpu.index))
+                clock = self._clocks.get(key) or IdleClock()
+                clock.observe(now, gpu.utilization_pct)
+                seen[key] = clock
+        self._clocks = seen
+        self._now = now
+
+    def idle_for(self, node: str, gpu: GpuSample) -> float | None:
+        """Seconds `gpu` of `node` has been idle, or `None` while it is busy or unseen."""
+        clock = self._clocks.get((node, gpu.uuid or str(gpu.index)))
+        idle = clock.idle_for(self._now) if clock is not None else None
+        return None if idle is None else idle.seconds
