@@ -4,7 +4,6 @@ here by a rule written independently of gpuwatch's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +26,7 @@ from gpuwatch.models import (
 )
 from gpuwatch.placement.where import where
 from gpuwatch.request import Request
+from tests.helpers.fleet.nodes import idle_gpu_node
 
 GIB = 1 << 30
 TOTAL = 80 * GIB
@@ -255,15 +255,6 @@ def test_a_down_nodes_age_reads_as_a_human_duration(age_s: float, shown: str) ->
     # WHEN where explains it THEN its age reads as a duration, never in milliseconds
     (miss,) = where(FleetState(0.0, "test", (node,)), Request()).misses
     assert miss.summary == f"down: connection refused, data {shown} old"
-
-
-def idle_gpu_node(name: str, target: str = "", **fields: Any) -> NodeState:
-    gpus = tuple(
-        GpuSample(i, f"GPU-{name}-{target}-{i}", "H100", None, TOTAL, 0, TOTAL, utilization_pct=0)
-        for i in range(2)
-    )
-    snapshot = Snapshot(1000.0, name, None, None, gpus, ())
-    return NodeState(name, True, snapshot, 1.0, exporter=Exporter.DCGM, target=target, **fields)
 
 
 def test_two_targets_claiming_one_name_are_named_apart_and_excluded_together() -> None:
