@@ -37,7 +37,8 @@ COLUMNS: tuple[Column[NodeRow], ...] = (
     ),
     _figure("jobs", "JOBS", 4, lambda r: (sortable(r.idle_allocated), sortable(r.jobs)), 2),
     _figure("idle", "IDLE", 4, lambda r: sortable(r.idle_held), 4),
-    _figure("age", "AGE", 9, lambda r: sortable(r.age_s), 0),
+    # 11: "1h00m stale", the longest it says (a day and more: "1d01h stale")
+    _figure("age", "AGE", 11, lambda r: sortable(r.age_s), 0),
 )
 BY_KEY: Mapping[str, Column[NodeRow]] = {column.key: column for column in COLUMNS}
 
