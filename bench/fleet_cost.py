@@ -33,9 +33,9 @@ Prometheus runs on this machine too, so every figure carries its load.
 
 Run: python bench/fleet_cost.py [--sizes 100,500,1000] [--where-at 500] [--runs 11]
                                 [--scrape-interval 5] [--timeout 2] [--cpu-seconds 30]
-                                [--baseline VENV] [--parts abcde]
-(`--baseline VENV` times that environment's `gpuwatch where` in the same runs, for a
-before-and-after.) Bytecode is written under a temporary PYTHONPYCACHEPREFIX,
+                                [--baseline VENV] [--parts abcde] [--screen-runs 1]
+(`--baseline VENV` times that environment's `gpuwatch where`, and its screen, in the same
+runs, for a before-and-after.) Bytecode is written under a temporary PYTHONPYCACHEPREFIX,
 as an installed gpuwatch has it, even where PYTHONDONTWRITEBYTECODE is set.
 """
 
@@ -238,16 +238,30 @@ def refresh_cost(
     )
 
 
-def screen_cpu(urls: dict[str, str], interval_s: float, seconds: float) -> None:
+def screen_cpu(
+    urls: dict[str, str], interval_s: float, seconds: float, baseline: Path | None, runs: int
+) -> None:
+    """The screen's CPU, median of `runs`; with `baseline`, that environment's screen in
+    the same runs, interleaved (the machine's load moves between runs)."""
     print(f"\n(e) gpuwatch fleet --interval {interval_s:g}: CPU of the whole process (tmux)")
-    print(f"    measured for {seconds:g} s after 10 s; the issue's bound: 5 % of one core")
+    print(f"    measured for {seconds:g} s after 10 s, median of {runs} interleaved runs;")
+    print("    the issue's bound: 5 % of one core")
     if not shutil.which("tmux"):
         print("    skipped (no tmux)")
         return
+    commands = {"this": gpuwatch_command()}
+    if baseline is not None:
+        commands["baseline"] = str(baseline / "bin" / "gpuwatch")
     for mode, url in urls.items():
-        argv = [gpuwatch_command(), "fleet", "--prometheus", url, "--interval", f"{interval_s:g}"]
-        pct = steady_cpu_pct(argv, warm_s=10, seconds=seconds)
-        print(f"    {mode:6} {pct:5.1f} % of one core")
+        pcts: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(runs):
+            for name, command in commands.items():
+                argv = [command, "fleet", "--prometheus", url, "--interval", f"{interval_s:g}"]
+                pcts[name].append(steady_cpu_pct(argv, warm_s=10, seconds=seconds))
+        for name, found in pcts.items():
+            runs_said = ", ".join(f"{pct:.1f}" for pct in found)
+            median = statistics.median(found)
+            print(f"    {mode:9} {name:8} {median:5.1f} % of one core ({runs_said})")
 
 
 def print_table(rows: list[tuple[str, ...]]) -> None:
@@ -284,6 +298,7 @@ def main() -> None:
     parser.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS")
     parser.add_argument("--timeout", type=float, default=2.0, help="per-node, for (d)")
     parser.add_argument("--cpu-seconds", type=float, default=30.0, help="measured, for (e)")
+    parser.add_argument("--screen-runs", type=int, default=1, help="runs of each screen, (e)")
     parser.add_argument(
         "--baseline", type=Path, metavar="VENV", help="also time this environment's where"
     )
@@ -314,7 +329,7 @@ def main() -> None:
                     compare_where(prometheus.url, args.runs, args.baseline)
                 if nodes == args.where_at and "e" in args.parts:
                     screen = {"evaluated": raw_proxy.url, "recorded": proxy.url}
-                    screen_cpu(screen, 2.0, args.cpu_seconds)
+                    screen_cpu(screen, 2.0, args.cpu_seconds, args.baseline, args.screen_runs)
                 for mode, via in (("gpus", proxy), ("evaluated", raw_proxy), ("recorded", proxy)):
                     if "c" in args.parts:
                         rows.append(refresh_cost(via, nodes, args.refreshes, mode, args.interval))
