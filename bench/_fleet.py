@@ -71,7 +71,7 @@ class Prometheus:
             self.port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.home.mkdir(parents=True, exist_ok=True)
-        self._write_config(())
+        self._write_config((), {})
         argv = [
             shutil.which("prometheus") or sys.exit("needs prometheus (apt-get install prometheus)"),
             f"--config.file={home / 'prometheus.yml'}",
@@ -84,9 +84,12 @@ class Prometheus:
             self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         self.wait_for("vector(1)", bool, "Prometheus to answer")
 
-    def set_targets(self, addresses: Sequence[str]) -> None:
-        """Scrapes `addresses` from now on (a reload)."""
-        self._write_config(addresses)
+    def set_targets(
+        self, addresses: Sequence[str], other_jobs: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
+        """Scrapes `addresses` (job `gpuwatch`), and each of `other_jobs`' addresses in
+        that job, from now on (a reload)."""
+        self._write_config(addresses, other_jobs or {})
         request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
         urllib.request.urlopen(request, timeout=60).close()
 
@@ -126,13 +129,17 @@ class Prometheus:
         self._process.send_signal(signal.SIGTERM)
         self._process.wait(timeout=60)
 
-    def _write_config(self, addresses: Sequence[str]) -> None:
+    def _write_config(
+        self, addresses: Sequence[str], other_jobs: Mapping[str, Sequence[str]]
+    ) -> None:
         interval = f"{round(self.interval_s * 1000)}ms"
+        jobs = {"gpuwatch": addresses, **other_jobs}
         config = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "rule_files": [str(path) for path in self.rule_files],
             "scrape_configs": [
-                {"job_name": "gpuwatch", "static_configs": [{"targets": list(addresses)}]}
+                {"job_name": job, "static_configs": [{"targets": list(targets)}]}
+                for job, targets in jobs.items()
             ],
         }
         (self.home / "prometheus.yml").write_text(json.dumps(config))

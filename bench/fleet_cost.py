@@ -33,9 +33,9 @@ Prometheus runs on this machine too, so every figure carries its load.
 
 Run: python bench/fleet_cost.py [--sizes 100,500,1000] [--where-at 500] [--runs 11]
                                 [--scrape-interval 5] [--timeout 2] [--cpu-seconds 30]
-                                [--baseline VENV] [--parts abcde]
-(`--baseline VENV` times that environment's `gpuwatch where` in the same runs, for a
-before-and-after.) Bytecode is written under a temporary PYTHONPYCACHEPREFIX,
+                                [--baseline VENV] [--parts abcde] [--screen-runs 1]
+(`--baseline VENV` times that environment's `gpuwatch where`, and its screen, in the same
+runs, for a before-and-after.) Bytecode is written under a temporary PYTHONPYCACHEPREFIX,
 as an installed gpuwatch has it, even where PYTHONDONTWRITEBYTECODE is set.
 """
 
@@ -71,6 +71,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuwatch.fleet import scrape
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.fleet.source import Needs
 
 MIB = 1 << 20
 RULES = REPO / "examples" / "gpuwatch-fleet-rules.yml"
@@ -205,23 +206,24 @@ def refresh_cost(
     which also learns the exporters and reads GPU identity): requests, bytes as sent
     (gzip) and as JSON, and time, the median refresh's and the largest. `mode`: see
     `MODES`; `proxy` hides the rules for "evaluated"."""
-    source = PrometheusSource(proxy.url, per_node=mode != "gpus")
+    source = PrometheusSource(proxy.url, needs=Needs(per_node=mode != "gpus"))
     times: list[float] = []
     seen, counts = "", []
-    source.read()
+    fleet = source.read()
     for _ in range(refreshes):
         time.sleep(interval_s)
         proxy.reset()
         start = time.perf_counter()
         before = source.client.bytes_read
-        seen = str(len(source.read().nodes))
+        fleet = source.read()
+        seen = str(len(fleet.nodes))
         json_bytes = source.client.bytes_read - before
         times.append(time.perf_counter() - start)
         sent = proxy.reset()
         counts.append((sent.body_bytes, sent.requests, json_bytes))
     # The typical refresh: some read slow-changing series too, every fifth or thirtieth.
     body_bytes, requests, json_bytes = sorted(counts)[len(counts) // 2]
-    used = source.summarized
+    used = any(node.summary is not None for node in fleet.nodes)
     source.close()
     return (
         mode if used or mode == "gpus" else f"{mode} (not read)",
@@ -236,16 +238,30 @@ def refresh_cost(
     )
 
 
-def screen_cpu(urls: dict[str, str], interval_s: float, seconds: float) -> None:
+def screen_cpu(
+    urls: dict[str, str], interval_s: float, seconds: float, baseline: Path | None, runs: int
+) -> None:
+    """The screen's CPU, median of `runs`; with `baseline`, that environment's screen in
+    the same runs, interleaved (the machine's load moves between runs)."""
     print(f"\n(e) gpuwatch fleet --interval {interval_s:g}: CPU of the whole process (tmux)")
-    print(f"    measured for {seconds:g} s after 10 s; the issue's bound: 5 % of one core")
+    print(f"    measured for {seconds:g} s after 10 s, median of {runs} interleaved runs;")
+    print("    the issue's bound: 5 % of one core")
     if not shutil.which("tmux"):
         print("    skipped (no tmux)")
         return
+    commands = {"this": gpuwatch_command()}
+    if baseline is not None:
+        commands["baseline"] = str(baseline / "bin" / "gpuwatch")
     for mode, url in urls.items():
-        argv = [gpuwatch_command(), "fleet", "--prometheus", url, "--interval", f"{interval_s:g}"]
-        pct = steady_cpu_pct(argv, warm_s=10, seconds=seconds)
-        print(f"    {mode:6} {pct:5.1f} % of one core")
+        pcts: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(runs):
+            for name, command in commands.items():
+                argv = [command, "fleet", "--prometheus", url, "--interval", f"{interval_s:g}"]
+                pcts[name].append(steady_cpu_pct(argv, warm_s=10, seconds=seconds))
+        for name, found in pcts.items():
+            runs_said = ", ".join(f"{pct:.1f}" for pct in found)
+            median = statistics.median(found)
+            print(f"    {mode:9} {name:8} {median:5.1f} % of one core ({runs_said})")
 
 
 def print_table(rows: list[tuple[str, ...]]) -> None:
@@ -282,6 +298,7 @@ def main() -> None:
     parser.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS")
     parser.add_argument("--timeout", type=float, default=2.0, help="per-node, for (d)")
     parser.add_argument("--cpu-seconds", type=float, default=30.0, help="measured, for (e)")
+    parser.add_argument("--screen-runs", type=int, default=1, help="runs of each screen, (e)")
     parser.add_argument(
         "--baseline", type=Path, metavar="VENV", help="also time this environment's where"
     )
@@ -312,7 +329,7 @@ def main() -> None:
                     compare_where(prometheus.url, args.runs, args.baseline)
                 if nodes == args.where_at and "e" in args.parts:
                     screen = {"evaluated": raw_proxy.url, "recorded": proxy.url}
-                    screen_cpu(screen, 2.0, args.cpu_seconds)
+                    screen_cpu(screen, 2.0, args.cpu_seconds, args.baseline, args.screen_runs)
                 for mode, via in (("gpus", proxy), ("evaluated", raw_proxy), ("recorded", proxy)):
                     if "c" in args.parts:
                         rows.append(refresh_cost(via, nodes, args.refreshes, mode, args.interval))

@@ -25,7 +25,8 @@ from _fleet import CountingProxy, steady_cpu_pct
 READS = """
 import statistics, sys, time
 from gpuwatch.fleet.prometheus import PrometheusSource
-source = PrometheusSource(sys.argv[1], recorded=sys.argv[2] == "rules")
+from gpuwatch.fleet.source import Needs
+source = PrometheusSource(sys.argv[1], needs=Needs(per_node=sys.argv[2] == "rules"))
 source.read()
 walls, cpus, sizes, queries = [], [], [], []
 due = time.monotonic()

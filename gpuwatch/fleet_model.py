@@ -1,7 +1,7 @@
 """A fleet's vocabulary: what a fleet source returns, one `NodeState` per node.
 
 Apart from `gpuwatch.models` (one machine's look) so that a command that reads one machine
-does not build the fleet's classes: the four dataclasses here cost 21 M instructions of
+does not build the fleet's classes: the fleet's dataclasses cost 21 M instructions of
 `gpuwatch status --json`'s 614 M (8 simulated GPUs, counted by callgrind).
 """
 
@@ -26,6 +26,25 @@ class GpuJob:
 
     def __post_init__(self) -> None:
         printable_fields(self, "job_id", "user")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPod:
+    """A Kubernetes pod that holds a GPU, or one MIG device of it, as the node's exporter
+    labels the GPU (dcgm-exporter's `pod`, `namespace`, `container`): the GPU is never
+    free while it holds it."""
+
+    gpu_index: int
+    namespace: str
+    pod: str
+    container: str | None = None
+    gpu_instance_id: int | None = None
+    """The MIG device's GPU instance where the pod holds one, `None` for the whole GPU."""
+
+    @property
+    def name(self) -> str:
+        """`namespace/pod`, as kubectl names it."""
+        return f"{self.namespace}/{self.pod}"
 
 
 class Exporter(enum.StrEnum):
@@ -73,13 +92,16 @@ class NodeSummary:
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """One node as a fleet source last saw it.
+    """One node as a fleet source last saw it: one scrape target (`target`), whatever
+    name it gives itself.
 
-    `snapshot` holds its GPUs (and MIG devices where the exporter tells them) with
-    `snapshot.hostname == name`; it is `None` when nothing was ever read. `age_s` is
-    how old its newest data is, judged by the data's own timestamps, not by when it
-    was fetched. A node is `up` only when its data is current (not older than the
-    source's staleness limit) and its exporter answered; a node that is not up is
+    `name` is the host its exporter names (its `hostname` label), else the target's
+    host; two targets may claim one name (`claims`), and are then two nodes, told apart
+    by `label`. `snapshot` holds its GPUs (and MIG devices where the exporter tells
+    them) with `snapshot.hostname == name`; it is `None` when nothing was ever read.
+    `age_s` is how old its newest data is, judged by the data's own timestamps, not by
+    when it was fetched. A node is `up` only when its data is current (not older than
+    the source's staleness limit) and its exporter answered; a node that is not up is
     shown with its age and `error`, and `where` never places a job on it.
     """
 
@@ -103,7 +125,39 @@ class NodeState:
     jobs unknown (another exporter, no scheduler there, or it did not answer in time)."""
     summary: NodeSummary | None = None
     """Its figures from recording rules, where the source read those instead of its GPUs
-    (then `snapshot` is `None`)."""
+    (then `snapshot` is `None`, unless `given_only`)."""
+    target: str = ""
+    """Where it is scraped, which identifies it: the `instance` through Prometheus (with
+    its `job` where one instance is in several jobs), `HOST:PORT` scraped directly."""
+    job: str | None = None
+    """Prometheus's scrape job of the target; `None` scraped directly."""
+    claims: int = 1
+    """How many targets of the fleet claim `name` (more than 1: they cannot all be it)."""
+    pods: tuple[GpuPod, ...] = ()
+    """The Kubernetes pods its exporter says hold its GPUs or MIG devices."""
+    mig_devices_known: bool = True
+    """False where its exporter tells a GPU is MIG-enabled but not its MIG devices
+    (nvidia_gpu_exporter reading nvidia-smi): `snapshot.mig_devices` is then not all."""
+    given_only: bool = False
+    """True where `snapshot` holds only the GPUs its daemon would give a new job now (its
+    own verdict by pick's rules, with their free memory and utilization), read for
+    `gpuwatch where`: its other GPUs are not free, for reasons it does not tell;
+    `summary.gpus` counts them all where the daemon says."""
+
+    @property
+    def label(self) -> str:
+        """Its name, or where several targets claim that name, `name@target` (`gpu-07@
+        10.0.0.7:9400`): what tells it apart in a script's first word."""
+        return self.name if self.claims <= 1 or not self.target else f"{self.name}@{self.target}"
+
+    @property
+    def key(self) -> str:
+        """What identifies it among the nodes of one read: its `label`."""
+        return self.label
+
+    def pods_on(self, gpu_index: int) -> tuple[GpuPod, ...]:
+        """The pods holding this GPU or one of its MIG devices."""
+        return tuple(pod for pod in self.pods if pod.gpu_index == gpu_index)
 
     def __post_init__(self) -> None:
         printable_fields(self, "name", "error")
@@ -123,7 +177,7 @@ class NodeState:
 
 @dataclass(frozen=True, slots=True)
 class FleetState:
-    """All nodes of a fleet at `taken_at`, sorted by name."""
+    """All nodes of a fleet at `taken_at`, sorted by name, then target."""
 
     taken_at: float
     source: str

@@ -83,7 +83,7 @@ def format_duration(seconds: float) -> str:
 
 def format_span(seconds: float) -> str:
     """A time gone by, to the unit that matters: `45s`, `12m`, `3h05m`, `2d04h`."""
-    whole = int(seconds)
+    whole = int(max(0.0, seconds))
     if whole < 60:
         return f"{whole}s"
     if whole < 3600:

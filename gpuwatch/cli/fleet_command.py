@@ -19,7 +19,9 @@ from gpuwatch.cli.fleet_source import open_fleet_source, source_options
 from gpuwatch.cli.options import Command, Duration
 from gpuwatch.cli.terminal import terminal_columns
 from gpuwatch.fleet.document import fleet_document
-from gpuwatch.fleet.source import FleetSource
+from gpuwatch.fleet.source import IDLE_AFTER_S, FleetSource, Needs
+from gpuwatch.fleet_model import NodeState
+from gpuwatch.text import printable
 from gpuwatch.tui.fleet.cells import plain_table
 from gpuwatch.tui.fleet.model import FleetView
 from gpuwatch.tui.fleet.rows import build_rows, totals
@@ -77,7 +79,9 @@ def fleet(
             "--interval sets the live screen's refresh: not with --once or --json"
         )
     # The table needs each node's figures; the document, every GPU.
-    opened = open_fleet_source(source_options, per_node=not as_json, idle_after_s=idle_after_s)
+    idle = IDLE_AFTER_S if idle_after_s is None else idle_after_s
+    needs = Needs(per_node=not as_json, idle_after_s=idle)
+    opened = open_fleet_source(source_options, needs=needs, whole_command=once or as_json)
     with opened as source:
         if as_json:
             return print_json(source)
@@ -96,8 +100,16 @@ def print_table(source: FleetSource) -> int:
     rows = build_rows(state)
     width = max(80, terminal_columns()) if sys.stdout.isatty() else 80
     lines = plain_table(FleetView().arrange(rows), totals(rows), width)
+    lines += [_why_not_up(node) for node in state.nodes if not node.up]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _why_not_up(node: NodeState) -> str:
+    """`gpu-07: down: HTTP 401: ...`: a line below the table for a node that is not up."""
+    why = node.error or "no reason given"
+    state = "" if why.startswith("stale") or node.snapshot is not None else "down: "
+    return f"{printable(node.label)}: {state}{why}"
 
 
 def run_screen(source: FleetSource, interval_s: float | None, idle_after_s: float | None) -> int:

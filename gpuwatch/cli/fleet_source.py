@@ -7,6 +7,7 @@ read them in `ps`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from contextlib import closing
 from typing import Any
@@ -16,7 +17,7 @@ import click
 from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.cli.options import Duration, F, WholeNumber
 from gpuwatch.fleet.config import SourceOptions, resolve
-from gpuwatch.fleet.source import FleetSource
+from gpuwatch.fleet.source import FleetSource, Needs
 
 _MAX_SIM_NODES = 10_000
 
@@ -45,7 +46,8 @@ def source_options(command: F) -> F:
             "--timeout",
             type=Duration(),
             metavar="DURATION",
-            help="How long one request may take (the server, or each node).",
+            help="How long reading the fleet may take, all of it: the command's every "
+            "request together (the live screen: each refresh).",
         ),
         click.option("--ca-file", metavar="FILE", help="Trust this CA for https."),
         click.option("--client-cert", metavar="FILE", help="Present this client certificate."),
@@ -75,17 +77,13 @@ def source_options(command: F) -> F:
 
 
 def open_fleet_source(
-    values: Mapping[str, Any],
-    *,
-    placement: bool = False,
-    per_node: bool = False,
-    idle_after_s: float | None = None,
+    values: Mapping[str, Any], *, needs: Needs | None = None, whole_command: bool = True
 ) -> closing[FleetSource]:
     """The source the options (by parameter name) name, else the environment's or the
-    config file's, to use in a `with` block; `InvalidValueError` when none is set.
-    `placement`: read only what placement's rules use (`gpuwatch where`); `per_node`: the
-    fleet table's figures may come per node, idle holders after `idle_after_s`
-    (`gpuwatch.fleet.config.resolve`)."""
+    config file's, to use in a `with` block; `InvalidValueError` when none is set. `needs`:
+    what the command needs of the fleet; `whole_command`: --timeout bounds all its reads
+    together (else each: the live screen's refreshes). Where credentials would go over
+    plain http, it says so once on stderr."""
     if values["sim"] is not None:
         return closing(SimFleet(values["sim"]))
     options = SourceOptions(
@@ -100,6 +98,8 @@ def open_fleet_source(
         token_file=values["token_file"],
         timeout_s=values["timeout"],
     )
-    return closing(
-        resolve(options, placement=placement, per_node=per_node, idle_after_s=idle_after_s)
-    )
+    return closing(resolve(options, needs=needs, whole_command=whole_command, warn=_warn))
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"gpuwatch: warning: {message}\n")

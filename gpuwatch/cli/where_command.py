@@ -1,9 +1,10 @@
 """`gpuwatch where`: which nodes of a fleet could run a job now, best first.
 
-It reads the fleet once (from Prometheus, or each node's `/metrics`), runs
-`gpuwatch.placement.where` on it (pick's rules, on every node) and prints one
-line per node that fits, the node name first, so that a script can take the
-first word of the first line.
+It reads the fleet once (from Prometheus, or each node's `/metrics`), only what
+placement needs for the request, all within --timeout; runs `gpuwatch.placement.where`
+on it (pick's rules, on every node) and prints one line per node that fits, the node's
+label first (its name, escaped; `name@target` where several targets claim that name),
+so that a script can take the first word of the first line.
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from gpuwatch.cli.fleet_source import open_fleet_source, source_options
 from gpuwatch.cli.options import Command, WholeNumber
 from gpuwatch.cli.wish_options import wish_options, wishes_of
 from gpuwatch.errors import NotEnoughGpusError
-from gpuwatch.fleet.source import FleetSource
 from gpuwatch.models import Device, GpuSample
-from gpuwatch.placement.rules import needed_bytes
-from gpuwatch.placement.where import Answer, NodeFit, NodeMiss, where
-from gpuwatch.request import Request, describe_wish, request_of
+from gpuwatch.placement.where import Answer, NodeFit, NodeMiss, needs_of, where
+from gpuwatch.request import describe_wish, request_of
 from gpuwatch.units import format_size
 
 _CLOSEST_SHOWN = 3
@@ -31,7 +30,12 @@ _REASONS_SHOWN = 8
 
 @click.command("where", cls=Command, short_help="Which nodes of the fleet could run a job now.")
 @wish_options
-@click.option("--exclude-node", metavar="NAME", multiple=True, help="Never this node (repeatable).")
+@click.option(
+    "--exclude-node",
+    metavar="NAME",
+    multiple=True,
+    help="Never this node (repeatable): its name (every node claiming it) or its label.",
+)
 @click.option(
     "--limit",
     metavar="K",
@@ -42,7 +46,7 @@ _REASONS_SHOWN = 8
     "--json",
     "as_json",
     is_flag=True,
-    help="Print a JSON list of {node, gpus, uuids, memory_free_bytes}.",
+    help="Print a JSON list of {node, gpus, uuids, memory_free_bytes, leases_known}.",
 )
 @source_options
 @click.option(
@@ -59,9 +63,10 @@ def where_command(
     **options: Any,
 ) -> int:
     """Which nodes of the fleet could run a job now: pick's rules (idle GPUs unless
-    --mem or --allow-busy; leases; MIG) run on every node's latest data. One line
-    per node that fits, best first: the node, the GPUs it would give (nvidia-smi
-    indices) and their free memory.
+    --mem or --allow-busy; leases; MIG; never a GPU a Kubernetes pod holds) run on
+    every node's latest data. One line per node that fits, best first: the node,
+    the GPUs it would give (nvidia-smi indices) and their free memory. A node is a
+    scrape target: where two claim one name, each is NAME@TARGET.
 
     Examples:
       gpuwatch where -n 2 --min-free 40GiB
@@ -72,17 +77,15 @@ def where_command(
 
     A node that is down, or whose data is stale, never fits; nor does a GPU of
     unknown free memory. Leases are known only on nodes that run the gpuwatch
-    daemon (-v says which do not).
+    daemon (-v says which do not, and why each node that is down is).
 
     Exit status: 0 some node fits; 2 bad usage; 4 no node fits (why, for the
     closest ones, on stderr); 6 the fleet source cannot be read.
     """
     request = request_of(wishes_of(options))
-    excluded = frozenset(exclude_node)
-    with open_fleet_source(options, placement=True) as source:
-        answer = _placed(source, request, excluded) if not verbose else None
-        if answer is None:
-            answer = where(source.read(), request, excluded_nodes=excluded)
+    with open_fleet_source(options, needs=needs_of(request, errors=verbose)) as source:
+        fleet = source.read()
+    answer = where(fleet, request, excluded_nodes=frozenset(exclude_node))
     if verbose:
         _explain(answer)
     fits = answer.fits[:limit]
@@ -98,29 +101,6 @@ def where_command(
     return 0
 
 
-def _placed(source: FleetSource, request: Request, excluded: frozenset[str]) -> Answer | None:
-    """The answer from one round of queries, where the source can read a fleet for
-    placement so (Prometheus over gpuwatch daemons): the same fits, best first. `None`
-    where it cannot, or where no node fits: then the whole fleet is read, so that the
-    nodes that come closest are explained as pick explains its GPUs."""
-    read_placed = getattr(source, "read_placed", None)
-    if read_placed is None:
-        return None
-    read_available = getattr(source, "read_available", None)
-    fleet = None
-    if read_available is not None and request.judged_as_default:
-        # Each node's own verdict on its GPUs, at the limits of `Request()`.
-        idle_util_pct = request.util_limit_pct
-        fleet = read_available(needed_bytes(request), request.count, idle_util_pct=idle_util_pct)
-    if fleet is None:
-        # A MIG request's memory is a MIG device's: it bounds no whole GPU's free memory.
-        fleet = read_placed(needed_bytes(request) if request.mig is None else None)
-    if fleet is None:
-        return None
-    answer = where(fleet, request, excluded_nodes=excluded)
-    return answer if answer.fits else None
-
-
 def _line(fit: NodeFit) -> str:
     """`gpu-07 GPUs 2,5 (79.1GiB, 79.3GiB free)`: the node's name is the first word."""
     names = ",".join(_name(device) for device in fit.devices)
@@ -131,7 +111,13 @@ def _line(fit: NodeFit) -> str:
 
 
 def _name(device: Device) -> str:
-    return str(device.index) if isinstance(device, GpuSample) else device.label
+    """`3` for a GPU, `0:2` for a MIG device; `2:gi3` for one known by its GPU instance
+    alone (dcgm-exporter tells no MIG device's UUID or index)."""
+    if isinstance(device, GpuSample):
+        return str(device.index)
+    if device.uuid is None and device.gpu_instance_id is not None:
+        return f"{device.gpu_index}:gi{device.gpu_instance_id}"
+    return device.label
 
 
 def _print_json(fits: tuple[NodeFit, ...]) -> None:
@@ -139,7 +125,7 @@ def _print_json(fits: tuple[NodeFit, ...]) -> None:
         {
             "node": fit.node,
             "gpus": [
-                device.index if isinstance(device, GpuSample) else device.label
+                device.index if isinstance(device, GpuSample) else _name(device)
                 for device in fit.devices
             ],
             "uuids": [device.uuid for device in fit.devices],

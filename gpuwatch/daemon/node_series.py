@@ -25,7 +25,7 @@ from gpuwatch.models import Lease, Snapshot
 
 
 def node_metrics(snapshot: Snapshot, node: str, leases: tuple[Lease, ...]) -> Iterator[Metric]:
-    figures = f.node_figures(snapshot.gpus)
+    figures = f.node_figures(snapshot.gpus, snapshot.mig_devices)
     ratio = None if figures.utilization_pct is None else figures.utilization_pct / 100
     for name, text, value in (
         (f.GPUS, "GPUs on the node, readable or not.", figures.gpus),
@@ -36,7 +36,7 @@ def node_metrics(snapshot: Snapshot, node: str, leases: tuple[Lease, ...]) -> It
         ),
         (
             f.MEMORY_FREE_MAX,
-            "The most free memory on one readable GPU of the node.",
+            "The most free memory on one readable GPU of the node, or MIG device of a split one.",
             figures.most_free_bytes,
         ),
         (

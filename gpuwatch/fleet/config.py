@@ -16,17 +16,17 @@ from __future__ import annotations
 import base64
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.fleet import prometheus, scrape, summaries
-from gpuwatch.fleet.fetch import HttpOptions
+from gpuwatch.fleet import promapi, prometheus, scrape
+from gpuwatch.fleet.fetch import Budget, HttpOptions
+from gpuwatch.fleet.names import safe_name, shown_address
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.scrape import ScrapeSource, Target, parse_target
-from gpuwatch.fleet.series import safe_name
-from gpuwatch.fleet.source import FleetSource
+from gpuwatch.fleet.source import FleetSource, Needs
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import parse_duration
 
@@ -69,16 +69,15 @@ def resolve(
     options: SourceOptions,
     env: Mapping[str, str] | None = None,
     *,
-    placement: bool = False,
-    per_node: bool = False,
-    idle_after_s: float | None = None,
+    needs: Needs | None = None,
+    whole_command: bool = False,
+    warn: Callable[[str], None] | None = None,
 ) -> FleetSource:
     """The source `options` name, else the environment's, else the config file's;
-    `InvalidValueError` (one line) when none is set or one is wrong. `placement`: the
-    reader is `gpuwatch where`, which needs only what placement's rules read;
-    `per_node`: the reader is the fleet table, which a Prometheus source may answer
-    with per-node figures (`PrometheusSource`), counting idle holders after
-    `idle_after_s` (else its default)."""
+    `InvalidValueError` (one line) when none is set or one is wrong. `needs`: what the
+    reader needs of the fleet; `whole_command`: the timeout bounds every read together
+    (a one-shot command's), not each read; `warn` is told, once, where credentials
+    would go over plain http."""
     env = os.environ if env is None else env
     path = config_path(env)
     file = _from_file(path) if os.path.lexists(path) else None
@@ -95,20 +94,34 @@ def resolve(
     http = http_options(chosen, env)
     if chosen.prometheus:
         timeout_s = chosen.timeout_s or prometheus.DEFAULT_TIMEOUT_S
+        budget = Budget(timeout_s, promapi.DEFAULT_MAX_BYTES) if whole_command else None
+        _warn_in_clear(http, [chosen.prometheus], warn)
         return PrometheusSource(
-            chosen.prometheus,
-            options=http,
-            timeout_s=timeout_s,
-            placement=placement,
-            per_node=per_node,
-            idle_after_s=summaries.IDLE_AFTER_S if idle_after_s is None else idle_after_s,
+            chosen.prometheus, options=http, timeout_s=timeout_s, needs=needs, budget=budget
         )
     https = bool(chosen.ca_file or chosen.client_cert)
     targets = [parse_target(node, https=https) for node in chosen.nodes]
     if chosen.nodes_file:
         targets += read_nodes_file(chosen.nodes_file, https=https)
+    timeout_s = chosen.timeout_s or scrape.DEFAULT_TIMEOUT_S
+    _warn_in_clear(http, [target.url for target in targets], warn)
+    most = scrape.DEFAULT_MAX_BYTES * len(targets)
+    budget = Budget(timeout_s, most, answer_bytes=scrape.DEFAULT_MAX_BYTES)
     return ScrapeSource(
-        targets, options=http, timeout_s=chosen.timeout_s or scrape.DEFAULT_TIMEOUT_S
+        targets, options=http, timeout_s=timeout_s, budget=budget if whole_command else None
+    )
+
+
+def _warn_in_clear(http: HttpOptions, urls: list[str], warn: Callable[[str], None] | None) -> None:
+    """Tells `warn` once where credentials would go to a server over plain http, which
+    anyone on the path can read."""
+    clear = [url for url in urls if url.strip().lower().startswith("http://")]
+    if warn is None or http.authorization is None or not clear:
+        return
+    more = f" and {len(clear) - 1} more" if len(clear) > 1 else ""
+    warn(
+        f"credentials go in clear text over http:// to {shown_address(clear[0])}{more}: "
+        "anyone on the way can read them; use https"
     )
 
 

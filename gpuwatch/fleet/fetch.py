@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+REFUSED = "connection refused"
 MAX_THREADS = 1024
 """Requests at once, at the most; the rest wait for a thread, within the same deadline."""
 _CHUNK_BYTES = 64 << 10
@@ -69,28 +70,48 @@ class Answer:
 
 
 class Budget:
-    """What one read may spend: time until one deadline (connecting, TLS, headers and every
-    body), and `max_bytes` for all its answers together, each at most `answer_bytes`
-    (after decompression). Shared by the threads of a read."""
+    """What one read, or one command's reads together, may spend: time until one deadline
+    (connecting, TLS, headers and every body), and `max_bytes` for all its answers
+    together, each at most `answer_bytes` (after decompression). Shared by the threads of
+    a read, and by every read of a command (`within`)."""
 
     def __init__(self, timeout_s: float, max_bytes: int, *, answer_bytes: int = 0) -> None:
         self.timeout_s = timeout_s
         self.deadline = time.monotonic() + timeout_s
         self.max_bytes = max_bytes
         self.answer_bytes = min(answer_bytes or max_bytes, max_bytes)
-        self._spent = 0
-        self._lock = threading.Lock()
+        self._tally = _Tally()
 
     def seconds_left(self) -> float:
         return self.deadline - time.monotonic()
 
+    def within(self, answer_bytes: int) -> Budget:
+        """This budget, with each answer at most `answer_bytes`: the same deadline, and
+        the bytes spent through either counted against both."""
+        narrowed = Budget.__new__(Budget)
+        narrowed.timeout_s, narrowed.deadline = self.timeout_s, self.deadline
+        narrowed.max_bytes = self.max_bytes
+        narrowed.answer_bytes = min(answer_bytes, self.answer_bytes)
+        narrowed._tally = self._tally
+        return narrowed
+
     def spend(self, count: int) -> None:
         """Counts `count` bytes more; `TooLarge` once the read is over its bytes."""
+        if self._tally.add(count) > self.max_bytes:
+            raise TooLarge(f"answers too large (over {self.max_bytes >> 20}MiB in all)")
+
+
+class _Tally:
+    """Bytes spent, counted by many threads."""
+
+    def __init__(self) -> None:
+        self._spent = 0
+        self._lock = threading.Lock()
+
+    def add(self, count: int) -> int:
         with self._lock:
             self._spent += count
-            over = self._spent > self.max_bytes
-        if over:
-            raise TooLarge(f"answers too large (over {self.max_bytes >> 20}MiB in all)")
+            return self._spent
 
 
 class TooLarge(OSError):
@@ -244,7 +265,7 @@ def _reason(error: BaseException) -> str:
     if isinstance(error, TooLarge):
         return str(error)
     if isinstance(error, ConnectionRefusedError):
-        return "connection refused"
+        return REFUSED
     if isinstance(error, socket.gaierror):
         return f"unknown host ({error.strerror})"
     if isinstance(error, http.client.HTTPException):

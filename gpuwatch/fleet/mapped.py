@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuwatch.fleet_model import GpuJob
+from gpuwatch.fleet_model import GpuJob, GpuPod
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage
 from gpuwatch.units import MAX_SIZE_BYTES
 
@@ -36,6 +36,9 @@ class Mapped:
     longest_wait_s: float | None = None
     jobs: tuple[GpuJob, ...] | None = None
     """As `NodeState`'s: `None` where the exporter does not tell."""
+    pods: tuple[GpuPod, ...] = ()
+    mig_devices_known: bool = True
+    """As `NodeState`'s."""
     simulated: bool = False
     """Its daemon serves a simulated node (`gpuwatch_simulated`): its GPUs are made up."""
 
@@ -49,6 +52,9 @@ class GpuFields:
 
     def build(self) -> GpuSample:
         values = {"uuid": None, "name": None, "pci_bus_id": None, **self.values}
+        if values.get("memory_used_bytes") == 0 and values.get("memory_free_bytes") == 0:
+            # No GPU has no memory: figures of nothing at all are unknown, not a full GPU.
+            values["memory_used_bytes"] = values["memory_free_bytes"] = None
         return GpuSample(index=self.index, **values)  # type: ignore[arg-type]
 
 

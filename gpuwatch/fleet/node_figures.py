@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuwatch.models import GpuSample, Lease, Snapshot
+from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
 
 GPUS = "gpuwatch_node_gpus"
 MEMORY_FREE = "gpuwatch_node_memory_free_bytes"
@@ -29,21 +29,35 @@ class NodeFigures:
 
     gpus: int
     most_free_bytes: int | None
+    """The most free memory on one device a job could be given: a GPU, or one MIG
+    device of a MIG-enabled GPU (never that GPU's whole free memory)."""
     memory_free_bytes: int | None
     utilization_pct: float | None
     hottest_c: int | None
     power_w: float | None
 
 
-def node_figures(gpus: Sequence[GpuSample]) -> NodeFigures:
+def node_figures(gpus: Sequence[GpuSample], mig_devices: Sequence[MigDevice] = ()) -> NodeFigures:
+    """The figures of a node's `gpus` and the MIG devices of those that are split."""
     readable = [gpu for gpu in gpus if gpu.error is None]
     free = [gpu.memory_free_bytes for gpu in readable if gpu.memory_free_bytes is not None]
+    split = {gpu.index for gpu in readable if gpu.mig_enabled}
+    whole = [
+        gpu.memory_free_bytes
+        for gpu in readable
+        if gpu.memory_free_bytes is not None and gpu.index not in split
+    ]
+    slices = [
+        device.memory_free_bytes
+        for device in mig_devices
+        if device.gpu_index in split and device.memory_free_bytes is not None
+    ]
     busy = [gpu.utilization_pct for gpu in readable if gpu.utilization_pct is not None]
     hot = [gpu.temperature_c for gpu in readable if gpu.temperature_c is not None]
     power = [gpu.power_w for gpu in readable if gpu.power_w is not None]
     return NodeFigures(
         gpus=len(gpus),
-        most_free_bytes=max(free, default=None),
+        most_free_bytes=max([*whole, *slices], default=None),
         memory_free_bytes=sum(free) if free else None,
         utilization_pct=sum(busy) / len(busy) if busy else None,
         hottest_c=max(hot, default=None),

@@ -14,7 +14,7 @@ from typing import Any
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet.exposition import Sample, parse_value
 from gpuwatch.fleet.fetch import Answer, Budget, HttpOptions, Request, fetch_all
-from gpuwatch.fleet.series import safe_name, shown_address
+from gpuwatch.fleet.names import safe_name, shown_address
 
 DEFAULT_MAX_BYTES = 64 << 20
 """All the answers of one read together: a refresh of 1,000 nodes of 8 GPUs, read GPU by
@@ -80,6 +80,29 @@ class PromClient:
         object per series would cost more than the decoding."""
         answers = self._get([("query", {"query": q}) for q in queries], budget)
         return [self._named(answer, name) for answer, name in zip(answers, names, strict=True)]
+
+    def scrape_errors(
+        self, jobs: Sequence[str], *, budget: Budget | None = None
+    ) -> dict[tuple[str, str], str]:
+        """Why each target of `jobs` that Prometheus cannot scrape fails, by (job,
+        instance): its `lastError` (`/api/v1/targets`), one printable line. Empty where
+        the server does not say (Thanos, Mimir and VictoriaMetrics serve no targets):
+        only the reason is missing then, never a node."""
+        params = {"state": "active", **({"scrapePool": jobs[0]} if len(jobs) == 1 else {})}
+        (answer,) = self._get([("targets", params)], budget)
+        try:
+            data = self._data(answer)
+        except SourceError:
+            return {}
+        errors: dict[tuple[str, str], str] = {}
+        for target in _list(data.get("activeTargets")):
+            if not isinstance(target, dict) or not isinstance(target.get("labels"), dict):
+                continue
+            labels, error = target["labels"], target.get("lastError")
+            job, instance = labels.get("job"), labels.get("instance")
+            if isinstance(error, str) and error and isinstance(job, str) and job in jobs:
+                errors[(job, str(instance))] = safe_name(error.splitlines()[0])[:300]
+        return errors
 
     def query_range(
         self, query: str, start: float, end: float, step_s: float, *, budget: Budget | None = None

@@ -12,12 +12,13 @@ aggregated answer needs no `__name__`.
               (`max by`): identity labels are not sent again with every value
     whole     families whose labels are their content (identity, processes, MIG)
     filtered  flags sent only where they differ from the common case (`== 0`, `> 0`)
-    identity  `gpuwatch_gpu_info` and total memory: they change when a node's GPUs do,
-              so a source reads them on its first read, now and then, and whenever a
-              node's GPUs differ from what it holds
+    series    which series there are (`group by`): dcgm-exporter's GPU instances, in
+              whatever family it exports them
 
 For placement (`gpuwatch where`) the plan leaves out what the rules never read
-(temperature, power, model names, bus ids, process names).
+(temperature, power, model names, bus ids, process names); at pick's default limits, a
+gpuwatch daemon's own verdict on each GPU stands for its processes and leases
+(`verdicts`). `gpuwatch.fleet.plan` puts a read's queries together.
 """
 
 from __future__ import annotations
@@ -81,16 +82,51 @@ class NodeFamilies:
         return f"max by (__name__, {', '.join(_TARGET)}) ({selector})"
 
 
-Query = FamilyQuery | NodeFamilies
+@dataclass(frozen=True, slots=True)
+class Families:
+    """Several families in one selector, each series keeping its name: labelled by its
+    target and `keep` (`max by`), or with all its labels (`keep=None`). For the other
+    exporters' few families: a fleet of them is small, and one request costs less than a
+    dozen (Prometheus matches a list of names by set, as fast as each alone)."""
+
+    families: tuple[str, ...]
+    keep: tuple[str, ...] | None = ()
+    family: ClassVar[str] = ""
+    """No one family: each sample's is its `__name__`."""
+
+    def promql(self, matcher: str = "") -> str:
+        names = f'__name__=~"{"|".join(self.families)}"'
+        selector = "{" + ", ".join(part for part in (names, matcher) if part) + "}"
+        if self.keep is None:
+            return selector
+        return f"max by (__name__, {', '.join((*_TARGET, *self.keep))}) ({selector})"
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesQuery:
+    """Which series there are, of any family whose series match `matchers`: one sample a
+    group of `keep`, named `family` (what the series are, not their values)."""
+
+    family: str
+    matchers: str
+    keep: tuple[str, ...]
+
+    def promql(self, matcher: str = "") -> str:
+        inner = ", ".join(part for part in (self.matchers, matcher) if part)
+        return f"group by ({', '.join((*_TARGET, *self.keep))}) ({{{inner}}})"
+
+
+Query = FamilyQuery | NodeFamilies | Families | SeriesQuery
 UP_SEEN = "timestamp(up) * (2 * up - 1)"
 """Each target's last scrape time, negative where that scrape failed: `up` and
-`timestamp(up)` in one answer."""
-
+`timestamp(up)` in one answer, with every label Prometheus gives the target."""
 
 _SAMPLING_UP = "gpuwatch_sampling_up"
 _FREE = "gpuwatch_memory_free_bytes"
-IDENTITY = ("gpuwatch_gpu_info", "gpuwatch_memory_total_bytes")
-"""gpuwatch families read now and then, not at every refresh."""
+_TOTAL = "gpuwatch_memory_total_bytes"
+IDENTITY = ("gpuwatch_gpu_info", _TOTAL)
+"""gpuwatch families of a GPU's identity, which a read for placement leaves out but for
+total memory (free and total memory carry each GPU's `uuid`)."""
 _NOT_PLACED = frozenset(
     {
         "gpuwatch_temperature_celsius",
@@ -112,14 +148,35 @@ _PLACED_LABELS = {
     "gpuwatch_process_memory_bytes": ("gpu", "pid", "kind", "user"),
 }
 """For placement, the labels it reads of families otherwise read whole."""
+_MIG_DEVICES = frozenset({"gpuwatch_mig_leases", *series_gpuwatch.MIG_VALUES})
+DCGM_DEVICES = SeriesQuery(
+    series_dcgm.DEVICES,
+    f'__name__=~"{"|".join(series_dcgm.SEEN)}"',
+    (*series_dcgm.DEVICE_LABELS, *series_dcgm.POD_LABELS),
+)
+"""dcgm-exporter's GPUs and GPU instances, in the families it exports them in (2.x: no
+memory family of a GPU instance), with their identity, host and the pods that hold them:
+a series of a GPU instance is what makes a GPU MIG-enabled. Names listed, not a pattern:
+Prometheus matches a list by set, `DCGM_FI_.+` name by name (five times the cost)."""
 
 
-def _gpuwatch(placement: bool) -> list[FamilyQuery]:
+def gpuwatch_values(*, placement: bool, mig: bool = True) -> list[FamilyQuery]:
+    """gpuwatch's families of a read GPU by GPU, identity included (`placement`: the
+    families placement's rules read, each GPU's `uuid` on its free and total memory, MIG
+    devices' only where `mig`)."""
     queries = [_indexed(name) for name in series_gpuwatch.INDEXED]
     queries += [FamilyQuery(name, _keep(name, placement)) for name in series_gpuwatch.WHOLE]
     queries += [FamilyQuery(name, compare="== 0") for name in series_gpuwatch.ZERO]
     queries += [FamilyQuery(name, compare="> 0") for name in series_gpuwatch.NONZERO]
-    return [q for q in queries if q.family not in IDENTITY]
+    queries = [q for q in queries if q.family not in IDENTITY]
+    if not placement:
+        return [*queries, FamilyQuery("gpuwatch_gpu_info"), FamilyQuery(_TOTAL, ("gpu",))]
+    queries = [
+        FamilyQuery(_FREE, ("gpu", "uuid")) if q.family == _FREE else q
+        for q in queries
+        if q.family not in _NOT_PLACED and (mig or q.family not in _MIG_DEVICES)
+    ]
+    return [*queries, FamilyQuery(_TOTAL, ("gpu", "uuid"))]
 
 
 def _indexed(name: str) -> FamilyQuery:
@@ -134,71 +191,40 @@ def _keep(name: str, placement: bool) -> tuple[str, ...] | None:
     return _PLACED_LABELS.get(name) if placement else None
 
 
-def identity(placement: bool) -> list[FamilyQuery]:
-    """The gpuwatch families of a node's GPUs that change only with its GPUs."""
-    return [
-        FamilyQuery("gpuwatch_gpu_info", _keep("gpuwatch_gpu_info", placement)),
-        FamilyQuery("gpuwatch_memory_total_bytes", ("gpu",)),
-    ]
+def dcgm_values(*, placement: bool) -> list[Query]:
+    """dcgm-exporter's families: values by GPU (and GPU instance), in one query, and its
+    devices with their labels (identity, host, pods)."""
+    names = [name for name in series_dcgm.INDEXED if not (placement and name in _NOT_PLACED)]
+    return [Families(tuple(names), ("gpu", "GPU_I_ID")), DCGM_DEVICES]
 
 
-def values(exporters: frozenset[Exporter], *, placement: bool) -> list[FamilyQuery]:
-    """Every refresh's family queries for the exporters a fleet runs."""
-    queries: list[FamilyQuery] = []
-    if Exporter.GPUWATCH in exporters:
-        queries += _gpuwatch(placement)
-    if Exporter.DCGM in exporters:
-        queries += [FamilyQuery(name, ("gpu", "GPU_I_ID")) for name in series_dcgm.INDEXED]
-        queries += [FamilyQuery(name) for name in series_dcgm.WHOLE]
-    if Exporter.NVIDIA_GPU_EXPORTER in exporters:
-        queries += [FamilyQuery(name, ("uuid",)) for name in series_smi.BY_UUID]
-        queries += [FamilyQuery(name) for name in series_smi.WHOLE]
-    if placement:
-        queries = [q for q in queries if q.family not in _NOT_PLACED]
-    return queries
+def smi_values(*, placement: bool) -> list[Query]:
+    """nvidia_gpu_exporter's families, in one query: each series with its labels (values
+    carry only `uuid`; identity, processes and MIG devices are their labels)."""
+    names = [name for name in series_smi.FAMILIES if not (placement and name in _NOT_PLACED)]
+    return [Families(tuple(names), None)]
 
 
-def placed(free_bytes: int | None) -> list[FamilyQuery]:
-    """What placement reads of a fleet of gpuwatch daemons, in one round: each refresh's
-    families, and no `gpuwatch_gpu_info` (total and free memory carry each GPU's `uuid`,
-    all the identity placement needs). For whole GPUs (`free_bytes` not `None`): free
-    memory only where it reaches `free_bytes` (a GPU with less shows it unknown, and
-    placement takes a GPU of unknown free memory no more than one with too little), and
-    no MIG devices' families (placement never gives a MIG-enabled GPU whole)."""
-    queries = [
-        FamilyQuery(q.family, ("gpu", "uuid"), _at_least(free_bytes)) if q.family == _FREE else q
-        for q in values(frozenset({Exporter.GPUWATCH}), placement=True)
-        if free_bytes is None or q.family not in _MIG_DEVICES
-    ]
-    return [*queries, FamilyQuery("gpuwatch_memory_total_bytes", ("gpu", "uuid"))]
-
-
-AVAILABLE_BYTES = "gpuwatch_memory_available_bytes"
+AVAILABLE_BYTES = series_gpuwatch.AVAILABLE
 AVAILABLE_GPUS = "gpuwatch_gpus_available"
+NODE_GPUS = "gpuwatch_node_gpus"
 
 
-def available(free_bytes: int, idle_ratio: float) -> list[FamilyQuery]:
-    """What `where` reads of a fleet of gpuwatch daemons for a request judged as the
-    default one (`Request.judged_as_default`): the GPUs each node would give out with at
-    least `free_bytes` free (their available memory, which is their free memory, and
-    `uuid`), and each node's count of such GPUs (a daemon older than these series tells
-    none: its node must be read whole). Utilization ranks GPUs of equal free memory; it
-    is read only up to `idle_ratio` (the default limit): a GPU given out is never busier,
-    so one it does not come for has none known, as a whole read would find."""
+def verdicts(free_bytes: int, idle_ratio: float) -> list[Query]:
+    """What `where` reads of a gpuwatch daemon for a request judged as the default one
+    (`Request.judged_as_default`): the GPUs it would give out with at least `free_bytes`
+    free (their available memory, which is their free memory, and `uuid`), its count of
+    such GPUs (a daemon older than these series tells none: its node must be read GPU by
+    GPU) and of all its GPUs, its snapshot time and failed sampling. Utilization ranks
+    GPUs of equal free memory; it is read only up to `idle_ratio` (the default limit): a
+    GPU given out is never busier."""
+    node = (AVAILABLE_GPUS, NODE_GPUS, "gpuwatch_sample_timestamp_seconds")
     return [
-        FamilyQuery(AVAILABLE_BYTES, ("gpu", "uuid"), _at_least(max(1, free_bytes))),
+        FamilyQuery(AVAILABLE_BYTES, ("gpu", "uuid"), f">= {max(1, free_bytes)}"),
         FamilyQuery("gpuwatch_utilization_ratio", ("gpu",), f"<= {idle_ratio!r}"),
-        FamilyQuery(AVAILABLE_GPUS, ()),
+        NodeFamilies(node),
         FamilyQuery(_SAMPLING_UP, compare="== 0"),
-        FamilyQuery("gpuwatch_sample_timestamp_seconds"),
     ]
-
-
-def _at_least(free_bytes: int | None) -> str:
-    return "" if free_bytes is None else f">= {free_bytes}"
-
-
-_MIG_DEVICES = frozenset({"gpuwatch_mig_leases", *series_gpuwatch.MIG_VALUES})
 
 
 _KNOWN = {
@@ -208,23 +234,33 @@ _KNOWN = {
 }
 
 
-def names(*, now: bool = False) -> str:
+def names() -> str:
     """Per target with GPU series in the last hour: its hostname labels and, in label
     `exporter`, which exporter it runs; the value is a gpuwatch daemon's last snapshot
     time, 0 for other exporters (whose series carry no time of their own). A node that
-    went down keeps its name and the age of its data. `now`: only targets with GPU series
-    now, for a fraction of the work (placement's fits are never on a node that is down)."""
+    went down keeps its name and the age of its data, and its job counts as one of GPU
+    nodes, whose every target is a node, up or not."""
     by = "job, instance, hostname, Hostname"
     return " or ".join(
-        f"label_replace(max by ({by}) ({_latest(name, now)})"
+        f"label_replace(max by ({by}) (last_over_time({name}[{KNOWN_WINDOW}]))"
         + ("" if exporter is Exporter.GPUWATCH else " * 0")
         + f', "exporter", "{exporter.value}", "", "")'
         for exporter, name in _KNOWN.items()
     )
 
 
-def _latest(selector: str, now: bool) -> str:
-    return selector if now else f"last_over_time({selector}[{KNOWN_WINDOW}])"
+STORED_WITHIN_S = 0.25
+"""How long after a scrape ends its series are stored, at the most: a scrape that ended
+that long before a read's evaluation time was in it."""
+
+
+def scraped_since(query: str, since: float) -> str:
+    """`query` for the targets scraped since `since` only (an earlier read's evaluation
+    time): those whose last scrape ended after it (less `STORED_WITHIN_S`), so that a
+    scrape still running then is read now; its series carry its start time. Prometheus
+    selects them; the answer holds only theirs."""
+    scraped = "timestamp(up) + scrape_duration_seconds"
+    return f"({query}) and on (job, instance) ({scraped} > {since - STORED_WITHIN_S:.3f})"
 
 
 _REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$")

@@ -1,11 +1,13 @@
 """From one target's samples to a `NodeState`, whichever exporter sent them.
 
 A target is one `/metrics` endpoint (a scraped node, or one `job`/`instance` of a
-Prometheus server). Its exporter is told by the names of its series: gpuwatch's own
-daemon (`gpuwatch_*`), dcgm-exporter (`DCGM_FI_*`) or nvidia_gpu_exporter
-(`nvidia_smi_*`); where one machine runs several, gpuwatch's series win, then dcgm's.
-The node is named by the series' `hostname` (or `Hostname`) label, else by the
-target's host. What an exporter does not tell stays `None`.
+Prometheus server), and a node is a target: two targets are two nodes, whatever names
+they give themselves (`claimed` counts who claims each name). Its exporter is told by the
+names of its series: gpuwatch's own daemon (`gpuwatch_*`), dcgm-exporter (`DCGM_FI_*`) or
+nvidia_gpu_exporter (`nvidia_smi_*`); where one target sends several, gpuwatch's series
+win, then dcgm's. The node is named by the series' `hostname` (or `Hostname`) label,
+never where that is a Kubernetes pod's name (an exporter pod without `NODE_NAME` names
+itself), else by the target's host. What an exporter does not tell stays `None`.
 
 Everything here came over the network from a machine someone else runs: every value
 is range-checked (a bad one is `None`), and a name is escaped before anyone prints it.
@@ -13,11 +15,15 @@ is range-checked (a bad one is `None`), and a name is escaped before anyone prin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from gpuwatch.fleet import series_dcgm, series_gpuwatch, series_smi
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.mapped import Mapped
+from gpuwatch.fleet.names import node_text
 from gpuwatch.fleet_model import Exporter, NodeState
 from gpuwatch.models import Snapshot
 
@@ -35,7 +41,14 @@ NO_GPU_METRICS = (
     "no GPU metrics there: is it a gpuwatch daemon, dcgm-exporter or nvidia_gpu_exporter?"
 )
 NO_GPU = "its exporter answers but reports no GPU"
-MAX_NAME_CHARS = 253  # a DNS name's most
+EXPORTER_POD = re.compile(r".*dcgm-exporter-[bcdfghjklmnpqrstvwxz2456789]{5}")
+"""The name of a pod of dcgm-exporter's DaemonSet (`nvidia-dcgm-exporter-wqqqn`: the
+five characters Kubernetes draws for a pod's name): the exporter's `hostname` label
+where no `NODE_NAME` was given it, which names the pod, not the node."""
+NOT_NAMES = frozenset({"localhost", "localhost.localdomain", "127.0.0.1", "::1"})
+"""Host labels that name no node of a fleet: dcgm-exporters reading a host engine
+through `-r localhost:5555` all say `localhost`."""
+NO_LABELS: Mapping[str, str] = {}
 
 
 def exporter_of(samples: Sequence[Sample]) -> Exporter | None:
@@ -54,11 +67,18 @@ def target_state(
     seen_at: float,
     now: float,
     stale_after_s: float,
+    target: str = "",
+    job: str | None = None,
+    scraped_as: Mapping[str, str] = NO_LABELS,
 ) -> NodeState:
     """The node one target describes. `seen_at` is when its samples were current (the
-    scrape, or the sample timestamp Prometheus kept); `now` is the clock they are judged by."""
-    found = target_mapping(samples, fallback_name=fallback_name)
-    return judged(found, seen_at=seen_at, now=now, stale_after_s=stale_after_s)
+    scrape, or the sample timestamp Prometheus kept); `now` is the clock they are judged
+    by; `target` (and `job`) where it is scraped; `scraped_as`, the labels Prometheus
+    gives every series of the target (`up`'s): on Kubernetes, the exporter pod's own."""
+    found = target_mapping(samples, fallback_name=fallback_name, scraped_as=scraped_as)
+    return judged(
+        found, seen_at=seen_at, now=now, stale_after_s=stale_after_s, target=target, job=job
+    )
 
 
 TargetMapping = tuple[str, Exporter, Mapped] | NodeState
@@ -66,27 +86,32 @@ TargetMapping = tuple[str, Exporter, Mapped] | NodeState
 mapped series, or the state of a target that sends none we read."""
 
 
-def target_mapping(samples: Sequence[Sample], *, fallback_name: str) -> TargetMapping:
-    """The work of `target_state` that depends on the samples alone (a source that keeps a
-    target's samples between reads keeps this too)."""
+def target_mapping(
+    samples: Sequence[Sample], *, fallback_name: str, scraped_as: Mapping[str, str] = NO_LABELS
+) -> TargetMapping:
+    """The work of `target_state` that depends on the samples alone."""
     exporter = exporter_of(samples)
-    name = safe_name(node_name(samples) or fallback_name)
+    name = node_text(node_name(samples, scraped_as) or fallback_name)
     if exporter is None:
-        return NodeState(
-            name,
-            up=False,
-            snapshot=None,
-            error=NO_GPU_METRICS,
-        )
+        return NodeState(name, up=False, snapshot=None, error=NO_GPU_METRICS)
     prefix = _prefix(exporter)
     mine = [sample for sample in samples if sample.name.startswith(prefix)]
-    return name, exporter, _MAPPERS[exporter](mine, name)
+    return name, exporter, _MAPPERS[exporter](mine, name, scraped_as)
 
 
-def judged(found: TargetMapping, *, seen_at: float, now: float, stale_after_s: float) -> NodeState:
-    """The node a mapping describes, its age and staleness judged at `now`."""
+def judged(
+    found: TargetMapping,
+    *,
+    seen_at: float,
+    now: float,
+    stale_after_s: float,
+    target: str = "",
+    job: str | None = None,
+) -> NodeState:
+    """The node a mapping describes, its age and staleness judged at `now`, scraped at
+    `target` (and `job`)."""
     if isinstance(found, NodeState):
-        return found
+        return replace(found, target=target, job=job) if target or job else found
     name, exporter, mapped = found
     data_at, age_s = aged(seen_at, mapped.data_at, now)
     error = mapped.error
@@ -114,6 +139,10 @@ def judged(found: TargetMapping, *, seen_at: float, now: float, stale_after_s: f
         lease_waiters=mapped.lease_waiters,
         longest_wait_s=mapped.longest_wait_s,
         jobs=mapped.jobs,
+        pods=mapped.pods,
+        mig_devices_known=mapped.mig_devices_known,
+        target=target,
+        job=job,
     )
 
 
@@ -131,62 +160,34 @@ def stale(age_s: float, stale_after_s: float) -> str | None:
     return f"stale: its newest data is {age_s:.0f}s old (the limit is {stale_after_s:g}s)"
 
 
-def merged(states: Iterable[NodeState]) -> tuple[NodeState, ...]:
-    """One state per node name, sorted: where two targets name the same node (gpuwatch's
-    daemon and dcgm-exporter on one machine), the one that is up wins, then the exporter
-    that tells more."""
-    best: dict[str, NodeState] = {}
-    for state in states:
-        if (held := best.get(state.name)) is None or _rank(state) < _rank(held):
-            best[state.name] = state
-    return tuple(sorted(best.values(), key=lambda node: node.name))
+def claimed(states: Iterable[NodeState]) -> tuple[NodeState, ...]:
+    """Every target's node, sorted by name then target, each told how many targets claim
+    its name: two daemons given one `--node-name`, exporters that all say `localhost`,
+    or a node naming itself after another are as many nodes, none hiding another."""
+    nodes = sorted(states, key=lambda node: (node.name, node.target))
+    counts = Counter(node.name for node in nodes)
+    return tuple(
+        node if counts[node.name] == node.claims else replace(node, claims=counts[node.name])
+        for node in nodes
+    )
 
 
-def _rank(state: NodeState) -> tuple[bool, int]:
-    exporter = _PRIORITY.index(state.exporter) if state.exporter else len(_PRIORITY)
-    return (not state.up, exporter)
-
-
-def node_name(samples: Iterable[Sample]) -> str | None:
-    """The host the series name, from their `hostname` or `Hostname` label."""
+def node_name(samples: Iterable[Sample], scraped_as: Mapping[str, str] = NO_LABELS) -> str | None:
+    """The host the series name, from their `hostname` or `Hostname` label, unless that
+    names a pod (the target's own, `scraped_as`, or a dcgm-exporter pod) or no host of a
+    fleet (`localhost`)."""
     for sample in samples:
         for key in ("hostname", "Hostname"):
-            if value := sample.labels.get(key):
+            value = sample.labels.get(key)
+            if value and host_named(value, scraped_as):
                 return value
     return None
 
 
-def host_of(instance: str) -> str:
-    """A node's name from a Prometheus `instance` (`node1:9400`, `[fd00::1]:9400`): its
-    host, so that it names the machine as `ssh` takes it."""
-    host, colon, port = instance.rpartition(":")
-    if not colon or not port.isdigit():
-        return instance
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-
-
-def safe_name(text: str) -> str:
-    """`text` with every character a terminal would act on escaped (`\\x1b`), and cut to
-    a DNS name's length: node names come from labels anyone on a node can set."""
-    cut = text[:MAX_NAME_CHARS]
-    if cut.isprintable() and cut.strip() == cut and cut:
-        return cut
-    escaped = "".join(ch if ch.isprintable() and ch != "\\" else _escape(ch) for ch in cut)
-    return escaped.strip() or "(unnamed)"
-
-
-def shown_address(text: str) -> str:
-    """An address someone typed, safe to print: escaped, and any `user:password@` hidden."""
-    scheme, sep, rest = text.rpartition("://")
-    netloc, slash, path = rest.partition("/")
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    return safe_name(f"{scheme}{sep}{netloc}{slash}{path}")
-
-
-def _escape(ch: str) -> str:
-    code = ord(ch)
-    return "\\\\" if ch == "\\" else f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def host_named(value: str, scraped_as: Mapping[str, str] = NO_LABELS) -> bool:
+    """Whether a host label's `value` names a node (see `node_name`)."""
+    pod = value == scraped_as.get("pod") or EXPORTER_POD.fullmatch(value) is not None
+    return not pod and value not in NOT_NAMES
 
 
 def _prefix(exporter: Exporter) -> str:

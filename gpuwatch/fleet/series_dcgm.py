@@ -2,20 +2,28 @@
 as one node.
 
 Labels: `gpu` (the NVML index), `UUID` (`uuid` with `--use-old-namespace`),
-`modelName`, `pci_bus_id`, `Hostname` or `hostname`; on a MIG-enabled GPU, memory
-comes per GPU instance with `GPU_I_ID` and `GPU_I_PROFILE`. Framebuffer figures are
-whole MiB. DCGM tells nothing of leases (`leases` stays `None`) and, in the default
-counters, nothing of processes.
+`modelName`, `pci_bus_id`, `Hostname` or `hostname`; on a MIG-enabled GPU, series come
+per GPU instance with `GPU_I_ID` and `GPU_I_PROFILE` (memory in 3.x and later; 2.x
+exports none for a MIG device, only its profiling and XID series): any series of a GPU
+instance makes its GPU MIG-enabled, never given out whole. Framebuffer figures are whole
+MiB. On Kubernetes a GPU (or GPU instance) held by a pod carries the pod's `pod`,
+`namespace` and `container`; Prometheus renames those `exported_pod` and so on where its
+own target labels (the exporter pod's) take the names, and adds the target's to every
+series where the exporter's own win (`honor_labels`): a pod is the exported one, else a
+`pod` that is not the target's own. DCGM tells nothing of leases (`leases` stays `None`)
+and, in the default counters, nothing of processes.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.mapped import GpuFields, Mapped
+from gpuwatch.fleet.names import safe_name
+from gpuwatch.fleet_model import GpuPod
 from gpuwatch.models import MigDevice
 
 _FB = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")
@@ -26,17 +34,56 @@ _VALUES = {
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", m.watts),
     "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", m.megahertz),
 }
-INDEXED = (*_FB[1:], "DCGM_FI_DEV_FB_TOTAL", *_VALUES)
+INDEXED = (*_FB, "DCGM_FI_DEV_FB_TOTAL", *_VALUES)
 """Families a Prometheus source may read with only `gpu` and `GPU_I_ID` as labels."""
-WHOLE = ("DCGM_FI_DEV_FB_FREE",)
-"""Read with all labels: the GPU's identity and host name ride on it."""
-FAMILIES = (*INDEXED, *WHOLE)
+FAMILIES = INDEXED
+SEEN = (
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_XID_ERRORS",
+)
+"""Families of the default counters in which dcgm-exporter tells each GPU and GPU
+instance: 2.x exports a GPU instance's XID errors and no memory, 3.x and later its
+memory (and temperatures)."""
+DEVICES = "DCGM_FI_DEVICES"
+"""Not a family: the name a Prometheus source gives each GPU and GPU instance it finds
+in any family, with its identity, host and pod labels (`promql.DCGM_DEVICES`): 2.x
+exports no memory of a GPU instance, and a page may lack any one family."""
+DEVICE_LABELS = (
+    "gpu",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "UUID",
+    "uuid",
+    "modelName",
+    "pci_bus_id",
+    "Hostname",
+    "hostname",
+    "DCGM_FI_DRIVER_VERSION",
+)
+POD_LABELS = (
+    "pod",
+    "namespace",
+    "container",
+    "exported_pod",
+    "exported_namespace",
+    "exported_container",
+)
+_POD_CHARS = 253
 
 
-def mapped(samples: Sequence[Sample], node: str) -> Mapped:
-    """The node these dcgm-exporter series describe."""
+def mapped(
+    samples: Sequence[Sample], node: str, scraped_as: Mapping[str, str] | None = None
+) -> Mapped:
+    """The node these dcgm-exporter series describe; `scraped_as`: the labels Prometheus
+    gave every series of the target (its `up`'s), whose `pod` is no workload's."""
     gpus: dict[int, GpuFields] = {}
     instances: dict[tuple[int, int], dict[str, int | str | None]] = defaultdict(dict)
+    pods: dict[tuple[int, int | None], GpuPod] = {}
     for sample in samples:
         index = m.index_of(sample.labels.get("gpu"))
         if index is None:
@@ -44,6 +91,8 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
         fields = gpus.setdefault(index, GpuFields(index))
         _identify(fields, sample.labels)
         instance = m.index_of(sample.labels.get("GPU_I_ID"))
+        if (pod := pod_of(index, instance, sample.labels, scraped_as or {})) is not None:
+            pods.setdefault((index, instance), pod)
         if instance is not None:
             fields.values["mig_enabled"] = True
             _memory(instances[(index, instance)], sample)
@@ -56,12 +105,43 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
             _memory(fields.values, sample)  # type: ignore[arg-type]
     for fields in gpus.values():
         _total(fields.values)  # type: ignore[arg-type]
-    driver = next((s.labels.get("DCGM_FI_DRIVER_VERSION") for s in samples), None)
+    versions = (s.labels.get("DCGM_FI_DRIVER_VERSION") for s in samples)
+    driver = next((version for version in versions if version), None)
     return Mapped(
         gpus=tuple(fields.build() for _, fields in sorted(gpus.items())),
         mig_devices=_mig_devices(instances),
         driver_version=m.label(driver, 64),
+        pods=tuple(pod for _, pod in sorted(pods.items(), key=lambda item: _order(item[0]))),
     )
+
+
+def pod_of(
+    gpu: int, instance: int | None, labels: Mapping[str, str], scraped_as: Mapping[str, str]
+) -> GpuPod | None:
+    """The pod a series says holds its GPU (or GPU instance), or `None`: the exported pod
+    where Prometheus renamed it, else a `pod` label other than the target's own."""
+    if pod := labels.get("exported_pod"):
+        namespace, container = labels.get("exported_namespace"), labels.get("exported_container")
+    else:
+        pod, namespace, container = (labels.get(key) for key in POD_LABELS[:3])
+        own = (scraped_as.get("pod"), scraped_as.get("namespace"))
+        if not pod or (pod, namespace) == own:
+            return None
+    return GpuPod(
+        gpu_index=gpu,
+        namespace=_text(namespace) or "",
+        pod=_text(pod) or "",
+        container=_text(container),
+        gpu_instance_id=instance,
+    )
+
+
+def _text(value: str | None) -> str | None:
+    return safe_name(value[:_POD_CHARS]) if value else None
+
+
+def _order(key: tuple[int, int | None]) -> tuple[int, int]:
+    return (key[0], -1 if key[1] is None else key[1])
 
 
 def _identify(fields: GpuFields, labels: dict[str, str]) -> None:

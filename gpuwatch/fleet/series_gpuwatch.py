@@ -68,11 +68,15 @@ NONZERO = (
 real (absent: 0)."""
 FAMILIES = (*INDEXED, *WHOLE, *ZERO, *NONZERO)
 _KINDS = frozenset(kind.value for kind in ProcessKind)
+AVAILABLE = "gpuwatch_memory_available_bytes"
 GPU_DOWN = "the node's daemon cannot read this GPU (see gpuwatch status there)"
 
 
-def mapped(samples: Sequence[Sample], node: str) -> Mapped:
-    """The node these daemon series describe; `node` names its synthetic leases."""
+def mapped(
+    samples: Sequence[Sample], node: str, scraped_as: Mapping[str, str] | None = None
+) -> Mapped:
+    """The node these daemon series describe; `node` names its synthetic leases (the
+    target's labels, `scraped_as`, say nothing a daemon does not)."""
     by_name: dict[str, list[Sample]] = defaultdict(list)
     for sample in samples:
         by_name[sample.name].append(sample)
@@ -97,16 +101,18 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
 
 
 def available_mapped(samples: Sequence[Sample]) -> Mapped:
-    """A node as `promql.available` reads it: only the GPUs it would give out, each with
-    its free memory and `uuid` (named `gpuwatch_memory_free_bytes`) and its utilization,
-    its snapshot time and whether its sampling is current. It has no processes or leases
-    that count: a GPU with any is not given out."""
+    """A node as `promql.verdicts` reads it: only the GPUs it would give out, each with
+    its free memory and `uuid` (`gpuwatch_memory_available_bytes`: its free memory where
+    it gives it out) and its utilization, its snapshot time and whether its sampling is
+    current. It has no processes or leases that count: a GPU with any is not given out."""
     by_name: dict[str, list[Sample]] = defaultdict(list)
     for sample in samples:
         by_name[sample.name].append(sample)
     busy = {s.labels.get("gpu"): s.value for s in by_name["gpuwatch_utilization_ratio"]}
     gpus = {}
-    for sample in by_name["gpuwatch_memory_free_bytes"]:
+    for sample in by_name[AVAILABLE]:
+        if sample.value <= 0:
+            continue  # not given out
         index, ratio = m.index_of(sample.labels.get("gpu")), busy.get(sample.labels.get("gpu"))
         if index is not None:
             gpus[index] = GpuSample(

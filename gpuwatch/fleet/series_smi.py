@@ -6,13 +6,15 @@ index, pci_bus_id, driver_version, cuda_version}`. The exporter writes the UUID
 lower-case without its `GPU-` prefix (`NormalizeUUID` in internal/nvidiasmi), and a MIG
 device's without `MIG-`; both are given back, as CUDA_VISIBLE_DEVICES takes them.
 Memory comes in bytes with its own total (nvidia-smi's `memory.total`), utilization as
-a ratio. No leases, and processes only with `--collect.compute-apps`, without users.
+a ratio. No leases, and processes only with `--collect.compute-apps`, without users. MIG
+devices come only from its NVML backend (`nvidia_smi_mig_info`): where a GPU is in MIG
+mode (`nvidia_smi_mig_mode_current`) and no device is told, its devices are unknown.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet.exposition import Sample
@@ -46,7 +48,9 @@ WHOLE = (
 FAMILIES = (*BY_UUID, *WHOLE)
 
 
-def mapped(samples: Sequence[Sample], node: str) -> Mapped:
+def mapped(
+    samples: Sequence[Sample], node: str, scraped_as: Mapping[str, str] | None = None
+) -> Mapped:
     """The node these nvidia_gpu_exporter series describe."""
     by_name: dict[str, list[Sample]] = defaultdict(list)
     for sample in samples:
@@ -63,9 +67,12 @@ def mapped(samples: Sequence[Sample], node: str) -> Mapped:
     stamps = [s.value for s in by_name["nvidia_smi_last_collect_success_timestamp_seconds"]]
     failed = any(s.value == 0 for s in by_name["nvidia_smi_last_collect_success"])
     first = next(iter(info.values()), {})
+    built = sorted((f.build() for f in gpus.values()), key=lambda gpu: gpu.index)
+    mig_devices = _mig_devices(by_name, indices)
     return Mapped(
-        gpus=tuple(sorted((f.build() for f in gpus.values()), key=lambda gpu: gpu.index)),
-        mig_devices=_mig_devices(by_name, indices),
+        gpus=tuple(built),
+        mig_devices=mig_devices,
+        mig_devices_known=bool(mig_devices) or not any(gpu.mig_enabled for gpu in built),
         processes=_processes(by_name["nvidia_smi_compute_app_used_memory_bytes"], indices),
         driver_version=m.label(first.get("driver_version")),
         cuda_driver_version=m.label(first.get("cuda_version")),

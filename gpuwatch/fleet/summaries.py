@@ -22,6 +22,7 @@ from gpuwatch.fleet import node_work, series_gpuwatch
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.promql import FamilyQuery, NodeFamilies, Query
 from gpuwatch.fleet.series import NO_GPU, aged, stale
+from gpuwatch.fleet.source import IDLE_AFTER_S
 from gpuwatch.fleet_model import Exporter, NodeState, NodeSummary
 
 _MODELS = "gpuwatch:node_gpu_models:count"
@@ -52,7 +53,7 @@ the two to each other, `$m` read as nothing and `$w` as 10m); a source evaluates
 expression where the server records none (or, for idle holders, where it asks another
 window `$w`), `$m` the selector's matcher (`promql.FamilyQuery`)."""
 STAMP = "gpuwatch_sample_timestamp_seconds"
-_SAMPLING_UP = "gpuwatch_sampling_up"
+SAMPLING_UP = "gpuwatch_sampling_up"
 _FAST = (
     f.GPUS,
     "gpuwatch_gpus_available",
@@ -67,9 +68,6 @@ _ZERO_UNSENT = (f.LEASES, node_work.WAITERS, node_work.LONGEST_WAIT)
 """Per-node series every refresh reads only where they are not 0: a daemon that exports
 its node's figures exports these beside them, so one not sent is 0."""
 _MOSTLY_ZERO = (*_ZERO_UNSENT, node_work.JOBS_KNOWN, series_gpuwatch.SIMULATED)
-IDLE_AFTER_S = 600.0
-"""A held GPU counts as left idle after this long, unless a source is told otherwise (the
-screen's default --idle-after, and the window of the recording rules)."""
 MIN_IDLE_WINDOW_S = 60
 """Prometheus's past of a GPU's utilization is read over at least this window."""
 SLOW = (_USER_MEMORY, _USER_GPUS, _MODELS, _IDLE_HELD)
@@ -87,7 +85,7 @@ def plan(idle_after_s: float = IDLE_AFTER_S) -> list[Query]:
     return [
         NodeFamilies(_FAST),
         NodeFamilies(_MOSTLY_ZERO, compare="> 0"),
-        FamilyQuery(_SAMPLING_UP, compare="== 0"),
+        FamilyQuery(SAMPLING_UP, compare="== 0"),
         FamilyQuery(node_work.JOB_INFO, ("job_id",)),
         FamilyQuery(node_work.ALLOCATED_IDLE, ("gpu",), compare=idle),
     ]
@@ -118,11 +116,11 @@ def slow_plan(
     return queries
 
 
-def told(samples: Sequence[Sample]) -> bool:
+def told(samples: Sequence[Sample], marker: str = f.GPUS) -> bool:
     """Whether a target's series of a read of `plan()` are those of a daemon that exports
-    its node's figures: one of an older version does not (nor one whose sampling fails,
-    which exports no figure: it is read as down either way)."""
-    return any(s.name in (f.GPUS, _SAMPLING_UP) for s in samples) or not any(
+    its node's figures (`marker`: one of them): one of an older version does not (nor one
+    whose sampling fails, which exports no figure: it is read as down either way)."""
+    return any(s.name in (marker, SAMPLING_UP) for s in samples) or not any(
         s.name == STAMP for s in samples
     )
 
@@ -185,10 +183,17 @@ def figures(samples: Sequence[Sample], slow: SlowFigures) -> Figures:
 
 
 def node_state(
-    found: Figures, name: str, *, seen_at: float, now: float, stale_after_s: float
+    found: Figures,
+    name: str,
+    *,
+    seen_at: float,
+    now: float,
+    stale_after_s: float,
+    target: str = "",
+    job: str | None = None,
 ) -> NodeState:
     """One gpuwatch node from its per-node figures, up only when its daemon's snapshot is
-    current (judged as for a node read GPU by GPU)."""
+    current (judged as for a node read GPU by GPU), scraped at `target` (and `job`)."""
     _, age_s = aged(seen_at, found.stamp, now)
     error = _error(found.by_name, found.stamp) or stale(age_s, stale_after_s)
     return NodeState(
@@ -201,6 +206,8 @@ def node_state(
         lease_waiters=found.lease_waiters,
         longest_wait_s=found.longest_wait_s,
         summary=found.summary,
+        target=target,
+        job=job,
     )
 
 
@@ -217,6 +224,8 @@ def _summary(by_name: dict[str, list[Sample]], slow: SlowFigures) -> NodeSummary
         return found[0].value if found else None
 
     counts = {field: _count(one(name)) for name, field in _COUNTS.items()}
+    if (counts["gpus_free"] or 0) > (counts["gpus"] or 0):
+        counts["gpus_free"] = None  # more free GPUs than it has: not a count to show
     sizes = {field: _bytes(one(name)) for name, field in _BYTES.items()}
     ratio, hottest, power = one(f.UTILIZATION), one(f.TEMPERATURE_MAX), one(f.POWER)
     return NodeSummary(

@@ -46,6 +46,12 @@ class _MigDevices(Kind):
         assert isinstance(device, MigDevice)
         return (device.gpu_index, device.index)
 
+    def identified(self, device: Device) -> bool:
+        """Its UUID, or where an exporter tells none (dcgm-exporter), its GPU instance
+        under its GPU: as Kubernetes' device plugin gives it, not by UUID."""
+        assert isinstance(device, MigDevice)
+        return device.uuid is not None or device.gpu_instance_id is not None
+
     def busyness(self, candidate: Candidate) -> float:
         return float(sum(1 for p in candidate.processes if p.pid not in candidate.own_pids))
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuwatch.choices import Strategy
-from gpuwatch.models import Device, Lease, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.models import Device, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.request import Request, Waiter
 from gpuwatch.units import format_size
 
@@ -102,6 +102,10 @@ class Kind:
     def name(self, device: Device) -> str:
         raise NotImplementedError
 
+    def identified(self, device: Device) -> bool:
+        """Whether the device can be named to a job, and leases matched to it: its UUID."""
+        return device.uuid is not None
+
     def order(self, device: Device) -> tuple[int, ...]:
         """Where the device's line stands among the reasons, and its key for ties."""
         raise NotImplementedError
@@ -136,7 +140,9 @@ def place(
     highest utilization over the last minute, where known. `seed` breaks ties
     between equally good devices; giving each process its own (its pid) spreads
     jobs started together over equal devices. `held_by` names who holds each device (by
-    UUID) that a job of the cluster holds, the asking job's own left out: never given.
+    `held_key`: its UUID, else where it is) that a job of the cluster holds (a Slurm job,
+    a Kubernetes pod as a remote node's exporter labels its GPUs), the asking job's own
+    left out: never given.
     """
     recent = recent_util_pct or {}
     held = held_by or {}
@@ -281,7 +287,7 @@ def _candidates(
                 held_alone=uuid in own_devices,
                 recent_util_pct=recent_util_pct.get(uuid) if uuid else None,
                 fault=fault,
-                holder=held_by.get(uuid) if uuid else None,
+                holder=held_by.get(held_key(device)),
             )
         )
     return candidates
@@ -313,10 +319,10 @@ def _reason_against(
     device = candidate.device
     if (reason := kind.outside(device, request)) is not None:
         return reason
-    if (reason := _unreadable(candidate)) is not None:
+    if (reason := _unreadable(kind, candidate)) is not None:
         return reason
-    held = f"held by {candidate.holder}" if candidate.holder is not None else None
-    if reason := lease_conflict(candidate.leases, shared=request.mem_bytes is not None) or held:
+    shared = request.mem_bytes is not None
+    if reason := lease_conflict(candidate.leases, shared=shared) or _holding(candidate):
         return reason
     if (waiter := kept.get(kind.order(device))) is not None:
         return f"kept for pid {waiter.pid} ({waiter.user}), which asked earlier"
@@ -334,17 +340,31 @@ def _reason_against(
     return _too_full(candidate, request)
 
 
-def _unreadable(candidate: Candidate) -> str | None:
+def _unreadable(kind: Kind, candidate: Candidate) -> str | None:
     device = candidate.device
     if device.error is not None:
         return f"error: {device.error}"
     if candidate.fault is not None:
         return f"error: {candidate.fault}"
-    if device.memory_free_bytes is None or device.uuid is None:
+    if device.memory_free_bytes is None or not kind.identified(device):
         return "free memory unknown"
     return memory_nonsense(
         device.memory_total_bytes, device.memory_used_bytes, device.memory_free_bytes
     )
+
+
+def held_key(device: Device) -> str:
+    """How `place`'s `held_by` names a device: its UUID, else (a MIG device an exporter
+    tells no UUID of) its GPU and GPU instance, `0/GI-3`."""
+    if device.uuid:
+        return device.uuid
+    if isinstance(device, MigDevice):
+        return f"{device.gpu_index}/GI-{device.gpu_instance_id}"
+    return str(device.index)
+
+
+def _holding(candidate: Candidate) -> str | None:
+    return None if candidate.holder is None else f"held by {candidate.holder}"
 
 
 def memory_nonsense(total: int | None, used: int | None, free: int | None) -> str | None:

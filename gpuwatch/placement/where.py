@@ -3,12 +3,13 @@
 `where()` takes a `FleetState` (what a fleet source read) and a request, and
 runs `rules.place()` on every node's snapshot and leases, exactly as `pick`
 runs it on this machine's: the same candidates, the same in-use rule, the same
-refusals. A node that is down or stale never counts; neither does a GPU of
-unknown free memory, nor one a job of the cluster holds (a Slurm job, a
-Kubernetes pod), as far as the node's exporter tells (`NodeState.jobs`).
-Leases are known only where a node runs gpuwatch: on a node of another
-exporter a lease cannot keep a job off a GPU, and the answer says so
-(`NodeFit.leases_known`).
+refusals. A node that is down or stale never counts; neither does a GPU (or MIG device)
+of unknown free memory, nor one a job of the cluster holds (a Slurm job, a Kubernetes
+pod), as far as the node's exporter tells (`NodeState.jobs`, `NodeState.pods`). Leases
+are known only where a node runs gpuwatch: on a node of another exporter a lease cannot
+keep a job off a GPU, and the answer says so (`NodeFit.leases_known`). A node is named
+by its `NodeState.label`: `gpu-07`, or `gpu-07@10.0.0.7:9400` where several targets
+claim that name.
 
 No I/O happens here.
 """
@@ -19,12 +20,26 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from gpuwatch.choices import Strategy
+from gpuwatch.fleet.source import Needs
 from gpuwatch.fleet_model import FleetState, NodeState
-from gpuwatch.models import Device, GpuSample
+from gpuwatch.models import Device, GpuSample, MigDevice, Snapshot
 from gpuwatch.placement.gpus import kind_for
-from gpuwatch.placement.rules import Kind, Never, never, place
+from gpuwatch.placement.rules import Kind, Never, held_key, needed_bytes, never, place
 from gpuwatch.request import Request
-from gpuwatch.units import counted, format_duration, format_size
+from gpuwatch.units import counted, format_size, format_span
+
+
+def needs_of(request: Request, *, errors: bool = False) -> Needs:
+    """What `where` needs of a fleet to place `request`: placement's series, devices with
+    its free memory, MIG devices where it asks for them, and at pick's default limits a
+    daemon's own verdict on each GPU; why a node is down only with `errors`."""
+    return Needs(
+        placement=True,
+        free_bytes=needed_bytes(request),
+        verdicts=request.judged_as_default,
+        mig=request.mig is not None,
+        errors=errors,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +90,11 @@ def where(fleet: FleetState, request: Request, *, excluded_nodes: Collection[str
     """The nodes of `fleet` that could run `request` now, ranked by `request.strategy`:
     `most-free`, the most free memory on the chosen devices together first; `pack`, the
     least that fits first; `least-util`, the least busy chosen GPUs first. Ties go by
-    node name."""
+    node label. `excluded_nodes` names nodes by name (every target claiming it) or label."""
     fits: list[NodeFit] = []
     misses: list[NodeMiss] = []
     for node in fleet.nodes:
-        if node.name in excluded_nodes:
+        if node.name in excluded_nodes or node.label in excluded_nodes:
             continue
         outcome = _on_node(node, request)
         if isinstance(outcome, NodeFit):
@@ -94,29 +109,66 @@ def where(fleet: FleetState, request: Request, *, excluded_nodes: Collection[str
 def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
     known = node.leases is not None
     if node.snapshot is None or not node.up:
-        age = "" if node.age_s is None else f", data {format_duration(node.age_s)} old"
+        age = "" if node.age_s is None else f", data {format_span(node.age_s)} old"
         why = node.error or "down"
-        return NodeMiss(node.name, f"down: {why}{age}", leases_known=known)
+        return NodeMiss(node.label, f"down: {why}{age}", leases_known=known)
     kind = kind_for(request)
-    choice = place(kind, node.snapshot, request, leases=node.leases or (), held_by=_held(node))
+    if kind.mig and not node.mig_devices_known:
+        return NodeMiss(node.label, _mig_unknown(node.snapshot), leases_known=known)
+    held = held_devices(kind, node, node.snapshot)
+    choice = place(kind, node.snapshot, request, leases=node.leases or (), held_by=held)
     if choice.satisfied:
-        return NodeFit(node.name, choice.chosen, choice.free_bytes, known)
+        return NodeFit(node.label, choice.chosen, choice.free_bytes, known)
+    if node.given_only:
+        return _given_short(node, request, choice.qualifying)
     if (hopeless := never(kind, node.snapshot, request)) is not None:
-        return NodeMiss(node.name, _never(kind, hopeless, request), choice.reasons, 0, known)
+        return NodeMiss(node.label, _never(kind, hopeless, request), choice.reasons, 0, known)
     summary = f"{choice.qualifying} of {request.count} qualify"
-    return NodeMiss(node.name, summary, choice.reasons, choice.qualifying, known)
+    return NodeMiss(node.label, summary, choice.reasons, choice.qualifying, known)
 
 
-def _held(node: NodeState) -> dict[str, str]:
-    """Who holds each of the node's GPUs that a job holds, by UUID."""
-    if node.snapshot is None:
-        return {}
-    uuids = {gpu.index: gpu.uuid for gpu in node.snapshot.gpus if gpu.uuid}
-    return {
-        uuids[job.gpu_index]: f"job {job.job_id}"
-        for job in node.jobs or ()
-        if job.gpu_index in uuids
-    }
+def held_devices(kind: Kind, node: NodeState, snapshot: Snapshot) -> dict[str, str]:
+    """Who holds each device of `kind` that a job holds (by `held_key`, for `place`'s
+    `held_by`): a Slurm job on its GPU, or a pod on the GPU or on that MIG device (a pod
+    on a MIG device leaves the others free). The fleet table counts free GPUs by it too."""
+    jobs: dict[int, str] = {job.gpu_index: f"job {job.job_id}" for job in node.jobs or ()}
+    held: dict[str, str] = {}
+    for device in kind.devices(snapshot):
+        instance = device.gpu_instance_id if isinstance(device, MigDevice) else None
+        gpu = device.gpu_index if isinstance(device, MigDevice) else device.index
+        pods = [
+            pod.name
+            for pod in node.pods_on(gpu)
+            if instance is None or pod.gpu_instance_id in (None, instance)
+        ]
+        holders = [*([jobs[gpu]] if gpu in jobs else []), *(f"pod {pod}" for pod in pods)]
+        if holders:
+            more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
+            held[held_key(device)] = holders[0] + more
+    return held
+
+
+def _mig_unknown(snapshot: Snapshot) -> str:
+    split = [str(gpu.index) for gpu in snapshot.gpus if gpu.mig_enabled]
+    which = f"GPU {', '.join(split)} MIG-enabled" if split else "MIG devices"
+    return f"MIG devices unknown: {which}, but its exporter does not tell its MIG devices"
+
+
+def _given_short(node: NodeState, request: Request, qualifying: int) -> NodeMiss:
+    """A node read by its daemon's verdict that gives too few GPUs: the others are in
+    use, leased, busy, MIG-enabled or short of memory, by pick's rules on the node."""
+    total = node.summary.gpus if node.summary is not None else None
+    if total is not None and total < request.count:
+        return NodeMiss(node.label, f"never: it has {counted(total, 'GPU')}")
+    others = "its other GPUs" if total is None else f"its other {total - qualifying} GPUs"
+    needed = needed_bytes(request)
+    short = f" or have less than {format_size(needed)} free" if needed else ""
+    reason = (
+        f"{others}: not given out by its daemon (in use, leased, busy or MIG-enabled{short}; "
+        "gpuwatch status there says which)"
+    )
+    summary = f"{qualifying} of {request.count} qualify"
+    return NodeMiss(node.label, summary, (reason,), qualifying)
 
 
 def _never(kind: Kind, why: Never, request: Request) -> str:
@@ -143,6 +195,7 @@ def _utilization(device: Device) -> float:
 
 
 def nodes_named(fleet: FleetState, names: Iterable[str]) -> list[str]:
-    """The names among `names` that no node of `fleet` has (for `--exclude-node`)."""
-    known = {node.name for node in fleet.nodes}
+    """The names among `names` that no node of `fleet` has, by name or label (for
+    `--exclude-node`)."""
+    known = {node.name for node in fleet.nodes} | {node.label for node in fleet.nodes}
     return [name for name in names if name not in known]

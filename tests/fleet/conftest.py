@@ -37,6 +37,7 @@ from tests.helpers.fleet.prometheus import (
     prometheus_binary,
     running_prometheus,
 )
+from tests.helpers.fleet.recorded import RecordedFleet, recorded_fleet
 
 
 def _unavailable(reason: str) -> NoReturn:
@@ -117,3 +118,14 @@ def refusing_endpoint() -> Iterator[Endpoint]:
     """A node that refuses connections."""
     with refusing() as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedFleet]:
+    """The recorded exporter pages, each served, and a real Prometheus scraping them
+    (`tests.helpers.fleet.recorded`), for a module's tests."""
+    try:
+        with recorded_fleet(tmp_path_factory.mktemp("recorded")) as fleet:
+            yield fleet
+    except PrometheusUnavailable as error:
+        _unavailable(str(error))

@@ -130,3 +130,35 @@ def test_the_prometheus_source_gets_the_timeout_and_tls(tmp_path: Path) -> None:
     source = resolve(SourceOptions(), env_for(tmp_path))
     assert isinstance(source, PrometheusSource)
     assert source.client.timeout_s == 4.0 and source.client.options.ca_file == str(ca)
+
+
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        (SourceOptions(nodes=("node1", "node2:9400", "https://node3:8443")), "node1:19400"),
+        (SourceOptions(prometheus="http://prom:9090"), "http://prom:9090"),
+        (SourceOptions(prometheus="https://prom:9090"), None),
+    ],
+    ids=["http-nodes", "http-prometheus", "https"],
+)
+def test_credentials_over_plain_http_are_warned_of_once(
+    tmp_path: Path, options: SourceOptions, warned: str | None
+) -> None:
+    # GIVEN a bearer token, and servers reached over http or https
+    env = env_for(tmp_path, GPUWATCH_FLEET_TOKEN="s3cret")
+    said: list[str] = []
+    # WHEN the source is resolved
+    resolve(options, env, warn=said.append)
+    # THEN where the token would go over plain http, that is said once, naming where
+    if warned is None:
+        assert said == []
+    else:
+        (message,) = said
+        assert "clear text over http://" in message and warned in message
+        assert "s3cret" not in message
+
+
+def test_without_credentials_plain_http_is_no_warning(tmp_path: Path) -> None:
+    said: list[str] = []
+    resolve(SourceOptions(nodes=("node1",)), env_for(tmp_path), warn=said.append)
+    assert said == []

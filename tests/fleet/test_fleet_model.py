@@ -358,6 +358,11 @@ def test_the_document_has_the_issues_shape_and_null_for_the_unknown() -> None:
     assert all(g["leases_exclusive"] is None for g in nodes["beta"]["gpus"])
     assert nodes["gone"] == {
         "node": "gone",
+        "label": "gone",
+        "target": None,
+        "job": None,
+        "claims": 1,
+        "mig_devices_known": True,
         "up": False,
         "age_s": None,
         "error": "connection refused",

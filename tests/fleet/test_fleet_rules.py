@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwatch.fleet import summaries
+from gpuwatch.fleet import node_figures, summaries
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.fleet.source import Needs
 from gpuwatch.fleet_model import FleetState, NodeState, NodeSummary
+from gpuwatch.models import GpuSample, MigDevice
 from gpuwatch.tui.fleet.rows import NodeRow, build_rows, user_rows
 from tests.helpers.fleet.daemons import SimNode
 from tests.helpers.fleet.prometheus import StartDaemons, StartPrometheus, Target
@@ -96,14 +98,13 @@ def test_the_fleet_table_from_per_node_figures_is_the_table_from_every_gpu(
         "gpuwatch:node_gpu_models:count", lambda found: len(found) == 3, "the rules' figures"
     )
     # WHEN the fleet is read from the rules, from their expressions, and GPU by GPU
-    recorded_source = PrometheusSource(prometheus.url, per_node=True)
+    recorded_source = PrometheusSource(prometheus.url, needs=Needs(per_node=True))
     recorded = recorded_source.read()
-    evaluated_source = PrometheusSource(bare.url, per_node=True)
+    evaluated_source = PrometheusSource(bare.url, needs=Needs(per_node=True))
     evaluated = evaluated_source.read()
     raw = PrometheusSource(prometheus.url).read()
     # THEN figures were read, and the table and the users view are the same all three ways
-    for source, fleet in ((recorded_source, recorded), (evaluated_source, evaluated)):
-        assert source.summarized
+    for fleet in (recorded, evaluated):
         assert all(node.summary is not None and node.snapshot is None for node in fleet.nodes)
     assert all(node.summary is None and node.snapshot is not None for node in raw.nodes)
     table = [shown(row) for row in build_rows(raw)]
@@ -121,7 +122,7 @@ def test_a_node_in_focus_comes_with_its_gpus_beside_its_figures(
     daemons = start_daemons([SimNode("node-a", (0, 0)), node_b])
     prometheus = start_prometheus([Target(d.address) for d in daemons])
     prometheus.wait_until_up([d.address for d in daemons])
-    source = PrometheusSource(prometheus.url, per_node=True)
+    source = PrometheusSource(prometheus.url, needs=Needs(per_node=True))
     source.read()
     # WHEN node-b's detail is opened (focus), read, then closed
     source.focus(["node-b"])
@@ -197,3 +198,111 @@ def test_a_users_memory_read_before_their_gpus_counts_one_gpu_at_least() -> None
     # THEN a user with memory there holds a GPU at least, then as many as counted
     assert summaries.slow_figures([memory]).users == (("ana", 1, 3 << 30),)
     assert summaries.slow_figures([memory, gpus]).users == (("ana", 2, 3 << 30),)
+
+
+def test_a_node_telling_more_free_gpus_than_it_has_shows_no_free_count() -> None:
+    # GIVEN a daemon's figures saying 100 GPUs free of 2 (a node lying, or broken)
+    samples = [
+        Sample(node_figures.GPUS, {}, 2.0),
+        Sample("gpuwatch_gpus_available", {}, 100.0),
+        Sample(summaries.STAMP, {}, 1000.0),
+    ]
+    # WHEN its figures are read THEN its count of free GPUs is unknown, never "100/2"
+    figures = summaries.figures(samples, summaries.slow_figures([]))
+    assert (figures.summary.gpus, figures.summary.gpus_free) == (2, None)
+
+
+def test_the_most_free_memory_of_a_split_gpu_is_its_largest_mig_devices() -> None:
+    # GIVEN a whole GPU with 10 GiB free, and a MIG-enabled one with 70 GiB free in all,
+    # its largest MIG device 20 GiB
+    whole = GpuSample(0, "GPU-a", None, None, memory_free_bytes=10 * GIB)
+    split = GpuSample(1, "GPU-b", None, None, memory_free_bytes=70 * GIB, mig_enabled=True)
+    devices = [
+        MigDevice(1, index, f"MIG-{index}", memory_free_bytes=size * GIB)
+        for index, size in enumerate((20, 20, 10))
+    ]
+    # WHEN the node's figures are made THEN its most free is the MIG device's, not 70 GiB
+    figures = node_figures.node_figures([whole, split], devices)
+    assert figures.most_free_bytes == 20 * GIB
+    assert figures.memory_free_bytes == 80 * GIB
+
+
+ALERTS = ROOT / "examples" / "gpuwatch-alerts.yml"
+DOWN_SUMMARY = "GPU node 10.0.0.9:19400 (job gpuwatch) cannot be scraped"
+DOWN_DESCRIPTION = (
+    "Prometheus's /targets page says why (refused, 401, timeout); `gpuwatch fleet --once` "
+    "shows it down with that reason."
+)
+
+
+def alert_tests(tmp_path: Path) -> Path:
+    """promtool's tests of the target alerts: a target never up beside one up; a job with
+    no target at all."""
+    up = [
+        {"series": 'up{job="gpuwatch",instance="10.0.0.7:19400"}', "values": "1x20"},
+        {"series": 'up{job="gpuwatch",instance="10.0.0.9:19400"}', "values": "0x20"},
+        {"series": 'up{job="node",instance="10.0.0.9:9100"}', "values": "0x20"},
+    ]
+    down = {
+        "exp_labels": {
+            "severity": "warn",
+            "job": "gpuwatch",
+            "instance": "10.0.0.9:19400",
+        },
+        "exp_annotations": {"summary": DOWN_SUMMARY, "description": DOWN_DESCRIPTION},
+    }
+    absent = {
+        "exp_labels": {"severity": "warn", "job": "gpuwatch"},
+        "exp_annotations": {
+            "summary": "Prometheus scrapes no target of job gpuwatch",
+            "description": "Check the scrape config (prometheus.yml) or its service "
+            "discovery: no GPU node of the job is watched.",
+        },
+    }
+    tests = {
+        "rule_files": [str(ALERTS)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": up,
+                "alert_rule_test": [
+                    {"eval_time": "4m", "alertname": "GpuwatchTargetDown", "exp_alerts": []},
+                    {"eval_time": "6m", "alertname": "GpuwatchTargetDown", "exp_alerts": [down]},
+                    {"eval_time": "15m", "alertname": "GpuwatchTargetsAbsent", "exp_alerts": []},
+                ],
+            },
+            {
+                "interval": "1m",
+                "input_series": [up[2]],
+                "alert_rule_test": [
+                    {"eval_time": "9m", "alertname": "GpuwatchTargetsAbsent", "exp_alerts": []},
+                    {
+                        "eval_time": "11m",
+                        "alertname": "GpuwatchTargetsAbsent",
+                        "exp_alerts": [absent],
+                    },
+                ],
+            },
+        ],
+    }
+    path = tmp_path / "alerts.test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    return path
+
+
+def test_a_target_never_up_alerts_and_so_does_a_job_with_no_target(tmp_path: Path) -> None:
+    # GIVEN a gpuwatch target never up beside one that is, a node_exporter down, and a
+    # Prometheus with no gpuwatch target at all
+    tests = alert_tests(tmp_path)
+    # WHEN promtool checks the shipped alerts and runs these tests
+    checked = subprocess.run(
+        [promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False
+    )
+    done = subprocess.run(
+        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, check=False
+    )
+    # THEN the target never up alerts after 5 minutes (not the node_exporter), and the job
+    # with no target after 10
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert done.returncode == 0, done.stdout + done.stderr

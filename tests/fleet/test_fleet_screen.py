@@ -18,6 +18,7 @@ from textual.pilot import Pilot
 from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.errors import SourceError
 from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.fleet.source import Needs
 from gpuwatch.fleet_model import FleetState, NodeState
 from gpuwatch.tui.common.section import GRAPH_WINDOW_S
 from gpuwatch.tui.fleet.app import FleetApp
@@ -341,7 +342,7 @@ def test_through_prometheus_the_nodes_show_and_a_nodes_cards_have_its_gpus_and_p
     prometheus = start_prometheus([Target(daemon.address) for daemon in daemons])
     prometheus.wait_until_up([daemon.address for daemon in daemons])
     wait_until(lambda: past_points(prometheus) >= 2, "two points of each node's past")
-    app = FleetApp(PrometheusSource(prometheus.url, per_node=True), interval_s=1.0)
+    app = FleetApp(PrometheusSource(prometheus.url, needs=Needs(per_node=True)), interval_s=1.0)
 
     def node_a() -> NodeState | None:
         return next((n for n in app.fleet.nodes if n.name == "node-a"), None) if app.fleet else None

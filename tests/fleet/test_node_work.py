@@ -10,6 +10,7 @@ from gpuwatch.fleet.document import fleet_document
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
+from gpuwatch.fleet.source import Needs
 from gpuwatch.fleet_model import FleetState, GpuJob, NodeState
 from gpuwatch.tui.fleet.rows import build_rows
 from tests.helpers.fleet.fakeprom import NOW, FakePrometheus, FakeTarget, with_node_figures
@@ -142,8 +143,9 @@ def test_the_fleet_table_read_as_node_figures_counts_its_jobs_and_their_idle_gpu
     target = with_node_figures(FakeTarget("gpuwatch", "10.0.0.7:19400", WORK, scraped_at=NOW))
     with serving(FakePrometheus([target])) as url:
         # WHEN the fleet table's source reads it
-        source = PrometheusSource(url, clock=lambda: NOW, per_node=True)
-        (row,) = build_rows(source.read())
+        source = PrometheusSource(url, clock=lambda: NOW, needs=Needs(per_node=True))
+        fleet = source.read()
+        (row,) = build_rows(fleet)
     # THEN its row counts two jobs, one of which left its GPU idle past 10 minutes
-    assert source.summarized
+    assert fleet.nodes[0].summary is not None
     assert (row.jobs, row.idle_allocated, row.lease_waiters) == (2, 1, 3)

@@ -1,6 +1,7 @@
-"""A fleet read from a Prometheus HTTP API: a fixed number of queries whatever the fleet's
-size, staleness judged from the data's own times, and a server that is not Prometheus one
-clear SourceError."""
+"""A fleet read from a Prometheus HTTP API: one round of a fixed number of queries whatever
+the fleet's size, narrowed to what the reader needs; every target a node, up or not;
+staleness judged from the data's own times; a server that is not Prometheus one clear
+SourceError."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ from dataclasses import replace
 
 import pytest
 
-from gpuwatch.choices import Strategy
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import parse_exposition
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.series import PREFIXES, target_state
+from gpuwatch.fleet.source import Needs
 from gpuwatch.fleet_model import Exporter, FleetState
-from gpuwatch.placement.rules import needed_bytes
-from gpuwatch.placement.where import where
+from gpuwatch.placement.where import Answer as WhereAnswer
+from gpuwatch.placement.where import needs_of, where
 from gpuwatch.request import Request
 from gpuwatch.tui.fleet.rows import build_rows
 from tests.helpers.fleet.endpoints import Endpoint
@@ -26,6 +27,7 @@ from tests.helpers.fleet.fakeprom import (
     NOW,
     FakePrometheus,
     FakeTarget,
+    targets_of_answers,
     with_node_figures,
     with_verdicts,
 )
@@ -59,23 +61,18 @@ def test_a_refresh_costs_the_same_queries_for_one_node_or_forty() -> None:
     # GIVEN Prometheus scraping one dcgm-exporter node, or forty
     # WHEN the fleet is read twice
     one, forty = refresh_queries(1), refresh_queries(40)
-    # THEN each refresh sends the same few queries, whatever the fleet's size
+    # THEN each refresh sends the same queries, each once, whatever the fleet's size: one
+    # round, for every exporter the fleet might run (no round to find out first)
     assert one == forty
-    assert len(one[1]) <= 16
-
-
-def test_a_refresh_asks_only_for_the_families_of_exporters_the_fleet_runs() -> None:
-    # GIVEN Prometheus scraping dcgm-exporter nodes only
-    _, later = refresh_queries(3)
-    # THEN later refreshes ask for no gpuwatch or nvidia_gpu_exporter family
-    families = [q for q in later if not q.startswith("label_replace")]  # all but names
-    assert not [q for q in families if "gpuwatch_" in q or "nvidia_smi_" in q]
-    assert "DCGM_FI_DEV_FB_FREE" in families
+    first, later = one
+    assert first == later and len(set(first)) == len(first)
+    assert any("DCGM_FI_" in q for q in first) and any("nvidia_smi_" in q for q in first)
 
 
 def test_a_target_prometheus_cannot_scrape_is_down_under_its_last_name() -> None:
     gone = FakeTarget("gpuwatch", "10.0.0.7:19400", "", up=False, hostname="gpu-node-07")
     gone.snapshot_at = NOW - 90
+    gone.last_error = "server returned HTTP status 401 Unauthorized\x1b[2J"
     prometheus = FakePrometheus([dcgm_node(1), gone])
     with serving(prometheus) as url:
         fleet = PrometheusSource(url).read()
@@ -84,6 +81,51 @@ def test_a_target_prometheus_cannot_scrape_is_down_under_its_last_name() -> None
     assert node.up is False and node.snapshot is None
     assert node.age_s == pytest.approx(90)
     assert node.error is not None and "10.0.0.7:19400" in node.error
+    # AND it says why, as Prometheus does, printable
+    assert node.error.endswith("401 Unauthorized\\x1b[2J")
+    assert (node.target, node.job) == ("10.0.0.7:19400", "gpuwatch")
+
+
+def test_targets_never_up_are_nodes_down_with_why_and_others_no_nodes() -> None:
+    # GIVEN a job of gpuwatch daemons, two of which Prometheus never could scrape, and a
+    # machine's node_exporter in a job of its own
+    up = gpuwatch_node(1)
+    never = [
+        FakeTarget("gpuwatch", f"10.0.1.{n}:9400", "", up=False, last_error="connection refused")
+        for n in (8, 9)
+    ]
+    other = FakeTarget("node", "10.0.2.1:9100", "node_load1 0.5\n")
+    prometheus = FakePrometheus([up, *never, other])
+    with serving(prometheus) as url:
+        # WHEN the fleet is read, and read for where (which asks no reasons)
+        fleet = PrometheusSource(url, clock=lambda: NOW).read()
+        asked = len(prometheus.asked)
+        placed = PrometheusSource(url, clock=lambda: NOW, needs=needs_of(Request())).read()
+    # THEN every target of the job is a node, those never up down with Prometheus's reason
+    assert [(n.label, n.up) for n in fleet.nodes] == [
+        ("10.0.1.8:9400", False),
+        ("10.0.1.9:9400", False),
+        ("gpu-node-01", True),
+    ]
+    assert all(n.error and n.error.endswith(": connection refused") for n in fleet.nodes[:2])
+    assert prometheus.asked[:asked].count("targets") == 1
+    # AND where's read counts them too, without asking why
+    assert [n.up for n in placed.nodes] == [False, False, True]
+    assert "targets" not in prometheus.asked[asked:]
+
+
+def test_two_targets_that_claim_one_name_are_two_nodes() -> None:
+    # GIVEN two daemons given one --node-name, and a node naming itself after them
+    twins = [replace(gpuwatch_node(1), instance=f"10.0.1.{n}:9400") for n in (1, 2)]
+    prometheus = FakePrometheus(twins)
+    with serving(prometheus) as url:
+        # WHEN the fleet is read
+        fleet = PrometheusSource(url, clock=lambda: NOW).read()
+    # THEN each is a node, marked, and labelled by its target
+    assert [(n.name, n.claims, n.label) for n in fleet.nodes] == [
+        ("gpu-node-01", 2, "gpu-node-01@10.0.1.1:9400"),
+        ("gpu-node-01", 2, "gpu-node-01@10.0.1.2:9400"),
+    ]
 
 
 def test_a_node_whose_last_scrape_is_old_is_stale_not_current() -> None:
@@ -187,13 +229,17 @@ def test_a_gpuwatch_node_through_prometheus_is_the_node_scraped_directly() -> No
 GPUWATCH = fixture("gpuwatch_node.prom").decode()
 
 
-def gpuwatch_node(number: int, *, full: bool = False) -> FakeTarget:
-    """The fixture's daemon as node `gpu-node-NN`; `full`: every GPU's memory in use."""
+def gpuwatch_node(number: int, *, full: bool = False, idle: bool = False) -> FakeTarget:
+    """The fixture's daemon as node `gpu-node-NN`; `full`: every GPU's memory in use;
+    `idle`: no lease, process or load on any GPU (GPUs 0 and 1 free, 2 split, 3 down)."""
     text = GPUWATCH.replace("gpu-node-07", f"gpu-node-{number:02}")
-    if full:
-        for family, value in (("used", 8.0e10), ("free", 1.0e9)):
-            line = rf"^(gpuwatch_memory_{family}_bytes\{{.*\}}) .*$"
-            text = re.sub(line, rf"\1 {value!r}", text, flags=re.MULTILINE)
+    changes = (("memory_used_bytes", 8.0e10), ("memory_free_bytes", 1.0e9)) if full else ()
+    if idle:
+        changes = (("memory_used_bytes", 0.0), ("utilization_ratio", 0.0), ("leases", 0.0))
+        text = re.sub(r"^gpuwatch_process_memory_bytes.*\n", "", text, flags=re.MULTILINE)
+    for family, value in changes:
+        line = rf"^(gpuwatch_{family}\{{.*\}}) .*$"
+        text = re.sub(line, rf"\1 {value!r}", text, flags=re.MULTILINE)
     return FakeTarget("gpuwatch", f"10.0.1.{number}:9400", text, scraped_at=NOW - 5)
 
 
@@ -207,16 +253,6 @@ def read_twice() -> tuple[FleetState, FleetState, list[str], list[str]]:
         asked = len(prometheus.asked)
         second = source.read()
     return first, second, prometheus.asked[:asked], prometheus.asked[asked:]
-
-
-def test_gpu_identity_is_read_on_the_first_refresh_and_not_on_the_next() -> None:
-    # GIVEN Prometheus scraping two gpuwatch daemons
-    # WHEN the fleet is read twice
-    first, second, asked_first, asked_second = read_twice()
-    # THEN the second read asks no identity, and tells the same GPUs
-    assert any("gpuwatch_gpu_info" in q for q in asked_first)
-    assert not any("gpuwatch_gpu_info" in q for q in asked_second)
-    assert first.nodes == second.nodes
 
 
 def test_a_node_new_to_the_fleet_gets_its_identity_read_at_once() -> None:
@@ -239,10 +275,14 @@ def test_a_read_for_placement_leaves_out_what_the_rules_never_read() -> None:
     prometheus = FakePrometheus([gpuwatch_node(1)])
     with serving(prometheus) as url:
         # WHEN it is read for placement and for the screen
-        placed = PrometheusSource(url, clock=lambda: NOW, placement=True).read()
+        needs = Needs(placement=True, mig=True)
+        placed = PrometheusSource(url, clock=lambda: NOW, needs=needs).read()
+        asked = list(prometheus.asked)
         shown = PrometheusSource(url, clock=lambda: NOW).read()
-    # THEN placement asks no temperature or power, and sees the same memory, leases, MIG
-    assert not [q for q in prometheus.asked[: len(prometheus.asked) // 2] if "temperature" in q]
+    # THEN placement asks no temperature or power (dcgm-exporter's devices are seen in
+    # any family, values asked of none), and sees the same memory, leases, MIG
+    values = [q for q in asked if q != promql.DCGM_DEVICES.promql()]
+    assert not [q for q in values if re.search("temperature|power|TEMP|POWER", q)]
     (a,), (b,) = placed.nodes, shown.nodes
     assert a.snapshot is not None and b.snapshot is not None
     for gpu, full in zip(a.snapshot.gpus, b.snapshot.gpus, strict=True):
@@ -257,95 +297,84 @@ def test_a_read_for_placement_leaves_out_what_the_rules_never_read() -> None:
     assert a.snapshot.mig_devices == b.snapshot.mig_devices
 
 
-@pytest.mark.parametrize(
-    "request_",
-    [
-        Request(),
-        Request(count=2, min_free_bytes=40 << 30),
-        Request(mem_bytes=10 << 30),
-        Request(mem_bytes=60 << 30),
-        Request(min_free_bytes=20 << 30, max_util_pct=50, allow_busy=True),
-        Request(count=3, allow_busy=True),
-        Request(mig="1g.10gb"),
-    ],
-    ids=["idle-gpu", "two-with-40GiB", "mem-10GiB", "mem-60GiB", "max-util-50", "three", "mig"],
-)
-def test_a_placed_read_gives_where_the_same_fits_as_a_whole_read(request_: Request) -> None:
-    # GIVEN five gpuwatch daemons (a GPU down, one MIG-enabled, an exclusive lease and a
-    # shared one with declared memory on each), three with every GPU's memory in use
-    nodes = [gpuwatch_node(n, full=n > 2) for n in range(1, 6)]
-    with serving(FakePrometheus(nodes)) as url:
-        source = PrometheusSource(url, clock=lambda: NOW, placement=True)
-        # WHEN where runs on a read for placement, and on a whole read
-        needed = needed_bytes(request_) if request_.mig is None else None
-        placed = source.read_placed(needed)
-        whole = PrometheusSource(url, clock=lambda: NOW, placement=True).read()
-    # THEN it finds the same nodes and the same devices, with the same free memory
-    assert placed is not None
-    assert where(placed, request_).fits == where(whole, request_).fits
+PLACED_REQUESTS = [
+    Request(),
+    Request(count=2, min_free_bytes=40 << 30),
+    Request(mem_bytes=10 << 30),
+    Request(mem_bytes=60 << 30),
+    Request(min_free_bytes=20 << 30, max_util_pct=50, allow_busy=True),
+    Request(count=3, allow_busy=True),
+    Request(mig="1g.10gb"),
+]
+PLACED_IDS = ["idle-gpu", "two-with-40GiB", "mem-10GiB", "mem-60GiB", "max-util-50", "three", "mig"]
 
 
-def placed_queries(count: int) -> list[str]:
-    """The queries a read for placement of `count` gpuwatch daemons sends."""
-    prometheus = FakePrometheus([gpuwatch_node(n) for n in range(1, count + 1)])
+def placed_and_whole(
+    targets: list[FakeTarget], request: Request
+) -> tuple[FleetState, FleetState, list[str]]:
+    """The fleet read for where's `request`, and read whole; the queries of the first."""
+    prometheus = FakePrometheus(targets)
     with serving(prometheus) as url:
-        fleet = PrometheusSource(url, clock=lambda: NOW, placement=True).read_placed(40 << 30)
-    assert fleet is not None and len(fleet.nodes) == count
-    return prometheus.asked
+        placed = PrometheusSource(url, clock=lambda: NOW, needs=needs_of(request)).read()
+        asked = list(prometheus.asked)
+        whole = PrometheusSource(url, clock=lambda: NOW).read()
+    return placed, whole, asked
 
 
-def test_a_placed_read_is_one_round_of_the_same_queries_for_two_nodes_or_thirty() -> None:
+@pytest.mark.parametrize("request_", PLACED_REQUESTS, ids=PLACED_IDS)
+@pytest.mark.parametrize("verdicts", [True, False], ids=["verdicts", "older-daemons"])
+def test_a_read_for_where_gives_the_fits_of_a_whole_read(request_: Request, verdicts: bool) -> None:
+    # GIVEN five gpuwatch daemons (a GPU down, one MIG-enabled, an exclusive lease and a
+    # shared one with declared memory on each), three with every GPU's memory in use, one
+    # with nothing running, that tell their verdict on each GPU or not (a version before),
+    # and a dcgm-exporter node
+    nodes = [gpuwatch_node(n, full=n > 2, idle=n == 1) for n in range(1, 6)]
+    nodes = [with_verdicts(node) for node in nodes] if verdicts else nodes
+    # WHEN where's read of it, narrowed to its request, and a whole read are placed on
+    placed, whole, _ = placed_and_whole([*nodes, dcgm_node(9)], request_)
+    assert where(whole, request_).fits or request_.count == 3 or request_.mig
+    # THEN both find the same nodes and devices, with the same free memory; read GPU by
+    # GPU, the nodes that do not fit are explained alike
+    answer, whole_answer = where(placed, request_), where(whole, request_)
+    assert chosen(answer) == chosen(whole_answer)
+    if not verdicts or not request_.judged_as_default:
+        assert answer.misses == whole_answer.misses
+
+
+def chosen(answer: WhereAnswer) -> list[tuple[str, list[str | None], tuple[int, ...]]]:
+    """Each fit's node, devices and their free memory (not what else the read told)."""
+    return [(f.node, [d.uuid for d in f.devices], f.free_bytes) for f in answer.fits]
+
+
+def test_a_read_for_where_is_one_round_of_the_same_queries_for_two_nodes_or_thirty() -> None:
     # GIVEN Prometheus scraping two gpuwatch daemons, or thirty
-    # WHEN each fleet is read for placement
-    two, thirty = placed_queries(2), placed_queries(30)
-    # THEN both send the same few queries, each once: one round, names included, and
-    # neither GPU info (free and total memory carry the uuids) nor MIG devices
+    request = Request(count=2, min_free_bytes=40 << 30)
+    two = placed_and_whole([with_verdicts(gpuwatch_node(n)) for n in (1, 2)], request)[2]
+    thirty = placed_and_whole([with_verdicts(gpuwatch_node(n)) for n in range(1, 31)], request)[2]
+    # WHEN each fleet is read for where
+    # THEN both send the same queries, each once: one round of names, targets, the
+    # daemons' verdicts, and other exporters' families; no process, lease or GPU info
     assert sorted(two) == sorted(thirty)
-    assert len(set(two)) == len(two) <= 14
-    assert not [q for q in two if "gpuwatch_gpu_info" in q or "gpuwatch_mig_memory" in q]
+    assert len(set(two)) == len(two)
+    assert not [q for q in two if re.search(r"gpuwatch_(process|lease|gpu_info|mig)", q)]
 
 
-def test_a_placed_read_of_a_fleet_with_other_exporters_asks_for_a_whole_read() -> None:
-    # GIVEN a fleet of a gpuwatch daemon and a dcgm-exporter node
-    with serving(FakePrometheus([gpuwatch_node(1), dcgm_node(2)])) as url:
-        # WHEN it is read for placement
-        fleet = PrometheusSource(url, clock=lambda: NOW, placement=True).read_placed(None)
-    # THEN it says to read it whole, whose families the names told
-    assert fleet is None
+def test_an_older_daemon_among_others_costs_one_round_more_narrowed_to_it() -> None:
+    # GIVEN a daemon that tells its verdicts and one of a version that does not
+    nodes = [with_verdicts(gpuwatch_node(1)), gpuwatch_node(2)]
+    # WHEN where reads them at pick's default limits
+    placed, whole, asked = placed_and_whole(nodes, Request())
+    # THEN the second is read GPU by GPU, in queries narrowed to it alone
+    older = promql.instances([nodes[1].instance])
+    narrowed = [q for q in asked if older in q]
+    assert narrowed and all("gpuwatch_" in q for q in narrowed)
+    assert [n.given_only for n in placed.nodes] == [True, False]
+    assert chosen(where(placed, Request())) == chosen(where(whole, Request()))
 
 
 def family_queries(asked: list[str]) -> list[str]:
     """The queries of GPU series among `asked` (not names, `up` or scrape times)."""
     return [q for q in asked if "gpuwatch_" in q and not q.startswith("label_replace")]
-
-
-def test_a_refresh_with_no_new_scrape_reads_no_gpu_series() -> None:
-    # GIVEN a source that has read two gpuwatch daemons
-    # WHEN it reads again before Prometheus scraped either
-    first, second, _, asked_second = read_twice()
-    # THEN it asks only when they were scraped, and shows the same nodes
-    assert not family_queries(asked_second)
-    assert second.nodes == first.nodes
-
-
-def test_a_refresh_reads_again_only_the_nodes_scraped_since() -> None:
-    # GIVEN a source that has read two gpuwatch daemons
-    prometheus = FakePrometheus([gpuwatch_node(1), gpuwatch_node(2)])
-    with serving(prometheus) as url:
-        source = PrometheusSource(url, clock=lambda: NOW)
-        first = {node.name: node for node in source.read().nodes}
-        asked = len(prometheus.asked)
-        # WHEN Prometheus scrapes the second again, and finds its GPUs full
-        prometheus.targets[1] = replace(gpuwatch_node(2, full=True), scraped_at=NOW - 1)
-        second = source.read()
-        queries = family_queries(prometheus.asked[asked:])
-        whole = PrometheusSource(url, clock=lambda: NOW).read()
-    # THEN its GPU series are asked for the node scraped since only, named in each
-    # selector (not the first), and the fleet is as a source reading it whole sees it
-    second_only = promql.instances([prometheus.targets[1].instance])
-    assert queries and all(second_only in q for q in queries)
-    assert second.nodes == whole.nodes
-    assert second.nodes[1] != first["gpu-node-02"]
 
 
 def test_a_node_whose_scrape_fails_after_a_read_is_down_not_its_old_gpus() -> None:
@@ -398,44 +427,6 @@ def test_a_narrowed_selector_matches_exactly_its_targets(names: list[str]) -> No
     assert not pattern.fullmatch("10x0.0.7:9400")
 
 
-DEFAULT_REQUESTS = [
-    Request(),
-    Request(count=2),
-    Request(min_free_bytes=40 << 30),
-    Request(count=2, min_free_bytes=70 << 30, strategy=Strategy.PACK),
-]
-
-
-@pytest.mark.parametrize("request_", DEFAULT_REQUESTS, ids=["one", "two", "40GiB", "pack"])
-def test_where_on_each_nodes_verdict_finds_the_fits_of_a_whole_read(request_: Request) -> None:
-    # GIVEN five daemons that tell their verdict on each GPU (a GPU down, one MIG-enabled,
-    # an exclusive lease and a shared one on each), three with every GPU's memory in use
-    nodes = [with_verdicts(gpuwatch_node(n, full=n > 2)) for n in range(1, 6)]
-    prometheus = FakePrometheus(nodes)
-    with serving(prometheus) as url:
-        # WHEN where reads their verdicts, for a request judged as the default one
-        assert request_.judged_as_default
-        source = PrometheusSource(url, clock=lambda: NOW, placement=True)
-        available = source.read_available(needed_bytes(request_))
-        asked = list(prometheus.asked)
-        whole = PrometheusSource(url, clock=lambda: NOW, placement=True).read()
-    # THEN it finds the same nodes, devices and free memory as a whole read, having
-    # asked for no process, lease, limit or MIG series
-    assert available is not None
-    assert where(available, request_).fits == where(whole, request_).fits
-    assert not [q for q in asked if re.search(r"process|lease|used|mig", q)]
-
-
-def test_a_daemon_that_tells_no_verdict_has_where_read_as_before() -> None:
-    # GIVEN a daemon that tells its verdicts and one of a version that does not
-    nodes = [with_verdicts(gpuwatch_node(1)), gpuwatch_node(2)]
-    with serving(FakePrometheus(nodes)) as url:
-        # WHEN where reads the verdicts
-        available = PrometheusSource(url, clock=lambda: NOW, placement=True).read_available(0)
-    # THEN it is told to read the fleet as it did before
-    assert available is None
-
-
 TABLE_FIGURES = (
     "gpus",
     "gpus_free",
@@ -457,13 +448,12 @@ def test_the_table_read_as_each_nodes_figures_is_the_table_read_gpu_by_gpu() -> 
     prometheus = FakePrometheus(nodes)
     with serving(prometheus) as url:
         # WHEN the fleet table's source reads them, and a source reads every GPU
-        source = PrometheusSource(url, clock=lambda: NOW, per_node=True)
+        source = PrometheusSource(url, clock=lambda: NOW, needs=Needs(per_node=True))
         figures = source.read()
         asked = list(prometheus.asked)
         gpus = PrometheusSource(url, clock=lambda: NOW).read()
     # THEN it read figures, one series per node (but what only Prometheus computes, every
     # fifth read), and the table shows what every GPU says
-    assert source.summarized
     assert all(node.summary is not None and node.snapshot is None for node in figures.nodes)
     slow = {q.promql() for q in summaries.slow_plan(recorded=False)}
     per_gpu = re.compile(r"gpuwatch_(memory|utilization|temperature|power)_")
@@ -476,17 +466,87 @@ def test_the_table_read_as_each_nodes_figures_is_the_table_read_gpu_by_gpu() -> 
     assert len({row.most_free_bytes for row in build_rows(figures)}) == 2  # full, or not
 
 
-def test_a_daemon_that_exports_no_figures_has_the_table_read_gpu_by_gpu() -> None:
+def test_a_daemon_that_exports_no_figures_has_its_row_read_gpu_by_gpu() -> None:
     # GIVEN a daemon that exports its node's figures and one of a version that does not
     nodes = [with_node_figures(gpuwatch_node(1)), gpuwatch_node(2)]
     with serving(FakePrometheus(nodes)) as url:
         # WHEN the fleet table's source reads them, twice
-        source = PrometheusSource(url, clock=lambda: NOW, per_node=True)
+        source = PrometheusSource(url, clock=lambda: NOW, needs=Needs(per_node=True))
         first, second = source.read(), source.read()
-    # THEN both nodes come GPU by GPU, from the first read on
-    assert not source.summarized
+        gpus = PrometheusSource(url, clock=lambda: NOW).read()
+    # THEN the first comes as its figures, the second GPU by GPU, in every read
     for fleet in (first, second):
-        assert [n.name for n in fleet.nodes if n.snapshot is not None] == [
-            "gpu-node-01",
-            "gpu-node-02",
+        assert [(n.summary is not None, n.snapshot is not None) for n in fleet.nodes] == [
+            (True, False),
+            (False, True),
+        ]
+        assert fleet.nodes[1].snapshot == gpus.nodes[1].snapshot
+
+
+EKS_ANSWERS = [
+    json.loads(fixture(f"recorded/prometheus-api-query_aicr_eks-h100x8_{family}.json"))
+    for family in ("gpu-util", "fb-used", "gpu-temp", "power-usage")
+]
+
+
+def test_on_kubernetes_only_a_workload_pod_holds_a_gpu_not_the_exporters_own() -> None:
+    # GIVEN the series a real Prometheus of an EKS cluster stored (NVIDIA/aicr's recorded
+    # answers): two nodes of 8 H100, every series with the exporter pod's own pod,
+    # namespace and container, but gpu 0 of gpu-node-1, which a vLLM pod holds
+    with serving(FakePrometheus(targets_of_answers(*EKS_ANSWERS))) as url:
+        # WHEN the fleet is read
+        fleet = PrometheusSource(url, clock=lambda: NOW).read()
+    # THEN each node is named by its host label, and only the vLLM pod holds a GPU
+    assert [(n.name, n.target) for n in fleet.nodes] == [
+        ("gpu-node-1", "10.0.172.246:9400"),
+        ("gpu-node-2", "10.0.247.52:9400"),
+    ]
+    assert [len(n.snapshot.gpus) for n in fleet.nodes if n.snapshot] == [8, 8]
+    pods = [(n.name, p.gpu_index, p.name, p.container) for n in fleet.nodes for p in n.pods]
+    assert pods == [("gpu-node-1", 0, "dynamo-workload/vllm-agg-0-vllmdecodeworker-s65j5", "main")]
+
+
+def table_source(url: str) -> PrometheusSource:
+    return PrometheusSource(url, clock=lambda: NOW, needs=Needs(per_node=True))
+
+
+def test_the_table_reads_again_only_the_figures_of_nodes_scraped_since() -> None:
+    # GIVEN the table's source, having read two daemons that export their figures
+    nodes = [with_node_figures(gpuwatch_node(n)) for n in (1, 2)]
+    prometheus = FakePrometheus(nodes)
+    with serving(prometheus) as url:
+        source = table_source(url)
+        source.read()
+        asked = len(prometheus.asked)
+        # WHEN Prometheus scrapes the second again (after that read was evaluated, at NOW),
+        # finding its GPUs full, and it refreshes
+        full = with_node_figures(gpuwatch_node(2, full=True))
+        prometheus.targets[1] = replace(full, scraped_at=NOW + 1)
+        refreshed = source.read()
+        figures = [q for q in prometheus.asked[asked:] if "gpuwatch_node_gpus" in q]
+        fresh = table_source(url).read()
+    # THEN it asked the figures of the targets scraped since its last read only, and shows
+    # what a source reading them all shows
+    assert figures and all("scrape_duration_seconds > " in q for q in figures)
+    rows = [(n.name, n.summary) for n in refreshed.nodes]
+    assert rows == [(n.name, n.summary) for n in fresh.nodes]
+    assert refreshed.nodes[1].summary != refreshed.nodes[0].summary
+
+
+def test_the_table_asks_names_and_why_nodes_are_down_only_when_they_may_have_changed() -> None:
+    # GIVEN the table's source over a daemon and a target never up
+    never = FakeTarget("gpuwatch", "10.0.1.9:9400", "", up=False, last_error="refused")
+    prometheus = FakePrometheus([with_node_figures(gpuwatch_node(1)), never])
+    with serving(prometheus) as url:
+        source = table_source(url)
+        # WHEN it refreshes three times, the fleet unchanged
+        fleets = [source.read() for _ in range(3)]
+    # THEN the names and the reasons were asked at the first refresh only, and every
+    # refresh shows them
+    assert prometheus.asked.count("targets") == 1
+    assert sum(q == promql.names() for q in prometheus.asked) == 1
+    for fleet in fleets:
+        assert [(n.name, n.error and n.error.endswith(": refused")) for n in fleet.nodes] == [
+            ("10.0.1.9:9400", True),
+            ("gpu-node-01", None),
         ]

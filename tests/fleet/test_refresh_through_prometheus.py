@@ -1,6 +1,6 @@
-"""A refresh's narrowed queries against a real Prometheus: the targets scraped since are
-named in each selector, a long query goes as a POSTed form, and the fleet read so is
-the fleet a whole read finds."""
+"""Queries against a real Prometheus as a refresh sends them: each POSTed as a form where
+long, a node in focus named in its selectors, and the fleet read so the fleet a whole read
+finds."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 
 from gpuwatch.fleet import promapi
 from gpuwatch.fleet.prometheus import PrometheusSource
+from gpuwatch.fleet.source import Needs
 from gpuwatch.fleet_model import FleetState
 from tests.helpers.fleet.prometheus import StartPrometheus, StartSimFleet, Target
-from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def shape(fleet: FleetState) -> dict[str, tuple[bool, list[str | None]]]:
     }
 
 
-def test_a_narrowed_refresh_posted_to_prometheus_finds_the_fleet_of_a_whole_read(
+def test_a_posted_refresh_with_a_node_in_focus_finds_the_fleet_of_a_whole_read(
     start_sim_fleet: StartSimFleet,
     start_prometheus: StartPrometheus,
     monkeypatch: pytest.MonkeyPatch,
@@ -34,26 +34,17 @@ def test_a_narrowed_refresh_posted_to_prometheus_finds_the_fleet_of_a_whole_read
     prometheus = start_prometheus([Target(address) for address in fleet.nodes.values()])
     prometheus.wait_until_up(list(fleet.nodes.values()))
     monkeypatch.setattr(promapi, "MAX_GET_URL_CHARS", 1)
-    source = PrometheusSource(prometheus.url)
-    asked: list[str] = []
-    samples = source.client.samples
-    monkeypatch.setattr(
-        source.client,
-        "samples",
-        lambda texts, names, **options: asked.extend(texts) or samples(texts, names, **options),
-    )
+    source = PrometheusSource(prometheus.url, needs=Needs(per_node=True))
     source.read()
-
-    def narrowed_refresh() -> FleetState | None:
-        asked.clear()
-        fleet = source.read()
-        return fleet if any("instance=~" in text for text in asked) else None
-
-    # WHEN it refreshes after some of the nodes, not all, were scraped again (each second)
-    refreshed = wait_until(
-        narrowed_refresh, "a refresh between two nodes' scrapes", timeout_s=60, interval_s=0.1
-    )
+    # WHEN the table's source reads it with one node's detail open
+    focused = sorted(fleet.nodes)[2]
+    source.focus([focused])
+    refreshed = source.read()
     whole = PrometheusSource(prometheus.url).read()
-    # THEN the server took every narrowed query, and the nodes are those of a whole read
-    assert shape(refreshed) == shape(whole)
+    # THEN the server took every query, the node in focus came GPU by GPU, the others as
+    # their figures, and the nodes are those of a whole read
+    assert [n.name for n in refreshed.nodes if n.snapshot is not None] == [focused]
+    assert all(n.summary is not None for n in refreshed.nodes)
+    assert shape(refreshed)[focused] == shape(whole)[focused]
+    assert [(n.name, n.up) for n in refreshed.nodes] == [(n.name, n.up) for n in whole.nodes]
     assert len(refreshed.nodes) == 6 and all(node.up for node in refreshed.nodes)

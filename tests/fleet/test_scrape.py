@@ -54,6 +54,7 @@ def test_a_bare_host_is_https_when_tls_is_configured() -> None:
         "alice:pw@node1",
         "http://alice:pw@node1",
         "-rf",
+        "http://[::1",
     ],
     ids=[
         "empty",
@@ -65,6 +66,7 @@ def test_a_bare_host_is_https_when_tls_is_configured() -> None:
         "credentials",
         "url-credentials",
         "dash",
+        "ipv6-unclosed",
     ],
 )
 def test_a_node_that_is_not_a_host_is_refused_in_one_printable_line(text: str) -> None:
@@ -173,10 +175,10 @@ def test_more_nodes_than_threads_are_all_read(monkeypatch: pytest.MonkeyPatch) -
     assert [(node.name, node.up) for node in fleet.nodes] == [(f"node{n}", True) for n in range(5)]
 
 
-def test_a_refused_node_is_down_with_why(refusing_endpoint: Endpoint) -> None:
+def test_a_refused_node_is_down_with_why_naming_the_port(refusing_endpoint: Endpoint) -> None:
     target = refusing_endpoint.address
     (node,) = read(target).nodes
-    assert (node.name, node.up, node.error) == (target, False, "connection refused")
+    assert (node.name, node.up, node.error) == (target, False, f"connection refused at {target}")
 
 
 @pytest.mark.slow

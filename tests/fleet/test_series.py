@@ -3,10 +3,13 @@ stays None, and nothing a node sends can pass for a reading it is not."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuwatch.fleet.exposition import Sample, parse_exposition
-from gpuwatch.fleet.series import PREFIXES, merged, safe_name, target_state
+from gpuwatch.fleet.names import node_text
+from gpuwatch.fleet.series import PREFIXES, claimed, target_state
 from gpuwatch.fleet_model import Exporter, NodeState
 from tests.helpers.fleet.servers import fixture
 
@@ -162,19 +165,28 @@ def test_a_memory_value_out_of_range_is_unknown_not_trusted(value: float, expect
         ("evil\x1b[2Jnode", "evil\\x1b[2Jnode"),
         ("tab\there", "tab\\x09here"),
         ("back\\slash\n", "back\\\\slash\\x0a"),
+        ("gpu 07", "gpu\\x2007"),
+        ("gpu\u00a007", "gpu\\xa007"),
+        ("-oProxyCommand=x", "\\x2doProxyCommand=x"),
         ("ok-node.lab", "ok-node.lab"),
     ],
-    ids=["escape-sequence", "tab", "backslash-newline", "plain"],
+    ids=["escape-sequence", "tab", "backslash-newline", "space", "nbsp", "dash", "plain"],
 )
-def test_a_node_name_with_control_characters_is_escaped(hostname: str, shown: str) -> None:
+def test_a_node_name_with_control_characters_or_whitespace_is_escaped(
+    hostname: str, shown: str
+) -> None:
+    # GIVEN a node naming itself with what a terminal acts on, what splits a shell word,
+    # or what a command takes for an option
     samples = [
         sample("gpuwatch_sample_timestamp_seconds", 100.0, hostname=hostname),
         sample("gpuwatch_gpu_info", 1, gpu="0", uuid="GPU-1", hostname=hostname),
     ]
+    # WHEN it is read
     node = target_state(samples, fallback_name="x", seen_at=100, now=100, stale_after_s=15)
-    assert node.name == shown
-    assert node.name.isprintable()
-    assert safe_name(hostname) == shown
+    # THEN its name is escaped: printable, one word, never an option
+    assert node.name == shown == node_text(hostname)
+    assert node.name.isprintable() and node.name.split()[0] == node.name
+    assert not node.name.startswith("-")
 
 
 def test_a_daemon_whose_sampling_stalled_is_down_with_why() -> None:
@@ -188,8 +200,21 @@ def test_a_daemon_whose_sampling_stalled_is_down_with_why() -> None:
     assert node.error is not None and "sampling" in node.error
 
 
-def test_gpuwatch_series_win_over_dcgm_on_the_same_node() -> None:
-    dcgm = state("dcgm_node.prom")
+def test_gpuwatch_series_win_over_dcgm_in_one_targets_answer() -> None:
+    # GIVEN one /metrics page with both gpuwatch's and dcgm-exporter's series
+    dcgm = list(parse_exposition(fixture("dcgm_node.prom").decode(), PREFIXES))
+    gpuwatch = list(parse_exposition(fixture("gpuwatch_node.prom").decode(), PREFIXES))
+    now = GPUWATCH_TAKEN_AT + 1
+    # WHEN it is read, in either order
+    for samples in ([*dcgm, *gpuwatch], [*gpuwatch, *dcgm]):
+        node = target_state(samples, fallback_name="x", seen_at=now, now=now, stale_after_s=15)
+        # THEN it is gpuwatch's node
+        assert node.exporter is Exporter.GPUWATCH
+
+
+def test_two_targets_that_claim_one_name_are_two_nodes_both_marked() -> None:
+    # GIVEN dcgm-exporter and a gpuwatch daemon whose series both name `dgx-a100-03`
+    dcgm = replace(state("dcgm_node.prom"), target="10.0.0.3:9400")
     gpuwatch_samples = list(parse_exposition(fixture("gpuwatch_node.prom").decode(), PREFIXES))
     renamed = [
         Sample(
@@ -200,11 +225,16 @@ def test_gpuwatch_series_win_over_dcgm_on_the_same_node() -> None:
         for s in gpuwatch_samples
     ]
     now = GPUWATCH_TAKEN_AT + 1
-    gpuwatch = target_state(renamed, fallback_name="x", seen_at=now, now=now, stale_after_s=15)
-    (node,) = merged([dcgm, gpuwatch])
-    assert node.exporter is Exporter.GPUWATCH
-    (again,) = merged([gpuwatch, dcgm])
-    assert again.exporter is Exporter.GPUWATCH
+    gpuwatch = target_state(
+        renamed, fallback_name="x", seen_at=now, now=now, stale_after_s=15, target="10.0.0.3:19400"
+    )
+    # WHEN the fleet's nodes are told who claims each name
+    nodes = claimed([gpuwatch, dcgm])
+    # THEN both are nodes, each marked and labelled by its target
+    assert [(n.name, n.claims, n.label, n.exporter) for n in nodes] == [
+        ("dgx-a100-03", 2, "dgx-a100-03@10.0.0.3:19400", Exporter.GPUWATCH),
+        ("dgx-a100-03", 2, "dgx-a100-03@10.0.0.3:9400", Exporter.DCGM),
+    ]
 
 
 def test_an_exposition_with_broken_lines_yields_the_good_ones() -> None:

@@ -10,10 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.choices import Strategy
-from gpuwatch.fleet_model import Exporter, FleetState, NodeState
+from gpuwatch.fleet.mapped import GpuFields
+from gpuwatch.fleet_model import Exporter, FleetState, GpuPod, NodeState, NodeSummary
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.placement.where import where
 from gpuwatch.request import Request
+from tests.helpers.fleet.nodes import idle_gpu_node
 
 GIB = 1 << 30
 TOTAL = 80 * GIB
@@ -229,3 +231,84 @@ def test_a_mig_request_runs_the_mig_rules_on_each_node() -> None:
     assert where(fleet, Request()).fits == ()
     fits = where(fleet, Request(mig="1g.10gb")).fits
     assert [(fit.node, [d.uuid for d in fit.devices]) for fit in fits] == [("m", ["MIG-a"])]
+
+
+@pytest.mark.parametrize(
+    ("age_s", "shown"),
+    [(14.9689, "14s"), (3600.0, "1h00m"), (90061.0, "1d01h")],
+    ids=["seconds", "hour", "day"],
+)
+def test_a_down_nodes_age_reads_as_a_human_duration(age_s: float, shown: str) -> None:
+    # GIVEN a node down with data 14968.9 ms, an hour, a day old
+    node = NodeState("old", False, None, age_s, "connection refused")
+    # WHEN where explains it THEN its age reads as a duration, never in milliseconds
+    (miss,) = where(FleetState(0.0, "test", (node,)), Request()).misses
+    assert miss.summary == f"down: connection refused, data {shown} old"
+
+
+def test_two_targets_claiming_one_name_are_named_apart_and_excluded_together() -> None:
+    # GIVEN two targets that name themselves gpu-07, and another node
+    twins = [idle_gpu_node("gpu-07", f"10.0.0.{n}:9400", claims=2) for n in (7, 66)]
+    fleet = FleetState(0.0, "test", (*twins, idle_gpu_node("gpu-08", "10.0.0.8:9400")))
+    # WHEN where is asked THEN each twin is named by its target
+    fits = [fit.node for fit in where(fleet, Request()).fits]
+    assert fits == ["gpu-07@10.0.0.66:9400", "gpu-07@10.0.0.7:9400", "gpu-08"]
+    # AND one is left out by its label, both by their name
+    one = where(fleet, Request(), excluded_nodes={"gpu-07@10.0.0.66:9400"})
+    assert [fit.node for fit in one.fits] == ["gpu-07@10.0.0.7:9400", "gpu-08"]
+    both = where(fleet, Request(), excluded_nodes={"gpu-07"})
+    assert [fit.node for fit in both.fits] == ["gpu-08"]
+
+
+def test_a_gpu_a_pod_holds_is_never_given() -> None:
+    # GIVEN a node of two idle GPUs, the first held by a Kubernetes pod
+    pod = GpuPod(0, "ml", "train-0", "main")
+    node = idle_gpu_node("k8s-1", pods=(pod,))
+    # WHEN two GPUs, or one, are asked for
+    two = where(FleetState(0.0, "t", (node,)), Request(count=2, allow_busy=True))
+    one = where(FleetState(0.0, "t", (node,)), Request(allow_busy=True))
+    # THEN the pod's GPU is never given, and the reason names the pod
+    assert two.fits == ()
+    assert two.misses[0].reasons[0] == "GPU 0: held by pod ml/train-0"
+    assert [d.index for d in one.fits[0].devices] == [1]
+
+
+def test_a_gpu_reporting_no_memory_at_all_is_not_offered_with_0b_free() -> None:
+    # GIVEN a GPU whose exporter says 0 used and 0 free (read as unknown)
+    fields = GpuFields(3, {"uuid": "GPU-z", "memory_used_bytes": 0, "memory_free_bytes": 0})
+    gpu = fields.build()
+    snapshot = Snapshot(1000.0, "z", None, None, (gpu,), ())
+    node = NodeState("z", True, snapshot, 1.0, exporter=Exporter.DCGM)
+    # WHEN where is asked for any GPU THEN it is not offered: its free memory is unknown
+    answer = where(FleetState(0.0, "t", (node,)), Request(allow_busy=True))
+    assert answer.fits == ()
+    assert answer.misses[0].reasons == ("GPU 3: free memory unknown",)
+
+
+def test_a_node_read_by_its_daemons_verdict_says_why_it_falls_short() -> None:
+    # GIVEN a node whose daemon would give out 1 of its 8 GPUs
+    gpu = GpuSample(5, "GPU-v", None, None, memory_free_bytes=70 * GIB, utilization_pct=0)
+    snapshot = Snapshot(1000.0, "v", None, None, (gpu,), ())
+    summary = NodeSummary(8, 1, None, None, None, None, None, None, None)
+    node = NodeState("v", True, snapshot, 1.0, leases=(), summary=summary, given_only=True)
+    fleet = FleetState(0.0, "t", (node,))
+    # WHEN two GPUs, or nine, are asked for
+    (two,) = where(fleet, Request(count=2, min_free_bytes=40 * GIB)).misses
+    (nine,) = where(fleet, Request(count=9)).misses
+    # THEN it says how many qualify and that its daemon gives out no more; never for nine
+    assert (two.summary, two.qualifying) == ("1 of 2 qualify", 1)
+    assert two.reasons[0].startswith("its other 7 GPUs: not given out by its daemon")
+    assert "less than 40.0GiB free" in two.reasons[0]
+    assert nine.summary == "never: it has 8 GPUs"
+
+
+def test_mig_devices_an_exporter_does_not_tell_are_unknown() -> None:
+    # GIVEN a node whose exporter says GPU 0 is MIG-enabled and tells no MIG device
+    gpu = GpuSample(0, "GPU-m", "H100", None, memory_free_bytes=TOTAL, mig_enabled=True)
+    snapshot = Snapshot(1000.0, "m", None, None, (gpu,), ())
+    node = NodeState("m", True, snapshot, 1.0, mig_devices_known=False)
+    # WHEN a MIG device is asked for THEN the node's MIG devices are unknown, not none
+    (miss,) = where(FleetState(0.0, "t", (node,)), Request(mig="any")).misses
+    assert miss.summary == (
+        "MIG devices unknown: GPU 0 MIG-enabled, but its exporter does not tell its MIG devices"
+    )

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.fleet.prometheus import PrometheusSource
-from gpuwatch.placement.rules import needed_bytes
-from gpuwatch.placement.where import where
+from gpuwatch.placement.where import needs_of, where
 from gpuwatch.request import Request
 from tests.helpers.fleet.daemons import SimNode
 from tests.helpers.fleet.prometheus import Prometheus, StartDaemons, StartPrometheus, Target
@@ -39,11 +38,11 @@ def test_a_placed_read_through_prometheus_gives_the_fits_of_a_whole_read(
     prometheus.wait_until_up([daemon.address for daemon in daemons])
     wait_for_where_series(prometheus, nodes)
     request = Request(min_free_bytes=40 << 30, allow_busy=True)  # each GPU runs a process
-    # WHEN where reads it in one round, and whole
-    placed = PrometheusSource(prometheus.url, placement=True).read_placed(needed_bytes(request))
-    whole = PrometheusSource(prometheus.url, placement=True).read()
+    # WHEN where reads it for its request (GPU by GPU: not at pick's default limits), and
+    # whole
+    placed = PrometheusSource(prometheus.url, needs=needs_of(request)).read()
+    whole = PrometheusSource(prometheus.url).read()
     # THEN the server accepts every query, and both find the same GPUs on the same nodes
-    assert placed is not None
     chosen = {fit.node: [d.uuid for d in fit.devices] for fit in where(placed, request).fits}
     assert sorted(chosen) == ["node-a", "node-b"]
     assert chosen == {fit.node: [d.uuid for d in fit.devices] for fit in where(whole, request).fits}
@@ -68,12 +67,11 @@ def test_each_nodes_verdict_through_prometheus_gives_the_fits_of_a_whole_read(
         (Request(count=2), ["node-a"]),
     ):
         # WHEN where reads each node's verdict on its GPUs, and the fleet whole
-        source = PrometheusSource(prometheus.url, placement=True)
-        available = source.read_available(needed_bytes(request))
-        whole = PrometheusSource(prometheus.url, placement=True).read()
+        available = PrometheusSource(prometheus.url, needs=needs_of(request)).read()
+        whole = PrometheusSource(prometheus.url).read()
         # THEN the server accepts every query, and both find the same GPUs on the nodes
         # whose GPUs no process holds
-        assert available is not None
+        assert all(node.given_only for node in available.nodes)
         chosen = {fit.node: [d.uuid for d in fit.devices] for fit in where(available, request).fits}
         assert sorted(chosen) == fitting
         assert chosen == {f.node: [d.uuid for d in f.devices] for f in where(whole, request).fits}

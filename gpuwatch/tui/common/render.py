@@ -305,8 +305,9 @@ def _compact_job(extra: CardInput) -> Span:
 
 def _power_text(gpu: GpuSample) -> str:
     draw = MISSING if gpu.power_w is None else f"{gpu.power_w:.0f}"
-    limit = MISSING if gpu.power_limit_w is None else f"{gpu.power_limit_w:.0f}"
-    return f"{draw:>4}/{limit}W"
+    if gpu.power_limit_w is None:  # an exporter that tells no limit: `644W`, not `644/-W`
+        return f"{draw:>4}W"
+    return f"{draw:>4}/{gpu.power_limit_w:.0f}W"
 
 
 def _bars_line(gpu: GpuSample, width: int) -> Line:

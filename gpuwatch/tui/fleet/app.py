@@ -174,7 +174,7 @@ class FleetApp(TableApp[FleetView, NodeRow]):
             self._rows = build_rows(fleet, self.idle.idle_for, self.idle_after_s, self._row_memory)
             for screen in self.screen_stack:
                 if isinstance(screen, NodeScreen):
-                    node = next((n for n in fleet.nodes if n.name == screen.node), None)
+                    node = next((n for n in fleet.nodes if n.key == screen.node), None)
                     if node is not None:
                         screen.section.apply_node(node, now)
         self.redraw()
@@ -260,7 +260,7 @@ class FleetApp(TableApp[FleetView, NodeRow]):
         self.push_screen(screen, callback=self._node_closed)
         self._focus((node,))
         if self.fleet is not None:
-            state = next((n for n in self.fleet.nodes if n.name == node), None)
+            state = next((n for n in self.fleet.nodes if n.key == node), None)
             if state is not None:
                 screen.section.apply_node(state, self.monotonic())
         if callable(history):

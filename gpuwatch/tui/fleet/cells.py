@@ -126,14 +126,22 @@ with every scrape, and a cell that changes on every read costs the screen a redr
 
 
 def _age(row: NodeRow) -> tuple[str, str]:
-    """A node that is up: `<15s`, `30s`, `2m`; a node that is not: `down`, `5m stale`
-    (to the second)."""
-    age = render.duration(row.age_s)
+    """A node that is up: `<15s`, `30s`, `2m`; a node that is not: `down`, `1h down`,
+    `5m stale` (in its largest unit)."""
     if row.up:
         return _fresh_age(row.age_s), "dim"
     if not row.has_data:
-        return ("down" if row.age_s is None else f"{age} down"), "alarm"
-    return f"{age} stale", "alarm"
+        return ("down" if row.age_s is None else f"{_largest_unit(row.age_s)} down"), "alarm"
+    return f"{_largest_unit(row.age_s)} stale", "alarm"
+
+
+def _largest_unit(age_s: float | None) -> str:
+    """`45s`, `5m`, `1h`, `3d`: an age in its largest unit alone, so that `1h stale` fits
+    the column whole (`1h00m stale` did not, and was cut to `00m stale`); the line below
+    the table, and the node's view, say it to the minute."""
+    if age_s is None or age_s < 3600:
+        return render.duration(age_s)
+    return f"{int(age_s // 3600)}h" if age_s < 86400 else f"{int(age_s // 86400)}d"
 
 
 def _fresh_age(age_s: float | None) -> str:

@@ -1,5 +1,6 @@
 """A node's GPU cards as the fleet shows them: as `gpuwatch tui` draws a machine, and each
-card naming the scheduler's job on its GPU as the node's daemon exported it.
+card naming the scheduler's job on its GPU as the node's daemon exported it, and the
+Kubernetes pods holding it (`(namespace/pod)`), as its exporter labels it.
 
 Pure, and without Textual.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gpuwatch.fleet_model import GpuJob, NodeState
+from gpuwatch.fleet_model import GpuJob, GpuPod, NodeState
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.tui.common import render
 from gpuwatch.tui.common.frames import Backfill, Frame
@@ -27,6 +28,7 @@ class FleetSection(Section):
         super().__init__(0, node, interval_s)
         self.node = node
         self.node_jobs: tuple[GpuJob, ...] = ()
+        self.node_pods: tuple[GpuPod, ...] = ()
         self.history_done = not waits_for_history
         self._latest: tuple[NodeState, float] | None = None
 
@@ -45,6 +47,7 @@ class FleetSection(Section):
         frame = Frame(node.name, node.snapshot, node.leases or (), error=node.error, local=False)
         self.apply(frame, received_at)
         self.node_jobs = node.jobs or ()
+        self.node_pods = node.pods
         if node.error and not node.up:
             self.error = node.error
 
@@ -53,7 +56,8 @@ class FleetSection(Section):
     ) -> render.CardInput:
         card = super().card_input(gpu_index, monotonic_now, card_width, idle_after_s)
         jobs = [job for job in self.node_jobs if job.gpu_index == gpu_index]
-        note = job_note(jobs, idle_after_s)
+        pods = [pod for pod in self.node_pods if pod.gpu_index == gpu_index]
+        note = " + ".join(filter(None, (job_note(jobs, idle_after_s), pod_note(pods))))
         return replace(card, idle_note=f"{note}  {card.idle_note}".strip()) if note else card
 
 
@@ -68,6 +72,11 @@ def job_note(jobs: Sequence[GpuJob], idle_after_s: float) -> str:
             text += f", idle {render.duration(idle)}"
         parts.append(text)
     return " + ".join(parts)
+
+
+def pod_note(pods: Sequence[GpuPod]) -> str:
+    """`pod (ml/train-0)`: the Kubernetes pods holding one GPU (or a MIG device of it)."""
+    return " + ".join(f"pod ({pod.name})" for pod in pods)
 
 
 def node_layout(section: Section, width: int, height: int) -> Layout:

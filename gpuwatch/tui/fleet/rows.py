@@ -4,9 +4,11 @@ Pure: a `FleetState` in, rows out, in one pass over the nodes (each node's work 
 bounded by its own GPUs and processes), so 1,000 nodes cost a thousand times one.
 Whether a GPU is free is `pick`'s own rule, not a copy of it: a GPU is free when a
 plain `gpuwatch pick` (one whole GPU, exclusive) would take it there: no lease on it,
-no other job's compute process where processes are known, at most 1 GiB in use and
-5 % busy, not split into MIG devices, readable. A node that is down or stale has no
-free GPU.
+no other job's compute process where processes are known, no scheduler's job or
+Kubernetes pod holding it, at most 1 GiB in use and 5 % busy, not split into MIG devices,
+readable. A node that is down or stale has no free GPU. A node is keyed by its label
+(`gpu-07@10.0.0.7:9400` where several targets claim `gpu-07`); a pod counts as a user,
+shown `(namespace/pod)`.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuwatch.fleet.node_figures import NodeFigures, node_figures
-from gpuwatch.fleet_model import FleetState, NodeState, NodeSummary
+from gpuwatch.fleet_model import FleetState, GpuPod, NodeState, NodeSummary
 from gpuwatch.models import GpuSample, Lease, Snapshot
-from gpuwatch.placement.gpus import choose
+from gpuwatch.placement.gpus import GPUS, choose
+from gpuwatch.placement.where import held_devices
 from gpuwatch.request import Request
 from gpuwatch.tui.common.trends import IDLE_UTILIZATION_PCT, IdleClock
 
@@ -65,6 +68,8 @@ class NodeRow:
     """Its GPU models, for the filter."""
     simulated: bool = False
     """Its GPUs are made up (a daemon serving a simulated node): its name says so."""
+    claimed_by: int = 1
+    """How many targets claim the node's name (`NodeState.claims`)."""
 
     @property
     def key(self) -> str:
@@ -72,8 +77,12 @@ class NodeRow:
 
     @property
     def shown_name(self) -> str:
-        """The node's name as its row shows it: `gpu-01 (simulated)` for a simulated one."""
-        return f"{self.node} (simulated)" if self.simulated else self.node
+        """The node's label as its row shows it: `gpu-01 (simulated)` for a simulated one;
+        `gpu-07@10.0.0.7:9400 (2 targets claim gpu-07)` where several claim its name."""
+        note = " (simulated)" if self.simulated else ""
+        if self.claimed_by > 1:
+            note += f" ({self.claimed_by} targets claim {self.node.rpartition('@')[0]})"
+        return self.node + note
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,17 @@ class Totals:
     utilization_pct: float | None
 
 
+_FreeHeld = tuple[Snapshot, tuple[Lease, ...] | None, tuple[GpuPod, ...], int]
+"""A node's GPUs, leases and pods, and how many of its GPUs were free with them."""
+
+
+def free_gpus(node: NodeState, snapshot: Snapshot) -> int:
+    """How many GPUs a plain `gpuwatch pick` would take there: `pick`'s own rule, with the
+    GPUs a scheduler's job or a pod holds never free."""
+    held = held_devices(GPUS, node, snapshot)
+    return choose(snapshot, _PLAIN_PICK, leases=node.leases or (), held_by=held).qualifying
+
+
 class RowMemory:
     """What a read's rows computed, kept for the next read where a node did not change: a
     node's data changes when it is scraped, far less often than the screen reads. A node
@@ -96,18 +116,23 @@ class RowMemory:
     its users while they are the very same. Only the nodes of the latest read are kept."""
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[Snapshot, tuple[Lease, ...] | None, int]] = {}
-        self._seen: dict[str, tuple[Snapshot, tuple[Lease, ...] | None, int]] = {}
+        self._known: dict[str, _FreeHeld] = {}
+        self._seen: dict[str, _FreeHeld] = {}
         self._users: dict[str, tuple[tuple[tuple[str, int, int], ...], frozenset[str]]] = {}
         self._users_seen: dict[str, tuple[tuple[tuple[str, int, int], ...], frozenset[str]]] = {}
 
     def free(self, node: NodeState, snapshot: Snapshot) -> int:
-        known = self._known.get(node.name)
-        if known is not None and known[0] == snapshot and known[1] == node.leases:
-            self._seen[node.name] = known
-            return known[2]
-        free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying
-        self._seen[node.name] = (snapshot, node.leases, free)
+        known = self._known.get(node.label)
+        if (
+            known is not None
+            and known[0] == snapshot
+            and known[1] == node.leases
+            and known[2] == node.pods
+        ):
+            self._seen[node.label] = known
+            return known[3]
+        free = free_gpus(node, snapshot)
+        self._seen[node.label] = (snapshot, node.leases, node.pods, free)
         return free
 
     def users(self, node: str, summary: NodeSummary) -> frozenset[str]:
@@ -149,7 +174,7 @@ def node_row(
         users = (
             _summary_users(node.summary)
             if memory is None
-            else memory.users(node.name, node.summary)
+            else memory.users(node.label, node.summary)
         )
         return _summarized(node, node.summary, users)
     if snapshot is None:
@@ -159,7 +184,7 @@ def node_row(
     if node.up and memory is not None:
         free = memory.free(node, snapshot)
     elif node.up:
-        free = choose(snapshot, _PLAIN_PICK, leases=node.leases or ()).qualifying
+        free = free_gpus(node, snapshot)
     return _read_row(
         node,
         node_figures(snapshot.gpus),
@@ -202,7 +227,7 @@ def _read_row(
 ) -> NodeRow:
     """The row of a node that was read, from its GPUs' `figures` (or its own)."""
     return NodeRow(
-        node.name,
+        node.label,
         node.up,
         True,
         node.age_s,
@@ -224,6 +249,7 @@ def _read_row(
         users=users,
         models=models,
         simulated=node.simulated,
+        claimed_by=node.claims,
     )
 
 
@@ -232,7 +258,16 @@ def _summary_users(summary: NodeSummary) -> frozenset[str]:
 
 
 def _never_read(node: NodeState) -> NodeRow:
-    return NodeRow(node.name, node.up, False, node.age_s, node.error, _exporter(node))
+    return NodeRow(
+        node.label,
+        node.up,
+        False,
+        node.age_s,
+        node.error,
+        _exporter(node),
+        simulated=node.simulated,
+        claimed_by=node.claims,
+    )
 
 
 def _exporter(node: NodeState) -> str | None:
@@ -240,10 +275,17 @@ def _exporter(node: NodeState) -> str | None:
 
 
 def _users(node: NodeState) -> frozenset[str]:
-    """Who runs a process there, and whose job holds a GPU there."""
+    """Who runs a process there, whose job holds a GPU there, and which pod, as
+    `(namespace/pod)`."""
     assert node.snapshot is not None
     users = {p.user for p in node.snapshot.processes if p.user}
+    users |= {pod_user(pod) for pod in node.pods}
     return frozenset(users | {job.user for job in node.jobs or () if job.user})
+
+
+def pod_user(pod: GpuPod) -> str:
+    """A pod as the users view and the table name it: `(namespace/pod)`."""
+    return f"({pod.name})"
 
 
 def _idle_held(
@@ -253,11 +295,12 @@ def _idle_held(
     `None` where neither leases, processes nor jobs are told."""
     snapshot = node.snapshot
     assert snapshot is not None
-    if node.leases is None and not snapshot.processes and node.jobs is None:
+    if node.leases is None and not snapshot.processes and node.jobs is None and not node.pods:
         return None
     leased = {lease.gpu_uuid for lease in node.leases or ()}
     holding = {p.gpu_index for p in snapshot.processes if p.memory_used_bytes}
     holding |= {job.gpu_index for job in node.jobs or ()}
+    holding |= {pod.gpu_index for pod in node.pods}
     held = [gpu for gpu in gpus if gpu.uuid in leased or gpu.index in holding]
     return sum(_idle_enough(node, gpu, idle_for, idle_after_s) for gpu in held)
 
@@ -279,7 +322,7 @@ def _idle_enough(
     """Idle for `idle_after_s` by the screen's own watch (`idle_for`; without it: idle now),
     or by the node's daemon, which has watched a job's GPU since the job left it idle."""
     if idle_for is not None:
-        seen = idle_for(node.name, gpu)
+        seen = idle_for(node.label, gpu)
     else:
         util = gpu.utilization_pct
         seen = 0.0 if util is not None and util <= IDLE_UTILIZATION_PCT else None
@@ -331,21 +374,23 @@ def user_rows(fleet: FleetState) -> tuple[list[UserRow], int]:
             for user, count, size in node.summary.users:
                 name = user or "?"
                 # GPUs by count alone: stand-ins that no GPU index can equal
-                gpus.setdefault(name, set()).update((node.name, -1 - n) for n in range(count))
+                gpus.setdefault(name, set()).update((node.label, -1 - n) for n in range(count))
                 memory[name] = memory.get(name, 0) + size
             continue
         if not node.up or node.snapshot is None:
             continue
-        if node.leases is None and not node.snapshot.processes:
+        if node.leases is None and not node.snapshot.processes and not node.pods:
             silent += 1
         for process in node.snapshot.processes:
             user = process.user or "?"
-            gpus.setdefault(user, set()).add((node.name, process.gpu_index))
+            gpus.setdefault(user, set()).add((node.label, process.gpu_index))
             memory[user] = memory.get(user, 0) + (process.memory_used_bytes or 0)
         for job in node.jobs or ():
             user = job.user or "?"
-            gpus.setdefault(user, set()).add((node.name, job.gpu_index))
-            jobs.setdefault(user, set()).add((node.name, job.job_id))
+            gpus.setdefault(user, set()).add((node.label, job.gpu_index))
+            jobs.setdefault(user, set()).add((node.label, job.job_id))
+        for pod in node.pods:
+            gpus.setdefault(pod_user(pod), set()).add((node.label, pod.gpu_index))
     rows = [
         UserRow(
             user,
@@ -380,7 +425,7 @@ class IdleTracker:
             if not node.up or node.snapshot is None:
                 continue
             for gpu in node.snapshot.gpus:
-                key = (node.name, gpu.uuid or str(gpu.index))
+                key = (node.label, gpu.uuid or str(gpu.index))
                 clock = self._clocks.get(key) or IdleClock()
                 clock.observe(now, gpu.utilization_pct)
                 seen[key] = clock

@@ -126,8 +126,12 @@ def running_daemons(
     GPUs on `/metrics`; stops those still running when the block ends."""
     with ExitStack() as stack:
         daemons = []
-        for node in nodes:
-            daemons.append(_start(tmp_path / node.name, node, interval))
+        for number, node in enumerate(nodes):
+            # Two nodes may be given one name (as two daemons given one --node-name): each
+            # has a home of its own all the same.
+            named = [other.name for other in nodes[:number]].count(node.name)
+            home = tmp_path / (f"{node.name}-{named}" if named else node.name)
+            daemons.append(_start(home, node, interval))
             stack.callback(daemons[-1].stop)
         for number, daemon in enumerate(daemons):
             daemons[number] = _until_serving(daemon, interval)

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 NODE_KEYS = {
     "node",
+    "label",
+    "target",
+    "job",
+    "claims",
+    "mig_devices_known",
     "up",
     "age_s",
     "error",
@@ -20,6 +25,7 @@ GPU_KEYS = {
     "index",
     "uuid",
     "name",
+    "pci_bus_id",
     "memory_total_bytes",
     "memory_free_bytes",
     "memory_used_bytes",
@@ -32,4 +38,19 @@ GPU_KEYS = {
     "job_id",
     "job_user",
     "allocated_idle_s",
+    "pods",
+    "processes",
+    "mig_devices",
 }
+MIG_KEYS = {
+    "index",
+    "uuid",
+    "profile",
+    "gpu_instance_id",
+    "compute_instance_id",
+    "memory_total_bytes",
+    "memory_used_bytes",
+    "memory_free_bytes",
+    "pods",
+}
+PROCESS_KEYS = {"pid", "user", "command", "memory_used_bytes", "kind", "mig_uuid"}

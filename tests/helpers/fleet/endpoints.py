@@ -9,10 +9,12 @@ target take) and a context manager: leaving it closes every socket it opened.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,6 +53,29 @@ def serving_dcgm(fixture: Path = DCGM_FIXTURE) -> Iterator[Endpoint]:
 
     def route(path: str, headers: dict[str, str]) -> Reply:
         return Reply(text) if path.split("?", 1)[0] == "/metrics" else Reply(status=404)
+
+    with serving(route) as base:
+        parts = urllib.parse.urlsplit(base)
+        yield Endpoint(parts.hostname or "", parts.port or 0)
+
+
+RECORDED = DATA / "recorded"
+_COLLECTED = re.compile(
+    rb"^(nvidia_smi_last_collect_success_timestamp_seconds(?:\{.*\})?) \S+$", re.M
+)
+
+
+@contextmanager
+def serving_recorded(name: str) -> Iterator[Endpoint]:
+    """An exporter serving the recorded page `data/recorded/NAME` as it is, but for the
+    time of nvidia_gpu_exporter's last collection, which says now (a page of 2025 would
+    be stale): a node as its exporter shows it today."""
+    text = (RECORDED / name).read_bytes()
+
+    def route(path: str, headers: dict[str, str]) -> Reply:
+        if path.split("?", 1)[0] != "/metrics":
+            return Reply(status=404)
+        return Reply(_COLLECTED.sub(rb"\1 " + repr(time.time()).encode(), text))
 
     with serving(route) as base:
         parts = urllib.parse.urlsplit(base)

@@ -2,8 +2,8 @@
 fixtures as a server scraping them would, and counts what it was asked.
 
 It knows the queries `gpuwatch.fleet.promql` writes (each family's, the per-node
-families', the names query, `up` with its time, a prefilter), each optionally narrowed
-to some instances or to the targets scraped after a time; any
+families', the names query, `up` with its time, a prefilter, dcgm-exporter's GPU
+instances), each optionally narrowed to some instances, and `/api/v1/targets`; any
 other query is refused as Prometheus refuses a bad one."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
+from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpuwatch.fleet import node_figures, node_work, promql, summaries
 from gpuwatch.fleet.exposition import Sample, parse_exposition
@@ -39,6 +41,13 @@ class FakeTarget:
     hostname: str | None = None
     """The node's last known host name (what `last_over_time` keeps after it went down)."""
     snapshot_at: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+    """The labels Prometheus gives every series of the target (its `up`'s)."""
+    last_error: str = ""
+    """Why its last scrape failed, as `/api/v1/targets` says."""
+    honor_labels: bool = False
+    """Whether the exporter's labels win over the target's (else they are renamed
+    `exported_NAME`), as the scrape config's `honor_labels` says."""
 
     @property
     def exporter(self) -> str:
@@ -61,6 +70,9 @@ class FakePrometheus:
         if url.path == "/api/v1/query_range":
             self.ranges.append(params)
             return _json({"status": "success", "data": {"resultType": "matrix", "result": []}})
+        if url.path == "/api/v1/targets":
+            self.asked.append("targets")
+            return _json({"status": "success", "data": {"activeTargets": self._targets()}})
         if url.path != "/api/v1/query":
             return Reply(b"404 page not found", status=404)
         query = params.get("query", "")
@@ -71,26 +83,39 @@ class FakePrometheus:
         return _json({"status": "success", "data": {"resultType": "vector", "result": result}})
 
     def _answer(self, query: str) -> list[dict[str, object]] | None:
-        matcher = _MATCHER.search(query)
         targets = self.targets
+        if (since := _SCRAPED_SINCE.fullmatch(query)) is not None:
+            # Only the targets scraped since then (a scrape takes no time here).
+            query = since[1]
+            targets = [t for t in targets if t.scraped_at > float(since[2])]
+        matcher = _MATCHER.search(query)
         if matcher is not None:
             pattern = re.compile(matcher[1].replace("\\\\", "\\"))
             targets = [t for t in targets if pattern.fullmatch(t.instance)]
             query = _MATCHER.sub("", query).replace("{}", "").replace(", }", "}")
-        if query == summaries.PROBE:
-            return []  # it records no rules: the fleet is read GPU by GPU
-        if query in _SLOW_FIGURES:
-            return []  # no expression is evaluated: nobody runs a process, idle or not
-        if query in (promql.names(), promql.names(now=True)):
-            return self._names(targets)
-        if query == promql.UP_SEEN:
-            return self._up_seen(targets)
-        if (names := _NODE_FAMILIES.fullmatch(query)) is not None:
-            compare = names[2] or ""
+        if query == summaries.PROBE or query in _SLOW_FIGURES:
+            # It records no rules, and evaluates no expression: nobody runs a process.
+            return []
+        fixed = {
+            promql.names(): self._names,
+            promql.DCGM_DEVICES.promql(): self._devices,
+            promql.UP_SEEN: self._up_seen,
+        }
+        if query in fixed:
+            return fixed[query](targets)
+        if (names := _FAMILIES_BY.fullmatch(query)) is not None:
+            keep = tuple(label for label in (names[1] or "").split(", ") if label)
+            compare = names[3] or ""
+            return [
+                s
+                for name in names[2].split("|")
+                for s in self._node_family(targets, FamilyQuery(name, keep, compare))
+            ]
+        if (names := _FAMILIES_WHOLE.fullmatch(query)) is not None:
             return [
                 s
                 for name in names[1].split("|")
-                for s in self._node_family(targets, FamilyQuery(name, (), compare))
+                for s in self._node_family(targets, FamilyQuery(name))
             ]
         family = _family_query(query)
         return None if family is None else self._family(targets, family)
@@ -113,8 +138,7 @@ class FakePrometheus:
                 (target.job, target.instance, sample.labels.get("gpu")) not in kept_gpus
             ):
                 continue
-            labels = {**sample.labels, "__name__": sample.name}
-            labels |= {"job": target.job, "instance": target.instance}
+            labels = {**self._stored(target, sample.labels), "__name__": sample.name}
             if query.keep is not None:
                 kept = {"job", "instance", *query.keep}
                 labels = {k: v for k, v in labels.items() if k in kept}
@@ -129,6 +153,29 @@ class FakePrometheus:
             if target.up
             for sample in parse_exposition(target.exposition, PREFIXES)
             if sample.name == family
+        ]
+
+    def _devices(self, targets: list[FakeTarget]) -> list[dict[str, object]]:
+        """`group by (job, instance, KEEP) ({__name__=~"DCGM_FI_.+"})`."""
+        found: dict[tuple[tuple[str, str], ...], float] = {}
+        keep = {"job", "instance", *promql.DCGM_DEVICES.keep}
+        for target in targets:
+            if not target.up:
+                continue
+            for sample in parse_exposition(target.exposition, PREFIXES):
+                if sample.name.startswith("DCGM_FI_"):
+                    labels = self._stored(target, sample.labels)
+                    found[tuple(sorted((k, v) for k, v in labels.items() if k in keep))] = 1.0
+        return [{"metric": dict(key), "value": [NOW, "1"]} for key in found]
+
+    def _targets(self) -> list[dict[str, object]]:
+        return [
+            {
+                "labels": self._scraped_labels(t),
+                "health": "up" if t.up else "down",
+                "lastError": "" if t.up else t.last_error,
+            }
+            for t in self.targets
         ]
 
     def _names(self, targets: list[FakeTarget]) -> list[dict[str, object]]:
@@ -152,7 +199,7 @@ class FakePrometheus:
         """`timestamp(up) * (2 * up - 1)`: each target's scrape time, negative if it failed."""
         return [
             {
-                "metric": self._target_labels(t),
+                "metric": self._scraped_labels(t),
                 "value": [NOW, repr(t.scraped_at if t.up else -t.scraped_at)],
             }
             for t in targets
@@ -162,9 +209,33 @@ class FakePrometheus:
     def _target_labels(target: FakeTarget) -> dict[str, str]:
         return {"job": target.job, "instance": target.instance}
 
+    def _stored(self, target: FakeTarget, labels: dict[str, str]) -> dict[str, str]:
+        """A scraped series' labels as Prometheus stores them: the target's added, and
+        where both have one, the exporter's winning (`honor_labels`) or renamed
+        `exported_NAME` (as Prometheus's scrape loop does, whatever the two values)."""
+        own = self._scraped_labels(target)
+        if target.honor_labels:
+            return {**own, **labels}
+        renamed = {f"exported_{k}" if k in own else k: v for k, v in labels.items()}
+        return {**renamed, **own}
+
+    @staticmethod
+    def _scraped_labels(target: FakeTarget) -> dict[str, str]:
+        """What Prometheus adds to every series of the target: its job, instance and
+        labels, the target's winning (`honor_labels: false`) over the exporter's, whose
+        label of the same name becomes `exported_NAME`."""
+        return {**target.labels, "job": target.job, "instance": target.instance}
+
     @staticmethod
     def _host(target: FakeTarget) -> dict[str, str]:
-        return {"hostname": target.hostname} if target.hostname else {}
+        """Its host labels, as its series said them (or as `hostname` says)."""
+        if target.hostname:
+            return {"hostname": target.hostname}
+        for sample in parse_exposition(target.exposition, PREFIXES):
+            found = {k: v for k, v in sample.labels.items() if k in ("hostname", "Hostname")}
+            if found:
+                return found
+        return {}
 
 
 def _passes(sample: float, compare: str) -> bool:
@@ -176,24 +247,31 @@ def _passes(sample: float, compare: str) -> bool:
     return sample == float(value) if op == "==" else sample > float(value)
 
 
-_MATCHER = re.compile(r'instance=~"((?:[^"\\]|\\.)*)"')
-_NODE_FAMILIES = re.compile(
-    r'max by \(__name__, job, instance\) \(\{__name__=~"([^"]*)"\}(?: ([<>=!]=? \S+))?\)'
+_SCRAPED_SINCE = re.compile(
+    r"\((.*)\) and on \(job, instance\) \(timestamp\(up\) \+ scrape_duration_seconds > "
+    r"([0-9.]+)\)"
 )
+_MATCHER = re.compile(r'instance=~"((?:[^"\\]|\\.)*)"')
+_FAMILIES_BY = re.compile(
+    r'max by \(__name__, job, instance(?:, ([^)]*))?\) \(\{__name__=~"([^"]*)"\}'
+    r"(?: ([<>=!]=? \S+))?\)"
+)
+_FAMILIES_WHOLE = re.compile(r'\{__name__=~"([^"]*)"\}')
 
 
 _FAMILIES = {
     query.promql(): query
     for placement in (False, True)
     for query in (
-        *promql.values(frozenset(Exporter), placement=placement),
-        *promql.identity(placement),
+        *promql.gpuwatch_values(placement=placement),
+        *promql.gpuwatch_values(placement=placement, mig=False),
+        *promql.dcgm_values(placement=placement),
+        *promql.smi_values(placement=placement),
     )
+    if isinstance(query, FamilyQuery)
 }
-_FAMILIES |= {query.promql(): query for query in promql.placed(None)}
-
-
-_FAMILIES |= {query.promql(): query for query in promql.available(0, IDLE_MAX_UTIL_PCT / 100)}
+_VERDICTS = promql.verdicts(0, IDLE_MAX_UTIL_PCT / 100)
+_FAMILIES |= {query.promql(): query for query in _VERDICTS if isinstance(query, FamilyQuery)}
 _FAMILIES |= {q.promql(): q for q in summaries.plan() if isinstance(q, FamilyQuery)}
 _ONLY_WHERE = " and on (job, instance, gpu) "
 
@@ -266,3 +344,38 @@ def with_node_figures(target: FakeTarget) -> FakeTarget:
         if value is not None
     )
     return replace(target, exposition=target.exposition + lines)
+
+
+TARGET_LABELS = ("container", "endpoint", "namespace", "pod", "service")
+"""The labels a Kubernetes ServiceMonitor gives every series of a target."""
+
+
+def targets_of_answers(*answers: dict[str, Any]) -> list[FakeTarget]:
+    """The targets whose series recorded `/api/v1/query` answers hold, each serving them
+    as stored (its job scraping with `honor_labels`, so that they are stored again as
+    they were): a target's own labels are those most of its series carry."""
+    series: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for answer in answers:
+        for item in answer["data"]["result"]:
+            metric = item["metric"]
+            series.setdefault((metric["job"], metric["instance"]), []).append(item)
+    targets = []
+    for (job, instance), items in sorted(series.items()):
+        owns = Counter(
+            tuple((k, item["metric"].get(k, "")) for k in TARGET_LABELS) for item in items
+        )
+        own = dict(owns.most_common(1)[0][0])
+        lines = [_line(item) for item in items]
+        at = max(float(item["value"][0]) for item in items)
+        targets.append(
+            FakeTarget(job, instance, "".join(lines), scraped_at=at, labels=own, honor_labels=True)
+        )
+    return targets
+
+
+def _line(item: dict[str, Any]) -> str:
+    metric = item["metric"]
+    labels = ",".join(
+        f'{k}="{v}"' for k, v in sorted(metric.items()) if k not in ("__name__", "job", "instance")
+    )
+    return f"{metric['__name__']}{{{labels}}} {item['value'][1]}\n"

@@ -52,6 +52,9 @@ class Target:
     job: str = "gpuwatch"
     metrics_path: str = "/metrics"
     labels: Mapping[str, str] = field(default_factory=dict)
+    honor_labels: bool = False
+    """The job's `honor_labels` (the same for every target of a job): whether the
+    exporter's labels win over `labels`, else they are renamed `exported_NAME`."""
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,13 @@ def config_text(
     """Prometheus's configuration scraping `targets` every `scrape_interval_s`, and
     evaluating `rule_files` as often."""
     jobs: dict[str, list[dict[str, Any]]] = {}
+    honor: dict[str, bool] = {}
     for target in targets:
         labels = dict(target.labels)
         if target.metrics_path != "/metrics":
             labels["__metrics_path__"] = target.metrics_path
         jobs.setdefault(target.job, []).append({"targets": [target.address], "labels": labels})
+        honor[target.job] = target.honor_labels
     interval = f"{round(scrape_interval_s * 1000)}ms"
     return json.dumps(
         {
@@ -96,7 +101,8 @@ def config_text(
             },
             "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [
-                {"job_name": job, "static_configs": groups} for job, groups in jobs.items()
+                {"job_name": job, "honor_labels": honor[job], "static_configs": groups}
+                for job, groups in jobs.items()
             ],
         },
         indent=1,

@@ -1,0 +1,170 @@
+"""What a Prometheus source keeps between the fleet table's refreshes: only what a benchmark
+shows pays. A one-shot read (`where`, `fleet --once`, `fleet --json`) keeps nothing.
+
+Measured by bench/fleet_cost.py (c) and (e) at 500 gpuwatch nodes of 8 GPUs and 5 targets
+never up, scraped every 5 s, refreshes 2 s apart, on a 2-core machine shared with other
+work (docs/development/benchmarks.md has the runs): reading everything at every refresh
+took 0.7 s, 150 ms of CPU and 0.9 to 1.2 MiB of JSON a refresh (the bounds: 0.5 s and
+1 MiB). Of that,
+
+- each daemon's node figures were 541 KiB: the targets scraped since the last refresh are
+  read again (Prometheus selects them, in the same round: `promql.scraped_since`), the
+  others' figures held;
+- why each target that is down is (`/api/v1/targets`) was 242 KiB: asked again only
+  where the targets down change, or every `PROBE_EVERY` refreshes;
+- the names were 73 KiB: read every `SLOW_EVERY` refreshes, and at the next refresh for
+  a target new to the source; with them, which exporters the fleet runs, whose families
+  alone are asked (three requests fewer a refresh of a fleet of gpuwatch daemons);
+- what changes slowly (each user's memory and GPUs, the GPU models, idle holders; users'
+  memory alone 292 KiB) is read in parts, each every `SLOW_EVERY` refreshes;
+- whether the server records the fleet rules, probed every `PROBE_EVERY` refreshes: the
+  rules spare Prometheus their expressions (0.2 s of its CPU a refresh at 500 nodes);
+- each node's figures as read from its series, kept while they are the very series held
+  (a node not scraped since costs no reading): summaries.figures and slow_figures were
+  two fifths of a refresh's CPU in the source.
+"""
+
+from __future__ import annotations
+
+from gpuwatch.fleet import promql, summaries
+from gpuwatch.fleet.exposition import Sample
+from gpuwatch.fleet.rounds import FIGURES, NAMES, PROBE, SLOW, Asked, Found, Target
+from gpuwatch.fleet.summaries import Figures, SlowFigures
+
+PROBE_EVERY = 30
+"""Refreshes between two probes of the recording rules, and between two readings of why
+targets are down (a minute at the screen's 2 s)."""
+SLOW_EVERY = 15
+"""Refreshes between two readings of the names, and of each part of what changes slowly
+(`summaries.slow_plan`: 30 s at the screen's 2 s refresh)."""
+
+
+class TableMemory:
+    """What the table's source held from its earlier refreshes (see the module's doc)."""
+
+    def __init__(self, idle_after_s: float) -> None:
+        self.idle_after_s = idle_after_s
+        self.reads = 0
+        self.rules = False
+        self._since: float | None = None
+        self._figures: dict[Target, list[Sample]] = {}
+        self._names: Found | None = None
+        self._new_targets = False
+        self._slow: dict[int, dict[Target, list[Sample]]] = {}
+        self._due: tuple[int, ...] = ()
+        self._slow_lists: dict[Target, list[Sample]] = {}
+        self._down: frozenset[Target] | None = None
+        self._errors: dict[Target, str] = {}
+        self._read: dict[Target, tuple[list[Sample], list[Sample], Figures, SlowFigures]] = {}
+
+    def plan(self) -> list[Asked]:
+        """The table's queries of this refresh: the daemons' figures (of the targets
+        scraped since the last refresh, once one was read), the names where due, the
+        probe of the rules where due, and the parts of what changes slowly that are
+        due."""
+        self.reads += 1
+        figures = summaries.plan(self.idle_after_s)
+        asked = [Asked(query, FIGURES, since=self._since) for query in figures]
+        if self._names is None or self._new_targets or self.reads % SLOW_EVERY == 0:
+            asked.append(Asked(NAMES))
+        if self.reads % PROBE_EVERY == 1:
+            asked.append(Asked(PROBE))
+        self._due = self._slow_due()
+        return asked + [
+            Asked(query, SLOW)
+            for group in self._due
+            for query in summaries.slow_plan(
+                recorded=self.rules, group=group, idle_after_s=self.idle_after_s
+            )
+        ]
+
+    def keep(self, found: Found) -> None:
+        """Files this refresh's answers into what is held, and what is held into `found`:
+        figures of targets not scraped since, names not asked this time, the parts of what
+        changes slowly."""
+        if found.rules is not None:
+            self.rules = found.rules
+        self._keep_figures(found)
+        if found.names is None and self._names is not None:
+            found.names = self._names.names
+            found.exporters, found.last = self._names.exporters, self._names.last
+        else:
+            self._names = found
+        held = (self._names.names or {}) if self._names is not None else {}
+        self._new_targets = any(t not in held for t, seen in found.seen.items() if seen > 0)
+        for group in self._due:
+            families = {q.family for q in summaries.slow_plan(recorded=True, group=group)}
+            self._slow[group] = {
+                target: [s for s in samples if s.name in families]
+                for target, samples in found.slow.items()
+            }
+        if self._due:  # else the very lists of the last refresh: their figures are kept
+            joined: dict[Target, list[Sample]] = {}
+            for part in self._slow.values():
+                for target, samples in part.items():
+                    joined.setdefault(target, []).extend(samples)
+            # Mostly unchanged: the list held stays, and so do the figures read from it.
+            kept = self._slow_lists
+            self._slow_lists = {
+                t: kept[t] if kept.get(t) == samples else samples for t, samples in joined.items()
+            }
+        found.slow = self._slow_lists
+        self._read = {t: held for t, held in self._read.items() if t in found.seen}
+
+    def figures(self, target: Target, fast: list[Sample], slow: list[Sample]) -> Figures:
+        """What a node's figures say, read from its series: as last time while they are
+        the very series held then."""
+        held = self._read.get(target)
+        if held is not None and held[0] is fast and held[1] is slow:
+            return held[2]
+        same_slow = held is not None and held[1] is slow
+        slow_read = held[3] if held is not None and same_slow else summaries.slow_figures(slow)
+        read = summaries.figures(fast, slow_read)
+        self._read[target] = (fast, slow, read, slow_read)
+        return read
+
+    def exporters(self) -> frozenset[str] | None:
+        """The exporters of the targets named at the last reading of the names, or `None`
+        before one (or where a target is new since: it may run another)."""
+        if self._names is None or self._new_targets:
+            return None
+        return frozenset(self._names.exporters.values())
+
+    def errors_due(self, down: frozenset[Target]) -> bool:
+        """Whether to ask again why targets are down: the targets down changed, or it is
+        time."""
+        return down != self._down or self.reads % PROBE_EVERY == 0
+
+    def errors(
+        self, down: frozenset[Target], errors: dict[Target, str] | None
+    ) -> dict[Target, str]:
+        """Why each target down is: `errors` where just asked (then held), else as held."""
+        if errors is not None:
+            self._down, self._errors = down, errors
+        return self._errors
+
+    def _keep_figures(self, found: Found) -> None:
+        """The figures read replace those held of each target scraped since; a target
+        down has none (they went with its scrape)."""
+        since = self._since
+        if since is None:
+            self._figures = {}
+        for target, seen in found.seen.items():
+            if seen <= 0 or since is None or seen > since - promql.STORED_WITHIN_S:
+                self._figures.pop(target, None)
+        self._figures.update((t, samples) for t, samples in found.figures.items() if samples)
+        self._figures = {t: s for t, s in self._figures.items() if t in found.seen}
+        for target, samples in self._figures.items():
+            other = found.samples.get(target)
+            found.samples[target] = [*other, *samples] if other else samples
+        self._since = found.evaluated or None
+
+    def _slow_due(self) -> tuple[int, ...]:
+        """All parts until every one is held, then each every `SLOW_EVERY` refreshes, at
+        different refreshes."""
+        if len(self._slow) < summaries.SLOW_GROUPS:
+            return tuple(range(summaries.SLOW_GROUPS))
+        step = SLOW_EVERY // summaries.SLOW_GROUPS
+        turn = self.reads % SLOW_EVERY
+        due = turn // step
+        return (due,) if turn % step == 0 and due < summaries.SLOW_GROUPS else ()
