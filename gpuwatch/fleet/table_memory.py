@@ -90,8 +90,11 @@ class TableMemory:
             found.exporters, found.last = self._names.exporters, self._names.last
         else:
             self._names = found
-        held = (self._names.names or {}) if self._names is not None else {}
-        self._new_targets = any(t not in held for t, seen in found.seen.items() if seen > 0)
+        # New: up now, not when the names were read. Not "unnamed": another job's target
+        # (node_exporter, Prometheus) is never named, and would cost every refresh the
+        # names and every exporter's families.
+        held = self._names.seen if self._names is not None else {}
+        self._new_targets = any(seen > 0 >= held.get(t, 0.0) for t, seen in found.seen.items())
         for group in self._due:
             families = {q.family for q in summaries.slow_plan(recorded=True, group=group)}
             self._slow[group] = {

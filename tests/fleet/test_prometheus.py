@@ -550,3 +550,36 @@ def test_the_table_asks_names_and_why_nodes_are_down_only_when_they_may_have_cha
             ("10.0.1.9:9400", True),
             ("gpu-node-01", None),
         ]
+
+
+OTHER_TARGETS = {
+    "daemons-only": [],
+    "and-another-job": [FakeTarget("node", "10.0.2.1:9100", "node_load1 0.5\n")],
+    "and-a-dcgm-exporter": [dcgm_node(3)],
+}
+
+
+@pytest.mark.parametrize("others", OTHER_TARGETS)
+def test_a_steady_table_refresh_asks_up_the_figures_and_the_fleets_exporters_only(
+    others: str,
+) -> None:
+    # GIVEN the table's source, having read daemons that export their figures (beside a
+    # target of another job that exports no GPU, or a dcgm-exporter node)
+    nodes = [with_node_figures(gpuwatch_node(n)) for n in (1, 2)]
+    prometheus = FakePrometheus([*nodes, *OTHER_TARGETS[others]])
+    with serving(prometheus) as url:
+        source = table_source(url)
+        source.read()
+        asked = len(prometheus.asked)
+        # WHEN it refreshes twice more, nothing slow being due
+        source.read()
+        source.read()
+        refreshes = prometheus.asked[asked:]
+    # THEN each refresh asked `up`, the figures and the families of the exporters the
+    # fleet runs, nothing else: no names, no reasons, no other exporter's families
+    with_dcgm = others == "and-a-dcgm-exporter"
+    dcgm = promql.dcgm_values(placement=False) if with_dcgm else []
+    assert len(refreshes) == 2 * (1 + len(summaries.plan()) + len(dcgm))
+    assert promql.names() not in refreshes and "targets" not in refreshes
+    assert not [q for q in refreshes if "nvidia_smi_" in q]
+    assert any("DCGM_FI_" in q for q in refreshes) == with_dcgm
