@@ -71,14 +71,21 @@ class PromClient:
         return Budget(self.timeout_s, self.max_bytes)
 
     def samples(
-        self, queries: Sequence[str], names: Sequence[str], *, budget: Budget | None = None
+        self,
+        queries: Sequence[str],
+        names: Sequence[str],
+        *,
+        at: float | None = None,
+        budget: Budget | None = None,
     ) -> list[tuple[float, list[Sample]]]:
         """Each instant query's evaluation time and vector as `Sample`s named `names[i]`
         (an aggregation's answer carries no `__name__`), or by their `__name__` where
-        `names[i]` is "", all sent at once. Built in one pass over the decoded JSON: a
+        `names[i]` is "", all sent at once, all evaluated at `at` where given (else each
+        when the server reads it). Built in one pass over the decoded JSON: a
         refresh of a large fleet is tens of thousands of series, and an intermediate
         object per series would cost more than the decoding."""
-        answers = self._get([("query", {"query": q}) for q in queries], budget)
+        instant = {} if at is None else {"time": f"{at:.3f}"}
+        answers = self._get([("query", {"query": q, **instant}) for q in queries], budget)
         return [self._named(answer, name) for answer, name in zip(answers, names, strict=True)]
 
     def scrape_errors(

@@ -9,7 +9,9 @@ is a target at a GPU exporter's own port (19400, 9400, 9835) in a job never up a
 Prometheus gives it (on Kubernetes, the exporter pod's own `pod`: no workload's); the
 names query names a node that went down. Prometheus answers an instant query with its
 evaluation time, not each sample's own time, so the age of a node's data is its
-`timestamp(up)` (and, for a gpuwatch daemon, the snapshot time it exports). A target
+`timestamp(up)` (and, for a gpuwatch daemon, the snapshot time it exports). Every query
+of a read is evaluated at one instant, a little in the past (`promql.ROUND_BEHIND_S`), so
+that all its answers are of the same scrapes. A target
 whose scrape fails has `up == 0` and its series vanish: it is down, with Prometheus's
 reason (`lastError` of `/api/v1/targets`, one more request only where a node is down).
 
@@ -94,11 +96,12 @@ class PrometheusSource:
         """The fleet now; raises `SourceError` when the server cannot be read."""
         budget = self._budget or self.client.budget()
         found = Found()
-        self._ask(self._round(), budget, found)
+        at = self._clock() - promql.ROUND_BEHIND_S
+        self._ask(self._round(), at, budget, found)
         if self._memory is not None:
             self._memory.keep(found)
         if later := self._older_daemons(found):
-            self._ask(later, budget, found)
+            self._ask(later, at, budget, found)
         now = found.evaluated or self._clock()
         unscraped = frozenset(t for t, seen in found.seen.items() if seen <= 0)
         nodes = self._with_errors(nodes_of(self._judge, found, now), unscraped, budget)
@@ -157,9 +160,9 @@ class PrometheusSource:
             return promql.verdicts(needs.free_bytes, IDLE_MAX_UTIL_PCT / 100)
         return list(promql.gpuwatch_values(placement=needs.placement, mig=needs.mig))
 
-    def _ask(self, asked: list[Asked], budget: Budget, found: Found) -> None:
+    def _ask(self, asked: list[Asked], at: float, budget: Budget, found: Found) -> None:
         self.queries_sent += len(asked)
-        ask(self.client, asked, budget, found)
+        ask(self.client, asked, at, budget, found)
 
     def _older_daemons(self, found: Found) -> list[Asked]:
         """The GPU-by-GPU queries of the daemons that answered the round with neither

@@ -252,6 +252,12 @@ def names() -> str:
 STORED_WITHIN_S = 0.25
 """How long after a scrape ends its series are stored, at the most: a scrape that ended
 that long before a read's evaluation time was in it."""
+ROUND_BEHIND_S = 1.0
+"""How long before it is sent a read is evaluated (every query of it at that one instant):
+a scrape that started before then has been stored, at a scrape's duration under it, so
+that no scrape stored while the read's queries run changes their answers. Else each
+query is evaluated at its own arrival, and a node scraped between two of them is up in
+one answer and missing, or in part, from another."""
 
 
 def scraped_since(query: str, since: float) -> str:

@@ -72,11 +72,13 @@ class Found:
     """Whether the server records the fleet rules; `None`: not probed this round."""
 
 
-def ask(client: PromClient, asked: Sequence[Asked], budget: Budget, found: Found) -> None:
-    """Sends `asked` at once, within what is left of `budget`, and files the answers
-    into `found`."""
+def ask(
+    client: PromClient, asked: Sequence[Asked], at: float, budget: Budget, found: Found
+) -> None:
+    """Sends `asked` at once, each evaluated at `at`, within what is left of `budget`, and
+    files the answers into `found`."""
     texts = [item.promql() for item in asked]
-    answers = client.samples(texts, [item.family for item in asked], budget=budget)
+    answers = client.samples(texts, [item.family for item in asked], at=at, budget=budget)
     for item, (evaluated, vector) in zip(asked, answers, strict=True):
         found.evaluated = max(found.evaluated, evaluated)
         if item.query == UP:

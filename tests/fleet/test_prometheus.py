@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import replace
 
 import pytest
@@ -531,6 +532,48 @@ def test_the_table_reads_again_only_the_figures_of_nodes_scraped_since() -> None
     rows = [(n.name, n.summary) for n in refreshed.nodes]
     assert rows == [(n.name, n.summary) for n in fresh.nodes]
     assert refreshed.nodes[1].summary != refreshed.nodes[0].summary
+
+
+def test_a_node_scraped_while_a_refresh_is_answered_is_shown_as_one_scrape_left_it() -> None:
+    # GIVEN the table's source, having read two daemons that export their figures
+    nodes = [with_node_figures(gpuwatch_node(n)) for n in (1, 2)]
+    prometheus = FakePrometheus(nodes)
+    clock = [NOW]
+    full = with_node_figures(gpuwatch_node(2, full=True))
+    scraped = replace(full, scraped_at=NOW + 0.5, before=nodes[1])
+
+    figures_answered = threading.Event()
+
+    def store_the_scrape(query: str) -> None:
+        if "gpuwatch_node_gpus" in query:
+            prometheus.targets[1] = scraped
+            figures_answered.set()
+
+    def up_after_the_figures(query: str) -> None:
+        if query == promql.UP_SEEN:
+            figures_answered.wait(timeout=10)
+
+    with serving(prometheus) as url:
+        source = PrometheusSource(url, clock=lambda: clock[0], needs=Needs(per_node=True))
+        before = source.read()
+        # WHEN Prometheus stores a scrape of the second (begun at NOW + 0.5, its GPUs full)
+        # just after it answered the query of the next refresh's node figures, while the
+        # refresh's other queries (`up` among them) are still being answered; and then,
+        # later, it refreshes
+        prometheus.answered, prometheus.arriving = store_the_scrape, up_after_the_figures
+        during = source.read()
+        prometheus.answered = prometheus.arriving = None
+        clock[0] = NOW + 2
+        after = source.read()
+        fresh = PrometheusSource(url, clock=lambda: NOW + 2, needs=Needs(per_node=True)).read()
+    # THEN the refresh shows every node up, with its figures as one scrape left them (the
+    # one before that scrape), and the next shows the new scrape's
+    assert [(n.name, n.up, n.summary) for n in during.nodes] == [
+        (n.name, n.up, n.summary) for n in before.nodes
+    ]
+    assert all(n.up for n in during.nodes)
+    assert [(n.name, n.summary) for n in after.nodes] == [(n.name, n.summary) for n in fresh.nodes]
+    assert after.nodes[1].summary != before.nodes[1].summary
 
 
 def test_the_table_asks_names_and_why_nodes_are_down_only_when_they_may_have_changed() -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import urllib.parse
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,6 +47,9 @@ class FakeTarget:
     """The labels Prometheus gives every series of the target (its `up`'s)."""
     last_error: str = ""
     """Why its last scrape failed, as `/api/v1/targets` says."""
+    before: FakeTarget | None = None
+    """The target as its scrape before this one left it: what a query evaluated at a
+    time before `scraped_at` sees."""
     honor_labels: bool = False
     """Whether the exporter's labels win over the target's (else they are renamed
     `exported_NAME`), as the scrape config's `honor_labels` says."""
@@ -63,6 +68,13 @@ class FakePrometheus:
     targets: list[FakeTarget]
     asked: list[str] = field(default_factory=list)
     ranges: list[dict[str, str]] = field(default_factory=list)
+    arriving: Callable[[str], None] | None = None
+    """Called with each instant query before it is answered, beside the others (one that
+    waits for another's answer)."""
+    answered: Callable[[str], None] | None = None
+    """Called with each instant query once it is answered (a scrape stored between two
+    queries of one read), one query at a time."""
+    _one_at_a_time: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, path: str, headers: dict[str, str]) -> Reply:
         url = urllib.parse.urlsplit(path)
@@ -76,14 +88,19 @@ class FakePrometheus:
         if url.path != "/api/v1/query":
             return Reply(b"404 page not found", status=404)
         query = params.get("query", "")
-        self.asked.append(query)
-        result = self._answer(query)
+        if self.arriving is not None:
+            self.arriving(query)
+        with self._one_at_a_time:
+            self.asked.append(query)
+            result = self._answer(query, float(params["time"]) if "time" in params else None)
+            if self.answered is not None:
+                self.answered(query)
         if result is None:
             return _json({"status": "error", "errorType": "bad_data", "error": "unknown query"})
         return _json({"status": "success", "data": {"resultType": "vector", "result": result}})
 
-    def _answer(self, query: str) -> list[dict[str, object]] | None:
-        targets = self.targets
+    def _answer(self, query: str, at: float | None) -> list[dict[str, object]] | None:
+        targets = [_as_at(t, at) for t in self.targets]
         if (since := _SCRAPED_SINCE.fullmatch(query)) is not None:
             # Only the targets scraped since then (a scrape takes no time here).
             query = since[1]
@@ -236,6 +253,13 @@ class FakePrometheus:
             if found:
                 return found
         return {}
+
+
+def _as_at(target: FakeTarget, at: float | None) -> FakeTarget:
+    """The target as a query evaluated at `at` (`None`: now) sees it."""
+    while at is not None and target.scraped_at > at and target.before is not None:
+        target = target.before
+    return target
 
 
 def _passes(sample: float, compare: str) -> bool:

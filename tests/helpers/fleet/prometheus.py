@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.fleet.promql import ROUND_BEHIND_S
 from tests.helpers.fleet.daemons import RunningDaemon
 from tests.helpers.fleet.endpoints import (
     SimFleet,
@@ -169,8 +170,10 @@ class Prometheus:
         return document["data"]
 
     def query(self, promql: str) -> list[Sample]:
-        """The series of an instant query now."""
-        data = self.api("/api/v1/query", query=promql)
+        """The series of an instant query as a read now sees them: evaluated
+        `ROUND_BEHIND_S` ago, as a source evaluates its queries."""
+        at = f"{time.time() - ROUND_BEHIND_S:.3f}"
+        data = self.api("/api/v1/query", query=promql, time=at)
         assert data["resultType"] == "vector", data
         return [
             Sample(item["metric"], float(item["value"][1]), float(item["value"][0]))
