@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.fakenvml import (
+    NEEDS_FAKENVML,
     SCENARIOS,
     gpuwatch,
     records,
     size,
     total_calls,
 )
+
+pytestmark = [pytest.mark.slow, NEEDS_FAKENVML]
 
 MIG_A100 = SCENARIOS / "mig-a100.txt"
 
