@@ -95,6 +95,14 @@ def status_of(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
 
 
+def scrape_statuses(port: int, count: int) -> list[int]:
+    """The HTTP status of each of `count` scrapes of /metrics from 127.0.0.1, one by one."""
+    request = b"GET /metrics HTTP/1.1\r\n\r\n"
+    return [
+        status_of(exchange((socket.AF_INET, ("127.0.0.1", port)), request)[0]) for _ in range(count)
+    ]
+
+
 def body_of(answer: bytes) -> object:
     return json.loads(answer.split(b"\r\n\r\n", 1)[1])
 
@@ -130,13 +138,8 @@ class TestSlowClients:
             # GIVEN 130 slow clients from another address
             with flood([sys.executable, SLOW_CLIENTS, "tcp", str(port), "130"]):
                 # WHEN Prometheus scrapes ten times THEN it is answered ten times
-                scrapes = [
-                    exchange(
-                        (socket.AF_INET, ("127.0.0.1", port)), b"GET /metrics HTTP/1.1\r\n\r\n"
-                    )[0]
-                    for _ in range(10)
-                ]
-            assert [status_of(answer) for answer in scrapes] == [200] * 10
+                statuses = scrape_statuses(port, 10)
+            assert statuses == [200] * 10
             assert process.poll() is None
 
     def test_one_client_gets_at_most_16_connections_at_once(self, tmp_path: Path) -> None:
@@ -648,13 +651,8 @@ class TestTcpEndpointUnderAttack:
             # GIVEN 8 addresses holding 16 idle connections each, coming back when let go
             with flood([sys.executable, SLOW_CLIENTS, "idle", str(port), "128"]):
                 # WHEN a ninth address scrapes, THEN it is answered every time
-                scrapes = [
-                    exchange(
-                        (socket.AF_INET, ("127.0.0.1", port)), b"GET /metrics HTTP/1.1\r\n\r\n"
-                    )[0]
-                    for _ in range(10)
-                ]
-            assert [status_of(answer) for answer in scrapes] == [200] * 10
+                statuses = scrape_statuses(port, 10)
+            assert statuses == [200] * 10
             assert process.poll() is None
 
 

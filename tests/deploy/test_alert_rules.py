@@ -50,35 +50,35 @@ FIRING = {
 }
 
 
-def rule_test(rule_file: Path, severity: str, summary: str) -> dict[str, object]:
-    expected = {**FIRING, "severity": severity}
-    description = (
-        "Ask the job's owner to release it (scancel 4242), or see `gpuwatch status` on n1."
-    )
-    annotations = {"summary": summary, "description": description}
+def idle_alert_test(
+    rule_file: Path,
+    alertname: str,
+    series: list[tuple[str, str]],
+    labels: dict[str, str | None],
+    annotations: dict[str, str],
+) -> dict[str, object]:
+    """promtool's test of `alertname`: quiet at 9 minutes of `series`, firing with `labels`
+    and `annotations` at 12."""
+    firing = {"exp_labels": labels, "exp_annotations": annotations}
     return {
         "rule_files": [str(rule_file)],
         "evaluation_interval": "1m",
         "tests": [
             {
                 "interval": "1m",
-                "input_series": [{"series": name, "values": values} for name, values in SERIES],
+                "input_series": [{"series": name, "values": values} for name, values in series],
                 "alert_rule_test": [
-                    {"eval_time": "9m", "alertname": "GpuAllocatedIdle", "exp_alerts": []},
-                    {
-                        "eval_time": "12m",
-                        "alertname": "GpuAllocatedIdle",
-                        "exp_alerts": [{"exp_labels": expected, "exp_annotations": annotations}],
-                    },
+                    {"eval_time": "9m", "alertname": alertname, "exp_alerts": []},
+                    {"eval_time": "12m", "alertname": alertname, "exp_alerts": [firing]},
                 ],
             }
         ],
     }
 
 
-def promtool_test(tmp_path: Path, rule_file: Path, severity: str, summary: str) -> None:
+def run_promtool(tmp_path: Path, test: dict[str, object]) -> None:
     tests = tmp_path / "tests.yml"
-    tests.write_text(yaml.safe_dump(rule_test(rule_file, severity, summary)))
+    tests.write_text(yaml.safe_dump(test))
     assert PROMTOOL is not None
     result = subprocess.run(
         [PROMTOOL, "test", "rules", str(tests)],
@@ -88,6 +88,17 @@ def promtool_test(tmp_path: Path, rule_file: Path, severity: str, summary: str) 
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def promtool_test(tmp_path: Path, rule_file: Path, severity: str, summary: str) -> None:
+    description = (
+        "Ask the job's owner to release it (scancel 4242), or see `gpuwatch status` on n1."
+    )
+    annotations = {"summary": summary, "description": description}
+    labels = {**FIRING, "severity": severity}
+    run_promtool(
+        tmp_path, idle_alert_test(rule_file, "GpuAllocatedIdle", SERIES, labels, annotations)
+    )
 
 
 def test_an_allocated_gpu_idle_past_the_window_alerts_with_its_job_and_user(
@@ -132,32 +143,4 @@ def test_a_gpu_a_pod_holds_idle_past_the_window_alerts_with_the_pod(tmp_path: Pa
         "description": "kubectl -n ml describe pod train-0 says whose it is; "
         "`gpuwatch status` on n1 shows the GPU.",
     }
-    tests = tmp_path / "tests.yml"
-    test = {
-        "rule_files": [str(rules)],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": [{"series": name, "values": values} for name, values in series],
-                "alert_rule_test": [
-                    {"eval_time": "9m", "alertname": "GpuPodIdle", "exp_alerts": []},
-                    {
-                        "eval_time": "12m",
-                        "alertname": "GpuPodIdle",
-                        "exp_alerts": [{"exp_labels": expected, "exp_annotations": annotations}],
-                    },
-                ],
-            }
-        ],
-    }
-    tests.write_text(yaml.safe_dump(test))
-    assert PROMTOOL is not None
-    result = subprocess.run(
-        [PROMTOOL, "test", "rules", str(tests)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    run_promtool(tmp_path, idle_alert_test(rules, "GpuPodIdle", series, expected, annotations))
