@@ -206,7 +206,7 @@ def _jobs_reader(
 def _read_jobs(reader: JobsReader | None, snapshot: Snapshot) -> NodeJobs | None:
     if reader is None:
         return None
-    reader.observe(snapshot.gpus)  # an engine may need them to tell which GPU is which
+    reader.observe(snapshot)  # an engine may need them to tell which GPU is which
     return reader.read()
 
 

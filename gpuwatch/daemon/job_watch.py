@@ -151,7 +151,7 @@ class JobWatch:
         the poller's thread: no waiting but for the lock, held only to count)."""
         reader = self._reader
         if reader is not None:
-            reader.observe(snapshot.gpus)
+            reader.observe(snapshot)
         with self._lock:
             self._idle.update(snapshot.gpus, self._table, sampled_at)
             first, self._sampled = not self._sampled, True

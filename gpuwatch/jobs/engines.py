@@ -13,7 +13,6 @@ import os
 import shutil
 import stat
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -21,7 +20,7 @@ from gpuwatch.jobs.job_table import JobTable
 from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET, KubeletPods
 from gpuwatch.jobs.slurm import SlurmJobs
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
-from gpuwatch.models import GpuSample
+from gpuwatch.models import Snapshot
 
 ENGINES = ("auto", "slurm", "kubernetes", "off")
 
@@ -31,7 +30,7 @@ class JobEngine(Protocol):
 
     A caller keeps its own schedule: `start()` asks (returning at once), `latest()` is the
     answer as it stands (`None`: unknown, and `unknown_why()` says why). `observe()` is
-    given the node's GPUs after each sample: an engine may need them to tell which GPU is
+    given the node's snapshot after each sample: an engine may need them to tell which GPU is
     which (NVML's order, UUIDs). `close()` stops it, killing a question under way.
     """
 
@@ -50,8 +49,8 @@ class JobEngine(Protocol):
     def describe(self) -> str:
         """Whom it asks, in words, for a log: `Slurm's jobs`."""
 
-    def observe(self, gpus: Sequence[GpuSample]) -> None:
-        """The node's GPUs, as last sampled."""
+    def observe(self, snapshot: Snapshot) -> None:
+        """The node's GPUs and MIG devices, as last sampled."""
 
     def lacked_gpus(self) -> bool:
         """Whether the latest answer could not tell GPUs apart for want of `observe`'s GPUs

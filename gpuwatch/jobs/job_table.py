@@ -95,6 +95,27 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class Doubt:
+    """A record of an engine's answer that cannot be believed (a job of the wrong shape, a
+    device named in a form not understood): dropped alone, never shown as a job. The devices
+    it names, as far as they can be read, have unknown holders; where it names none that
+    can be read, every device of the node has (`whole_node`)."""
+
+    why: str
+    """What was wrong, in words: `job 1234: gres_detail is not a list`."""
+    gpu_minor_numbers: tuple[int, ...] = ()
+    device_uuids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        printable_fields(self, "why")
+
+    @property
+    def whole_node(self) -> bool:
+        """Whether it names no device that can be read: any of the node's may be held."""
+        return not self.gpu_minor_numbers and not self.device_uuids
+
+
+@dataclass(frozen=True, slots=True)
 class JobTable:
     """The jobs of this node at `read_at`, and which holds each GPU.
 
@@ -107,6 +128,9 @@ class JobTable:
     """Unix time the scheduler answered."""
     source: str = ""
     """Which of the scheduler's answers it came from (`squeue --json`, `scontrol`)."""
+    doubts: tuple[Doubt, ...] = ()
+    """The records of the answer that could not be believed, each dropped alone: the
+    devices they name have unknown holders."""
     _by_minor: dict[int, Job] = field(default_factory=dict, init=False, repr=False, compare=False)
     _by_uuid: dict[str, Job] = field(default_factory=dict, init=False, repr=False, compare=False)
 

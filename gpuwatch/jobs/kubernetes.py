@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gpuwatch.jobs.job_table import Job, JobTable, Pod
 from gpuwatch.jobs.podresources import ContainerDevices, PodResourcesError, list_devices
-from gpuwatch.models import GpuSample
+from gpuwatch.models import Snapshot
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 """Where the kubelet serves its pod-resources API (its `--root-dir` of /var/lib/kubelet)."""
@@ -80,9 +80,9 @@ class KubeletPods:
     def describe(self) -> str:
         return f"the pods holding GPUs, from the kubelet at {self.socket_path}"
 
-    def observe(self, gpus: Sequence[GpuSample]) -> None:
+    def observe(self, snapshot: Snapshot) -> None:
         """Each GPU's UUID by NVML index: the device plugin's `index` strategy names GPUs so."""
-        self._uuid_of_index = {gpu.index: gpu.uuid for gpu in gpus if gpu.uuid}
+        self._uuid_of_index = {gpu.index: gpu.uuid for gpu in snapshot.gpus if gpu.uuid}
 
     def changes_path(self) -> Path | None:
         """None: nothing on the node's disk changes when a pod starts or ends."""

@@ -42,7 +42,7 @@ from gpuwatch.jobs.slurm_text import (
     name_in_detail,
     rows_from_squeue,
 )
-from gpuwatch.models import GpuSample
+from gpuwatch.models import Snapshot
 
 DEFAULT_TIMEOUT_S = 2.0
 DEFAULT_MAX_AGE_S = 5.0
@@ -148,10 +148,10 @@ class SlurmJobs:
         with self._lock:
             return self._answer
 
-    def observe(self, gpus: Sequence[GpuSample]) -> None:
+    def observe(self, snapshot: Snapshot) -> None:
         """This node's GPUs as NVML enumerates them: where slurmd numbers GPUs in NVML's
         order (gres.conf's `AutoDetect=nvml`), it is the order of their GRES indices."""
-        if (detected := detected_gpus(gpus)) is not None:
+        if (detected := detected_gpus(snapshot.gpus)) is not None:
             self._detected = detected
 
     def lacked_gpus(self) -> bool:

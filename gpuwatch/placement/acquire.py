@@ -378,7 +378,7 @@ class Holders:
     def held(self, snapshot: Snapshot) -> dict[str, str]:
         if self._reader is None:
             return {}
-        self._reader.observe(snapshot.gpus)
+        self._reader.observe(snapshot)
         jobs = self._reader.read()
         if jobs.unknown_why is not None and self._on_note is not None:
             self._on_note(f"jobs unknown ({jobs.unknown_why}): a GPU a job holds may be chosen")

@@ -44,7 +44,7 @@ from gpuwatch.jobs.job_table import (
 )
 from gpuwatch.jobs.kubernetes import pod_resources_socket
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
-from gpuwatch.models import GpuSample
+from gpuwatch.models import GpuSample, Snapshot
 from gpuwatch.paths import socket_candidates
 from gpuwatch.record_fields import BadRecord
 from gpuwatch.sampling.allocated_idle import IDLE_WINDOW_S, AllocatedIdle
@@ -85,7 +85,7 @@ class JobsReader:
     def start(self) -> None:
         """Begins asking, so that `read` finds the answer ready (call before reading GPUs)."""
 
-    def observe(self, gpus: Sequence[GpuSample]) -> None:
+    def observe(self, snapshot: Snapshot) -> None:
         """The GPUs just read (call before `read`)."""
 
     def read(self) -> NodeJobs:
@@ -133,8 +133,8 @@ class EngineReader(JobsReader):
         if self._cached is None:
             self._ask()
 
-    def observe(self, gpus: Sequence[GpuSample]) -> None:
-        self._engine.observe(gpus)
+    def observe(self, snapshot: Snapshot) -> None:
+        self._engine.observe(snapshot)
 
     def read(self) -> NodeJobs:
         if (cached := self._cached) is not None:
@@ -191,12 +191,12 @@ class DaemonReader(JobsReader):
         self._timeout_s = timeout_s
         self._make_fallback = fallback
         self._fallback: JobsReader | None = None
-        self._gpus: Sequence[GpuSample] = ()
+        self._snapshot: Snapshot | None = None
 
-    def observe(self, gpus: Sequence[GpuSample]) -> None:
-        self._gpus = gpus  # for the fallback, should the daemon not read jobs
+    def observe(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot  # for the fallback, should the daemon not read jobs
         if self._fallback is not None:
-            self._fallback.observe(gpus)
+            self._fallback.observe(snapshot)
 
     def read(self) -> NodeJobs:
         if self._fallback is not None:
@@ -210,7 +210,8 @@ class DaemonReader(JobsReader):
             # ask as without a daemon, from now on
             self._fallback = self._make_fallback()
             self._fallback.start()
-            self._fallback.observe(self._gpus)
+            if self._snapshot is not None:
+                self._fallback.observe(self._snapshot)
             return self._fallback.read()
         return jobs_from_daemon(record, scheduler_here=scheduler_here())
 

@@ -110,7 +110,7 @@ def test_gpus_named_by_index_are_found_once_the_gpus_are_known(node: Snapshot) -
         before = ask(engine)
         assert before is not None and engine.lacked_gpus()
         # WHEN it is told the GPUs and asks again
-        engine.observe(node.gpus)
+        engine.observe(node)
         table = ask(engine)
     # THEN the pod holds GPUs 0 and 2
     assert table is not None and not engine.lacked_gpus()

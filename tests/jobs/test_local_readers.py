@@ -51,7 +51,7 @@ def test_the_screens_reader_without_a_daemon_knows_them_too(node: SlurmNode) -> 
         # WHEN a frame is read as the TUI reads it: ask, read the GPUs, hand them over, read
         reader.start()
         snapshot = backend.sample()
-        reader.observe(snapshot.gpus)
+        reader.observe(snapshot)
         jobs = reader.read()
     finally:
         reader.close()

@@ -181,7 +181,7 @@ class LocalSource(Source):
         if self.jobs is None:
             return None
         try:
-            self.jobs.observe(snapshot.gpus)  # an engine may need them to tell GPUs apart
+            self.jobs.observe(snapshot)  # an engine may need them to tell GPUs apart
             jobs = self.jobs.read()
         except Exception as error:  # the jobs are a nicety: say why they are missing
             return NodeJobs(None, f"reading jobs failed: {_describe(error)}", scheduler=True)
