@@ -34,6 +34,7 @@ WISHES: tuple[tuple[str, str, str], ...] = (
     ("mem_bytes", "mem", "--mem"),
     ("max_used_bytes", "max_used", "--max-used"),
     ("allow_busy", "allow_busy", "--allow-busy"),
+    ("allow_unknown_holders", "allow_unknown_holders", "--allow-unknown-holders"),
     ("strategy", "strategy", "--strategy"),
     ("exclude", "exclude", "--exclude"),
     ("mig", "mig", "--mig"),
@@ -131,6 +132,7 @@ def checked_wishes(
     mem: int | str | None,
     max_used: int | str | None,
     allow_busy: bool,
+    allow_unknown_holders: bool,
     strategy: str,
     exclude: object,
     mig: str | None,
@@ -144,6 +146,9 @@ def checked_wishes(
         "mem_bytes": _declared_bytes(mem),
         "max_used_bytes": _bytes(max_used, "max_used"),
         "allow_busy": _checked("allow_busy", _check_flag, allow_busy),
+        "allow_unknown_holders": _checked(
+            "allow_unknown_holders", _check_flag, allow_unknown_holders
+        ),
         "strategy": str(one_of(Strategy, strategy, "strategy")),
         "exclude": _checked("exclude", exclude_entries, exclude),
         "mig": None if mig is None else _checked("mig", check_mig, mig),

@@ -10,7 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from gpuwatch.models import Lease, Snapshot
+from gpuwatch.holders import NO_HOLDERS, Holder, HolderKind, Holders
+from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.text import printable, printable_fields
 
 
@@ -31,8 +32,9 @@ class GpuJob:
 @dataclass(frozen=True, slots=True)
 class GpuPod:
     """A Kubernetes pod that holds a GPU, or one MIG device of it, as the node's exporter
-    labels the GPU (dcgm-exporter's `pod`, `namespace`, `container`): the GPU is never
-    free while it holds it."""
+    labels the GPU (dcgm-exporter's `pod`, `namespace`, `container`; a gpuwatch daemon's
+    `gpuwatch_gpu_pod_info`): the GPU is never free while it holds it. What a screen shows
+    of a node's holders (`NodeState.pods`)."""
 
     gpu_index: int
     namespace: str
@@ -133,8 +135,10 @@ class NodeState:
     """Prometheus's scrape job of the target; `None` scraped directly."""
     claims: int = 1
     """How many targets of the fleet claim `name` (more than 1: they cannot all be it)."""
-    pods: tuple[GpuPod, ...] = ()
-    """The Kubernetes pods its exporter says hold its GPUs or MIG devices."""
+    holders: Holders = NO_HOLDERS
+    """Who holds each of its devices for the cluster (its scheduler's jobs, its pods), and
+    which nobody can tell about, as its exporter tells: what `where` and the table's free
+    count judge by (`gpuwatch.holders`)."""
     mig_devices_known: bool = True
     """False where its exporter tells a GPU is MIG-enabled but not its MIG devices
     (nvidia_gpu_exporter reading nvidia-smi): `snapshot.mig_devices` is then not all."""
@@ -154,6 +158,30 @@ class NodeState:
     def key(self) -> str:
         """What identifies it among the nodes of one read: its `label`."""
         return self.label
+
+    @property
+    def pods(self) -> tuple[GpuPod, ...]:
+        """The Kubernetes pods that hold its GPUs or MIG devices, as `holders` says: each
+        pod of a device several share, a pod of a whole GPU once (not again on each of its
+        MIG devices)."""
+        if not self.holders.held or self.snapshot is None:
+            return ()
+        snapshot = self.snapshot
+        found = [pod for gpu in snapshot.gpus for pod in self._pods(gpu, gpu.index, None, ())]
+        for device in snapshot.mig_devices:
+            gpu = next((g for g in snapshot.gpus if g.index == device.gpu_index), None)
+            whole = self.holders.holders_of(gpu) if gpu is not None else ()
+            found += self._pods(device, device.gpu_index, device.gpu_instance_id, whole)
+        return tuple(found)
+
+    def _pods(
+        self, device: Device, gpu: int, instance: int | None, whole: tuple[Holder, ...]
+    ) -> list[GpuPod]:
+        return [
+            GpuPod(gpu, *holder.name.partition("/")[::2], holder.container, instance)
+            for holder in self.holders.holders_of(device)
+            if holder.kind is HolderKind.POD and holder not in whole
+        ]
 
     def pods_on(self, gpu_index: int) -> tuple[GpuPod, ...]:
         """The pods holding this GPU or one of its MIG devices."""

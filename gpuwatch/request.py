@@ -46,6 +46,9 @@ class Request:
     """The most memory in use on a GPU it may have; `None`: the default for its kind."""
     allow_busy: bool = False
     """GPUs in use may be given too (chosen by free memory only), as with `mem_bytes`."""
+    allow_unknown_holders: bool = False
+    """Devices whose holders nobody can tell (the node's scheduler down, slow or malformed)
+    may be given too: the user takes the risk that a job of the cluster holds them."""
 
     @property
     def wants_idle(self) -> bool:
@@ -65,6 +68,7 @@ class Request:
             and self.max_used_bytes is None
             and self.allowed is None
             and not self.excluded
+            and not self.allow_unknown_holders
         )
 
     @property

@@ -84,6 +84,13 @@ def wish_options(command: F) -> F:
             "--max-util and --max-used still apply when given.",
         ),
         click.option(
+            "--allow-unknown-holders",
+            is_flag=True,
+            help="Also take GPUs whose holders nobody can tell, where the node's scheduler "
+            "(Slurm, the kubelet) is down, slow or answers what cannot be believed: a job of "
+            "the cluster may hold them.  [default: never]",
+        ),
+        click.option(
             "--mem",
             metavar="SIZE",
             type=Parsed(_declared_size, "size"),

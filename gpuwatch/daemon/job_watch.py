@@ -24,8 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuwatch.holders import Holders
 from gpuwatch.jobs.engines import JobEngine, open_job_reader
-from gpuwatch.jobs.job_table import JobTable
+from gpuwatch.jobs.job_table import JobTable, NodeJobs
 from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET
 from gpuwatch.jobs.sightings import JobSightings
 from gpuwatch.models import Snapshot
@@ -77,6 +78,12 @@ class JobsNow:
     @property
     def known(self) -> bool:
         return self.table is not None
+
+    def holders(self, snapshot: Snapshot) -> Holders:
+        """Who holds each of `snapshot`'s devices, as a client reading `/v1/jobs` builds it
+        (`NodeJobs.holders`): nothing where no scheduler is read, every device unknown
+        while the jobs are."""
+        return NodeJobs(self.table, self.error, scheduler=self.reading).holders(snapshot)
 
 
 NO_JOBS = JobsNow(None, "job reading is off (--jobs off)", 600.0, reading=False)

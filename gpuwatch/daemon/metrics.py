@@ -14,7 +14,8 @@ The node's own figures (`gpuwatch_node_*`) come from `node_series`.
 
 Jobs (`gpuwatch_jobs_known`, `gpuwatch_gpu_job_info`, `gpuwatch_gpu_pod_info`,
 `gpuwatch_gpu_allocated_idle_seconds`) come from `job_series`; no other series carries a
-job. A GPU a job or pod holds is never available (`gpuwatch_memory_available_bytes`).
+job. A GPU a job or pod holds is never available (`gpuwatch_memory_available_bytes`), nor
+one whose holders nobody can tell (`gpuwatch_holders_known`).
 
 MIG device series (`gpuwatch_mig_*`) carry the parent's `gpu` index, the MIG
 device's own `uuid`, its `profile`, `gpu_instance_id` and `compute_instance_id`.
@@ -34,7 +35,7 @@ from gpuwatch.daemon.job_series import job_metrics
 from gpuwatch.daemon.node_series import node_metrics
 from gpuwatch.daemon.training_series import training_indices, training_metrics
 from gpuwatch.daemon.view import View
-from gpuwatch.jobs.job_table import JobTable
+from gpuwatch.holders import Holders
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
 from gpuwatch.placement.gpus import GPUS
 from gpuwatch.placement.rules import qualifying
@@ -128,7 +129,7 @@ class ViewCollector(Collector):
         yield from _gpu_metrics(snapshot, node)
         yield from _process_metrics(snapshot, node)
         yield from _lease_metrics(snapshot, node, view.leases, by_uuid)
-        yield from _available_metrics(snapshot, node, view.leases, view.jobs.table)
+        yield from _available_metrics(snapshot, node, view.leases, view.jobs.holders(snapshot))
         yield from node_metrics(snapshot, node, view.leases)
         yield self._node_gauge(
             "lease_waiters",
@@ -219,20 +220,19 @@ def _identity_metrics(
 
 
 def _available_metrics(
-    snapshot: Snapshot, node: str, leases: tuple[Lease, ...], jobs: JobTable | None
+    snapshot: Snapshot, node: str, leases: tuple[Lease, ...], holders: Holders
 ) -> Iterator[Metric]:
     """Pick's verdict on each whole GPU, for a job of another user wanting an idle one:
     `gpuwatch where` reads it instead of every process, lease and limit of the fleet. A
-    GPU a job or pod holds is not available."""
+    GPU a job or pod holds is not available, nor one whose holders are unknown."""
     memory = GaugeMetricFamily(
         "gpuwatch_memory_available_bytes",
         "The GPU's free memory where pick's rules would give the whole GPU to a new job of "
-        "another user now (readable, no lease, held by no job or pod, not MIG, idle at the "
-        "default limits), else 0.",
+        "another user now (readable, no lease, held by no job or pod and its holders known, "
+        "not MIG, idle at the default limits), else 0.",
         labels=GPU_LABELS,
     )
-    held = {} if jobs is None else {uuid: job.holder for uuid, job in jobs.held(snapshot).items()}
-    given = {gpu.index for gpu in qualifying(GPUS, snapshot, leases, held)}
+    given = {gpu.index for gpu in qualifying(GPUS, snapshot, leases, holders)}
     for gpu in snapshot.gpus:
         free = gpu.memory_free_bytes if gpu.index in given else None
         memory.add_metric(_gpu_labels(gpu, node), free or 0)

@@ -7,14 +7,32 @@ that placement would trust.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuwatch.fleet_model import GpuJob, GpuPod
+from gpuwatch.fleet_model import GpuJob
+from gpuwatch.holders import Holder
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessUsage
 from gpuwatch.units import MAX_SIZE_BYTES
 
 MAX_GPU_INDEX = 1023
 MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    """Who a node's series say holds its devices (by `gpuwatch.holders.device_key`), and
+    which they say nobody can tell about: judged on its snapshot where the node is made
+    (`gpuwatch.holders.holders_on`). Each holder passed `holder_problem` where it was read;
+    a device one failed for is unknown."""
+
+    held: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
+    unknown: Mapping[str, str] = field(default_factory=dict)
+    unknown_why: str | None = None
+
+
+NO_CLAIMS = Claims()
+"""An exporter that tells no holder."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +54,8 @@ class Mapped:
     longest_wait_s: float | None = None
     jobs: tuple[GpuJob, ...] | None = None
     """As `NodeState`'s: `None` where the exporter does not tell."""
-    pods: tuple[GpuPod, ...] = ()
+    claims: Claims = NO_CLAIMS
+    """Who holds its devices, as far as its exporter tells."""
     mig_devices_known: bool = True
     """As `NodeState`'s."""
     simulated: bool = False
@@ -56,6 +75,16 @@ class GpuFields:
             # No GPU has no memory: figures of nothing at all are unknown, not a full GPU.
             values["memory_used_bytes"] = values["memory_free_bytes"] = None
         return GpuSample(index=self.index, **values)  # type: ignore[arg-type]
+
+
+def on_mig_gpus(
+    gpus: Sequence[GpuSample], mig_devices: Sequence[MigDevice]
+) -> tuple[MigDevice, ...]:
+    """The MIG devices of GPUs the node has and says are in MIG mode: a MIG device an
+    exporter tells of a GPU it does not show, or of one not split (MIG mode off or not
+    told), cannot be believed, and is never offered."""
+    split = {gpu.index for gpu in gpus if gpu.mig_enabled is True}
+    return tuple(device for device in mig_devices if device.gpu_index in split)
 
 
 def index_of(text: str | None) -> int | None:

@@ -137,12 +137,16 @@ _NOT_PLACED = frozenset(
         "DCGM_FI_DEV_MEM_COPY_UTIL",
         "nvidia_smi_temperature_gpu",
         "nvidia_smi_power_draw_watts",
-        *node_work.BY_NODE_OR_GPU,
+        node_work.WAITERS,
+        node_work.LONGEST_WAIT,
+        node_work.JOBS_KNOWN,
+        node_work.ALLOCATED_IDLE,
         series_gpuwatch.SIMULATED,
     }
 )
-"""Families placement's rules never read (the line of waiting jobs, the scheduler's jobs
-and whether a node is simulated are shown, not placed on)."""
+"""Families placement's rules never read (the line of waiting jobs, how long a job left
+its GPU idle and whether a node is simulated are shown, not placed on; who holds each
+device is placed on: `node_work.claims`)."""
 _PLACED_LABELS = {
     "gpuwatch_gpu_info": ("gpu", "uuid"),
     "gpuwatch_process_memory_bytes": ("gpu", "pid", "kind", "user"),

@@ -22,9 +22,10 @@ from dataclasses import replace
 
 from gpuwatch.fleet import series_dcgm, series_gpuwatch, series_smi
 from gpuwatch.fleet.exposition import Sample
-from gpuwatch.fleet.mapped import Mapped
+from gpuwatch.fleet.mapped import Mapped, on_mig_gpus
 from gpuwatch.fleet.names import node_text
 from gpuwatch.fleet_model import Exporter, NodeState
+from gpuwatch.holders import holders_on
 from gpuwatch.models import Snapshot
 
 PREFIXES = ("gpuwatch_", "DCGM_FI_", "nvidia_smi_")
@@ -118,6 +119,7 @@ def judged(
     if error is None and not mapped.gpus:
         error = NO_GPU
     error = error or stale(age_s, stale_after_s)
+    mig_devices = on_mig_gpus(mapped.gpus, mapped.mig_devices)
     snapshot = Snapshot(
         taken_at=data_at,
         hostname=name,
@@ -125,9 +127,11 @@ def judged(
         cuda_driver_version=mapped.cuda_driver_version,
         gpus=mapped.gpus,
         processes=mapped.processes,
-        mig_devices=mapped.mig_devices,
+        mig_devices=mig_devices,
         simulated=mapped.simulated,
     )
+    claims = mapped.claims
+    holders = holders_on(snapshot, claims.held, claims.unknown, unknown_why=claims.unknown_why)
     return NodeState(
         name,
         up=error is None,
@@ -139,7 +143,7 @@ def judged(
         lease_waiters=mapped.lease_waiters,
         longest_wait_s=mapped.longest_wait_s,
         jobs=mapped.jobs,
-        pods=mapped.pods,
+        holders=holders,
         mig_devices_known=mapped.mig_devices_known,
         target=target,
         job=job,

@@ -21,10 +21,11 @@ from collections.abc import Mapping, Sequence
 
 from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet.exposition import Sample
-from gpuwatch.fleet.mapped import GpuFields, Mapped
+from gpuwatch.fleet.mapped import Claims, GpuFields, Mapped
 from gpuwatch.fleet.names import safe_name
 from gpuwatch.fleet_model import GpuPod
-from gpuwatch.models import MigDevice
+from gpuwatch.holders import Holder, HolderKind, device_key, holder_problem
+from gpuwatch.models import GpuSample, MigDevice
 
 _FB = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")
 _VALUES = {
@@ -83,7 +84,7 @@ def mapped(
     gave every series of the target (its `up`'s), whose `pod` is no workload's."""
     gpus: dict[int, GpuFields] = {}
     instances: dict[tuple[int, int], dict[str, int | str | None]] = defaultdict(dict)
-    pods: dict[tuple[int, int | None], GpuPod] = {}
+    pods: dict[tuple[int, int | None], dict[GpuPod, None]] = defaultdict(dict)
     for sample in samples:
         index = m.index_of(sample.labels.get("gpu"))
         if index is None:
@@ -92,7 +93,7 @@ def mapped(
         _identify(fields, sample.labels)
         instance = m.index_of(sample.labels.get("GPU_I_ID"))
         if (pod := pod_of(index, instance, sample.labels, scraped_as or {})) is not None:
-            pods.setdefault((index, instance), pod)
+            pods[(index, instance)][pod] = None  # each pod of a shared device, once
         if instance is not None:
             fields.values["mig_enabled"] = True
             _memory(instances[(index, instance)], sample)
@@ -107,12 +108,39 @@ def mapped(
         _total(fields.values)  # type: ignore[arg-type]
     versions = (s.labels.get("DCGM_FI_DRIVER_VERSION") for s in samples)
     driver = next((version for version in versions if version), None)
-    return Mapped(
-        gpus=tuple(fields.build() for _, fields in sorted(gpus.items())),
-        mig_devices=_mig_devices(instances),
-        driver_version=m.label(driver, 64),
-        pods=tuple(pod for _, pod in sorted(pods.items(), key=lambda item: _order(item[0]))),
+    built = tuple(fields.build() for _, fields in sorted(gpus.items()))
+    mig_devices = _mig_devices(instances)
+    ordered = tuple(
+        pod for _, held in sorted(pods.items(), key=lambda i: _order(i[0])) for pod in held
     )
+    return Mapped(
+        gpus=built,
+        mig_devices=mig_devices,
+        driver_version=m.label(driver, 64),
+        claims=pod_claims(ordered, built, mig_devices),
+    )
+
+
+def pod_claims(
+    pods: Sequence[GpuPod], gpus: Sequence[GpuSample], mig_devices: Sequence[MigDevice]
+) -> Claims:
+    """The pods as the holders of their devices: a pod labelled on a GPU instance holds
+    that MIG device, else the whole GPU; one whose names cannot be believed makes its
+    device unknown."""
+    keys: dict[tuple[int, int | None], str] = {(gpu.index, None): device_key(gpu) for gpu in gpus}
+    keys.update({(d.gpu_index, d.gpu_instance_id): device_key(d) for d in mig_devices})
+    held: dict[str, list[Holder]] = defaultdict(list)
+    unknown: dict[str, str] = {}
+    for pod in pods:
+        key = keys.get((pod.gpu_index, pod.gpu_instance_id)) or keys.get((pod.gpu_index, None))
+        if key is None:
+            continue
+        why = holder_problem(HolderKind.POD, pod.name, None, pod.container)
+        if why is not None:
+            unknown[key] = f"its exporter names a pod that cannot be believed ({why})"
+        else:
+            held[key].append(Holder(HolderKind.POD, pod.name, container=pod.container))
+    return Claims({key: tuple(found) for key, found in held.items()}, unknown)
 
 
 def pod_of(

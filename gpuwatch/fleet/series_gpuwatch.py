@@ -53,10 +53,12 @@ WHOLE = (
     "gpuwatch_process_memory_bytes",
     "gpuwatch_mig_leases",
     *MIG_VALUES,
+    *node_work.HOLDER_FAMILIES,
 )
-"""Families read with all their labels: identity, processes, MIG devices."""
-ZERO = ("gpuwatch_gpu_up",)
-"""Read where 0 only: a GPU the daemon cannot read (absent: it can)."""
+"""Families read with all their labels: identity, processes, MIG devices, pods."""
+ZERO = ("gpuwatch_gpu_up", node_work.HOLDERS_KNOWN)
+"""Read where 0 only: a GPU the daemon cannot read (absent: it can), a scheduler that does
+not tell (absent: it does, or none is read)."""
 SIMULATED = "gpuwatch_simulated"
 NONZERO = (
     "gpuwatch_leases",
@@ -81,12 +83,14 @@ def mapped(
     for sample in samples:
         by_name[sample.name].append(sample)
     gpus = _gpus(by_name)
+    built = tuple(fields.build() for _, fields in sorted(gpus.items()))
+    mig_devices = _mig_devices(by_name)
     info = by_name["gpuwatch_gpu_info"][:1]
     stamps = [s.value for s in by_name["gpuwatch_sample_timestamp_seconds"]]
     waiters, longest_wait_s = node_work.waiting_line(by_name)
     return Mapped(
-        gpus=tuple(fields.build() for _, fields in sorted(gpus.items())),
-        mig_devices=_mig_devices(by_name),
+        gpus=built,
+        mig_devices=mig_devices,
         processes=_processes(by_name["gpuwatch_process_memory_bytes"]),
         leases=_leases(by_name, gpus, node),
         driver_version=m.label(info[0].labels.get("driver_version")) if info else None,
@@ -96,6 +100,7 @@ def mapped(
         lease_waiters=waiters,
         longest_wait_s=longest_wait_s,
         jobs=node_work.gpu_jobs(by_name, set(gpus)),
+        claims=node_work.claims(by_name, built, mig_devices),
         simulated=any(sample.value == 1 for sample in by_name[SIMULATED]),
     )
 

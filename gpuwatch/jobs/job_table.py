@@ -10,10 +10,23 @@ with its `Pod`: whatever shows jobs shows pods, through the same table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwatch.holders import (
+    MAX_CONTAINER_CHARS,
+    MAX_NAME_CHARS,
+    MAX_USER_CHARS,
+    NO_HOLDERS,
+    Holder,
+    HolderKind,
+    Holders,
+    device_key,
+    holder_problem,
+    holders_on,
+    unknown_holders,
+)
 from gpuwatch.models import Device, GpuSample, MigDevice, Snapshot
 from gpuwatch.record_fields import (
     MAX_TIME,
@@ -28,10 +41,14 @@ from gpuwatch.text import printable_fields
 
 MAX_JOBS = 100_000
 MAX_GPUS_PER_NODE = 1024
-MAX_JOB_ID_CHARS = 320
+MAX_JOB_ID_CHARS = MAX_NAME_CHARS
 """A Slurm job id is short; a pod's `namespace/name` is at most 63 + 1 + 253 characters."""
-MAX_NAME_CHARS = 253
+MAX_POD_NAME_CHARS = MAX_CONTAINER_CHARS
 """The longest name Kubernetes gives anything (a DNS subdomain)."""
+MAX_NAMESPACE_CHARS = 63
+"""A Kubernetes namespace is a DNS label."""
+MAX_JOB_NAME_CHARS = 256
+MAX_STATE_CHARS = 32
 MAX_UUID_CHARS = 96
 _MAX_MINOR = 1 << 20
 
@@ -86,6 +103,13 @@ class Job:
         # A job's name and user are free text, whichever engine told them.
         printable_fields(self, "job_id", "user", "name", "state")
 
+    @property
+    def as_holder(self) -> Holder:
+        """The job as the holder of its devices."""
+        if self.pod is not None:
+            return Holder(HolderKind.POD, self.job_id, container=self.pod.container or None)
+        return Holder(HolderKind.JOB, self.job_id, user=self.user)
+
     def time_left_s(self, now: float) -> float | None:
         """Seconds until its time limit at Unix time `now` (at least 0); `None` when unlimited
         or unknown."""
@@ -136,6 +160,10 @@ class JobTable:
 
     def __post_init__(self) -> None:
         printable_fields(self, "source")
+        believed, doubts = believed_jobs(self.jobs)
+        if doubts:  # a job that cannot be believed is dropped alone: its devices unknown
+            object.__setattr__(self, "jobs", believed)
+            object.__setattr__(self, "doubts", (*self.doubts, *doubts))
         for job in self.jobs:
             for minor in job.gpu_minor_numbers:
                 self._by_minor.setdefault(minor, job)
@@ -176,6 +204,41 @@ class JobTable:
         """The job with this id, when it runs here."""
         return next((job for job in self.jobs if job.job_id == job_id), None)
 
+    def holders(self, snapshot: Snapshot) -> Holders:
+        """Who holds each of `snapshot`'s devices by this table, and which are unknown:
+        those a doubt names (every device for a doubt that names none that can be read),
+        and, where the table names GPUs by minor number (Slurm), a GPU whose minor number
+        the driver did not tell, which no job can be matched to."""
+        gpu_of_minor = {gpu.minor_number: gpu for gpu in snapshot.gpus}
+        devices: list[Device] = [*snapshot.gpus, *snapshot.mig_devices]
+        of_uuid = {device.uuid: device for device in devices if device.uuid}
+        held: dict[str, list[Holder]] = {}
+        for job in self.jobs:
+            named: list[Device | None] = [gpu_of_minor.get(m) for m in job.gpu_minor_numbers]
+            named += [of_uuid.get(uuid) for uuid in job.device_uuids]
+            for device in named:
+                if device is not None:
+                    held.setdefault(device_key(device), []).append(job.as_holder)
+        unknown: dict[str, str] = {}
+        by_minor = any(job.gpu_minor_numbers for job in self.jobs) or any(
+            doubt.gpu_minor_numbers for doubt in self.doubts
+        )
+        for gpu in snapshot.gpus:
+            if by_minor and gpu.minor_number is None:
+                unknown[device_key(gpu)] = (
+                    "the driver does not tell its minor number, by which Slurm names GPUs"
+                )
+        whole_node = None
+        for doubt in self.doubts:
+            if doubt.whole_node:
+                whole_node = whole_node or doubt.why
+            named = [gpu_of_minor.get(m) for m in doubt.gpu_minor_numbers]
+            named += [of_uuid.get(uuid) for uuid in doubt.device_uuids]
+            for device in named:
+                if device is not None:
+                    unknown.setdefault(device_key(device), doubt.why)
+        return holders_on(snapshot, held, unknown, unknown_why=whole_node)
+
 
 def job_record(job: Job) -> dict[str, Any]:
     """A job as JSON (the daemon's `/v1/jobs`, `status --json`): the model's field names."""
@@ -202,9 +265,9 @@ def _pod_from_record(data: dict[str, Any], name: str) -> Pod:
     if not isinstance(pod, dict):
         raise BadRecord("pod: not an object")
     return Pod(
-        namespace=text_field(pod, "namespace", MAX_NAME_CHARS, shortest=1),
-        name=text_field(pod, "name", MAX_NAME_CHARS, shortest=1),
-        container=text_field(pod, "container", MAX_NAME_CHARS),
+        namespace=text_field(pod, "namespace", MAX_NAMESPACE_CHARS, shortest=1),
+        name=text_field(pod, "name", MAX_POD_NAME_CHARS, shortest=1),
+        container=text_field(pod, "container", MAX_CONTAINER_CHARS),
     )
 
 
@@ -217,8 +280,71 @@ def _uuids(data: dict[str, Any]) -> tuple[str, ...]:
     return tuple(uuids)
 
 
+def job_problem(job: Job) -> str | None:
+    """Why `job` cannot be believed, or `None`: the one check of a job, whichever engine
+    told it and whoever reads it back (a `JobTable` applies it to every job it is given),
+    so that nothing the daemon publishes is refused by its readers."""
+    holder = job.as_holder
+    return (
+        holder_problem(holder.kind, job.job_id, job.user, holder.container)
+        or _devices_problem(job)
+        or _fields_problem(job)
+        or (None if job.pod is None else _pod_problem(job.pod))
+    )
+
+
+def _devices_problem(job: Job) -> str | None:
+    said = f"job {job.job_id}"
+    if len(job.gpu_minor_numbers) > MAX_GPUS_PER_NODE or len(job.device_uuids) > MAX_GPUS_PER_NODE:
+        return f"{said}: more than {MAX_GPUS_PER_NODE} devices"
+    if not all(type(m) is int and 0 <= m < _MAX_MINOR for m in job.gpu_minor_numbers):
+        return f"{said}: GPUs that are not minor numbers"
+    if not all(0 < len(uuid) <= MAX_UUID_CHARS for uuid in job.device_uuids):
+        return f"{said}: device ids that are not device UUIDs"
+    return None
+
+
+def _fields_problem(job: Job) -> str | None:
+    said = f"job {job.job_id}"
+    for name, seconds in (("start", job.started_at), ("time limit", job.time_limit_s)):
+        if seconds is not None and not 0 <= seconds <= MAX_TIME:
+            return f"{said}: a {name} of {seconds:.3g}s"
+    if job.name is not None and len(job.name) > MAX_JOB_NAME_CHARS:
+        return f"{said}: a name of over {MAX_JOB_NAME_CHARS} characters"
+    if not 0 < len(job.state) <= MAX_STATE_CHARS:
+        return f"{said}: a state that is not one"
+    return None
+
+
+def _pod_problem(pod: Pod) -> str | None:
+    if not 0 < len(pod.namespace) <= MAX_NAMESPACE_CHARS:
+        return f"pod {pod.name}: a namespace that is not one"
+    if not 0 < len(pod.name) <= MAX_POD_NAME_CHARS:
+        return f"pod in {pod.namespace}: a name that is not one"
+    return None
+
+
+def believed_jobs(jobs: Iterable[Job]) -> tuple[tuple[Job, ...], tuple[Doubt, ...]]:
+    """The jobs that can be believed, and a doubt for each of the others, naming its
+    devices (`job_problem`)."""
+    believed: list[Job] = []
+    doubts: list[Doubt] = []
+    for job in jobs:
+        why = job_problem(job)
+        if why is None:
+            believed.append(job)
+        else:
+            minors = tuple(
+                m for m in job.gpu_minor_numbers if type(m) is int and 0 <= m < _MAX_MINOR
+            )
+            uuids = tuple(u for u in job.device_uuids if 0 < len(u) <= MAX_UUID_CHARS)
+            doubts.append(Doubt(why, minors[:MAX_GPUS_PER_NODE], uuids[:MAX_GPUS_PER_NODE]))
+    return tuple(believed), tuple(doubts)
+
+
 def job_from_record(data: object) -> Job:
-    """The job a `job_record` wrote; `BadRecord` for anything malformed."""
+    """The job a `job_record` wrote, its fields of the right types; `BadRecord` for one
+    that is not (its values are checked where it joins a table: `job_problem`)."""
     if not isinstance(data, dict):
         raise BadRecord("job: not an object")
     minors = list_field(data, "gpu_minor_numbers", MAX_GPUS_PER_NODE)
@@ -226,20 +352,51 @@ def job_from_record(data: object) -> Job:
         raise BadRecord("gpu_minor_numbers: not minor numbers")
     return Job(
         job_id=text_field(data, "job_id", MAX_JOB_ID_CHARS, shortest=1),
-        user=optional(data, "user", text_field),
-        name=optional(data, "name", lambda d, n: text_field(d, n, 256)),
+        user=optional(data, "user", lambda d, n: text_field(d, n, MAX_USER_CHARS)),
+        name=optional(data, "name", lambda d, n: text_field(d, n, MAX_JOB_NAME_CHARS)),
         gpu_minor_numbers=tuple(minors),
         started_at=optional(data, "started_at", time_field),
         time_limit_s=optional(data, "time_limit_s", lambda d, n: float_field(d, n, 0, MAX_TIME)),
-        state=text_field(data, "state", 32, shortest=1) if "state" in data else "RUNNING",
+        state=text_field(data, "state", MAX_STATE_CHARS, shortest=1)
+        if "state" in data
+        else "RUNNING",
         # An older daemon sends neither: its jobs hold GPUs by minor number only.
         device_uuids=_uuids(data),
         pod=optional(data, "pod", _pod_from_record),
     )
 
 
+def _job_or_doubt(data: object) -> Job | Doubt:
+    """The job a record holds, or a doubt naming the devices it names, as far as they can
+    be read: one record the reader cannot believe never voids the others."""
+    try:
+        return job_from_record(data)
+    except BadRecord as error:
+        said = data.get("job_id") if isinstance(data, dict) else None
+        who = f"job {said!r:.40}" if isinstance(said, str) else "a job"
+        minors, uuids = _readable_devices(data)
+        return Doubt(f"{who} is malformed ({error})", minors, uuids)
+
+
+def _readable_devices(data: object) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The minor numbers and device UUIDs a malformed job record names, as far as they
+    can be read (none, where its lists cannot: then every device is in doubt)."""
+    if not isinstance(data, dict):
+        return (), ()
+    minors, uuids = data.get("gpu_minor_numbers"), data.get("device_uuids")
+    if not isinstance(minors, list) or len(minors) > MAX_GPUS_PER_NODE:
+        minors = []
+    if not isinstance(uuids, list) or len(uuids) > MAX_GPUS_PER_NODE:
+        uuids = []
+    return (
+        tuple(m for m in minors if type(m) is int and 0 <= m < _MAX_MINOR),
+        tuple(u for u in uuids if isinstance(u, str) and 0 < len(u) <= MAX_UUID_CHARS),
+    )
+
+
 def table_record(table: JobTable | None, *, error: str | None = None) -> dict[str, Any]:
-    """A node's jobs as JSON: `{"known": false, "error": ...}` when they are unknown."""
+    """A node's jobs as JSON: `{"known": false, "error": ...}` when they are unknown; the
+    records of the engine's answer that could not be believed under `doubts`."""
     if table is None:
         return {"known": False, "error": error, "jobs": None}
     return {
@@ -247,21 +404,51 @@ def table_record(table: JobTable | None, *, error: str | None = None) -> dict[st
         "read_at": table.read_at,
         "source": table.source,
         "jobs": [job_record(job) for job in table.jobs],
+        "doubts": [doubt_record(doubt) for doubt in table.doubts],
     }
 
 
-def table_from_record(data: object) -> JobTable | None:
-    """The table a `table_record` wrote; `None` for "jobs unknown"; `BadRecord` for
-    anything malformed."""
+def doubt_record(doubt: Doubt) -> dict[str, Any]:
+    """A doubt as JSON: the model's field names."""
+    return {
+        "why": doubt.why,
+        "gpu_minor_numbers": list(doubt.gpu_minor_numbers),
+        "device_uuids": list(doubt.device_uuids),
+    }
+
+
+def _doubt_from_record(data: object) -> Doubt:
+    """The doubt a `doubt_record` wrote; one that cannot be read doubts every device."""
+    why = data.get("why") if isinstance(data, dict) else None
+    if not isinstance(why, str) or not 0 < len(why) <= MAX_WHY_CHARS:
+        why = "a record the daemon doubts, which cannot be read"
+    minors, uuids = _readable_devices(data)
+    return Doubt(why, minors, uuids)
+
+
+def table_from_record(data: object, *, strict: bool = False) -> JobTable | None:
+    """The table a `table_record` wrote; `None` for "jobs unknown"; `BadRecord` where the
+    table itself is malformed. A job that cannot be read or believed is dropped alone, as
+    a doubt: the devices it names have unknown holders, the rest of the table stands
+    (`strict`: a record this process wrote itself, whole or not at all: `BadRecord`)."""
     if not isinstance(data, dict):
         raise BadRecord("jobs: not an object")
     if data.get("known") is not True:
         return None
-    jobs = list_field(data, "jobs", MAX_JOBS)
+    records = list_field(data, "jobs", MAX_JOBS)
+    read = [job_from_record(r) if strict else _job_or_doubt(r) for r in records]
+    for job in read if strict else ():
+        if isinstance(job, Job) and (why := job_problem(job)) is not None:
+            raise BadRecord(why)
+    said = list_field(data, "doubts", MAX_JOBS)  # an older daemon sends none
     return JobTable(
-        jobs=tuple(job_from_record(job) for job in jobs),
+        jobs=tuple(job for job in read if isinstance(job, Job)),
         read_at=time_field(data, "read_at"),
         source=text_field(data, "source", 64),
+        doubts=(
+            *(doubt for doubt in read if isinstance(doubt, Doubt)),
+            *(_doubt_from_record(doubt) for doubt in said),
+        ),
     )
 
 
@@ -287,6 +474,17 @@ class NodeJobs:
 
     def __post_init__(self) -> None:
         printable_fields(self, "unknown_why")
+
+    def holders(self, snapshot: Snapshot) -> Holders:
+        """Who holds each of `snapshot`'s devices: nothing where no scheduler is here,
+        every device unknown while the jobs are."""
+        if not self.scheduler:
+            return NO_HOLDERS
+        if self.table is None:
+            return unknown_holders(
+                f"jobs unknown: {self.unknown_why or 'the scheduler did not say'}"
+            )
+        return self.table.holders(snapshot)
 
     def job_of(self, gpu: GpuSample) -> Job | None:
         """The job holding `gpu`; `None` when free or unknown."""

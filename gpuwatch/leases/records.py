@@ -140,6 +140,7 @@ def request_record(request: Request) -> dict[str, Any]:
         "excluded": sorted(request.excluded),
         "max_used_bytes": request.max_used_bytes,
         "allow_busy": request.allow_busy,
+        "allow_unknown_holders": request.allow_unknown_holders,
         **_mig_record(request),
     }
 
@@ -151,9 +152,11 @@ def request_from_record(data: object) -> Request:
     if not isinstance(data, dict) or "count" not in data:
         raise BadRecord(f"not a request: {data!r:.40}")
     allowed = data.get("allowed")
-    allow_busy = data.get("allow_busy", False)
-    if not isinstance(allow_busy, bool):
-        raise BadRecord(f"not a boolean: {allow_busy!r:.40}")
+    allow_busy, allow_unknown = (
+        data.get(name, False) for name in ("allow_busy", "allow_unknown_holders")
+    )
+    if not isinstance(allow_busy, bool) or not isinstance(allow_unknown, bool):
+        raise BadRecord(f"not a boolean: {allow_busy!r:.40}, {allow_unknown!r:.40}")
     return Request(
         count=_number(data["count"], int, 1, _MAX_REQUEST_COUNT),
         min_free_bytes=_optional_number(data.get("min_free_bytes"), int, MAX_BYTES),
@@ -164,6 +167,7 @@ def request_from_record(data: object) -> Request:
         excluded=_indices(data.get("excluded", [])),
         max_used_bytes=_optional_number(data.get("max_used_bytes"), int, MAX_BYTES),
         allow_busy=allow_busy,
+        allow_unknown_holders=allow_unknown,
         **_mig_from_record(data),
     )
 

@@ -13,9 +13,11 @@ Whether a GPU is in use needs its processes: the driver's process lists are
 read for every choice, the host's details of them (users, commands) only
 when a choice fails and the reasons must name who uses each GPU. A GPU or MIG
 device a job of the cluster holds (a Slurm job, a Kubernetes pod) is never
-chosen: who holds what is read as `gpuwatch status` reads it (the daemon's
-table, else this node's job engine), except inside a Slurm job, whose own GPUs
-are all it may have.
+chosen, nor one whose holders nobody can tell (the scheduler down, slow or
+malformed) unless the job allows it: who holds what is read as `gpuwatch status`
+reads it (the daemon's table, else this node's job engine) into the one model of
+holders (`gpuwatch.holders`), except inside a Slurm job, whose own GPUs are all it
+may have.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from gpuwatch.errors import (
     NotEnoughGpusError,
     WaitTimeoutError,
 )
+from gpuwatch.holders import NO_HOLDERS, Holders
 from gpuwatch.leases.directory import (
     HELD_VARIABLE,
     LOCK_WAIT_S,
@@ -292,7 +295,7 @@ def acquire(
     # GPU names are needed to resolve indices; host details of processes (users) only to say
     # who uses a GPU, when a choice fails.
     full = wanted.needs_names
-    holders = Holders(backend, wanted, on_note)
+    holders = HolderReader(backend, wanted)
     try:
         while True:
             try:
@@ -309,7 +312,7 @@ def acquire(
             outside = _Outside(
                 _recent_utilization(backend, request),
                 _own_pids(snapshot, lease_dir, mine) if mine else frozenset(),
-                holders.held(snapshot),
+                holders.read(snapshot),
             )
             try:
                 with lease_dir.locked(_lock_wait_s(timeout_s, clock() - started)):
@@ -334,7 +337,7 @@ def acquire(
                 continue
             waited_s = clock() - started
             if not waits:
-                raise _not_enough(backend, snapshot, request, choice, leases)
+                raise _not_enough(backend, snapshot, request, choice, leases, outside.holders)
             if timeout_s is not None and waited_s >= timeout_s:
                 raise WaitTimeoutError(
                     f"gave up after waiting {waited_s:.0f}s: {_shortfall(request, choice)}",
@@ -351,39 +354,40 @@ def acquire(
 
 
 def _not_enough(
-    backend: Backend, snapshot: Snapshot, request: Request, choice: Choice, leases: list[Lease]
+    backend: Backend,
+    snapshot: Snapshot,
+    request: Request,
+    choice: Choice,
+    leases: list[Lease],
+    holders: Holders,
 ) -> NotEnoughGpusError:
     """Too few devices qualify: why for each, and what the job could ask for instead."""
     shortfall = (
         _shortfall(request, choice)
+        + _unknown_hint(request, choice, holders)
         + _busy_hint(request, choice)
         + _mig_hint(backend, snapshot, request, leases)
     )
     return NotEnoughGpusError(shortfall, choice.reasons)
 
 
-class Holders:
-    """Who holds each device, by UUID, as the cluster says (a Slurm job, a Kubernetes pod):
-    read through the daemon that `backend` reads, else this node's job engine; nothing
-    inside a Slurm job (its own GPUs are all it may choose from). Where a scheduler is
-    there but does not say, `on_note` hears it once."""
+class HolderReader:
+    """Who holds each device for the cluster (a Slurm job, a Kubernetes pod), or that
+    nobody can tell: read through the daemon that `backend` reads, else this node's job
+    engine; nothing inside a Slurm job (its own GPUs are all it may choose from)."""
 
-    def __init__(self, backend: Backend, wanted: Wanted, on_note: OnNote | None) -> None:
+    def __init__(self, backend: Backend, wanted: Wanted) -> None:
         self._reader: JobsReader | None = None
         if wanted.slurm is None:
             self._reader = jobs_reader(backend, one_shot=True)
             self._reader.start()
-        self._on_note = on_note
 
-    def held(self, snapshot: Snapshot) -> dict[str, str]:
+    def read(self, snapshot: Snapshot) -> Holders:
+        """The holders of `snapshot`'s devices (never waiting past the reader's deadline)."""
         if self._reader is None:
-            return {}
+            return NO_HOLDERS
         self._reader.observe(snapshot)
-        jobs = self._reader.read()
-        if jobs.unknown_why is not None and self._on_note is not None:
-            self._on_note(f"jobs unknown ({jobs.unknown_why}): a GPU a job holds may be chosen")
-            self._on_note = None
-        return {uuid: job.holder for uuid, job in jobs.held(snapshot).items()}
+        return self._reader.read().holders(snapshot)
 
     def close(self) -> None:
         if self._reader is not None:
@@ -398,6 +402,20 @@ def _wait_out(
         raise error
     if timeout_s is not None and waited_s >= timeout_s:
         raise WaitTimeoutError(f"gave up after waiting {waited_s:.0f}s: {error}") from None
+
+
+def _unknown_hint(request: Request, choice: Choice, holders: Holders) -> str:
+    """`; 8 GPUs left out: who holds them is unknown (jobs unknown: Slurm did not answer
+    within 1s); --allow-unknown-holders takes them anyway`."""
+    if not choice.holders_unknown:
+        return ""
+    noun = "GPU" if request.mig is None else "MIG device"
+    why = f" ({holders.unknown_why})" if holders.unknown_why else ""
+    return (
+        f"; {counted(choice.holders_unknown, noun)} left out: who holds "
+        f"{'it' if choice.holders_unknown == 1 else 'them'} is unknown{why}, and a job of "
+        "the cluster may; --allow-unknown-holders takes them anyway"
+    )
 
 
 def _busy_hint(request: Request, choice: Choice) -> str:
@@ -471,7 +489,7 @@ class _Outside:
 
     recent_util_pct: dict[str, float]
     own_pids: frozenset[int]
-    held_by: dict[str, str]
+    holders: Holders
 
 
 def _choose(
@@ -492,7 +510,7 @@ def _choose(
         recent_util_pct=outside.recent_util_pct,
         waiting_ahead=ahead,
         seed=os.getpid(),
-        held_by=outside.held_by,
+        holders=outside.holders,
     )
 
 

@@ -2,8 +2,9 @@
 
     candidates -> qualify -> keep for waiters -> rank -> claim
 
-`place()` runs them on plain inputs (a snapshot, the leases in force, the devices a
-scheduler's job or a Kubernetes pod holds, the jobs waiting ahead) and returns a
+`place()` runs them on plain inputs (a snapshot, the leases in force, who the cluster
+says holds each device - a scheduler's job, a Kubernetes pod, or nobody can tell -, the
+jobs waiting ahead) and returns a
 `Choice`: the devices to give and, for every other device, one line saying why not.
 No I/O happens here, so the same code answers for this machine
 (`gpuwatch.placement.acquire` gathers the inputs and claims the leases) and for a
@@ -27,7 +28,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuwatch.choices import Strategy
-from gpuwatch.models import Device, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.holders import NO_HOLDERS, Holder, Holders
+from gpuwatch.models import Device, Lease, ProcessKind, ProcessUsage, Snapshot
 from gpuwatch.request import Request, Waiter
 from gpuwatch.units import format_size
 
@@ -36,6 +38,8 @@ KEEP_LIMIT_S = 1800.0
 """How long a waiting job keeps devices from later jobs; after that it waits as their equal."""
 GRAPHICS_ALLOWANCE_BYTES = 256 << 20
 """A graphics process using at most this much (Xorg, a desktop) does not make a GPU in use."""
+HOLDERS_UNKNOWN = "holders unknown"
+"""How a device whose holders nobody can tell is refused (`Choice.reasons` start so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,8 @@ class Choice:
     qualifying: int = 0
     in_use: int = 0
     """How many were left out only because they are in use (see `in_use()`)."""
+    holders_unknown: int = 0
+    """How many were left out because nobody can tell who holds them (`Holders`)."""
     free_bytes: tuple[int, ...] = ()
     """The free memory of each chosen device, less what shared leases there have declared
     and not yet allocated: what the job can count on."""
@@ -73,8 +79,10 @@ class Candidate:
     recent_util_pct: float | None = None
     fault: str | None = None
     """Why the device cannot be told apart from another (two GPUs with one UUID)."""
-    holder: str | None = None
-    """Who holds it outside gpuwatch's leases (a Slurm job, a Kubernetes pod), in words."""
+    holders: tuple[Holder, ...] = ()
+    """Who holds it for the cluster (a Slurm job, a Kubernetes pod)."""
+    holders_unknown: str | None = None
+    """Why nobody can tell who holds it for the cluster; `None` when that is known."""
 
 
 class Kind:
@@ -129,7 +137,7 @@ def place(
     recent_util_pct: Mapping[str, float] | None = None,
     waiting_ahead: Sequence[Waiter] = (),
     seed: int = 0,
-    held_by: Mapping[str, str] | None = None,
+    holders: Holders = NO_HOLDERS,
 ) -> Choice:
     """Chooses `request.count` devices of `kind`, or says for each why it cannot be had.
 
@@ -139,13 +147,12 @@ def place(
     do not make a device in use for it. `recent_util_pct` is each GPU's (by UUID)
     highest utilization over the last minute, where known. `seed` breaks ties
     between equally good devices; giving each process its own (its pid) spreads
-    jobs started together over equal devices. `held_by` names who holds each device (by
-    `held_key`: its UUID, else where it is) that a job of the cluster holds (a Slurm job,
-    a Kubernetes pod as a remote node's exporter labels its GPUs), the asking job's own
-    left out: never given.
+    jobs started together over equal devices. `holders` says who the cluster says holds
+    each device (a Slurm job, a Kubernetes pod, the asking job's own left out): a held
+    device is never given, nor one whose holders are unknown unless the request allows it.
     """
     recent = recent_util_pct or {}
-    held = held_by or {}
+    held = holders
     everyone = _candidates(kind, snapshot, leases, frozenset(), frozenset(), recent, held)
     kept = _kept_for_waiters(kind, snapshot, everyone, waiting_ahead)
     own = own_pids | {lease.pid for lease in leases if lease.lease_id in mine}
@@ -156,17 +163,18 @@ def place(
             lease.gpu_uuid for lease in leases if lease.lease_id in mine and lease.exclusive
         )
         candidates = _candidates(kind, snapshot, others, own, alone, recent, held)
-    ranked, rejected, busy = _qualify(kind, candidates, request, kept, seed)
+    ranked, rejected, (busy, unknown) = _qualify(kind, candidates, request, kept, seed)
     if len(ranked) >= request.count:
         best = ranked[: request.count]
         reasons = tuple(rejected[key] for key in sorted(rejected))
         free = tuple(candidate.free_bytes for candidate in best)
-        return Choice(tuple(c.device for c in best), reasons, len(ranked), busy, free)
+        return Choice(tuple(c.device for c in best), reasons, len(ranked), busy, unknown, free)
     for candidate in ranked:
         rejected[kind.order(candidate.device)] = (
             f"{kind.name(candidate.device)}: qualifies ({format_size(candidate.free_bytes)} free)"
         )
-    return Choice((), tuple(rejected[key] for key in sorted(rejected)), len(ranked), busy)
+    reasons = tuple(rejected[key] for key in sorted(rejected))
+    return Choice((), reasons, len(ranked), busy, unknown)
 
 
 def usable(kind: Kind, snapshot: Snapshot, request: Request) -> list[Device]:
@@ -221,14 +229,15 @@ def qualifying(
     kind: Kind,
     snapshot: Snapshot,
     leases: Sequence[Lease] = (),
-    held_by: Mapping[str, str] | None = None,
+    holders: Holders = NO_HOLDERS,
 ) -> list[Device]:
     """The devices `Request()` could have now (whole and idle, at the default limits, any
-    free memory, held by no job or pod) for a job that holds nothing there, best first:
+    free memory, held by no job or pod, their holders known) for a job that holds nothing
+    there, best first:
     the verdict a node publishes on each of its GPUs, so that `where` needs no more of it
     than its free memory. Jobs waiting in line and the last minute's load are left out, as
     `where` knows neither of a node it reads from Prometheus."""
-    candidates = _candidates(kind, snapshot, leases, frozenset(), frozenset(), {}, held_by or {})
+    candidates = _candidates(kind, snapshot, leases, frozenset(), frozenset(), {}, holders)
     ranked, _, _ = _qualify(kind, candidates, Request(), {}, 0)
     return [candidate.device for candidate in ranked]
 
@@ -253,7 +262,7 @@ def _candidates(
     own_pids: frozenset[int],
     own_devices: frozenset[str],
     recent_util_pct: Mapping[str, float],
-    held_by: Mapping[str, str],
+    holders: Holders,
 ) -> list[Candidate]:
     faults = kind.faults(snapshot)
     by_uuid: dict[str, list[Lease]] = {}
@@ -287,7 +296,8 @@ def _candidates(
                 held_alone=uuid in own_devices,
                 recent_util_pct=recent_util_pct.get(uuid) if uuid else None,
                 fault=fault,
-                holder=held_by.get(held_key(device)),
+                holders=holders.holders_of(device),
+                holders_unknown=holders.unknown_of(device),
             )
         )
     return candidates
@@ -299,17 +309,20 @@ def _qualify(
     request: Request,
     kept: Mapping[tuple[int, ...], Waiter],
     seed: int,
-) -> tuple[list[Candidate], dict[tuple[int, ...], str], int]:
-    qualifying, rejected, busy = [], {}, 0
+) -> tuple[list[Candidate], dict[tuple[int, ...], str], tuple[int, int]]:
+    """The candidates that qualify, best first; why each other does not; and how many of
+    those are in use, and of unknown holders."""
+    qualifying, rejected, busy, unknown = [], {}, 0, 0
     for candidate in candidates:
         reason = _reason_against(kind, candidate, request, kept)
         if reason is None:
             qualifying.append(candidate)
         else:
             busy += reason.startswith("in use")
+            unknown += reason.startswith(HOLDERS_UNKNOWN)
             rejected[kind.order(candidate.device)] = f"{kind.name(candidate.device)}: {reason}"
     qualifying.sort(key=lambda candidate: _rank(kind, candidate, request.strategy, seed))
-    return qualifying, rejected, busy
+    return qualifying, rejected, (busy, unknown)
 
 
 def _reason_against(
@@ -322,7 +335,7 @@ def _reason_against(
     if (reason := _unreadable(kind, candidate)) is not None:
         return reason
     shared = request.mem_bytes is not None
-    if reason := lease_conflict(candidate.leases, shared=shared) or _holding(candidate):
+    if reason := lease_conflict(candidate.leases, shared=shared) or _holding(candidate, request):
         return reason
     if (waiter := kept.get(kind.order(device))) is not None:
         return f"kept for pid {waiter.pid} ({waiter.user}), which asked earlier"
@@ -353,18 +366,15 @@ def _unreadable(kind: Kind, candidate: Candidate) -> str | None:
     )
 
 
-def held_key(device: Device) -> str:
-    """How `place`'s `held_by` names a device: its UUID, else (a MIG device an exporter
-    tells no UUID of) its GPU and GPU instance, `0/GI-3`."""
-    if device.uuid:
-        return device.uuid
-    if isinstance(device, MigDevice):
-        return f"{device.gpu_index}/GI-{device.gpu_instance_id}"
-    return str(device.index)
-
-
-def _holding(candidate: Candidate) -> str | None:
-    return None if candidate.holder is None else f"held by {candidate.holder}"
+def _holding(candidate: Candidate, request: Request) -> str | None:
+    """`held by job 1234 (alice)`, `held by pod ml/a and 2 more`; `holders unknown: why`
+    unless the request takes such devices."""
+    if holders := candidate.holders:
+        more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
+        return f"held by {holders[0]}{more}"
+    if candidate.holders_unknown is not None and not request.allow_unknown_holders:
+        return f"{HOLDERS_UNKNOWN}: {candidate.holders_unknown}"
+    return None
 
 
 def memory_nonsense(total: int | None, used: int | None, free: int | None) -> str | None:

@@ -114,6 +114,7 @@ def select(
     mem: int | str | None = None,
     max_used: int | str | None = None,
     allow_busy: bool = False,
+    allow_unknown_holders: bool = False,
     strategy: str = "most-free",
     exclude: str | int | Iterable[int | str] = (),
     wait: bool = False,
@@ -140,7 +141,10 @@ def select(
     graphics process over 256MiB, at most `max_used` memory in use (default
     1GiB) and at most `max_util` percent busy (default 5), now and, with the
     daemon running, over the last minute. `allow_busy=True` takes GPUs in use
-    as if free, ranked by free memory alone. `mem` declares what the job
+    as if free, ranked by free memory alone. A GPU a Slurm job or a Kubernetes
+    pod holds is never chosen, nor, where the node's scheduler is down, slow or
+    malformed, one whose holders nobody can tell: `allow_unknown_holders=True`
+    takes those anyway. `mem` declares what the job
     will use, making the lease shared: other jobs may join while their
     declarations fit, on GPUs in use too.
 
@@ -180,6 +184,7 @@ def select(
             mem=mem,
             max_used=max_used,
             allow_busy=allow_busy,
+            allow_unknown_holders=allow_unknown_holders,
             strategy=strategy,
             exclude=exclude,
             mig=mig,

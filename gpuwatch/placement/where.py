@@ -5,7 +5,8 @@ runs `rules.place()` on every node's snapshot and leases, exactly as `pick`
 runs it on this machine's: the same candidates, the same in-use rule, the same
 refusals. A node that is down or stale never counts; neither does a GPU (or MIG device)
 of unknown free memory, nor one a job of the cluster holds (a Slurm job, a Kubernetes
-pod), as far as the node's exporter tells (`NodeState.jobs`, `NodeState.pods`). Leases
+pod) or whose holders nobody can tell, as far as the node's exporter tells
+(`NodeState.holders`, the one model of holders: `gpuwatch.holders`). Leases
 are known only where a node runs gpuwatch: on a node of another exporter a lease cannot
 keep a job off a GPU, and the answer says so (`NodeFit.leases_known`). A node is named
 by its `NodeState.label`: `gpu-07`, or `gpu-07@10.0.0.7:9400` where several targets
@@ -22,9 +23,9 @@ from dataclasses import dataclass
 from gpuwatch.choices import Strategy
 from gpuwatch.fleet.source import Needs
 from gpuwatch.fleet_model import FleetState, NodeState
-from gpuwatch.models import Device, GpuSample, MigDevice, Snapshot
+from gpuwatch.models import Device, GpuSample, Snapshot
 from gpuwatch.placement.gpus import kind_for
-from gpuwatch.placement.rules import Kind, Never, held_key, needed_bytes, never, place
+from gpuwatch.placement.rules import Kind, Never, needed_bytes, never, place
 from gpuwatch.request import Request
 from gpuwatch.units import counted, format_size, format_span
 
@@ -115,8 +116,8 @@ def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
     kind = kind_for(request)
     if kind.mig and not node.mig_devices_known:
         return NodeMiss(node.label, _mig_unknown(node.snapshot), leases_known=known)
-    held = held_devices(kind, node, node.snapshot)
-    choice = place(kind, node.snapshot, request, leases=node.leases or (), held_by=held)
+    holders = node.holders
+    choice = place(kind, node.snapshot, request, leases=node.leases or (), holders=holders)
     if choice.satisfied:
         return NodeFit(node.label, choice.chosen, choice.free_bytes, known)
     if node.given_only:
@@ -125,27 +126,6 @@ def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
         return NodeMiss(node.label, _never(kind, hopeless, request), choice.reasons, 0, known)
     summary = f"{choice.qualifying} of {request.count} qualify"
     return NodeMiss(node.label, summary, choice.reasons, choice.qualifying, known)
-
-
-def held_devices(kind: Kind, node: NodeState, snapshot: Snapshot) -> dict[str, str]:
-    """Who holds each device of `kind` that a job holds (by `held_key`, for `place`'s
-    `held_by`): a Slurm job on its GPU, or a pod on the GPU or on that MIG device (a pod
-    on a MIG device leaves the others free). The fleet table counts free GPUs by it too."""
-    jobs: dict[int, str] = {job.gpu_index: f"job {job.job_id}" for job in node.jobs or ()}
-    held: dict[str, str] = {}
-    for device in kind.devices(snapshot):
-        instance = device.gpu_instance_id if isinstance(device, MigDevice) else None
-        gpu = device.gpu_index if isinstance(device, MigDevice) else device.index
-        pods = [
-            pod.name
-            for pod in node.pods_on(gpu)
-            if instance is None or pod.gpu_instance_id in (None, instance)
-        ]
-        holders = [*([jobs[gpu]] if gpu in jobs else []), *(f"pod {pod}" for pod in pods)]
-        if holders:
-            more = f" and {len(holders) - 1} more" if len(holders) > 1 else ""
-            held[held_key(device)] = holders[0] + more
-    return held
 
 
 def _mig_unknown(snapshot: Snapshot) -> str:

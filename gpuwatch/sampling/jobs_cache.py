@@ -115,7 +115,7 @@ def _number(value: object) -> bool:
 
 def _jobs_of(record: object) -> NodeJobs:
     """The answer a `table_record` holds; `BadRecord` for anything malformed."""
-    table = table_from_record(record)
+    table = table_from_record(record, strict=True)  # our own file: whole, or not ours
     if table is not None:
         return NodeJobs(table, None, scheduler=True)
     assert isinstance(record, dict)  # table_from_record checked

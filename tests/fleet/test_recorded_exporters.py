@@ -87,7 +87,7 @@ def test_a_pod_holds_its_gpu_and_the_exporter_pods_own_labels_hold_none(
     answer = where(fleet, Request(allow_busy=True))
     assert held.label not in [fit.node for fit in answer.fits]
     (miss,) = [m for m in answer.misses if m.node == held.label]
-    assert f"GPU 0: held by pod {LKE_POD[0]}/{LKE_POD[1]}" in miss.reasons
+    assert f"GPU 0: held by pod {LKE_POD[0]}/{LKE_POD[1]} (container cuda)" in miss.reasons
     assert free.label in [fit.node for fit in answer.fits]
 
 

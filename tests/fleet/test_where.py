@@ -269,7 +269,7 @@ def test_a_gpu_a_pod_holds_is_never_given() -> None:
     one = where(FleetState(0.0, "t", (node,)), Request(allow_busy=True))
     # THEN the pod's GPU is never given, and the reason names the pod
     assert two.fits == ()
-    assert two.misses[0].reasons[0] == "GPU 0: held by pod ml/train-0"
+    assert two.misses[0].reasons[0] == "GPU 0: held by pod ml/train-0 (container main)"
     assert [d.index for d in one.fits[0].devices] == [1]
 
 

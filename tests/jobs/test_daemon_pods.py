@@ -213,7 +213,7 @@ def test_a_slow_kubelet_delays_neither_snapshots_nor_metrics(
         kubelet.release()
 
 
-def test_an_absent_socket_changes_nothing_but_the_jobs(tmp_path: Path) -> None:
+def test_an_absent_socket_makes_the_holders_unknown_and_gives_no_gpu_out(tmp_path: Path) -> None:
     # GIVEN a daemon told to read a kubelet that is not there
     socket_path = str(tmp_path / "kubelet.sock")
     args = ("--jobs", "kubernetes", "--pod-resources-socket", socket_path)
@@ -223,4 +223,7 @@ def test_an_absent_socket_changes_nothing_but_the_jobs(tmp_path: Path) -> None:
         body = wait_until(lambda: (b := jobs_of(sock))["error"] and b, "the reason")
         assert body["known"] is False and body["reading"] is True
         assert body["error"] == f"no kubelet pod-resources socket at {socket_path}"
-        assert metrics_of(sock)["gpuwatch_gpus_available"][0].value == 3
+        # AND gives no GPU out: a pod may hold any of them (fail closed)
+        metrics = metrics_of(sock)
+        assert metrics["gpuwatch_holders_known"][0].value == 0
+        assert metrics["gpuwatch_gpus_available"][0].value == 0

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from gpuwatch.fleet.node_figures import NodeFigures, node_figures
 from gpuwatch.fleet_model import FleetState, GpuPod, NodeState, NodeSummary
+from gpuwatch.holders import Holders
 from gpuwatch.models import GpuSample, Lease, Snapshot
-from gpuwatch.placement.gpus import GPUS, choose
-from gpuwatch.placement.where import held_devices
+from gpuwatch.placement.gpus import choose
 from gpuwatch.request import Request
 from gpuwatch.tui.common.trends import IDLE_UTILIZATION_PCT, IdleClock
 
@@ -97,15 +97,15 @@ class Totals:
     utilization_pct: float | None
 
 
-_FreeHeld = tuple[Snapshot, tuple[Lease, ...] | None, tuple[GpuPod, ...], int]
-"""A node's GPUs, leases and pods, and how many of its GPUs were free with them."""
+_FreeHeld = tuple[Snapshot, tuple[Lease, ...] | None, Holders, int]
+"""A node's GPUs, leases and holders, and how many of its GPUs were free with them."""
 
 
 def free_gpus(node: NodeState, snapshot: Snapshot) -> int:
     """How many GPUs a plain `gpuwatch pick` would take there: `pick`'s own rule, with the
-    GPUs a scheduler's job or a pod holds never free."""
-    held = held_devices(GPUS, node, snapshot)
-    return choose(snapshot, _PLAIN_PICK, leases=node.leases or (), held_by=held).qualifying
+    GPUs a scheduler's job or a pod holds, or whose holders are unknown, never free."""
+    holders = node.holders
+    return choose(snapshot, _PLAIN_PICK, leases=node.leases or (), holders=holders).qualifying
 
 
 class RowMemory:
@@ -127,12 +127,12 @@ class RowMemory:
             known is not None
             and known[0] == snapshot
             and known[1] == node.leases
-            and known[2] == node.pods
+            and known[2] == node.holders
         ):
             self._seen[node.label] = known
             return known[3]
         free = free_gpus(node, snapshot)
-        self._seen[node.label] = (snapshot, node.leases, node.pods, free)
+        self._seen[node.label] = (snapshot, node.leases, node.holders, free)
         return free
 
     def users(self, node: str, summary: NodeSummary) -> frozenset[str]:

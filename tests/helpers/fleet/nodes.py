@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuwatch.fleet.series_dcgm import pod_claims
 from gpuwatch.fleet_model import Exporter, NodeState
+from gpuwatch.holders import holders_on
 from gpuwatch.models import GpuSample, Snapshot
 
 GIB = 1 << 30
@@ -19,4 +21,6 @@ def idle_gpu_node(name: str, target: str = "", **fields: Any) -> NodeState:
         for i in range(2)
     )
     snapshot = Snapshot(1000.0, name, None, None, gpus, ())
+    if pods := fields.pop("pods", ()):  # held as dcgm-exporter's labels would say
+        fields["holders"] = holders_on(snapshot, pod_claims(pods, gpus, ()).held)
     return NodeState(name, True, snapshot, 1.0, exporter=Exporter.DCGM, target=target, **fields)
