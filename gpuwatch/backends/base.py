@@ -20,8 +20,9 @@ class SampleScope(enum.Enum):
     """Every metric, the driver versions and the process list."""
 
     SELECTION = "selection"
-    """Identity (`uuid`), memory, utilization and the driver's process lists, without the
-    host's details of each process (`user`, `command`, ...). Other fields are `None`."""
+    """Identity (`uuid`, `name`, `minor_number`: what tells which job of a scheduler holds
+    it), memory, utilization and the driver's process lists, without the host's details of
+    each process (`user`, `command`, ...). Other fields are `None`."""
 
 
 class Backend(abc.ABC):

@@ -252,9 +252,11 @@ class NvmlBackend(Backend):
         if full and gpu.pci_bus_id is None:
             pci = _told(pynvml.nvmlDeviceGetPciInfo_v3, gpu.handle)
             gpu.pci_bus_id = _text(pci.busId) if pci is not None else None
-        if full and gpu.name is None:
+        # Its name and minor number in every scope (asked once): Slurm names a GPU by its
+        # device file and its type by its name, and a choice must know which jobs hold it.
+        if gpu.name is None:
             gpu.name = _told(pynvml.nvmlDeviceGetName, gpu.handle)
-        if full and gpu.minor_number is None and "minor number" not in gpu.not_reported:
+        if gpu.minor_number is None and "minor number" not in gpu.not_reported:
             gpu.minor_number = _minor_number(gpu)
         return gpu.handle
 

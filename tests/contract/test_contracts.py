@@ -163,6 +163,10 @@ def test_selection_scope_reads_identity_memory_utilization_and_processes(
         ]
     else:
         assert all(p.user is None and p.command is None for p in snapshot.processes)
+    # AND each GPU's name and minor number, by which a scheduler's jobs hold GPUs: a choice
+    # without them would give out a GPU a Slurm job holds
+    named = [(gpu.index, gpu.name, gpu.minor_number) for gpu in snapshot.gpus if gpu.ok]
+    assert named == [(gpu.index, gpu.name, gpu.minor_number) for gpu in full.gpus if gpu.ok]
     for gpu in snapshot.gpus:
         _assert_fields_match_annotations(gpu)
         if gpu.ok:

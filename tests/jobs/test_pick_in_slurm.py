@@ -8,11 +8,8 @@ GPUs (a --sim scenario, or fakenvml behind the real NVML backend) have NVML indi
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,42 +19,10 @@ from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow  # a real slurmctld and slurmd
 
-DATA = Path(__file__).parent / "data"
-# As tests/jobs/test_slurm_real.py finds it: $FAKENVML_DIR, else ../shared beside the checkout.
-FAKENVML = Path(
-    os.environ.get("FAKENVML_DIR", Path(__file__).resolve().parents[3] / "shared" / "fakenvml")
-)
-
 
 def uuid_of_minor(minor: int) -> str:
     """The UUID the node's scenario gives the GPU of /dev/nvidia<minor>."""
     return f"GPU-5e1a0000-0000-4000-8000-00000000000{minor}"
-
-
-@pytest.fixture(scope="module")
-def fakenvml(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
-    """fakenvml built once, or `None` where it cannot be."""
-    if not (FAKENVML / "Makefile").is_file() or not (shutil.which("make") and shutil.which("cc")):
-        return None
-    build = tmp_path_factory.mktemp("fakenvml")
-    subprocess.run(["make", "-s", "-C", str(FAKENVML), f"BUILD={build}"], check=True)
-    return build
-
-
-@pytest.fixture(params=["sim", "nvml"])
-def backend(request: pytest.FixtureRequest, fakenvml: Path | None) -> Iterator[dict[str, str]]:
-    """The environment that makes pick read the node's GPUs: the --sim scenario, or the real
-    NVML backend over fakenvml with the same GPUs."""
-    if request.param == "sim":
-        yield {"GPUWATCH_BACKEND": "sim", "GPUWATCH_SIM": str(DATA / "slurm-node.toml")}
-        return
-    if fakenvml is None:
-        pytest.skip("needs ../shared/fakenvml (or FAKENVML_DIR), make and a C compiler")
-    yield {
-        "GPUWATCH_BACKEND": "nvml",
-        "LD_LIBRARY_PATH": str(fakenvml),
-        "FAKENVML_SCENARIO": str(DATA / "slurm-node.txt"),
-    }
 
 
 def srun_pick(
