@@ -6,7 +6,9 @@ index, pci_bus_id, driver_version, cuda_version}`. The exporter writes the UUID
 lower-case without its `GPU-` prefix (`NormalizeUUID` in internal/nvidiasmi), and a MIG
 device's without `MIG-`; both are given back, as CUDA_VISIBLE_DEVICES takes them.
 Memory comes in bytes with its own total (nvidia-smi's `memory.total`), utilization as
-a ratio. No leases, and processes only with `--collect.compute-apps`, without users. MIG
+a ratio. No leases, and processes only with `--collect.compute-apps`, without users: each
+`nvidia_smi_compute_app_info` is one (on Windows, where the driver tells no process's
+memory, the only series of it), with its memory where `..._used_memory_bytes` tells it. MIG
 devices come only from its NVML backend (`nvidia_smi_mig_info`): where a GPU is in MIG
 mode (`nvidia_smi_mig_mode_current`) and no device is told, its devices are unknown.
 """
@@ -35,13 +37,16 @@ _MIG_MEMORY = {
     "nvidia_smi_mig_memory_used_bytes": "memory_used_bytes",
     "nvidia_smi_mig_memory_free_bytes": "memory_free_bytes",
 }
+APP_INFO = "nvidia_smi_compute_app_info"
+APP_MEMORY = "nvidia_smi_compute_app_used_memory_bytes"
 BY_UUID = tuple(_VALUES)
 """Families a Prometheus source may read with only `uuid` (and the target) as labels."""
 WHOLE = (
     "nvidia_smi_gpu_info",
     "nvidia_smi_last_collect_success",
     "nvidia_smi_last_collect_success_timestamp_seconds",
-    "nvidia_smi_compute_app_used_memory_bytes",
+    APP_INFO,
+    APP_MEMORY,
     "nvidia_smi_mig_info",
     *_MIG_MEMORY,
 )
@@ -73,7 +78,7 @@ def mapped(
         gpus=tuple(built),
         mig_devices=mig_devices,
         mig_devices_known=bool(mig_devices) or not any(gpu.mig_enabled for gpu in built),
-        processes=_processes(by_name["nvidia_smi_compute_app_used_memory_bytes"], indices),
+        processes=_processes(by_name[APP_INFO], by_name[APP_MEMORY], indices),
         driver_version=m.label(first.get("driver_version")),
         cuda_driver_version=m.label(first.get("cuda_version")),
         data_at=max(stamps) if stamps else None,
@@ -148,20 +153,26 @@ def _ids(labels: dict[str, str]) -> tuple[str, int, int]:
     return (labels.get("uuid", ""), gi or 0, ci or 0)
 
 
-def _processes(samples: list[Sample], indices: dict[str, int]) -> tuple[ProcessUsage, ...]:
-    processes = []
-    for sample in samples:
+def _processes(
+    infos: list[Sample], memory: list[Sample], indices: dict[str, int]
+) -> tuple[ProcessUsage, ...]:
+    """One process per (GPU, pid) that either family names: a compute process holds its
+    GPU whether or not the driver tells its memory."""
+    found: dict[tuple[str, str], ProcessUsage] = {}
+    for sample in [*infos, *memory]:
         uuid, pid = sample.labels.get("uuid", ""), sample.labels.get("pid", "")
         if uuid not in indices or not (pid.isdigit() and pid.isascii() and len(pid) <= 10):
             continue
-        processes.append(
-            ProcessUsage(
-                pid=int(pid),
-                gpu_index=indices[uuid],
-                gpu_uuid=_prefixed("GPU-", uuid),
-                memory_used_bytes=m.whole_bytes(sample.value),
-                kind=ProcessKind.COMPUTE,
-                command=m.label(sample.labels.get("process_name")),
-            )
+        used = m.whole_bytes(sample.value) if sample.name == APP_MEMORY else None
+        known = found.get((uuid, pid))
+        if known is not None and used is None:
+            continue
+        found[(uuid, pid)] = ProcessUsage(
+            pid=int(pid),
+            gpu_index=indices[uuid],
+            gpu_uuid=_prefixed("GPU-", uuid),
+            memory_used_bytes=used,
+            kind=ProcessKind.COMPUTE,
+            command=m.label(sample.labels.get("process_name")),
         )
-    return tuple(processes)
+    return tuple(found.values())

@@ -144,8 +144,8 @@ def _given_short(node: NodeState, request: Request, qualifying: int) -> NodeMiss
     needed = needed_bytes(request)
     short = f" or have less than {format_size(needed)} free" if needed else ""
     reason = (
-        f"{others}: not given out by its daemon (in use, leased, busy or MIG-enabled{short}; "
-        "gpuwatch status there says which)"
+        f"{others}: not given out by its daemon (in use, leased, busy, MIG-enabled, held by a "
+        f"job or pod, or of unknown holders{short}; gpuwatch status there says which)"
     )
     summary = f"{qualifying} of {request.count} qualify"
     return NodeMiss(node.label, summary, (reason,), qualifying)

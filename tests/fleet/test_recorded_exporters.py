@@ -54,6 +54,7 @@ def told(node: NodeState) -> dict[str, Any]:
         "mig_devices": snapshot.mig_devices,
         "processes": snapshot.processes,
         "pods": node.pods,
+        "holders": node.holders,
         "mig_devices_known": node.mig_devices_known,
     }
 
@@ -185,3 +186,27 @@ def test_targets_never_up_are_nodes_down_with_prometheus_reason(recorded: Record
             "dcgm",
         )
         assert node.error is not None and "connection refused" in node.error
+
+
+WINDOWS = "nvidia-gpu-exporter_windows_rtx2080super_idle.prom"
+
+
+@pytest.mark.parametrize("read", ["direct", "prometheus"])
+def test_a_gpu_whose_processes_tell_no_memory_is_in_use_and_never_offered(
+    recorded: RecordedFleet, read: str
+) -> None:
+    # GIVEN nvidia_gpu_exporter on Windows: 19 compute apps, none with its memory told, on a
+    # GPU otherwise idle (835 MB used, 0% busy)
+    request = Request()
+    node = (
+        direct(recorded, WINDOWS)
+        if read == "direct"
+        else node_of(through(recorded, needs_of(request)), recorded, WINDOWS)
+    )
+    assert node.snapshot is not None
+    assert len(node.snapshot.processes) == 19
+    assert all(p.memory_used_bytes is None for p in node.snapshot.processes)
+    # WHEN where is asked for an idle GPU THEN it is not offered: in use by those processes
+    answer = where(FleetState(0.0, "t", (node,)), request)
+    assert answer.fits == ()
+    assert answer.misses[0].reasons[0].startswith("GPU 0: in use by pids ")

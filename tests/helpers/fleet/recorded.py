@@ -38,6 +38,7 @@ SMI_PAGES = (
     "nvidia-gpu-exporter_h100-mig_load.prom",
     "nvidia-gpu-exporter_l40s_load.prom",
     "nvidia-gpu-exporter-0x_docs_rtx2080super.prom",
+    "nvidia-gpu-exporter_windows_rtx2080super_idle.prom",
 )
 KUBERNETES_PAGES = ("dcgm-exporter-4x_lke_rtx4000ada_pod.prom", "dcgm-exporter_kops_l4.prom")
 EXPORTER_POD: Mapping[str, str] = {
