@@ -334,11 +334,8 @@ def believed_jobs(jobs: Iterable[Job]) -> tuple[tuple[Job, ...], tuple[Doubt, ..
         if why is None:
             believed.append(job)
         else:
-            minors = tuple(
-                m for m in job.gpu_minor_numbers if type(m) is int and 0 <= m < _MAX_MINOR
-            )
-            uuids = tuple(u for u in job.device_uuids if 0 < len(u) <= MAX_UUID_CHARS)
-            doubts.append(Doubt(why, minors[:MAX_GPUS_PER_NODE], uuids[:MAX_GPUS_PER_NODE]))
+            devices = _readable_devices(list(job.gpu_minor_numbers), list(job.device_uuids))
+            doubts.append(Doubt(why, *devices))
     return tuple(believed), tuple(doubts)
 
 
@@ -374,16 +371,22 @@ def _job_or_doubt(data: object) -> Job | Doubt:
     except BadRecord as error:
         said = data.get("job_id") if isinstance(data, dict) else None
         who = f"job {said!r:.40}" if isinstance(said, str) else "a job"
-        minors, uuids = _readable_devices(data)
+        minors, uuids = _devices_of_record(data)
         return Doubt(f"{who} is malformed ({error})", minors, uuids)
 
 
-def _readable_devices(data: object) -> tuple[tuple[int, ...], tuple[str, ...]]:
+def _devices_of_record(data: object) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """The minor numbers and device UUIDs a malformed job record names, as far as they
-    can be read (none, where its lists cannot: then every device is in doubt)."""
+    can be read."""
     if not isinstance(data, dict):
         return (), ()
-    minors, uuids = data.get("gpu_minor_numbers"), data.get("device_uuids")
+    return _readable_devices(data.get("gpu_minor_numbers"), data.get("device_uuids"))
+
+
+def _readable_devices(minors: object, uuids: object) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The minor numbers and device UUIDs in two lists of a job that cannot be believed,
+    as far as they can be read (none, where a list cannot: then every device is in
+    doubt)."""
     if not isinstance(minors, list) or len(minors) > MAX_GPUS_PER_NODE:
         minors = []
     if not isinstance(uuids, list) or len(uuids) > MAX_GPUS_PER_NODE:
@@ -422,7 +425,7 @@ def _doubt_from_record(data: object) -> Doubt:
     why = data.get("why") if isinstance(data, dict) else None
     if not isinstance(why, str) or not 0 < len(why) <= MAX_WHY_CHARS:
         why = "a record the daemon doubts, which cannot be read"
-    minors, uuids = _readable_devices(data)
+    minors, uuids = _devices_of_record(data)
     return Doubt(why, minors, uuids)
 
 

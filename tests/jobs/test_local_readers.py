@@ -80,3 +80,27 @@ def test_status_of_a_kubernetes_node_without_a_daemon_asks_the_kubelet(
     # THEN the pod is shown under the GPU it holds
     assert result.exit_code == 0, result.stderr
     assert under(result.stdout.splitlines(), 2)[0].startswith("  pod ml/train-0 (container main)")
+
+
+def test_pick_without_a_daemon_takes_no_gpu_while_the_kubelet_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a Kubernetes node whose kubelet does not answer (its pods unknown), no daemon
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Slurm
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("GPUWATCH_LEASE_DIR", str(tmp_path / "leases"))
+    monkeypatch.delenv("GPUWATCH_SOCKET", raising=False)
+    with kubelet_stand_in() as kubelet:
+        kubelet.slow()
+        monkeypatch.setenv("GPUWATCH_KUBELET_SOCKET", kubelet.socket_path)
+        # WHEN pick asks for one GPU of any use, then takes unknown holders
+        refused = run_cli("pick", "--sim", str(NODE), "--allow-busy")
+        taken = run_cli("pick", "--sim", str(NODE), "--allow-busy", "--allow-unknown-holders")
+        kubelet.release()
+    # THEN it first takes none, in one line saying why and what would take one
+    assert refused.exit_code == 4, refused.stderr
+    first = refused.stderr.splitlines()[0]
+    assert "who holds them is unknown" in first and "kubelet did not answer" in first
+    assert "--allow-unknown-holders" in first
+    # AND then takes one, as told
+    assert taken.exit_code == 0, taken.stderr
