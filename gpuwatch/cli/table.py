@@ -57,7 +57,8 @@ def render(
     """The whole table, ending in a newline; no line is wider than `width` (at 40 or more).
 
     With `jobs`, each GPU a job holds has a line saying which (its time left counted at
-    `now`), and jobs that are unknown one line saying why. With `column_names`, a line
+    `now`), each GPU whose holders a record of the scheduler's answer put in doubt a line
+    saying why, and jobs that are unknown one line saying why. With `column_names`, a line
     above the GPUs names their columns."""
     lines = [_header(snapshot, style, width)]
     if jobs is not None and jobs.unknown_why is not None:
@@ -66,12 +67,15 @@ def render(
     layout = _layout(snapshot.gpus, width, style, COLUMN_NAMES if column_names else ())
     if column_names and snapshot.gpus:
         lines.append(style.paint(_column_names(layout), DIM))
+    doubted = jobs.table.holders(snapshot) if jobs is not None and jobs.table else None
     for gpu in snapshot.gpus:
         lines.append(_gpu_line(gpu, layout, style))
         if jobs is not None:
             lines.extend(
                 _job_line(gpu, jobs, style, width, snapshot.taken_at if now is None else now)
             )
+        if doubted is not None and (why := doubted.unknown_of(gpu)) is not None:
+            lines.append(style.paint(_cut(f"  holders unknown: {why}", width, style), YELLOW))
         migs = snapshot.mig_devices_of(gpu.index)
         placed = {mig.uuid for mig in migs}
         outside = [p for p in snapshot.processes_on(gpu.index) if p.mig_uuid not in placed]

@@ -43,7 +43,7 @@ def test_json_keys_are_the_model_field_names_and_bytes_are_integers() -> None:
     data = json.loads(result.stdout)
     jobs = {"jobs", "jobs_error", "allocated_idle_window_s"}
     assert set(data) == {field.name for field in dataclasses.fields(Snapshot)} | {"leases"} | jobs
-    per_gpu = {"job_id", "allocated_idle_s"}
+    per_gpu = {"job_id", "allocated_idle_s", "holders_unknown"}
     assert {field.name for field in dataclasses.fields(GpuSample)} | per_gpu == set(data["gpus"][0])
     assert {field.name for field in dataclasses.fields(ProcessUsage)} == set(data["processes"][0])
     assert isinstance(data["gpus"][0]["memory_free_bytes"], int)

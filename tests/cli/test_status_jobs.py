@@ -20,7 +20,13 @@ from gpuwatch.jobs.job_table import Job, JobTable, Pod, table_record
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION
 from gpuwatch.sampling.jobs_cache import FILE_NAME, FORMAT, slurm_key
 from tests.helpers.cli import CliResult, run_cli, under
-from tests.helpers.slurm_stand_in import NODE, SlurmNode, fake_daemon, make_slurm_node
+from tests.helpers.slurm_stand_in import (
+    NODE,
+    SlurmNode,
+    fake_daemon,
+    make_slurm_node,
+    recorded_squeue,
+)
 from tests.helpers.wait import wait_until
 
 
@@ -341,3 +347,27 @@ def test_through_a_real_daemon_the_jobs_are_shown(
     lines = result.stdout.splitlines()
     assert under(lines, 2) == ["  job 2 root  eval  no time limit"]
     assert under(lines, 0) == []
+
+
+def test_a_job_that_cannot_be_believed_leaves_its_gpus_unknown_and_the_rest_shown(
+    node: SlurmNode,
+) -> None:
+    # GIVEN Slurm's answer with job 1 (GRES 0-1: NVML 3 and 1) given a 250-character user
+    data = json.loads(recorded_squeue())
+    first = next(job for job in data["jobs"] if job["job_id"] == 1)
+    first["user_name"] = "u" * 250
+    node.squeue_prints(json.dumps(data))
+    # WHEN status is shown, as a table and as JSON
+    lines = status().stdout.splitlines()
+    document = json.loads(status("--json").stdout)
+    # THEN job 1's GPUs say their holders are unknown, job 2 is shown, the jobs known
+    for index in (1, 3):
+        assert under(lines, index)[0].startswith("  holders unknown: job 1: user not text")
+    assert under(lines, 2) == ["  job 2 root  eval  no time limit"]
+    assert not [line for line in lines if line.startswith("jobs unknown")]
+    unknown = [gpu["holders_unknown"] is not None for gpu in document["gpus"]]
+    assert unknown == [False, True, False, True]
+    # AND pick, asked for the idle GPUs, takes neither (nor job 2's)
+    picked = run_cli("pick", "--sim", str(NODE), "-n", "2")
+    assert picked.exit_code == 4, picked.stderr
+    assert "GPU 1: holders unknown: job 1: user not text" in picked.stderr
