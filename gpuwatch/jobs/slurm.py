@@ -288,12 +288,11 @@ def spool_dir(slurm_conf: Path, node: str) -> Path:
     Slurm's default where it is not set or slurm.conf cannot be read."""
     spool = DEFAULT_SPOOL_DIR
     try:
-        lines = read_config(slurm_conf)
+        for line in read_config(slurm_conf):
+            if line.first_key == "slurmdspooldir" and (value := line.get("SlurmdSpoolDir")):
+                spool = value
     except SlurmConfigError:
-        lines = []
-    for line in lines:
-        if (value := line.get("SlurmdSpoolDir")) is not None and line.first_key == "slurmdspooldir":
-            spool = value
+        spool = DEFAULT_SPOOL_DIR
     host = socket.gethostname().split(".")[0]
     return Path(spool.replace("%n", node).replace("%h", host))
 
