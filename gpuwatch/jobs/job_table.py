@@ -238,6 +238,24 @@ def job_from_record(data: object) -> Job:
     )
 
 
+def believed(job: Job) -> Job | Doubt:
+    """`job` where its clients will take it back (`job_from_record` of its `job_record`,
+    as they read `/v1/jobs`), else a `Doubt` saying what they would refuse, with the
+    devices it names that they would take: an engine never publishes a job its clients
+    reject, and never drops one silently."""
+    try:
+        job_from_record(job_record(job))
+    except BadRecord as error:
+        minors = job.gpu_minor_numbers if len(job.gpu_minor_numbers) <= MAX_GPUS_PER_NODE else ()
+        uuids = job.device_uuids if len(job.device_uuids) <= MAX_GPUS_PER_NODE else ()
+        return Doubt(
+            f"job {job.job_id[:40]}: {error}",
+            tuple(m for m in minors if 0 <= m < _MAX_MINOR),
+            tuple(u for u in uuids if 0 < len(u) <= MAX_UUID_CHARS),
+        )
+    return job
+
+
 def table_record(table: JobTable | None, *, error: str | None = None) -> dict[str, Any]:
     """A node's jobs as JSON: `{"known": false, "error": ...}` when they are unknown."""
     if table is None:

@@ -200,6 +200,22 @@ def test_a_configuration_another_user_may_not_read_is_permission_denied(tmp_path
         (public / "private" / "gres.conf").write_text("Name=gpu File=/dev/nvidia0\n")
         (public / "outer.conf").write_text("include private/gres.conf\n")
         (public / "outer.conf").chmod(0o644)
+        # WHEN the other user looks for a slurm.conf in the folder it may not enter
+        hidden = str(public / "private" / "slurm.conf")
+        code = (
+            "from gpuwatch.jobs.slurm_places import configured_slurm_conf\n"
+            f"print(configured_slurm_conf({{}}, places=[{hidden!r}]))\n"
+        )
+        found = subprocess.run(
+            as_user(uid, gid, sys.executable, "-c", code),
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd="/",
+            timeout=60,
+        )
+        # THEN it is taken as there (reading it will say why not), never as no Slurm at all
+        assert found.stdout.strip() == hidden, found
         # WHEN the other user reads them THEN each says "permission denied", not "not found"
         for path in (public / "gres.conf", public / "outer.conf"):
             code = (
