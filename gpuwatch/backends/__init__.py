@@ -6,29 +6,70 @@
 
 `auto`, the default, asks the daemon and falls back to the driver.
 
-pynvml is imported only when the driver is read (`nvml`): on a machine without the
-NVIDIA library `open_backend()` says so without paying to import the bindings.
+Each backend is opened through a small registry (`BACKENDS`, name → where it is defined),
+as click's lazy group opens commands: a command loads the one it reads, never the others
+(the simulator and its scenario parser load only for `--sim`; pynvml, imported with the
+NVML backend, only where the driver is read: on a machine without the NVIDIA library
+`open_backend()` says so without paying to import the bindings).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from gpuwatch.backends.auto import AutoBackend
 from gpuwatch.backends.base import Backend, SampleScope
-from gpuwatch.backends.daemon_client import DaemonBackend
-from gpuwatch.backends.scenario import parse_sim_spec
-from gpuwatch.backends.sim import SimBackend
 from gpuwatch.errors import DaemonUnavailableError, DriverNotFoundError, InvalidValueError
+from gpuwatch.models import Lease, Snapshot
 from gpuwatch.paths import socket_candidates
 
-__all__ = ["BACKEND_KINDS", "Backend", "SampleScope", "open_backend"]
+__all__ = [
+    "BACKENDS",
+    "BACKEND_KINDS",
+    "Backend",
+    "SampleScope",
+    "open_backend",
+    "remote_snapshots",
+]
 
-BACKEND_KINDS = ("auto", "daemon", "nvml", "sim")
+BACKENDS = {
+    "auto": "gpuwatch.backends.auto:AutoBackend",
+    "daemon": "gpuwatch.backends.daemon_client:DaemonBackend",
+    "nvml": "gpuwatch.backends.nvml:NvmlBackend",
+    "sim": "gpuwatch.backends.sim:SimBackend",
+}
+"""Every backend: its name, and where it is defined (`module:name`)."""
+BACKEND_KINDS = tuple(BACKENDS)
+REMOTE = "gpuwatch.backends.ssh:remote_snapshots"
+"""Another machine's snapshots over ssh (`status --host`, `tui --host`)."""
 DEFAULT_SIM_GPUS = 4
 _NVML_LIBRARY = "libnvidia-ml.so.1"
+
+
+def remote_snapshots(
+    host: str,
+    *,
+    interval_s: float,
+    count: int | None,
+    backend: str | None = None,
+    sim: str | None = None,
+) -> Iterator[tuple[Snapshot, list[Lease]]]:
+    """`host`'s snapshots over ssh as they arrive (`gpuwatch.backends.ssh`); raises
+    `RemoteError` naming the host on failure."""
+    stream: Iterator[tuple[Snapshot, list[Lease]]] = defined(REMOTE)(
+        host, interval_s=interval_s, count=count, backend=backend, sim=sim
+    )
+    return stream
+
+
+def defined(target: str) -> Any:
+    """What `target` (`module:name`, an entry of `BACKENDS` or `REMOTE`) names, its module
+    imported now."""
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def open_backend(
@@ -65,7 +106,10 @@ def open_backend(
         sim = os.environ.get("GPUWATCH_SIM") or None  # set but empty: as unset, like most tools
         given = f"GPUWATCH_SIM={sim}"
     if sim or kind == "sim":
-        return SimBackend(parse_sim_spec(sim or str(DEFAULT_SIM_GPUS), given=given))
+        simulated: Backend = defined(BACKENDS["sim"]).from_spec(
+            sim or str(DEFAULT_SIM_GPUS), given=given
+        )
+        return simulated
     if kind in ("auto", "daemon"):
         try:
             daemon = _open_daemon(required=kind == "daemon")
@@ -77,7 +121,8 @@ def open_backend(
         else:
             if kind == "daemon":
                 return daemon
-            return AutoBackend(daemon, _open_driver, on_lost=on_lost)
+            auto: Backend = defined(BACKENDS["auto"])(daemon, _open_driver, on_lost=on_lost)
+            return auto
     return _open_driver()
 
 
@@ -85,20 +130,22 @@ def _open_driver() -> Backend:
     if not _nvml_library_loads():
         raise DriverNotFoundError(f"NVIDIA driver not found ({_NVML_LIBRARY} could not be loaded)")
     try:  # pynvml, imported with it, costs tens of milliseconds: only where the driver is read
-        from gpuwatch.backends.nvml import NvmlBackend
+        backend = defined(BACKENDS["nvml"])
     except ImportError as error:
         raise DriverNotFoundError(
             f"the NVIDIA management bindings could not be loaded ({error}): "
             "pip install nvidia-ml-py"
         ) from error
-    return NvmlBackend()
+    opened: Backend = backend()
+    return opened
 
 
 def _open_daemon(*, required: bool) -> Backend:
     candidates = socket_candidates()
     if not required and not any(os.path.exists(path) for path in candidates):
         raise DaemonUnavailableError(f"no daemon socket at {' or '.join(candidates)}")
-    return DaemonBackend()
+    daemon: Backend = defined(BACKENDS["daemon"])()
+    return daemon
 
 
 def _nvml_library_loads() -> bool:

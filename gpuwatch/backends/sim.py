@@ -31,6 +31,7 @@ from gpuwatch.backends.scenario import (
     SimProcess,
     default_scenario,
     load_scenario,
+    parse_sim_spec,
 )
 from gpuwatch.errors import ScenarioError
 from gpuwatch.models import GpuSample, MigDevice, ProcessUsage, Snapshot
@@ -47,6 +48,12 @@ class SimBackend(Backend):
     file, `SimBackend(scenario)` for a `Scenario` built in code (a simulated fleet's nodes)."""
 
     name = "sim"
+
+    @classmethod
+    def from_spec(cls, spec: str, *, given: str | None = None) -> SimBackend:
+        """The node `--sim SPEC` asks for: a GPU count or a scenario file (`given`: where
+        the spec came from, for messages)."""
+        return cls(parse_sim_spec(spec, given=given))
 
     def __init__(
         self, source: int | Path | Scenario, *, clock: Callable[[], float] = time.time

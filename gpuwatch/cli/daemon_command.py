@@ -10,6 +10,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command, Duration, F, Parsed
 from gpuwatch.daemon.service import run_daemon
 from gpuwatch.daemon.settings import (
@@ -84,7 +85,7 @@ def _file_option(flag: str, name: str, *, help: str) -> Callable[[F], F]:
     return click.option(flag, name, type=FilePath(dir_okay=False), metavar="FILE", help=help)
 
 
-@click.command(cls=Command)
+@click.command(cls=Command, short_help=short_help("daemon"))
 @_duration_option(
     "--interval",
     "interval_s",

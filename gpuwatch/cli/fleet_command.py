@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from gpuwatch.cli.fleet_source import open_fleet_source, source_options
+from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command, Duration
 from gpuwatch.cli.terminal import terminal_columns
 from gpuwatch.fleet.document import fleet_document
@@ -27,7 +28,7 @@ from gpuwatch.tui.fleet.model import FleetView
 from gpuwatch.tui.fleet.rows import build_rows, totals
 
 
-@click.command(cls=Command)
+@click.command(cls=Command, short_help=short_help("fleet"))
 @click.option("--once", is_flag=True, help="Print the table once and exit.")
 @click.option(
     "--json",

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from gpuwatch.backends.daemon_client import DaemonBackend, http_get, parse_series
+from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command
 from gpuwatch.errors import (
     DaemonUnavailableError,
@@ -77,9 +78,7 @@ class _Report:
     notes: list[str] = field(default_factory=list)
 
 
-@click.command(
-    "job-report", cls=Command, short_help="A Slurm job's use of its GPUs, from the daemon."
-)
+@click.command("job-report", cls=Command, short_help=short_help("job-report"))
 @click.argument("job_id", metavar="JOBID")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option(

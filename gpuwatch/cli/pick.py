@@ -15,6 +15,7 @@ import click
 
 from gpuwatch.backends import open_backend
 from gpuwatch.choices import Format, check_one_mig_device, exclude_entries
+from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command, Duration, Parsed, backend_options
 from gpuwatch.cli.terminal import terminal_columns, wrap
 from gpuwatch.cli.wish_options import wish_options, wishes_of
@@ -36,7 +37,7 @@ def _exclude(text: str) -> str:
 
 @click.command(
     cls=Command,
-    short_help="Choose free GPUs and run a command on them.",
+    short_help=short_help("pick"),
     context_settings={"allow_interspersed_args": False},
 )
 @wish_options

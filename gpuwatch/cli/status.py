@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from gpuwatch.backends import open_backend
+from gpuwatch.backends import open_backend, remote_snapshots
 from gpuwatch.backends.base import Backend
-from gpuwatch.backends.ssh import remote_snapshots
 from gpuwatch.cli.exit_codes import ExitCode
+from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import (
     HOST,
     Command,
@@ -40,7 +40,7 @@ MAX_COUNT = 1_000_000_000
 COLORS = ("auto", "always", "never")
 
 
-@click.command(cls=Command)
+@click.command(cls=Command, short_help=short_help("status"))
 @backend_options
 @click.option(
     "--json",

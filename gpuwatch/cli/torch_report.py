@@ -16,6 +16,7 @@ from typing import BinaryIO
 
 import click
 
+from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.record_fields import BadRecord
@@ -26,9 +27,7 @@ from gpuwatch.reports.training import FORMAT as TRAINING_FORMAT
 _WHAT_TO_GIVE = "give the .json or .pickle that gpuwatch.torch.watch() wrote"
 
 
-@click.command(
-    "torch-report", cls=Command, short_help="Show an OOM report or summarise a memory snapshot."
-)
+@click.command("torch-report", cls=Command, short_help=short_help("torch-report"))
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 def torch_report(file: str) -> int:
     """Show an OOM report written by gpuwatch.torch.watch() (the .json, or its .txt copy), or

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from gpuwatch.backends import open_backend
+from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import HOST, Command, Duration, backend_options, no_jobs_option
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.reports.training import reports_for_this_machine
@@ -14,7 +15,7 @@ from gpuwatch.tui.node.sources import LocalSource, RemoteSource, Source
 from gpuwatch.tui.node.widgets import TrainingPanel
 
 
-@click.command(cls=Command)
+@click.command(cls=Command, short_help=short_help("tui"))
 @backend_options
 @click.option(
     "--interval",

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from gpuwatch.cli.fleet_source import open_fleet_source, source_options
+from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command, WholeNumber
 from gpuwatch.cli.wish_options import wish_options, wishes_of
 from gpuwatch.errors import NotEnoughGpusError
@@ -28,7 +29,7 @@ _CLOSEST_SHOWN = 3
 _REASONS_SHOWN = 8
 
 
-@click.command("where", cls=Command, short_help="Which nodes of the fleet could run a job now.")
+@click.command("where", cls=Command, short_help=short_help("where"))
 @wish_options
 @click.option(
     "--exclude-node",

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from gpuwatch.backends import remote_snapshots
 from gpuwatch.backends.base import Backend
-from gpuwatch.backends.ssh import remote_snapshots
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.hostinfo import read_lineage
