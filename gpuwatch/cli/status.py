@@ -30,7 +30,7 @@ from gpuwatch.jobs.job_table import NodeJobs
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.sampling.node_jobs import JobsReader, early_reader, jobs_reader, scheduler_here
-from gpuwatch.sampling.poller import watch
+from gpuwatch.sampling.ticks import watch
 from gpuwatch.text import printable
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"

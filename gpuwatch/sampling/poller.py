@@ -1,4 +1,5 @@
-"""Sampling a backend at a steady interval: `watch()` for a command, `Poller` for the daemon."""
+"""The daemon's sampling of a backend at a steady interval (`Poller`), into a bounded
+history; a command's is `gpuwatch.sampling.ticks.watch`."""
 
 from __future__ import annotations
 
@@ -6,68 +7,16 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuwatch.backends.base import Backend, SampleScope
-from gpuwatch.errors import DaemonUnavailableError
+from gpuwatch.backends.base import Backend
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.history import History
+from gpuwatch.sampling.ticks import ticks
 
 log = logging.getLogger("gpuwatch.sampling")
-
-
-def ticks(
-    interval_s: float,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], object] = time.sleep,
-) -> Iterator[int]:
-    """Yields 0, 1, 2, ... one every `interval_s`, without drift.
-
-    Each tick is due at start + n * interval; a tick that comes late is not
-    made up for by bunching the next ones: missed ticks are skipped.
-    """
-    start = clock()
-    number = 0
-    while True:
-        yield number
-        number += 1
-        now = clock()
-        due = start + number * interval_s
-        if due < now:
-            number = int((now - start) / interval_s) + 1
-            due = start + number * interval_s
-        sleep(due - now)
-
-
-def watch(
-    backend: Backend,
-    interval_s: float,
-    *,
-    count: int | None = None,
-    scope: SampleScope = SampleScope.FULL,
-    sleep: Callable[[float], None] = time.sleep,
-    on_unavailable: Callable[[DaemonUnavailableError], None] | None = None,
-) -> Iterator[Snapshot]:
-    """Samples `backend` every `interval_s`, `count` times (forever when `None`).
-
-    With `on_unavailable`, a tick whose sample the daemon could not give (it
-    restarts, or hangs) is told to it and skipped, and the watch goes on; the
-    tick still counts, so that `count` bounds how long a watch runs.
-    """
-    for number in ticks(interval_s, sleep=sleep):
-        try:
-            snapshot = backend.sample(scope)
-        except DaemonUnavailableError as error:
-            if on_unavailable is None:
-                raise
-            on_unavailable(error)
-        else:
-            yield snapshot
-        if number + 1 == count:
-            return
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from gpuwatch.reports.training import TrainingReports
 from gpuwatch.request import Waiter
 from gpuwatch.sampling.allocated_idle import AllocatedIdle
 from gpuwatch.sampling.node_jobs import JobsReader, with_own_idle
-from gpuwatch.sampling.poller import ticks
+from gpuwatch.sampling.ticks import ticks
 from gpuwatch.tui.common.frames import NO_TRAINING, Ancestor, Backfill, Frame, HostStats
 
 HISTORY_WINDOW_S = 3600.0
