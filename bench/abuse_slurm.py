@@ -158,7 +158,7 @@ def stand_in(work: Path, squeue_body: str) -> dict[str, str]:
 
 
 READ_JOBS = """
-    from gpuwatch.jobs import SlurmJobs
+    from gpuwatch.jobs.slurm import SlurmJobs
     reader = SlurmJobs(timeout_s=120)
     table = reader.table()
     doubts = len(getattr(table, "doubts", ())) if table is not None else 0
@@ -260,7 +260,7 @@ def setsid_children(work: Path) -> None:
     answer.write_text(many_jobs(3))
     env = stand_in(work, f"setsid sleep {marker} & cat {answer}")
     code = """
-        from gpuwatch.jobs import SlurmJobs
+        from gpuwatch.jobs.slurm import SlurmJobs
         for _ in range(20):
             reader = SlurmJobs(timeout_s=2)
             table = reader.table()

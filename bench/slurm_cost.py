@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _slurm import Cluster, cluster, why_not
 
-from gpuwatch.jobs import SlurmJobs
+from gpuwatch.jobs.slurm import SlurmJobs
 from gpuwatch.jobs.slurm_text import jobs_from_squeue_json
 
 JOBS = 50

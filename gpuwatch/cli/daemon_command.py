@@ -31,7 +31,7 @@ from gpuwatch.daemon.settings import (
     parse_node_name,
 )
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET, ENV_SOCKET
+from gpuwatch.jobs.kubelet_places import DEFAULT_SOCKET, ENV_SOCKET
 from gpuwatch.paths import daemon_socket_path
 
 _FLAG_SETTINGS = {

@@ -44,7 +44,7 @@ from gpuwatch.daemon.training_series import TrainingView, training_body
 from gpuwatch.daemon.view import NO_REPORTS, View
 from gpuwatch.daemon.wire import Response, error_response, json_response, text_response
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.jobs import table_record
+from gpuwatch.jobs.job_table import table_record
 from gpuwatch.jobs.sightings import sighting_record
 from gpuwatch.leases.directory import LeaseDir, LeaseFiles
 from gpuwatch.models import SNAPSHOT_FORMAT_VERSION

@@ -27,7 +27,7 @@ from pathlib import Path
 from gpuwatch.holders import Holders
 from gpuwatch.jobs.engines import JobEngine, open_job_reader
 from gpuwatch.jobs.job_table import JobTable, NodeJobs
-from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET
+from gpuwatch.jobs.kubelet_places import DEFAULT_SOCKET
 from gpuwatch.jobs.sightings import JobSightings
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.allocated_idle import AllocatedIdle

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuwatch.errors import ConfigFileError, InvalidValueError
 from gpuwatch.jobs.engines import ENGINES
-from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET
+from gpuwatch.jobs.kubelet_places import DEFAULT_SOCKET
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import format_duration, parse_duration
 

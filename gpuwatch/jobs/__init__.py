@@ -4,24 +4,6 @@ kubelet gave GPUs to.
 An engine (`engines.JobEngine`) answers a `JobTable` (jobs, and the job on each device, by
 device-file minor number or UUID) or `None`, "jobs unknown", when the scheduler is absent,
 down or slower than its deadline; nothing above this package needs to know which engine
-answered.
+answered. Each module is imported where it is used: a command the daemon answers, or a node
+without a scheduler, loads no engine (`engines.ENGINE_CLASSES`).
 """
-
-from __future__ import annotations
-
-from gpuwatch.jobs.gres import step_gpu_minors
-from gpuwatch.jobs.job_table import Job, JobTable, Pod, table_from_record, table_record
-from gpuwatch.jobs.kubernetes import KubeletPods
-from gpuwatch.jobs.slurm import SlurmJobs, job_id_of_process
-
-__all__ = [
-    "Job",
-    "JobTable",
-    "KubeletPods",
-    "Pod",
-    "SlurmJobs",
-    "job_id_of_process",
-    "step_gpu_minors",
-    "table_from_record",
-    "table_record",
-]

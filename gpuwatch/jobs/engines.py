@@ -4,25 +4,31 @@ which engine answered.
 
 `open_job_reader` answers an engine, or none and why: `auto` takes the kubelet where its
 pod-resources socket is (a Kubernetes node), else Slurm where `squeue` is on PATH and a
-slurm.conf is found; `off` never asks.
+slurm.conf is found; `off` never asks. Each engine is opened through a small registry
+(`ENGINE_CLASSES`, name → where it is defined), as click's lazy group opens commands: a
+node without a scheduler, or a command the daemon answers, loads neither.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
-import stat
 import threading
 from pathlib import Path
 from typing import Protocol
 
 from gpuwatch.jobs.job_table import JobTable
-from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET, KubeletPods
-from gpuwatch.jobs.slurm import SlurmJobs
+from gpuwatch.jobs.kubelet_places import DEFAULT_SOCKET, is_socket
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
 from gpuwatch.models import Snapshot
 
 ENGINES = ("auto", "slurm", "kubernetes", "off")
+ENGINE_CLASSES = {
+    "slurm": "gpuwatch.jobs.slurm:SlurmJobs",
+    "kubernetes": "gpuwatch.jobs.kubernetes:KubeletPods",
+}
+"""Each engine: its name, and where it is defined (`module:name`)."""
 
 
 class JobEngine(Protocol):
@@ -77,7 +83,8 @@ def open_job_reader(
     if engine == "off":
         return None, "job reading is off (--jobs off)"
     if engine == "kubernetes" or (engine == "auto" and is_socket(pod_resources_socket)):
-        return KubeletPods(pod_resources_socket, timeout_s=timeout_s), None
+        pods: JobEngine = _defined("kubernetes")(pod_resources_socket, timeout_s=timeout_s)
+        return pods, None
     env = dict(os.environ)
     if slurm_conf is not None:
         env["SLURM_CONF"] = slurm_conf
@@ -89,13 +96,12 @@ def open_job_reader(
             "(give --slurm-conf, or --jobs slurm to insist)"
         )
     # The cache is the caller's: every start() asks Slurm, on the caller's schedule.
-    return SlurmJobs(env=env, node=node, timeout_s=timeout_s, max_age_s=0.0), None
+    slurm: JobEngine = _defined("slurm")(env=env, node=node, timeout_s=timeout_s, max_age_s=0.0)
+    return slurm, None
 
 
-def is_socket(path: str) -> bool:
-    """Whether `path` is a socket this process can see (the kubelet's directory is root's:
-    to another user it is not there)."""
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False
+def _defined(engine: str) -> type:
+    """The class of `engine`, its module imported now."""
+    module, name = ENGINE_CLASSES[engine].split(":")
+    found: type = getattr(importlib.import_module(module), name)
+    return found

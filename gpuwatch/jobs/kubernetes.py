@@ -22,22 +22,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gpuwatch.jobs.job_table import Job, JobTable, Pod
+from gpuwatch.jobs.kubelet_places import DEFAULT_SOCKET
 from gpuwatch.jobs.podresources import ContainerDevices, PodResourcesError, list_devices
 from gpuwatch.models import Snapshot
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-"""Where the kubelet serves its pod-resources API (its `--root-dir` of /var/lib/kubelet)."""
-ENV_SOCKET = "GPUWATCH_KUBELET_SOCKET"
 DEFAULT_TIMEOUT_S = 2.0
 SOURCE = "kubelet pod-resources"
 GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _REPLICA = "::"
-
-
-def pod_resources_socket(environ: Mapping[str, str]) -> str:
-    """The kubelet's socket: `$GPUWATCH_KUBELET_SOCKET`, else `DEFAULT_SOCKET`."""
-    return environ.get(ENV_SOCKET) or DEFAULT_SOCKET
 
 
 class KubeletPods:

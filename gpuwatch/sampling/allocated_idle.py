@@ -8,7 +8,7 @@ the jobs are unknown (the scheduler slow or down), the count goes on for a GPU t
 idle, as the job most likely still holds it; whether it does is settled when the jobs are
 known again. Pure: the caller gives the time; no thread, no I/O.
 
->>> from gpuwatch.jobs import Job, JobTable
+>>> from gpuwatch.jobs.job_table import Job, JobTable
 >>> from gpuwatch.models import GpuSample
 >>> gpu = GpuSample(index=0, uuid="GPU-a", name=None, pci_bus_id=None, utilization_pct=0,
 ...                 minor_number=0)
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuwatch.jobs import JobTable
+from gpuwatch.jobs.job_table import JobTable
 from gpuwatch.models import GpuSample
 
 IDLE_WINDOW_S = 600.0

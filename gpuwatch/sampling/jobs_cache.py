@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from gpuwatch.jobs.job_table import MAX_WHY_CHARS, NodeJobs, table_from_record, table_record
-from gpuwatch.jobs.kubernetes import ENV_SOCKET
+from gpuwatch.jobs.kubelet_places import ENV_SOCKET
 from gpuwatch.record_fields import BadRecord
 
 FILE_NAME = "gpuwatch-jobs.json"

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from gpuwatch.backends.base import Backend
 from gpuwatch.backends.daemon_client import fetch_jobs_record
 from gpuwatch.errors import DaemonUnavailableError
-from gpuwatch.jobs.engines import JobEngine, is_socket, open_job_reader
+from gpuwatch.jobs.engines import JobEngine, open_job_reader
 from gpuwatch.jobs.job_table import (
     MAX_WHY_CHARS,
     NO_JOBS,
@@ -42,7 +42,7 @@ from gpuwatch.jobs.job_table import (
     NodeJobs,
     table_from_record,
 )
-from gpuwatch.jobs.kubernetes import pod_resources_socket
+from gpuwatch.jobs.kubelet_places import is_socket, pod_resources_socket
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
 from gpuwatch.models import GpuSample, Snapshot
 from gpuwatch.paths import socket_candidates

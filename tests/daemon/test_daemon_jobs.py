@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.backends.daemon_client import http_get
-from gpuwatch.jobs import table_from_record
+from gpuwatch.jobs.job_table import table_from_record
 from tests.helpers.cli import run_cli
 from tests.helpers.daemon import get_json, running_daemon
 from tests.helpers.wait import wait_until

@@ -8,7 +8,7 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.daemon.job_watch import JobsNow
 from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.view import View
-from gpuwatch.jobs import Job, JobTable
+from gpuwatch.jobs.job_table import Job, JobTable
 from gpuwatch.models import Snapshot
 from gpuwatch.sampling.poller import PollState
 from tests.helpers.cli import FROZEN_TIME

@@ -20,7 +20,7 @@ from gpuwatch.cli.daemon_command import daemon
 from gpuwatch.daemon.job_watch import JobsNow
 from gpuwatch.daemon.metrics import exposition
 from gpuwatch.daemon.view import View
-from gpuwatch.jobs import Job, JobTable
+from gpuwatch.jobs.job_table import Job, JobTable
 from gpuwatch.paths import SYSTEM_DIR, SYSTEM_LEASE_DIR, SYSTEM_SOCKET
 from gpuwatch.sampling.poller import PollState
 from tests.helpers.manifests import (

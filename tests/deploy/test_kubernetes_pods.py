@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.jobs import KubeletPods
-from gpuwatch.jobs.kubernetes import DEFAULT_SOCKET
+from gpuwatch.jobs.kubelet_places import DEFAULT_SOCKET
+from gpuwatch.jobs.kubernetes import KubeletPods
 from tests.helpers.certs import make_certs
 from tests.helpers.daemon_net import client_tls, tcp_daemon
 from tests.helpers.kubelet import gpu_pod, kubelet_stand_in

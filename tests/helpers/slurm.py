@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuwatch.jobs import SlurmJobs
+from gpuwatch.jobs.slurm import SlurmJobs
 from tests.helpers.wait import wait_until
 
 NVIDIA_MAJOR = 195

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs import JobTable
+from gpuwatch.jobs.job_table import JobTable
 from tests.helpers.slurm import (
     GRES_ORDER,
     SlurmCluster,

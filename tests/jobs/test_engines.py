@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs import SlurmJobs, slurm_places
+from gpuwatch.jobs import slurm_places
 from gpuwatch.jobs.engines import open_job_reader
-from gpuwatch.jobs.slurm import spool_dir
+from gpuwatch.jobs.slurm import SlurmJobs, spool_dir
 
 
 @pytest.mark.parametrize(

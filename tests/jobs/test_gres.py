@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs import step_gpu_minors
-from gpuwatch.jobs.gres import gpu_indices, minor_number_of, parse_index_list
+from gpuwatch.jobs.gres import gpu_indices, minor_number_of, parse_index_list, step_gpu_minors
 
 
 @pytest.mark.parametrize(

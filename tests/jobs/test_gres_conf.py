@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs import SlurmJobs
 from gpuwatch.jobs.gres import node_gpu_minors
 from gpuwatch.jobs.gres_conf import GresOrderUnknown, GresSlot, gpu_layout
+from gpuwatch.jobs.slurm import SlurmJobs
 
 GRES_CONF = """\
 # a site's gres.conf

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.jobs import Job, JobTable, table_from_record, table_record
+from gpuwatch.jobs.job_table import Job, JobTable, table_from_record, table_record
 from gpuwatch.record_fields import BadRecord
 
 TABLE = JobTable(

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.jobs import KubeletPods, Pod
 from gpuwatch.jobs.engines import open_job_reader
-from gpuwatch.jobs.job_table import JobTable, table_from_record, table_record
-from gpuwatch.jobs.kubernetes import device_uuid
+from gpuwatch.jobs.job_table import JobTable, Pod, table_from_record, table_record
+from gpuwatch.jobs.kubernetes import KubeletPods, device_uuid
 from gpuwatch.jobs.podresources import PodResourcesError, list_devices
 from gpuwatch.models import Snapshot
 from tests.helpers.kubelet import Container, PodSpec, gpu_pod, kubelet_stand_in, mig_pod

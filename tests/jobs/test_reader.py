@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs import Job, SlurmJobs, job_id_of_process
+from gpuwatch.jobs.job_table import Job
+from gpuwatch.jobs.slurm import SlurmJobs, job_id_of_process
 from tests.helpers.wait import wait_until
 
 DATA = Path(__file__).parent / "data"

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.jobs import SlurmJobs
-from gpuwatch.jobs.slurm import MAX_OUTPUT_BYTES
+from gpuwatch.jobs.slurm import MAX_OUTPUT_BYTES, SlurmJobs
 from tests.helpers.slurm import READ_TIMEOUT_S, SlurmCluster, gpu_job
 from tests.helpers.wait import wait_until
 

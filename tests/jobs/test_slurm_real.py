@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.jobs import JobTable, job_id_of_process, step_gpu_minors
-from gpuwatch.jobs.gres import node_gpu_minors
+from gpuwatch.jobs.gres import node_gpu_minors, step_gpu_minors
+from gpuwatch.jobs.job_table import JobTable
+from gpuwatch.jobs.slurm import job_id_of_process
 from tests.helpers.slurm import SlurmCluster, gpu_job, job_env, slurm_reader
 
 pytestmark = pytest.mark.slow  # a real slurmctld and slurmd

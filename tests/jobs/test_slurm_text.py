@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.jobs import Job
-from gpuwatch.jobs.job_table import Doubt
+from gpuwatch.jobs.job_table import Doubt, Job
 from gpuwatch.jobs.slurm_text import (
     MAX_DOUBTS,
     SlurmFormatError,

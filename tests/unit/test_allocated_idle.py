@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.jobs import Job, JobTable
+from gpuwatch.jobs.job_table import Job, JobTable
 from gpuwatch.models import GpuSample
 from gpuwatch.sampling.allocated_idle import AllocatedIdle
 
