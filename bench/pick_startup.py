@@ -43,12 +43,12 @@ from gpuwatch.cli.group import command
 pick = command("pick")
 mark("import gpuwatch.cli.pick")
 from gpuwatch.choices import Format
-from gpuwatch.cli.wish_options import wishes_of
 from gpuwatch.leases.directory import LeaseDir
-from gpuwatch.placement.acquire import Wanted, acquire, passed_down
+from gpuwatch.placement.acquire import acquire, passed_down
 from gpuwatch.placement.visible import child_environment
-params = pick.make_context("pick", ["-n", "2", "--", "true"]).params
-wanted = Wanted.from_wishes(wishes_of(params), by_pick=True)
+from gpuwatch.placement.wanted import wanted as wanted_from
+from gpuwatch.request import Request
+wanted = wanted_from(Request(count=2), (), environ=os.environ, by_pick=True)
 lease_dir = LeaseDir.for_job(say=print)
 mark("read options, open lease directory")
 from gpuwatch.backends.daemon_client import DaemonBackend

@@ -6,11 +6,10 @@ Vocabulary, kept apart from the policy: it sits below the leases, which record i
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.units import MIG_ANY, check_mig, parse_size
+from gpuwatch.units import MIG_ANY, check_mig
 
 __all__ = ["MIG_ANY", "check_mig"]  # re-exported: the simulated backend checks profiles too
 
@@ -122,69 +121,3 @@ def check_one_mig_device(count: int, where: str) -> None:
             "Start one job per MIG device (each with its own gpuwatch pick --mig), or leave "
             "out COMMAND to print the choice for a launcher that hands one to each rank"
         )
-
-
-def checked_wishes(
-    *,
-    n: int,
-    min_free: int | str | None,
-    max_util: float | None,
-    mem: int | str | None,
-    max_used: int | str | None,
-    allow_busy: bool,
-    allow_unknown_holders: bool,
-    strategy: str,
-    exclude: object,
-    mig: str | None,
-) -> dict[str, Any]:
-    """`gpuwatch.select()`'s wishes, checked and keyed by field (see `WISHES`); each error
-    names the argument as the caller wrote it (`min_free: ...`)."""
-    return {
-        "count": _checked("n", check_gpu_count, n),
-        "min_free_bytes": _bytes(min_free, "min_free"),
-        "max_util_pct": None if max_util is None else _checked("max_util", check_percent, max_util),
-        "mem_bytes": _declared_bytes(mem),
-        "max_used_bytes": _bytes(max_used, "max_used"),
-        "allow_busy": _checked("allow_busy", _check_flag, allow_busy),
-        "allow_unknown_holders": _checked(
-            "allow_unknown_holders", _check_flag, allow_unknown_holders
-        ),
-        "strategy": str(one_of(Strategy, strategy, "strategy")),
-        "exclude": _checked("exclude", exclude_entries, exclude),
-        "mig": None if mig is None else _checked("mig", check_mig, mig),
-    }
-
-
-def _checked(name: str, check: Callable[[Any], Any], value: Any) -> Any:
-    try:
-        return check(value)
-    except InvalidValueError as error:
-        raise InvalidValueError(f"{name}: {error}") from None
-
-
-def _declared_bytes(mem: object) -> int | None:
-    declared = _bytes(mem, "mem")
-    if declared is not None and declared <= 0:  # a share of nothing would fit on any GPU
-        raise InvalidValueError(f"mem={mem!r} declares no memory: give what the job will use")
-    return declared
-
-
-def _check_flag(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidValueError(f"{value!r}: give True or False")
-    return value
-
-
-def _bytes(value: object, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or (isinstance(value, int) and value < 0):
-        raise InvalidValueError(f"{name}={value!r}: give bytes (an int) or a size such as 8GiB")
-    if isinstance(value, int):
-        return value
-    if not isinstance(value, str):
-        raise InvalidValueError(f"{name}={value!r}: give bytes (an int) or a size such as 8GiB")
-    try:
-        return parse_size(value, unit_required=True)
-    except InvalidValueError as error:
-        raise InvalidValueError(f"{name}: {error}") from None

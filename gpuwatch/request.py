@@ -7,12 +7,20 @@ records read from the lease directory: `gpuwatch.leases.records`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.choices import MIG_ANY, WISHES, Strategy
-from gpuwatch.units import format_size
+from gpuwatch.choices import (
+    MIG_ANY,
+    Strategy,
+    check_gpu_count,
+    check_mig,
+    check_percent,
+    one_of,
+)
+from gpuwatch.errors import InvalidValueError
+from gpuwatch.units import format_size, parse_size
 
 IDLE_MAX_UTIL_PCT = 5.0
 """The utilization above which a GPU counts as in use, unless `--max-util` says otherwise."""
@@ -97,12 +105,67 @@ class Waiter:
     """How long it has been in line."""
 
 
-def request_of(wishes: Mapping[str, Any]) -> Request:
-    """The request `wishes` state: a value for each of `choices.WISHES` (checked already),
-    keyed by its field name; `exclude`, which names GPUs of one machine, is resolved by
-    the caller against that machine."""
-    asked = {name: wishes[name] for name, _, _ in WISHES if name != "exclude"}
-    return Request(**{**asked, "strategy": Strategy(asked["strategy"])})
+def checked_request(
+    *,
+    n: int,
+    min_free: int | str | None,
+    max_util: float | None,
+    mem: int | str | None,
+    max_used: int | str | None,
+    allow_busy: bool,
+    allow_unknown_holders: bool,
+    strategy: str,
+    mig: str | None,
+) -> Request:
+    """The request `gpuwatch.select()`'s arguments state, each checked; each error names the
+    argument as the caller wrote it (`min_free: ...`)."""
+    return Request(
+        count=checked("n", check_gpu_count, n),
+        min_free_bytes=_bytes(min_free, "min_free"),
+        max_util_pct=None if max_util is None else checked("max_util", check_percent, max_util),
+        mem_bytes=_declared_bytes(mem),
+        max_used_bytes=_bytes(max_used, "max_used"),
+        allow_busy=checked("allow_busy", _check_flag, allow_busy),
+        allow_unknown_holders=checked("allow_unknown_holders", _check_flag, allow_unknown_holders),
+        strategy=Strategy(one_of(Strategy, strategy, "strategy")),
+        mig=None if mig is None else checked("mig", check_mig, mig),
+    )
+
+
+def checked(name: str, check: Callable[[Any], Any], value: Any) -> Any:
+    """`check(value)`, its error named after the argument `name`."""
+    try:
+        return check(value)
+    except InvalidValueError as error:
+        raise InvalidValueError(f"{name}: {error}") from None
+
+
+def _declared_bytes(mem: object) -> int | None:
+    declared = _bytes(mem, "mem")
+    if declared is not None and declared <= 0:  # a share of nothing would fit on any GPU
+        raise InvalidValueError(f"mem={mem!r} declares no memory: give what the job will use")
+    return declared
+
+
+def _check_flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidValueError(f"{value!r}: give True or False")
+    return value
+
+
+def _bytes(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or (isinstance(value, int) and value < 0):
+        raise InvalidValueError(f"{name}={value!r}: give bytes (an int) or a size such as 8GiB")
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str):
+        raise InvalidValueError(f"{name}={value!r}: give bytes (an int) or a size such as 8GiB")
+    try:
+        return parse_size(value, unit_required=True)
+    except InvalidValueError as error:
+        raise InvalidValueError(f"{name}: {error}") from None
 
 
 def describe_wish(request: Request) -> str:

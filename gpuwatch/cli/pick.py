@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from typing import Any
 
 import click
 
@@ -18,14 +17,15 @@ from gpuwatch.choices import Format, check_one_mig_device, exclude_entries
 from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command, Duration, Parsed, backend_options
 from gpuwatch.cli.terminal import terminal_columns, wrap
-from gpuwatch.cli.wish_options import wish_options, wishes_of
+from gpuwatch.cli.wish_options import wish_options
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.models import Device, MigDevice
-from gpuwatch.placement.acquire import Wanted, acquire, passed_down, simulated_daemon_note
+from gpuwatch.placement.acquire import acquire, passed_down, simulated_daemon_note
 from gpuwatch.placement.launch import exec_command
 from gpuwatch.placement.rules import Choice
 from gpuwatch.placement.visible import VARIABLE, child_environment
+from gpuwatch.placement.wanted import wanted as wanted_from
 from gpuwatch.request import Request, describe_wish
 from gpuwatch.units import format_span
 
@@ -82,7 +82,8 @@ def pick(
     backend: str | None,
     sim: str | None,
     verbose: bool,
-    **wishes: Any,
+    exclude: tuple[str, ...],
+    asked: Request,
 ) -> int:
     """Choose GPUs nobody uses, lease them to COMMAND and run it with CUDA_VISIBLE_DEVICES
     set to them. The lease lasts as long as COMMAND runs (however it ends), so jobs
@@ -123,9 +124,10 @@ def pick(
         raise InvalidValueError("COMMAND is empty: give the program to run after --")
     if any("\0" in arg for arg in command):
         raise InvalidValueError("COMMAND holds a NUL character, which no program can be given")
-    wanted = Wanted.from_wishes(wishes_of(wishes), by_pick=True)
+    excluded = exclude_entries(exclude)
+    wanted = wanted_from(asked, excluded, environ=os.environ, by_pick=True)
     if wanted.wants_mig and command:
-        check_one_mig_device(wishes["gpus"], "COMMAND")
+        check_one_mig_device(asked.count, "COMMAND")
     fmt = Format(format_)
     waiting = wait or timeout is not None
     say = _say if verbose else None

@@ -18,11 +18,11 @@ import click
 from gpuwatch.cli.fleet_source import open_fleet_source, source_options
 from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command, WholeNumber
-from gpuwatch.cli.wish_options import wish_options, wishes_of
+from gpuwatch.cli.wish_options import wish_options
 from gpuwatch.errors import NotEnoughGpusError
 from gpuwatch.models import Device, GpuSample
 from gpuwatch.placement.where import Answer, NodeFit, NodeMiss, needs_of, where
-from gpuwatch.request import describe_wish, request_of
+from gpuwatch.request import Request, describe_wish
 from gpuwatch.units import format_size
 
 _CLOSEST_SHOWN = 3
@@ -61,6 +61,7 @@ def where_command(
     limit: int | None,
     as_json: bool,
     verbose: bool,
+    asked: Request,
     **options: Any,
 ) -> int:
     """Which nodes of the fleet could run a job now: pick's rules (idle GPUs unless
@@ -83,7 +84,7 @@ def where_command(
     Exit status: 0 some node fits; 2 bad usage; 4 no node fits (why, for the
     closest ones, on stderr); 6 the fleet source cannot be read.
     """
-    request = request_of(wishes_of(options))
+    request = asked
     with open_fleet_source(options, needs=needs_of(request, errors=verbose)) as source:
         fleet = source.read()
     answer = where(fleet, request, excluded_nodes=frozenset(exclude_node))

@@ -1,21 +1,26 @@
 """The options that state a job's wishes, as `gpuwatch pick` and `gpuwatch where` take them.
 
-One decorator, so that the two commands take, check and explain each wish alike;
-`choices.WISHES` says which request field each one fills. Each option's parameter is
-named after its flag (`--min-free` is `min_free`), as `wishes_of` reads them.
+One decorator, so that the two commands take, check and explain each wish alike, and are
+handed the one `Request` they state (`asked`): each option read by its own parser, the
+request built here, field by field (`choices.WISHES` names each option's field for
+messages).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
-from gpuwatch.choices import WISHES, Strategy, check_gpu_count, check_mig, check_percent
-from gpuwatch.cli.options import F, Parsed
+from gpuwatch.choices import Strategy, check_gpu_count, check_mig, check_percent
+from gpuwatch.cli.options import Parsed
 from gpuwatch.errors import InvalidValueError
+from gpuwatch.request import Request
 from gpuwatch.units import parse_number, parse_size, parse_whole_number
+
+R = TypeVar("R")
 
 MAX_GPU_COUNT = 1024
 
@@ -44,9 +49,37 @@ def _percent(text: str) -> float:
 SIZE = Parsed(_size, "size")
 
 
-def wish_options(command: F) -> F:
+def wish_options(command: Callable[..., R]) -> Callable[..., R]:
     """Decorates a command with the options of a job's wishes (all but `--exclude`, which
-    names GPUs of one machine: pick's own)."""
+    names GPUs of one machine: pick's own); the command is given them as one `asked`."""
+
+    @functools.wraps(command)
+    def stated(
+        *args: Any,
+        gpus: int,
+        min_free: int | None,
+        max_util: float | None,
+        max_used: int | None,
+        allow_busy: bool,
+        allow_unknown_holders: bool,
+        mem: int | None,
+        strategy: str,
+        mig: str | None,
+        **others: Any,
+    ) -> R:
+        asked = Request(
+            count=gpus,
+            min_free_bytes=min_free,
+            max_util_pct=max_util,
+            mem_bytes=mem,
+            strategy=Strategy(strategy),
+            mig=mig,
+            max_used_bytes=max_used,
+            allow_busy=allow_busy,
+            allow_unknown_holders=allow_unknown_holders,
+        )
+        return command(*args, asked=asked, **others)
+
     options = (
         click.option(
             "-n",
@@ -112,12 +145,7 @@ def wish_options(command: F) -> F:
             "(1g.10gb, 3g.40gb, ...) or any.",
         ),
     )
+    decorated: Callable[..., R] = stated
     for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def wishes_of(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The wishes among a command's parameters, keyed by request field (`choices.WISHES`);
-    `exclude` is `None` where the command has no `--exclude`."""
-    return {field: values.get(flag.lstrip("-").replace("-", "_")) for field, _, flag in WISHES}
+        decorated = option(decorated)
+    return decorated

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuwatch.backends import open_backend
-from gpuwatch.choices import WISHES, Format, check_one_mig_device, checked_wishes, one_of
+from gpuwatch.choices import WISHES, Format, check_one_mig_device, exclude_entries, one_of
 from gpuwatch.errors import (
     AlreadySelectedError,
     CudaAlreadyInitializedError,
@@ -24,9 +24,12 @@ from gpuwatch.errors import (
 )
 from gpuwatch.leases.directory import HELD_VARIABLE, HeldLease, LeaseDir
 from gpuwatch.models import Device, GpuSample, MigDevice
-from gpuwatch.placement.acquire import Wanted, acquire, passed_down, simulated_daemon_note
+from gpuwatch.placement.acquire import acquire, passed_down, simulated_daemon_note
 from gpuwatch.placement.cudastate import cuda_initialized
 from gpuwatch.placement.visible import ORDER_VARIABLE, VARIABLE, child_environment, visible_entries
+from gpuwatch.placement.wanted import Wanted
+from gpuwatch.placement.wanted import wanted as wanted_from
+from gpuwatch.request import checked, checked_request
 from gpuwatch.units import parse_duration
 
 
@@ -176,19 +179,23 @@ def select(
     True
     >>> selection.release()
     """
+    request = checked_request(
+        n=n,
+        min_free=min_free,
+        max_util=max_util,
+        mem=mem,
+        max_used=max_used,
+        allow_busy=allow_busy,
+        allow_unknown_holders=allow_unknown_holders,
+        strategy=strategy,
+        mig=mig,
+    )
+    excluded: tuple[str, ...] = checked("exclude", exclude_entries, exclude)
+    # How this call was made, argument by argument: a second call is compared with it.
     asked = {
-        **checked_wishes(
-            n=n,
-            min_free=min_free,
-            max_util=max_util,
-            mem=mem,
-            max_used=max_used,
-            allow_busy=allow_busy,
-            allow_unknown_holders=allow_unknown_holders,
-            strategy=strategy,
-            exclude=exclude,
-            mig=mig,
-        ),
+        **{name: getattr(request, name) for name, _, _ in WISHES if name != "exclude"},
+        "strategy": str(request.strategy),  # as the caller wrote it
+        "exclude": excluded,
         "fallback": _checked_fallback(fallback),
         "format": str(one_of(Format, format, "format")),
         "backend": backend,
@@ -204,7 +211,12 @@ def select(
         )
     try:
         _check_something_visible()
-        return _select(asked, wait, timeout_s)
+        return _select(
+            asked,
+            wanted_from(request, excluded, environ=os.environ, by_pick=False),
+            wait,
+            timeout_s,
+        )
     except (DriverNotFoundError, NoGpuError):
         if fallback != "cpu":
             raise
@@ -231,9 +243,10 @@ def _check_something_visible() -> None:
         visible_entries(value)
 
 
-def _select(asked: dict[str, Any], wait: bool, timeout_s: float | None) -> Selection:
+def _select(
+    asked: dict[str, Any], wanted: Wanted, wait: bool, timeout_s: float | None
+) -> Selection:
     source = open_backend(asked["backend"], asked["sim"])
-    wanted = Wanted.from_wishes(asked, by_pick=False)
     if wanted.wants_mig:
         check_one_mig_device(wanted.asked.count, "process")
     with source:

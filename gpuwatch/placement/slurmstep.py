@@ -77,6 +77,16 @@ class SlurmStep:
         """The device files' minor numbers, as `files`."""
         return tuple(_minor(path, self.said) for path in self.files)
 
+    def allowed(
+        self, gpus: Sequence[GpuSample], visible: Sequence[str] | None, *, device_order: str | None
+    ) -> tuple[frozenset[int], str | None]:
+        """The NVML indices a job in this step may have (`allowed_in_step`)."""
+        return allowed_in_step(self, gpus, visible, device_order=device_order)
+
+    def given(self, gpus: Sequence[GpuSample]) -> frozenset[int]:
+        """The NVML indices of this step's GPUs among `gpus` (`step_indices`)."""
+        return step_indices(self, gpus)
+
     def files_among(self, gpus: Sequence[GpuSample] | None) -> tuple[str, ...]:
         """The step's device files, NVML's order of `gpus` taken where slurmd's needs it;
         `VisibleDevicesError` where they cannot be told."""

@@ -26,7 +26,8 @@ from gpuwatch.leases.directory import LeaseDir
 from gpuwatch.leases.locking import flock_within
 from gpuwatch.models import Snapshot
 from gpuwatch.placement import acquire as selector
-from gpuwatch.placement.acquire import Wanted, acquire
+from gpuwatch.placement.acquire import acquire
+from gpuwatch.placement.wanted import Wanted
 from tests.helpers.cli import FROZEN_TIME, CliResult, run_cli
 from tests.helpers.other_user import (
     USER,

@@ -27,7 +27,8 @@ from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.errors import DaemonUnavailableError, LeaseError, WaitTimeoutError
 from gpuwatch.leases.directory import LeaseDir, Unleased, default_lease_dir
 from gpuwatch.models import GpuSample, Snapshot
-from gpuwatch.placement.acquire import Wanted, acquire
+from gpuwatch.placement.acquire import acquire
+from gpuwatch.placement.wanted import Wanted
 from gpuwatch.request import Request
 from tests.helpers.cli import run_cli
 from tests.helpers.daemon import running_daemon

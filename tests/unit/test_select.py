@@ -355,7 +355,7 @@ def test_select_takes_only_gpus_nobody_uses() -> None:
 def test_processes_under_this_jobs_leases_are_its_own(lease_dir: Path) -> None:
     # GIVEN a worker this process started, and a process of someone else (init)
     from gpuwatch.models import ProcessKind, ProcessUsage, Snapshot
-    from gpuwatch.placement.acquire import _own_pids
+    from gpuwatch.placement.holding import own_pids
 
     with subprocess.Popen(["sleep", "30"]) as worker:
         snapshot = Snapshot(
@@ -370,5 +370,5 @@ def test_processes_under_this_jobs_leases_are_its_own(lease_dir: Path) -> None:
             ),
         )
         # THEN the worker is the job's own, init is not
-        assert _own_pids(snapshot, LeaseDir(lease_dir), frozenset()) == {worker.pid}
+        assert own_pids(snapshot, LeaseDir(lease_dir), frozenset()) == {worker.pid}
         worker.kill()
