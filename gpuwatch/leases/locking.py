@@ -14,8 +14,6 @@ import os
 import time
 from collections.abc import Callable
 
-import psutil
-
 from gpuwatch import procfs
 
 FileKey = procfs.FileKey
@@ -62,7 +60,4 @@ def flock_holders() -> dict[FileKey, list[int]]:
 def process_uids(pid: int) -> tuple[int, ...] | None:
     """The real, effective and saved uids of `pid`; `None` when no such process is
     visible here."""
-    try:
-        return tuple(psutil.Process(pid).uids())
-    except psutil.Error:
-        return None
+    return procfs.read_uids(pid)

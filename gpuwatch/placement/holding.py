@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 
-import psutil
-
+from gpuwatch import procfs
 from gpuwatch.backends.base import Backend
 from gpuwatch.holders import NO_HOLDERS, Holders
 from gpuwatch.leases.directory import LeaseDir, user_name
@@ -68,12 +67,10 @@ def _descends(pid: int, roots: set[int]) -> bool:
     for _ in range(_MAX_ANCESTORS):
         if pid in roots:
             return True
-        if pid <= 1:
+        parent = procfs.read_parent(pid) if pid > 1 else None
+        if parent is None:
             return False
-        try:
-            pid = psutil.Process(pid).ppid()
-        except psutil.Error:
-            return False
+        pid = parent
     return False
 
 

@@ -131,6 +131,24 @@ def test_readers_of_this_process() -> None:
     assert procfs.read_flock_holders(str(Path("/nonexistent"))) == {}
 
 
+def test_parents_and_uids_are_read_as_psutil_reads_them(tmp_path: Path) -> None:
+    # GIVEN live processes, and recorded ones whose names lie
+    with running(["sh", "-c", f"{SLEEP} 60 & echo $!; wait"], stdout=subprocess.PIPE) as shell:
+        assert shell.stdout is not None
+        sleeper = int(shell.stdout.readline())
+        # THEN each one's parent and uids are what psutil says of it
+        for pid in (sleeper, shell.pid, os.getpid()):
+            assert procfs.read_parent(pid) == psutil.Process(pid).ppid()
+            assert procfs.read_uids(pid) == tuple(psutil.Process(pid).uids())
+    proc = fake_proc(tmp_path, {77: STAT_FORGED, 4242: STAT_PYTHON})
+    assert procfs.read_parent(77, proc) == 9999  # after the last ")", not the forged one
+    assert procfs.read_parent(4242, proc) == 4100
+    # AND a process gone, or a status without its Uid line, is nobody's
+    assert procfs.read_parent(1 << 30) is None and procfs.read_uids(1 << 30) is None
+    (tmp_path / "4242" / "status").write_text("Name:\tpython3\nUid:\tx y z w\n")
+    assert procfs.read_uids(4242, proc) is None
+
+
 def test_lineage_of_live_processes_follows_their_parents() -> None:
     # GIVEN this process -> a shell -> sleep
     with running(["sh", "-c", f"{SLEEP} 60 & echo $!; wait"], stdout=subprocess.PIPE) as shell:
