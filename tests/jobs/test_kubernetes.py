@@ -15,8 +15,7 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs import KubeletPods, Pod
 from gpuwatch.jobs.engines import open_job_reader
 from gpuwatch.jobs.job_table import JobTable, table_from_record, table_record
-from gpuwatch.jobs.kubernetes import device_uuid
-from gpuwatch.jobs.podresources import PodResourcesError, list_devices
+from gpuwatch.jobs.podresources import Deadline, PodResourcesError, read_pod_resources
 from gpuwatch.models import Snapshot
 from tests.helpers.kubelet import Container, PodSpec, gpu_pod, kubelet_stand_in, mig_pod
 
@@ -87,21 +86,6 @@ def test_pods_cross_the_wire_as_jobs_do(node: Snapshot) -> None:
     assert back == table and back.held(node) == table.held(node)  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize(
-    ("device_id", "expected"),
-    [
-        ("GPU-3f1c", "GPU-3f1c"),
-        ("GPU-3f1c::4", "GPU-3f1c"),
-        ("MIG-9a2b", "MIG-9a2b"),
-        ("1", "GPU-index-1"),
-        ("nvidia0/gi1", "nvidia0/gi1"),
-    ],
-    ids=["uuid", "time-sliced-replica", "mig-uuid", "index-strategy", "unknown-form"],
-)
-def test_the_device_plugins_ids_name_devices_by_uuid(device_id: str, expected: str) -> None:
-    assert device_uuid(device_id, {1: "GPU-index-1"}) == expected
-
-
 def test_gpus_named_by_index_are_found_once_the_gpus_are_known(node: Snapshot) -> None:
     # GIVEN a device plugin naming GPUs by NVML index (its `index` strategy)
     with kubelet_stand_in(gpu_pod("ml", "a", "main", "0", "2")) as kubelet:
@@ -168,7 +152,7 @@ def test_a_socket_nobody_listens_on_says_so(tmp_path: Path) -> None:
 def test_a_file_that_is_no_socket_is_not_asked(tmp_path: Path) -> None:
     (tmp_path / "kubelet.sock").write_text("")
     with pytest.raises(PodResourcesError, match="is not a socket"):
-        list_devices(str(tmp_path / "kubelet.sock"), 1.0)
+        read_pod_resources(str(tmp_path / "kubelet.sock"), Deadline(1.0))
 
 
 def test_without_grpcio_the_pods_are_unknown_and_the_fix_is_named(
