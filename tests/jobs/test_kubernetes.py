@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.backends.sim import SimBackend
-from gpuwatch.jobs import KubeletPods, Pod
+from gpuwatch.jobs import KubeletPods, Pod, podresources
 from gpuwatch.jobs.engines import open_job_reader
 from gpuwatch.jobs.job_table import JobTable, table_from_record, table_record
 from gpuwatch.jobs.podresources import Deadline, PodResourcesError, read_pod_resources
 from gpuwatch.models import Snapshot
-from tests.helpers.kubelet import Container, PodSpec, gpu_pod, kubelet_stand_in, mig_pod
+from tests.helpers.kubelet import Container, PodSpec, api, gpu_pod, kubelet_stand_in, mig_pod
 
 MIG_NODE = """
 [[gpu]]
@@ -191,3 +191,20 @@ def test_kubernetes_insists_even_without_a_socket(tmp_path: Path) -> None:
     # THEN there is an engine, whose pods are unknown with the reason
     assert isinstance(engine, KubeletPods) and why is None
     assert ask(engine) is None and "no kubelet pod-resources socket" in engine.unknown_why()
+
+
+def test_the_fields_gpuwatch_describes_are_the_published_ones() -> None:
+    # GIVEN the messages gpuwatch describes for itself, and the published api.proto as the
+    # stand-in compiles it
+    messages, _ = api()
+    published = messages.DESCRIPTOR.message_types_by_name
+    for message, fields in podresources._FIELDS.items():
+        # THEN each field has the published number, cardinality and type
+        described = published[message].fields_by_name
+        for name, number, repeated, type_name in fields:
+            field = described[name]
+            assert (field.number, field.is_repeated) == (number, repeated), f"{message}.{name}"
+            if type_name is None:
+                assert field.type == field.TYPE_STRING, f"{message}.{name}"
+            else:
+                assert field.message_type.name == type_name, f"{message}.{name}"
