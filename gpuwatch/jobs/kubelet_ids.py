@@ -117,7 +117,9 @@ class NodeDevices:
     def _by_device_file(self, minor: int, instance: int | None) -> Named:
         gpu = self._gpu_of_minor.get(minor)
         if gpu is None:
-            unsure = "" if self._minors_told else " (the driver does not tell every GPU's)"
+            unsure = (
+                "" if self._minors_told else " (the driver does not tell every GPU's minor number)"
+            )
             return Named(problem=f"no GPU /dev/nvidia{minor} here{unsure}")
         if gpu.uuid is None:
             return Named(problem=f"GPU /dev/nvidia{minor} tells no UUID")

@@ -28,6 +28,7 @@ Sources of the forms, in the device plugins' own code and docs:
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -228,6 +229,20 @@ def test_an_id_that_cannot_be_mapped_puts_in_doubt_what_it_may_be_on(
     # AND the rest of the answer stands: the other pod still holds GPU 1
     assert held(table, node)["1"] == ["ml/a"]
     assert [job.job_id for job in table.jobs] == ["ml/a"]
+
+
+def test_a_device_file_is_in_doubt_where_the_driver_does_not_tell_minor_numbers(
+    node: Snapshot,
+) -> None:
+    # GIVEN a driver that does not tell GPU 0's minor number (/dev/nvidia2)
+    untold = replace(node, gpus=(replace(node.gpus[0], minor_number=None), *node.gpus[1:]))
+    # WHEN a pod holds /dev/nvidia2 by GKE's name
+    table = read(untold, device_pod("ml", "a", "main", "nvidia.com/gpu", "nvidia2"))
+    # THEN which GPU that is cannot be told: every device is in doubt, and the reason says why
+    assert sorted(unknown(table, untold)) == EVERY_DEVICE
+    assert table.doubts[0].why.endswith(
+        "no GPU /dev/nvidia2 here (the driver does not tell every GPU's minor number)"
+    )
 
 
 def test_a_pod_holding_a_device_that_maps_and_one_that_does_not_is_both(node: Snapshot) -> None:
