@@ -46,7 +46,8 @@ class ExitCode(enum.IntEnum):
     REMOTE = 6
     """`status --host`: the host cannot be reached, or has no gpuwatch; `fleet`, `where`:
     the fleet source (a Prometheus server) cannot be read; `job-report`: no daemon answers
-    (its history is the source), or Slurm cannot be asked."""
+    (its history is the source), or Slurm cannot be asked (down, too slow, or answering more
+    than one command's 8 MiB)."""
     JOB_UNKNOWN = 7
     """`job-report`: the job was never seen (neither Slurm nor the daemon knows it), it has
     not started, ran on another node or held no GPU here, or which GPUs it held is not

@@ -20,24 +20,27 @@ from gpuwatch.jobs.gres_conf import DetectedGpu, GresSlot, gpu_layout
 
 MAX_INDEX = 1023
 """A GRES index or minor number above this is not believed (nodes hold at most a few
-dozen GPUs); it keeps a hostile `0-4000000000` from filling memory."""
+dozen GPUs), nor a list of more indices than this allows: it keeps a hostile
+`0-4000000000` from filling memory."""
 NVIDIA_MAJOR = 195
 """The NVIDIA driver's device major number (/dev/nvidiaN; N < 254: 254 and 255 are
 nvidia-modeset and nvidiactl)."""
 
 _IDX = re.compile(r"(?:^|,)gpu(?::[^,():]*)*\(IDX:([^)]*)\)")
-_NVIDIA_NAME = re.compile(r"/nvidia(\d+)$")
+_INDEX = re.compile(r"[0-9]{1,6}")
+_NVIDIA_NAME = re.compile(r"/nvidia([0-9]{1,6})$")
 
 
 def parse_index_list(text: str) -> list[int] | None:
-    """`0-1,3` as [0, 1, 3]; `None` for anything else (a range upside down or too big)."""
+    """`0-1,3` as [0, 1, 3]; `None` for anything else (a range upside down or too big,
+    more than `MAX_INDEX` + 1 indices in all)."""
     indices: list[int] = []
     for part in text.split(","):
         low, dash, high = part.strip().partition("-")
-        if not low.isdecimal() or (dash and not high.isdecimal()):
+        if not _INDEX.fullmatch(low) or (dash and not _INDEX.fullmatch(high)):
             return None
         first, last = int(low), int(high) if dash else int(low)
-        if first > last or last > MAX_INDEX:
+        if first > last or last > MAX_INDEX or len(indices) + last - first >= MAX_INDEX + 1:
             return None
         indices.extend(range(first, last + 1))
     return indices
@@ -52,7 +55,7 @@ def gpu_indices(gres: str) -> list[int] | None:
         if not match.group(1) or match.group(1) == "N/A":
             continue
         part = parse_index_list(match.group(1))
-        if part is None:
+        if part is None or len(indices) + len(part) > MAX_INDEX + 1:
             return None
         indices.extend(part)
     return sorted(set(indices))

@@ -28,12 +28,18 @@ own: mismatching `Cores=`/`Links=` under AutoDetect, a `File=` that does not exi
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gpuwatch.jobs.hostlist import HostlistError, expand_hostlist, in_hostlist
-from gpuwatch.jobs.slurm_config import ConfigLine, SlurmConfigError, read_config
+from gpuwatch.jobs.hostlist import HostlistError, HostlistTooLarge, expand_hostlist, in_hostlist
+from gpuwatch.jobs.job_table import MAX_GPUS_PER_NODE
+from gpuwatch.jobs.slurm_config import (
+    ConfigLine,
+    SlurmConfigError,
+    UnreadableConfig,
+    read_config,
+)
 from gpuwatch.models import GpuSample
 
 _DETECTORS = ("nvml", "rsmi", "oneapi", "nrt", "nvidia")
@@ -113,9 +119,9 @@ def gpu_layout(gres_conf: Path, slurm_conf: Path | None, node: str) -> GpuLayout
     source = str(gres_conf)
     try:
         lines = read_config(gres_conf, slurm_conf=slurm_conf)
+        records, detector = _gpu_records(lines, node, source)
     except SlurmConfigError as error:
         raise GresOrderUnknown(str(error)) from None
-    records, detector = _gpu_records(lines, node, source)
     _check_uniform(records, source)
     records = _merge_slurm_conf(records, slurm_conf, node, source)
     if detector is None:
@@ -137,7 +143,7 @@ def gpu_layout(gres_conf: Path, slurm_conf: Path | None, node: str) -> GpuLayout
 
 
 def _gpu_records(
-    lines: Sequence[ConfigLine], node: str, source: str
+    lines: Iterable[ConfigLine], node: str, source: str
 ) -> tuple[list[GresSlot], str | None]:
     """The GPU lines slurmd keeps for `node`, `Name=` lines first, and the AutoDetect in
     force (node-local over global; `None` for off)."""
@@ -153,17 +159,36 @@ def _gpu_records(
             global_detect = line.pairs[0][1]
         elif kind == "name":
             named.extend(_slots(line, source))
+            _check_count(len(named) + len(by_node), line.where)
         elif kind == "nodename":
-            if not in_hostlist(node, line.pairs[0][1]):
+            if not _names(node, line.pairs[0][1], line.where):
                 continue
             if (detect := line.get("AutoDetect")) is not None:
                 local_detect = _same_detect(local_detect, detect, line.where)
             if line.get("Name") is not None:
                 by_node.extend(_slots(line, source))
+                _check_count(len(named) + len(by_node), line.where)
         else:
             raise GresOrderUnknown(f"{line.where}: slurmd refuses the key {line.pairs[0][0]}")
     detect = local_detect if local_detect is not None else global_detect
     return named + by_node, _detector(detect)
+
+
+def _check_count(count: int, where: str) -> None:
+    if count > MAX_GPUS_PER_NODE:
+        raise GresOrderUnknown(
+            f"{where}: gres.conf names more than {MAX_GPUS_PER_NODE} GPUs for one node, "
+            "more than any node holds"
+        )
+
+
+def _names(node: str, expression: str, where: str) -> bool:
+    """Whether `NodeName=expression` names `node`; `GresOrderUnknown` for one beyond what is
+    read here (which slurmd might take: then what it names is not known)."""
+    try:
+        return in_hostlist(node, expression)
+    except HostlistTooLarge as error:
+        raise GresOrderUnknown(f"{where}: NodeName={error}") from None
 
 
 def _same_detect(before: str | None, value: str, where: str) -> str:
@@ -193,6 +218,8 @@ def _slots(line: ConfigLine, source: str) -> list[GresSlot]:
         raise GresOrderUnknown(f"{line.where}: slurmd refuses File= with MultipleFiles=")
     try:
         files = expand_hostlist(single or multiple or "")
+    except HostlistTooLarge as error:
+        raise GresOrderUnknown(f"{line.where}: the files: {error}") from None
     except HostlistError as error:
         raise GresOrderUnknown(f"{line.where}: slurmd cannot read the files: {error}") from None
     if multiple is not None:
@@ -266,22 +293,23 @@ def _slurm_conf_gpus(slurm_conf: Path, node: str) -> list[tuple[str | None, int]
     where slurm.conf cannot be read or defines no node at all (then nothing is merged).
     `GresOrderUnknown` where it defines nodes, but not this one: Slurm calls this node
     otherwise, and whatever is read for it would be another node's."""
+    default_gres, any_node = "", False
     try:
-        lines = read_config(slurm_conf, slurm_conf=slurm_conf)
+        for line in read_config(slurm_conf, slurm_conf=slurm_conf):
+            if line.first_key != "nodename":
+                continue
+            names = line.pairs[0][1]
+            gres = line.get("Gres")
+            if names.lower() == "default":
+                default_gres = gres if gres is not None else default_gres
+                continue
+            any_node = True
+            if _names(node, names, line.where):
+                return _gpu_types(gres if gres is not None else default_gres)
+    except UnreadableConfig as error:  # there, but not to be read: never merged without it
+        raise GresOrderUnknown(str(error)) from None
     except SlurmConfigError:
         return None
-    default_gres, any_node = "", False
-    for line in lines:
-        if line.first_key != "nodename":
-            continue
-        names = line.pairs[0][1]
-        gres = line.get("Gres")
-        if names.lower() == "default":
-            default_gres = gres if gres is not None else default_gres
-            continue
-        any_node = True
-        if in_hostlist(node, names):
-            return _gpu_types(gres if gres is not None else default_gres)
     if any_node:
         raise GresOrderUnknown(
             f"{slurm_conf} defines no node named {node}: Slurm knows this node by another "

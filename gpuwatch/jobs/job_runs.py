@@ -8,21 +8,24 @@ controller has forgotten the job, `sacct` answers if accounting is configured. N
 them names the GPUs of a job that has ended: the job's epilog (`SLURM_JOB_GPUS`) and the
 daemon's memory of it (`sightings`) do.
 
+Each command runs as `command` runs them: a deadline, its output read up to
+`MAX_OUTPUT_BYTES` and no further, nothing it started left running.
+
 Errors are one plain line: `SlurmAbsent` where this node has no Slurm to ask at all,
-`SchedulerUnavailableError` where Slurm is there but does not answer; a job Slurm does
-not know is `None`, not an error: the daemon may still remember it.
+`SchedulerUnavailableError` where Slurm is there but does not answer, or answers past the
+cap; a job Slurm does not know is `None`, not an error: the daemon may still remember it.
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch.errors import SchedulerUnavailableError
-from gpuwatch.jobs.hostlist import hostlist_names
+from gpuwatch.jobs.command import Answer, run_command
+from gpuwatch.jobs.hostlist import HostlistTooLarge, hostlist_names
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
 from gpuwatch.jobs.slurm_text import (
     ROW_FORMAT,
@@ -42,7 +45,12 @@ from gpuwatch.jobs.slurm_text import (
 from gpuwatch.text import printable, printable_fields
 
 DEFAULT_TIMEOUT_S = 10.0
-MAX_OUTPUT_BYTES = 256 << 20
+MAX_OUTPUT_BYTES = 8 << 20
+"""The most a Slurm command may answer job-report (8 MiB), read so far and no further:
+sacct writes a line of about 80 bytes a run of the job (one per requeue), or a task of an
+array asked by its own id (100,000 lines here; Slurm's MaxArraySize is 1,001 unless
+raised). 22.05's `squeue --json` lists the whole cluster's jobs: past the cap, squeue's
+rows are read instead, for the job alone."""
 SACCT_FIELDS = "JobIDRaw,JobID,State,Start,End,NodeList"
 """What `sacct -X -P -n -o` is asked for: no field a job's owner writes."""
 ENDED = frozenset(
@@ -104,24 +112,26 @@ def slurm_run(
 
 
 def _from_squeue(job_id: str, env: Mapping[str, str], timeout_s: float) -> JobRun | None:
-    code, out, err = _run(["squeue", "--json"], env, timeout_s)
-    if code == 0:
+    answer = _run(["squeue", "--json"], env, timeout_s)
+    if answer.out is not None:
         try:
-            return _from_json(json_jobs(out), job_id)
+            return _from_json(json_jobs(answer.out), job_id)
         except SlurmFormatError as error:
             raise SchedulerUnavailableError(
                 f"Slurm's controller does not answer: {error}"
             ) from None
+    # no --json (Slurm before 21.08), or 22.05's every job of the cluster, past the cap
     argv = ["squeue", "-h", "--states=all", f"--jobs={job_id}", "-o", ROW_FORMAT]
-    code, out, err = _run(argv, env, timeout_s)
-    if code != 0:
-        if "invalid job id" in err.lower():
+    answer = _answered(_run(argv, env, timeout_s), argv)
+    if answer.out is None:
+        if "invalid job id" in answer.error.lower():
             return None
-        raise SchedulerUnavailableError(f"Slurm's controller does not answer: {first_line(err)}")
-    try:
-        rows = [row for row in rows_from_squeue(out) if job_id in (row.job_id, row.raw_id)]
-    except SlurmFormatError as error:
-        raise SchedulerUnavailableError(str(error)) from None
+        said = answer.error or "(it said nothing)"
+        raise SchedulerUnavailableError(f"Slurm's controller does not answer: {said}")
+    rows, doubts = rows_from_squeue(answer.out)
+    if doubts:
+        raise SchedulerUnavailableError(doubts[0].why)
+    rows = [row for row in rows if job_id in (row.job_id, row.raw_id)]
     if not rows:
         return None
     row = rows[-1]
@@ -134,14 +144,17 @@ def _detail(
     raw_id: str, nodes: Sequence[str], env: Mapping[str, str], timeout_s: float
 ) -> dict[str, list[int]]:
     """The job's GRES indices on each of its nodes, from its own scontrol answer."""
-    code, out, err = _run(["scontrol", "show", "job", "-d", "--oneliner", raw_id], env, timeout_s)
-    if code != 0:
-        raise SchedulerUnavailableError(f"scontrol does not answer: {first_line(err)}")
+    argv = ["scontrol", "show", "job", "-d", "--oneliner", raw_id]
+    answer = _answered(_run(argv, env, timeout_s), argv)
+    if answer.out is None:
+        raise SchedulerUnavailableError(
+            f"scontrol does not answer: {answer.error or '(it said nothing)'}"
+        )
     found: dict[str, list[int]] = {}
     for node in nodes:
         try:
-            indices = detail_indices(out, node)
-        except SlurmFormatError as error:
+            indices = detail_indices(answer.out, node)
+        except ValueError as error:  # a forged detail group, garbled indices
             raise SchedulerUnavailableError(str(error)) from None
         if indices is not None:
             found[node] = indices
@@ -149,14 +162,21 @@ def _detail(
 
 
 def _from_json(jobs: list[Any], job_id: str) -> JobRun | None:
-    """The job in `squeue --json`'s answer (22.05 lists every job, its filters aside)."""
+    """The job in `squeue --json`'s answer (22.05 lists every job, its filters aside);
+    `SchedulerUnavailableError` where its record cannot be read (other records that
+    cannot be read are not this job's concern)."""
     for entry in jobs:
         try:
             if job_id not in (json_job_id(entry), str(int(number(entry.get("job_id")) or 0))):
                 continue
-            return _json_run(entry, job_id)
-        except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
+        except (TypeError, ValueError, AttributeError, OverflowError):
             continue
+        try:
+            return _json_run(entry, job_id)
+        except (TypeError, ValueError, AttributeError, OverflowError) as error:
+            raise SchedulerUnavailableError(
+                f"Slurm's record of job {job_id} cannot be read: {clean(str(error))}"
+            ) from None
     return None
 
 
@@ -179,14 +199,16 @@ def _json_run(entry: Any, job_id: str) -> JobRun:
 
 
 def _from_sacct(job_id: str, env: Mapping[str, str], timeout_s: float) -> JobRun | None:
-    """The job in accounting; `None` where there is none (sacct absent, accounting off,
-    no record)."""
+    """The job in accounting; `None` where there is none (sacct absent or too slow,
+    accounting off, no record); `SchedulerUnavailableError` where sacct answers more than
+    any one job's record could need."""
     argv = ["sacct", "-j", job_id, "-X", "-P", "-n", "-o", SACCT_FIELDS]
     try:
-        code, out, _ = _run(argv, env, timeout_s)
+        answer = _run(argv, env, timeout_s)
     except SchedulerUnavailableError:
         return None
-    return job_run_from_sacct(out, job_id) if code == 0 else None
+    answer = _answered(answer, argv)
+    return job_run_from_sacct(answer.out, job_id) if answer.out is not None else None
 
 
 def job_run_from_sacct(text: str, job_id: str) -> JobRun | None:
@@ -205,37 +227,36 @@ def job_run_from_sacct(text: str, job_id: str) -> JobRun | None:
             state=state,
             start_s=timestamp(start),
             end_s=timestamp(end) if state in ENDED else None,
-            nodes=tuple(hostlist_names(nodes)),
+            nodes=_sacct_nodes(nodes),
             gres_indices=None,
             source="sacct",
         )
     return found
 
 
-def _run(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of a Slurm command; `SchedulerUnavailableError` when it
-    is missing or outlives `timeout_s`."""
+def _sacct_nodes(expression: str) -> tuple[str, ...]:
     try:
-        done = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=dict(env),
-            timeout=timeout_s,
-            check=False,
+        return tuple(hostlist_names(expression))
+    except HostlistTooLarge as error:
+        raise SchedulerUnavailableError(f"sacct's node list cannot be read: {error}") from None
+
+
+def _run(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> Answer:
+    """A Slurm command's answer, read up to `MAX_OUTPUT_BYTES`; `SchedulerUnavailableError`
+    when it is missing or outlives `timeout_s`."""
+    answer = run_command(argv, env, timeout_s, MAX_OUTPUT_BYTES)
+    if answer.why == "absent":
+        raise SchedulerUnavailableError(f"{argv[0]} is not found")
+    if answer.why == "timeout":
+        raise SchedulerUnavailableError(f"{argv[0]} did not answer in {timeout_s:g}s")
+    return answer
+
+
+def _answered(answer: Answer, argv: Sequence[str]) -> Answer:
+    """`answer`, unless it went past the cap: then `SchedulerUnavailableError`, saying so."""
+    if answer.why == "too large":
+        raise SchedulerUnavailableError(
+            f"`{' '.join(argv[:3])}` answered more than {MAX_OUTPUT_BYTES >> 20} MiB, more "
+            "than one job's record could need (for an array, ask for one task: JOBID_TASK)"
         )
-    except FileNotFoundError:
-        raise SchedulerUnavailableError(f"{argv[0]} is not found") from None
-    except subprocess.TimeoutExpired:
-        raise SchedulerUnavailableError(f"{argv[0]} did not answer in {timeout_s:g}s") from None
-    except OSError as error:
-        raise SchedulerUnavailableError(f"{argv[0]} cannot run: {error.strerror}") from None
-    out = done.stdout[:MAX_OUTPUT_BYTES].decode(errors="replace")
-    return done.returncode, out, done.stderr[:4096].decode(errors="replace")
-
-
-def first_line(text: str) -> str:
-    """The first line of a command's message, printable and short; what it said, or that
-    it said nothing."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return clean(lines[0][:200]) if lines else "(it said nothing)"
+    return answer

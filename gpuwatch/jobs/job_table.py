@@ -324,19 +324,23 @@ def _pod_problem(pod: Pod) -> str | None:
     return None
 
 
+def believed(job: Job) -> Job | Doubt:
+    """`job` where it can be believed, else a `Doubt` saying why (`job_problem`), naming
+    its devices as far as they can be read: an engine never publishes a job its clients
+    reject, and never drops one silently."""
+    why = job_problem(job)
+    if why is None:
+        return job
+    return Doubt(why, *_readable_devices(list(job.gpu_minor_numbers), list(job.device_uuids)))
+
+
 def believed_jobs(jobs: Iterable[Job]) -> tuple[tuple[Job, ...], tuple[Doubt, ...]]:
-    """The jobs that can be believed, and a doubt for each of the others, naming its
-    devices (`job_problem`)."""
-    believed: list[Job] = []
-    doubts: list[Doubt] = []
-    for job in jobs:
-        why = job_problem(job)
-        if why is None:
-            believed.append(job)
-        else:
-            devices = _readable_devices(list(job.gpu_minor_numbers), list(job.device_uuids))
-            doubts.append(Doubt(why, *devices))
-    return tuple(believed), tuple(doubts)
+    """The jobs that can be believed, and a doubt for each of the others (`believed`)."""
+    judged = [believed(job) for job in jobs]
+    return (
+        tuple(job for job in judged if isinstance(job, Job)),
+        tuple(doubt for doubt in judged if isinstance(doubt, Doubt)),
+    )
 
 
 def job_from_record(data: object) -> Job:

@@ -5,10 +5,12 @@ deadline, never blocking a caller beyond it.
 `squeue -o` of fields no user writes and each job's `scontrol show job -d` for its GRES
 indices (`slurm_text` says why), in a background thread, and maps each job's GRES indices
 on this node to device-file minor numbers as slurmd numbers them (`gres_conf`). A Slurm
-that is absent (no squeue), down (an error) or slow (past `timeout_s`: the command and its
-children are killed) gives `None`, "jobs unknown", and so does a node whose GPU order
-cannot be told. While a call is under way no other is started: the cache serves the
-previous answer, so a hung squeue is never piled up on.
+that is absent (no squeue), down (an error), slow (past `timeout_s`: the command and its
+children are killed) or answering past `MAX_OUTPUT_BYTES` gives `None`, "jobs unknown",
+and so does a node whose GPU order cannot be told. A record of the answer that cannot be
+believed is dropped alone, as one of the table's `doubts` (`slurm_text`). While a call is
+under way no other is started: the cache serves the previous answer, so a hung squeue is
+never piled up on.
 
 `job_id_of_process` tells the job a process runs in, from its cgroup (which slurmstepd
 sets) or its `SLURM_JOB_ID` (which the process could set itself: a hint for its own user).
@@ -16,6 +18,7 @@ sets) or its `SLURM_JOB_ID` (which the process could set itself: a hint for its 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -30,7 +33,7 @@ from gpuwatch import procfs
 from gpuwatch.jobs.command import Commands
 from gpuwatch.jobs.gres import default_gres_conf, minors_of_indices, node_gpu_minors
 from gpuwatch.jobs.gres_conf import DetectedGpu, GresOrderUnknown, detected_gpus
-from gpuwatch.jobs.job_table import Job, JobTable
+from gpuwatch.jobs.job_table import Doubt, Job, JobTable, believed
 from gpuwatch.jobs.slurm_config import SlurmConfigError, read_config
 from gpuwatch.jobs.slurm_places import configured_slurm_conf
 from gpuwatch.jobs.slurm_text import (
@@ -39,6 +42,7 @@ from gpuwatch.jobs.slurm_text import (
     SlurmFormatError,
     detail_indices,
     jobs_from_squeue_json,
+    kept_doubts,
     name_in_detail,
     rows_from_squeue,
 )
@@ -46,14 +50,25 @@ from gpuwatch.models import Snapshot
 
 DEFAULT_TIMEOUT_S = 2.0
 DEFAULT_MAX_AGE_S = 5.0
-MAX_OUTPUT_BYTES = 256 << 20
-"""An answer longer than this is not read (squeue --json is ~4 KiB a job)."""
+MAX_OUTPUT_BYTES = 8 << 20
+"""The most a Slurm command may answer here (8 MiB); a longer answer is not read. A node
+runs at most as many jobs as it has CPUs unless oversubscribed (a few hundred on the
+largest), and `squeue --json` writes about 3.5 KiB a job (22.05; more from 23.02 on): 8
+MiB holds 1,024 jobs of 8 KiB. 22.05's squeue lists the whole cluster's jobs under
+`--json`, whatever it is asked: where that passes the cap, the reader turns to `squeue -o`
+rows, which squeue filters to this node's."""
 DEFAULT_SPOOL_DIR = "/var/spool/slurmd"
 """Slurm's own default SlurmdSpoolDir, where slurm.conf does not say."""
+_ROWS = "squeue, scontrol"
+_Found = tuple[list[Job], list[Doubt]]
 _CGROUP_JOB = re.compile(r"/slurm[^/]*/(?:uid_\d+/)?job_(\d+)(?:/|$)")
 _REASONS = {
     "absent": "squeue is not found",
     "failed": "squeue and scontrol failed (is slurmctld down?)",
+    "too large": (
+        f"squeue or scontrol answered more than {MAX_OUTPUT_BYTES >> 20} MiB, more than "
+        "this node's running jobs could need"
+    ),
     "closed": "job reading stopped",
 }
 
@@ -209,55 +224,73 @@ class SlurmJobs:
             argv = [self.squeue, "--json", "--states=RUNNING", f"--nodelist={self.node}"]
             text = self._run(argv, deadline)
             if text is not None:
-                return self._table(lambda: jobs_from_squeue_json(text, self.node, minors), read_at)
-            if self._clock() >= deadline or self.last_error != "failed":
+                found = functools.partial(jobs_from_squeue_json, text, self.node, minors)
+                return self._table(found, read_at, "squeue --json")
+            if self._clock() >= deadline or self.last_error not in ("failed", "too large"):
                 return None
-        jobs = self._jobs_from_rows(minors, deadline)
-        if jobs is None:
-            return None
-        self._use_json = False  # squeue failed where -o answered: it has no --json
-        return JobTable(tuple(jobs), read_at, "squeue, scontrol")
+        table = self._table(lambda: self._jobs_from_rows(minors, deadline), read_at, _ROWS)
+        if table is not None:
+            # squeue --json failed (no --json) or answered too much (22.05's lists the
+            # cluster) where -o answered: rows from now on
+            self._use_json = False
+        return table
 
-    def _table(self, read: Callable[[], list[Job]], read_at: float) -> JobTable | None:
+    def _table(
+        self, read: Callable[[], _Found | None], read_at: float, source: str
+    ) -> JobTable | None:
         try:
-            jobs = read()
+            found = read()
         except SlurmFormatError as error:
             self.last_error = str(error)
             return None
+        if found is None:
+            return None
+        jobs, doubts = found
         self.last_error = None
-        return JobTable(tuple(jobs), read_at, "squeue --json")
+        return JobTable(tuple(jobs), read_at, source, tuple(doubts))
 
-    def _jobs_from_rows(self, minors: list[int | None], deadline: float) -> list[Job] | None:
+    def _jobs_from_rows(self, minors: list[int | None], deadline: float) -> _Found | None:
         """The running jobs here from `squeue -o`, each with its GPUs from its own
-        `scontrol show job -d` (Slurm without `squeue --json`)."""
+        `scontrol show job -d` (Slurm without `squeue --json`); `None` where a command
+        failed."""
         argv = [self.squeue, "-h", "--states=RUNNING", f"--nodelist={self.node}", "-o", ROW_FORMAT]
         text = self._run(argv, deadline)
         if text is None:
             return None
-        try:
-            rows = [row for row in rows_from_squeue(text) if self.node in row.nodes]
-            jobs = [self._job_of_row(row, minors, deadline) for row in rows]
-        except SlurmFormatError as error:
-            self.last_error = str(error)
-            return None
-        if any(job is None for job in jobs):
-            return None
-        self.last_error = None
-        return [job for job in jobs if job is not None]
+        rows, doubts = rows_from_squeue(text)
+        jobs: list[Job] = []
+        for row in rows:
+            if self.node not in row.nodes:
+                continue
+            found = self._job_of_row(row, minors, deadline)
+            if found is None:
+                return None
+            if isinstance(found, Job):
+                jobs.append(found)
+            else:
+                doubts.append(found)
+        return jobs, kept_doubts(doubts)
 
-    def _job_of_row(self, row: JobRow, minors: list[int | None], deadline: float) -> Job | None:
+    def _job_of_row(
+        self, row: JobRow, minors: list[int | None], deadline: float
+    ) -> Job | Doubt | None:
         text = self._run([self.scontrol, "show", "job", "-d", "--oneliner", row.raw_id], deadline)
         if text is None:
             return None
-        indices = detail_indices(text, self.node) or []
-        return Job(
-            job_id=row.job_id,
-            user=row.user,
-            name=name_in_detail(text, row.user),
-            gpu_minor_numbers=minors_of_indices(indices, minors),
-            started_at=row.start_s,
-            time_limit_s=row.time_limit_s,
-            state="RUNNING",
+        try:
+            indices = detail_indices(text, self.node) or []
+        except ValueError as error:  # a forged detail group, garbled indices
+            return Doubt(f"job {row.job_id}: {error}")
+        return believed(
+            Job(
+                job_id=row.job_id,
+                user=row.user,
+                name=name_in_detail(text, row.user),
+                gpu_minor_numbers=minors_of_indices(indices, minors),
+                started_at=row.start_s,
+                time_limit_s=row.time_limit_s,
+                state="RUNNING",
+            )
         )
 
     def _gres_minors(self) -> list[int | None] | None:
@@ -273,14 +306,15 @@ class SlurmJobs:
         return minors
 
     def _run(self, argv: Sequence[str], deadline: float) -> str | None:
-        """The command's output; `None` (and `last_error`: "absent", "failed", "timeout"
-        or "closed") when it is missing, fails or outlives the deadline."""
+        """The command's output; `None` (and `last_error`: "absent", "failed", "too
+        large", "timeout" or "closed") when it is missing, fails, answers past the cap or
+        outlives the deadline."""
         self.calls += 1
         timeout_s = deadline - self._clock()
-        out, why = self._commands.run(argv, self.env, timeout_s, MAX_OUTPUT_BYTES)
-        if why is not None:
-            self.last_error = why
-        return out
+        answer = self._commands.run(argv, self.env, timeout_s, MAX_OUTPUT_BYTES)
+        if answer.why is not None:
+            self.last_error = answer.why
+        return answer.out
 
 
 def spool_dir(slurm_conf: Path, node: str) -> Path:
@@ -288,12 +322,11 @@ def spool_dir(slurm_conf: Path, node: str) -> Path:
     Slurm's default where it is not set or slurm.conf cannot be read."""
     spool = DEFAULT_SPOOL_DIR
     try:
-        lines = read_config(slurm_conf)
+        for line in read_config(slurm_conf):
+            if line.first_key == "slurmdspooldir" and (value := line.get("SlurmdSpoolDir")):
+                spool = value
     except SlurmConfigError:
-        lines = []
-    for line in lines:
-        if (value := line.get("SlurmdSpoolDir")) is not None and line.first_key == "slurmdspooldir":
-            spool = value
+        spool = DEFAULT_SPOOL_DIR
     host = socket.gethostname().split(".")[0]
     return Path(spool.replace("%n", node).replace("%h", host))
 

@@ -15,24 +15,47 @@ as Slurm's own parser reads them (`s_p_parse_file` in src/common/parse_config.c)
   allowed) or runs to the next blank.
 
 Anything Slurm would refuse raises `SlurmConfigError`, saying which file and line.
+
+Bounded, since whoever may write an included file can make it anything: only regular files
+are read (a FIFO would block the reader for good, a device never end), each opened without
+waiting; a file and its includes hold at most `MAX_TOTAL_BYTES` in all, `MAX_FILES` files,
+`MAX_INCLUDE_DEPTH` deep. The largest published gres.conf and slurm.conf files are a few
+kilobytes; past these caps the configuration is refused, saying which cap, never read in
+part. Lines are yielded as they are read: memory holds the text of the files open at once,
+at most `MAX_TOTAL_BYTES`, not a list of every line.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-MAX_FILE_BYTES = 1 << 20
+MAX_TOTAL_BYTES = 1 << 20
+"""The most bytes one configuration file and all it includes may hold (1 MiB)."""
 MAX_INCLUDE_DEPTH = 8
 MAX_FILES = 64
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
 _PAIR = re.compile(r'\s*([A-Za-z0-9_.]+)\s*[-*+/]?=\s*(?:"([^"]*)"|(\S+))(?=\s|$)')
 _INCLUDE = re.compile(r"include\s", re.IGNORECASE)
 
 
 class SlurmConfigError(ValueError):
     """A configuration file Slurm would refuse, or one that cannot be read here."""
+
+
+class UnreadableConfig(SlurmConfigError):
+    """A configuration file that is there but cannot be read: permission denied, no
+    regular file, or past a cap. (A missing one is a plain `SlurmConfigError`.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,13 +82,12 @@ class ConfigLine:
         return found
 
 
-def read_config(path: Path, *, slurm_conf: Path | None = None) -> list[ConfigLine]:
-    """The logical lines of the file at `path` with its includes in their places.
-    `slurm_conf` is the slurm.conf of the same cluster (where 23.02 on looks for includes);
-    by default `path` is slurm.conf itself or beside it."""
-    reader = _Reader(slurm_conf or path)
-    reader.read(path, depth=0)
-    return reader.lines
+def read_config(path: Path, *, slurm_conf: Path | None = None) -> Iterator[ConfigLine]:
+    """The logical lines of the file at `path` with its includes in their places, as they
+    are read. `slurm_conf` is the slurm.conf of the same cluster (where 23.02 on looks for
+    includes); by default `path` is slurm.conf itself or beside it. `SlurmConfigError`
+    raises where the reading meets what Slurm would refuse, or a cap."""
+    return _Reader(slurm_conf or path).read(path, depth=0, where=None)
 
 
 def split_pairs(text: str, where: str) -> tuple[tuple[str, str], ...]:
@@ -84,72 +106,121 @@ def split_pairs(text: str, where: str) -> tuple[tuple[str, str], ...]:
 class _Reader:
     def __init__(self, slurm_conf: Path) -> None:
         self.slurm_conf = slurm_conf
-        self.lines: list[ConfigLine] = []
+        self.cluster_name: str | None = None
         self.files = 0
+        self.bytes_left = MAX_TOTAL_BYTES
 
-    def read(self, path: Path, depth: int) -> None:
+    def read(self, path: Path, depth: int, where: str | None) -> Iterator[ConfigLine]:
+        """`path`'s lines; `where` is the line that includes it, for messages."""
         self.files += 1
         if self.files > MAX_FILES:
-            raise SlurmConfigError(f"{path}: more than {MAX_FILES} files included")
-        text = _text_of(path)
+            raise SlurmConfigError(f"{where}: more than {MAX_FILES} files included")
+        try:
+            text = self._text_of(path)
+        except SlurmConfigError as error:
+            if where is None:
+                raise
+            raise type(error)(f"{where}: {error}") from None
         for number, line in logical_lines(text):
             where = f"{path}:{number}"
             if _INCLUDE.match(line):
-                self._include(line, path, where, depth)
+                yield from self._include(line, path, where, depth)
             elif line.strip():
-                self.lines.append(ConfigLine(split_pairs(line, where), where))
+                config_line = ConfigLine(split_pairs(line, where), where)
+                if (name := config_line.get("ClusterName")) is not None:
+                    self.cluster_name = name
+                yield config_line
 
-    def _include(self, line: str, path: Path, where: str, depth: int) -> None:
+    def _include(self, line: str, path: Path, where: str, depth: int) -> Iterator[ConfigLine]:
         name, *rest = line[len("include") :].split()
         if rest:
             raise SlurmConfigError(f"{where}: Slurm cannot parse {' '.join(rest)[:60]!r}")
         if depth + 1 > MAX_INCLUDE_DEPTH:
             raise SlurmConfigError(f"{where}: includes nest more than {MAX_INCLUDE_DEPTH} deep")
         if "%c" in name:
-            name = name.replace("%c", self._cluster_name(where))
+            if self.cluster_name is None:
+                raise SlurmConfigError(f"{where}: include with %c, but no ClusterName before it")
+            name = name.replace("%c", self.cluster_name.lower())
         if "*" in name:
             raise SlurmConfigError(f"{where}: include {name}: Slurm expands no glob")
-        self.read(self._included(name, path, where), depth + 1)
+        return self.read(self._included(name, path, where), depth + 1, where)
 
     def _included(self, name: str, including: Path, where: str) -> Path:
         """The file `include NAME` reads: see the module's notes on relative paths."""
         if os.path.isabs(name):
             return Path(name)
         by_file, by_conf = including.parent / name, self.slurm_conf.parent / name
-        if by_file == by_conf or not by_conf.exists():
+        if by_file == by_conf or not _present(by_conf):
             return by_file
-        if not by_file.exists():
+        if not _present(by_file):
             return by_conf
         raise SlurmConfigError(
             f"{where}: include {name} is {by_file} to Slurm 22.05 and older, {by_conf} to "
             "23.02 and newer: which one slurmd read is not known here"
         )
 
-    def _cluster_name(self, where: str) -> str:
-        names = [value for line in self.lines if (value := line.get("ClusterName")) is not None]
-        if not names:
-            raise SlurmConfigError(f"{where}: include with %c, but no ClusterName before it")
-        return names[-1].lower()
+    def _text_of(self, path: Path) -> str:
+        """The file's text, if it is a regular file within what is left of the byte cap."""
+        data = read_regular_file(path, self.bytes_left + 1)
+        if len(data) > self.bytes_left:
+            raise UnreadableConfig(
+                f"{path}: the configuration and its includes hold more than "
+                f"{MAX_TOTAL_BYTES} bytes, more than any Slurm cluster's"
+            )
+        self.bytes_left -= len(data)
+        return data.decode(errors="replace")
 
 
-def _text_of(path: Path) -> str:
+def read_regular_file(path: Path, max_bytes: int) -> bytes:
+    """At most `max_bytes` of the file at `path`; `SlurmConfigError` naming why where it
+    cannot be read, or is no regular file (checked before it is opened, so that no device
+    is opened, and again once it is, without waiting: a FIFO opened to read would wait for
+    a writer)."""
     try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_FILE_BYTES + 1)
+        kind = _kind(os.stat(path).st_mode)
+        if kind is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            with open(fd, "rb") as file:
+                kind = _kind(os.fstat(fd).st_mode)
+                if kind is None:
+                    return file.read(max_bytes)
+    except (FileNotFoundError, NotADirectoryError) as error:
+        raise SlurmConfigError(f"cannot read {path}: {_why(error)}") from None
     except OSError as error:
-        raise SlurmConfigError(f"cannot read {path}: {error.strerror}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise SlurmConfigError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
-    return data.decode(errors="replace")
+        raise UnreadableConfig(f"cannot read {path}: {_why(error)}") from None
+    raise UnreadableConfig(f"cannot read {path}: it is {kind}, not a regular file")
 
 
-def logical_lines(text: str) -> list[tuple[int, str]]:
+def _kind(mode: int) -> str | None:
+    """What a file is, where it is no regular file; `None` for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return _KINDS.get(stat.S_IFMT(mode), "no regular file")
+
+
+def _why(error: OSError) -> str:
+    """An error of the system in words: "permission denied", "no such file or directory"."""
+    return (error.strerror or str(error)).lower()
+
+
+def _present(path: Path) -> bool:
+    """Whether `path` is there: True where it cannot be told for want of permission (then
+    reading it says "permission denied", never "not found")."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def logical_lines(text: str) -> Iterator[tuple[int, str]]:
     """(first physical line's number, text) of each logical line: comments cut, continued
     lines joined, escapes taken out; empty lines left out."""
-    lines: list[tuple[int, str]] = []
     pending: list[str] = []
     start = 1
-    for number, physical in enumerate(text.split("\n"), start=1):
+    for number, physical in enumerate(_split_lines(text), start=1):
         if not pending:
             start = number
         kept = _without_comment(physical)
@@ -159,10 +230,18 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
             line = _unescaped("".join(pending))
             pending = []
             if line:
-                lines.append((start, line))
+                yield start, line
     if pending and (line := _unescaped("".join(pending))):
-        lines.append((start, line))
-    return lines
+        yield start, line
+
+
+def _split_lines(text: str) -> Iterator[str]:
+    """`text.split("\\n")`, one line at a time (no list of them all)."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end]
+        start = end + 1
+    yield text[start:]
 
 
 def _without_comment(line: str) -> str:

@@ -5,7 +5,8 @@ only, and little of it: a one-shot status pays for every module it loads."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import stat
+from collections.abc import Mapping, Sequence
 
 SLURM_CONF_PLACES = (
     "/etc/slurm/slurm.conf",
@@ -16,10 +17,24 @@ SLURM_CONF_PLACES = (
 copy slurmd keeps of a configless cluster's, and older Debian's."""
 
 
-def configured_slurm_conf(environ: Mapping[str, str]) -> str | None:
+def configured_slurm_conf(
+    environ: Mapping[str, str], places: Sequence[str] | None = None
+) -> str | None:
     """The slurm.conf Slurm's commands would read: `$SLURM_CONF` (even missing: whoever set
-    it means this Slurm), else the first of `SLURM_CONF_PLACES` that exists; `None` where
-    there is none (a client package installed for nothing: its commands would only fail)."""
+    it means this Slurm), else the first of `places` (`SLURM_CONF_PLACES`) that is there,
+    or that this user may not look at (reading it then says "permission denied", never "not
+    found"); `None` where there is none (a client package installed for nothing: its
+    commands would only fail)."""
     if conf := environ.get("SLURM_CONF"):
         return conf
-    return next((place for place in SLURM_CONF_PLACES if os.path.isfile(place)), None)
+    searched = SLURM_CONF_PLACES if places is None else places
+    return next((place for place in searched if _there(place)), None)
+
+
+def _there(path: str) -> bool:
+    try:
+        return not stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:  # permission denied: there, for all this user can tell
+        return True

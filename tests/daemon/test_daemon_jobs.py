@@ -332,3 +332,68 @@ def test_bad_job_settings_in_the_config_file_name_the_file(
     )
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert str(config) in result.stderr and message in result.stderr
+
+
+def threads_of(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+GOOD_GRES_CONF = "AutoDetect=off\nName=gpu File=/nonexistent/nvidia[4-7]\n"
+
+
+@pytest.mark.parametrize(
+    ("gres_conf", "slurm_conf", "hang", "says"),
+    [
+        pytest.param(
+            "NodeName=a[0-65535]b[0-65535] Name=gpu File=/dev/nvidia0\n",
+            "",
+            False,
+            "more than 65536 names",
+            id="a-hostlist-of-4-gi-names",
+        ),
+        pytest.param("include gpus.fifo\n", "", False, "a FIFO", id="an-include-of-a-fifo"),
+        pytest.param(
+            GOOD_GRES_CONF, "include gpus.fifo\n", False, "a FIFO", id="slurm-conf-includes-a-fifo"
+        ),
+        pytest.param(GOOD_GRES_CONF, "", True, "did not answer", id="a-hung-squeue"),
+    ],
+)
+def test_reloads_leave_no_thread_behind(
+    tmp_path: Path, slurm: StandIn, gres_conf: str, slurm_conf: str, hang: bool, says: str
+) -> None:
+    # GIVEN a daemon whose gres.conf or slurm.conf cannot be read (a hostlist of 4 Gi
+    # names, an include of a FIFO nobody writes), or whose squeue hangs
+    os.mkfifo(slurm.root / "gpus.fifo")
+    (slurm.root / "gres.conf").write_text(gres_conf)
+    with slurm.conf.open("a") as conf:
+        conf.write(slurm_conf)
+    if hang:
+        slurm.hang()
+    config = tmp_path / "daemon.toml"
+
+    def configure(idle_minutes: int) -> None:
+        config.write_text(
+            f'jobs = "slurm"\nslurm_conf = "{slurm.conf}"\njobs_refresh = "1s"\n'
+            f'idle_window = "{idle_minutes}m"\n'
+        )
+
+    def reread(idle_minutes: int) -> bool:
+        body = jobs_of(sock)
+        return body["idle_window_s"] == idle_minutes * 60 and says in (body["error"] or "")
+
+    configure(10)
+    args = ("--config", str(config))
+    with running_daemon(tmp_path, *args, env=slurm.env(), scenario=NODE) as (process, sock, _):
+        wait_until(lambda: reread(10), "the jobs to be unknown, saying why", timeout_s=60)
+        before = threads_of(process.pid)
+        # WHEN it is reloaded five times, each time answering again
+        for idle_minutes in range(11, 16):
+            configure(idle_minutes)
+            process.send_signal(signal.SIGHUP)
+            wait_until(lambda m=idle_minutes: reread(m), f"reload {idle_minutes}", timeout_s=60)
+        # THEN no reload left a thread of its own behind
+        wait_until(
+            lambda: threads_of(process.pid) <= before,
+            f"the daemon's threads back to {before}",
+            timeout_s=60,
+        )

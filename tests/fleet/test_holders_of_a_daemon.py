@@ -24,23 +24,12 @@ from tests.helpers.cli import run_cli
 from tests.helpers.daemon import get_json, running_daemon
 from tests.helpers.fleet.net import free_port
 from tests.helpers.fleet.prometheus import StartPrometheus, Target
-from tests.helpers.kubelet import Kubelet, gpu_pod, kubelet_stand_in, mig_pod
+from tests.helpers.k8s_node import NODE, node_pods
+from tests.helpers.kubelet import Kubelet, kubelet_stand_in
 from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow  # a daemon, a kubelet stand-in, and a Prometheus
 
-NODE = """
-hostname = "k8s-gpu-3"
-[[gpu]]
-count = 3
-load = "constant"
-utilization_pct = 0
-[[gpu]]
-model = "A100-80GB"
-mig = ["3g.40gb", "1g.10gb"]
-load = "constant"
-utilization_pct = 0
-"""
 TRAINER = Holder(HolderKind.POD, "ml/train-0", container="trainer")
 SERVER = Holder(HolderKind.POD, "serving/infer-7", container="server")
 Read = Callable[[Request], FleetState]
@@ -56,11 +45,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
 
 @pytest.fixture
 def kubelet(node: Snapshot) -> Iterator[Kubelet]:
-    gpus, migs = node.gpus, node.mig_devices
-    with kubelet_stand_in(
-        gpu_pod("ml", "train-0", "trainer", str(gpus[1].uuid), str(gpus[2].uuid)),
-        mig_pod("serving", "infer-7", "server", "1g.10gb", str(migs[1].uuid)),
-    ) as stand_in:
+    with kubelet_stand_in(*node_pods(node)) as stand_in:
         yield stand_in
 
 

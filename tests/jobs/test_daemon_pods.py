@@ -1,7 +1,7 @@
 """A real daemon on a Kubernetes node: it reads from a kubelet stand-in which pods hold its
 simulated GPUs (pods on 2 of 4 GPUs and on a MIG device, the UUIDs matching), and shows them
 in /v1/jobs, `gpuwatch status`, /metrics; `gpuwatch pick` never takes their GPUs. A kubelet
-that is slow or absent changes nothing else."""
+that is slow or absent makes every GPU's holders unknown: none is given out."""
 
 from __future__ import annotations
 
@@ -19,22 +19,9 @@ from gpuwatch.backends.sim import SimBackend
 from gpuwatch.models import Snapshot
 from tests.helpers.cli import run_cli, under
 from tests.helpers.daemon import get_json, running_daemon
-from tests.helpers.kubelet import Kubelet, gpu_pod, kubelet_stand_in, mig_pod
+from tests.helpers.k8s_node import NODE, node_pods
+from tests.helpers.kubelet import Kubelet, kubelet_stand_in
 from tests.helpers.wait import wait_until
-
-# Four idle GPUs, the last split into MIG devices; no process anywhere.
-NODE = """
-hostname = "k8s-gpu-3"
-[[gpu]]
-count = 3
-load = "constant"
-utilization_pct = 0
-[[gpu]]
-model = "A100-80GB"
-mig = ["3g.40gb", "1g.10gb"]
-load = "constant"
-utilization_pct = 0
-"""
 
 
 @pytest.fixture
@@ -47,11 +34,7 @@ def node(tmp_path: Path) -> Snapshot:
 @pytest.fixture
 def kubelet(node: Snapshot) -> Iterator[Kubelet]:
     """Pod ml/train-0 on GPUs 1 and 2, pod serving/infer-7 on GPU 3's second MIG device."""
-    gpus, migs = node.gpus, node.mig_devices
-    with kubelet_stand_in(
-        gpu_pod("ml", "train-0", "trainer", str(gpus[1].uuid), str(gpus[2].uuid)),
-        mig_pod("serving", "infer-7", "server", "1g.10gb", str(migs[1].uuid)),
-    ) as stand_in:
+    with kubelet_stand_in(*node_pods(node)) as stand_in:
         yield stand_in
 
 

@@ -4,10 +4,14 @@ slurm.conf's say, and the node's name."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from gpuwatch.jobs import SlurmJobs
 from gpuwatch.jobs.gres import node_gpu_minors
 from gpuwatch.jobs.gres_conf import GresOrderUnknown, GresSlot, gpu_layout
 
@@ -117,3 +121,74 @@ def test_a_node_slurm_conf_does_not_define_is_a_name_mismatch(tmp_path: Path) ->
 def test_what_slurmd_refuses_makes_the_order_unknown(tmp_path: Path, text: str, why: str) -> None:
     with pytest.raises(GresOrderUnknown, match=why):
         layout_files(tmp_path, text, "vm")
+
+
+NODE = Path(__file__).parent / "data" / "slurm-node.toml"
+DEADLINE_S = 60.0  # generous: the test machine's cores are shared
+
+
+@pytest.mark.parametrize(
+    ("gres_conf", "slurm_conf", "says"),
+    [
+        pytest.param(
+            "NodeName=a[0-65535]b[0-65535] Name=gpu File=/dev/nvidia0\n",
+            "",
+            "more than 65536 names",
+            id="gres-conf-nodes-4-gi-names",
+        ),
+        pytest.param(
+            "Name=gpu File=/dev/nvidia[0-65535]\n", "", "more than 1024 GPUs", id="65536-files"
+        ),
+        pytest.param(
+            "Name=gpu File=/dev/nvidia" + "[1]" * 1500 + "\n", "", "brackets", id="1500-brackets"
+        ),
+        pytest.param(
+            "Name=gpu File=/dev/nvidia[" + "1" * 5000 + "]\n", "", "digits", id="5000-digits"
+        ),
+        pytest.param("include gpus.fifo\n", "", "a FIFO", id="include-of-a-fifo"),
+        pytest.param(
+            "Name=gpu File=/dev/nvidia[0-3]\n",
+            "NodeName=a[0-65535]x[0-65535] Gres=gpu:4\n",
+            "more than 65536 names",
+            id="slurm-conf-nodes-4-gi-names",
+        ),
+        pytest.param(
+            "Name=gpu File=/dev/nvidia[0-3]\n",
+            "include nodes.fifo\n",
+            "a FIFO",
+            id="slurm-conf-include-of-a-fifo",
+        ),
+    ],
+)
+def test_the_reader_and_pick_in_a_step_say_the_same_one_line(
+    tmp_path: Path, gres_conf: str, slurm_conf: str, says: str
+) -> None:
+    # GIVEN a gres.conf or slurm.conf beyond what is read (or that Slurm could not read)
+    os.mkfifo(tmp_path / "gpus.fifo")
+    os.mkfifo(tmp_path / "nodes.fifo")
+    (tmp_path / "gres.conf").write_text(gres_conf)
+    (tmp_path / "slurm.conf").write_text(slurm_conf)
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURM_CONF": str(tmp_path / "slurm.conf"),
+        "SLURMD_NODENAME": "vm",
+    }
+    # WHEN the job reader reads them, and pick chooses in a step of GRES index 0
+    jobs = SlurmJobs(env=env, timeout_s=DEADLINE_S)
+    assert jobs.table() is None
+    step = {**env, "SLURM_JOB_ID": "1", "SLURM_STEP_GPUS": "0", "GPUWATCH_SIM": str(NODE)}
+    step["GPUWATCH_LEASE_DIR"] = str(tmp_path / "leases")
+    picked = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "pick", "--", "true"],
+        env=step,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        check=False,
+    )
+    # THEN the jobs are unknown for one line's reason, and pick says that line and stops
+    why = jobs.unknown_why()
+    assert says in why and "\n" not in why and len(why) < 300
+    assert picked.returncode == 2 and picked.stdout == ""
+    (line,) = picked.stderr.splitlines()
+    assert why in line

@@ -5,12 +5,16 @@ forgot the job, and each way the answer can be "no"."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.errors import SchedulerUnavailableError
-from gpuwatch.jobs.job_runs import SlurmAbsent, job_run_from_sacct, slurm_run
+from gpuwatch.jobs.job_runs import MAX_OUTPUT_BYTES, SlurmAbsent, job_run_from_sacct, slurm_run
 from gpuwatch.jobs.slurm_text import timestamp
 
 DATA = Path(__file__).parent / "data"
@@ -162,3 +166,54 @@ def test_sacct_for_a_running_job_has_no_end() -> None:
     run = job_run_from_sacct("8|8|RUNNING|2026-11-25T10:06:00|Unknown|gpu01\n", "8")
     assert run is not None and run.start_s is not None and run.end_s is None
     assert job_run_from_sacct("8|8|RUNNING\n", "8") is None
+
+
+HUGE = "yes '1234|1234|COMPLETED|2026-11-27T07:00:22|2026-11-27T08:00:22|vm' | head -c 67108864"
+"""64 MiB of sacct rows: more than any one job's record, read in part only."""
+
+
+def test_accounting_past_the_cap_is_one_line_read_in_bounded_memory(tmp_path: Path) -> None:
+    # GIVEN a controller that forgot the job, and a sacct answering 64 MiB
+    env = commands(tmp_path, squeue="echo '{\"jobs\": []}'", sacct=HUGE)
+    # WHEN the job is asked
+    tracemalloc.start()
+    try:
+        with pytest.raises(SchedulerUnavailableError) as raised:
+            slurm_run("1234", env)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # THEN it is one line naming the cap, having held about the cap, never the whole
+    message = str(raised.value)
+    assert f"more than {MAX_OUTPUT_BYTES >> 20} MiB" in message and "\n" not in message
+    assert peak_bytes < 4 * MAX_OUTPUT_BYTES
+
+
+def test_job_report_on_accounting_past_the_cap_exits_6_in_one_line(tmp_path: Path) -> None:
+    # GIVEN no daemon to remember the job, and Slurm's accounting answering 64 MiB
+    env = {**os.environ, **commands(tmp_path, squeue="echo '{\"jobs\": []}'", sacct=HUGE)}
+    # WHEN its report is asked
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "job-report", "1234", "--socket", str(tmp_path / "s")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # THEN Slurm cannot be asked (6), said in one line: never "no such job" (7)
+    (line,) = done.stderr.splitlines()
+    assert done.returncode == 6 and "answered more than" in line, done
+
+
+def test_a_whole_clusters_json_past_the_cap_gives_way_to_the_jobs_row(tmp_path: Path) -> None:
+    # GIVEN 22.05's squeue --json listing the cluster's every job, past the cap; its rows
+    # (which squeue filters) name job 10, and scontrol its GPUs
+    many = DATA / "squeue-22.05.json"
+    row = "10|10|N/A|RUNNING|root|2026-11-27T07:00:22|NONE|UNLIMITED|vm"
+    big = f'case "$1" in --json) while :; do cat {many}; done ;; esac; echo "{row}"'
+    scontrol = f"cat {DATA / 'scontrol-job-train-22.05.txt'}"
+    env = commands(tmp_path, squeue=big, scontrol=scontrol)
+    # WHEN job 10 is asked THEN it is found, by its row
+    run = slurm_run("10", env)
+    assert run is not None and run.source == "squeue" and run.gres_indices == {"vm": [1, 2]}

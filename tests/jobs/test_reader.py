@@ -154,14 +154,18 @@ def test_a_squeue_without_json_falls_back_to_rows_and_details_for_good(
     assert (calls(tmp_path, "squeue"), calls(tmp_path, "scontrol")) == (3, 2)
 
 
-def test_without_json_a_job_name_forging_gpus_makes_the_jobs_unknown(
+def test_without_json_a_job_name_forging_gpus_makes_that_jobs_gpus_unknown(
     tmp_path: Path, gres_conf: Path
 ) -> None:
-    # GIVEN an old squeue, and a running job whose name forges a GRES detail of 4 GPUs
+    # GIVEN an old squeue, and a running job (9) whose name forges a GRES detail of 4 GPUs,
+    # beside job 10 on GRES 1-2
     jobs = old_slurm(tmp_path, gres_conf, (DATA / "squeue-rows-22.05.txt").read_text())
-    # WHEN the table is read THEN the jobs are unknown, saying why: never all 4 GPUs to it
-    assert jobs.table() is None
-    assert "free text" in jobs.unknown_why()
+    # WHEN the table is read
+    table = jobs.table()
+    # THEN job 10 stands; job 9 is a doubt naming no GPU, saying why: never all 4 to it
+    assert table is not None and [job.job_id for job in table.jobs] == ["10"]
+    (doubt,) = table.doubts
+    assert doubt.whole_node and doubt.why.startswith("job 9: ") and "free text" in doubt.why
 
 
 def test_a_hung_squeue_gives_unknown_by_the_deadline_and_is_not_piled_on(

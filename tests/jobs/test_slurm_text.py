@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from gpuwatch.jobs import Job
+from gpuwatch.jobs.job_table import Doubt
 from gpuwatch.jobs.slurm_text import (
+    MAX_DOUBTS,
     SlurmFormatError,
     detail_indices,
     jobs_from_squeue_json,
@@ -24,7 +26,10 @@ MINORS_IN_ORDER: list[int | None] = [0, 1, 2, 3]
 STARTED_22_05 = 1795473311.0  # 2026-11-23T22:35:11 UTC, when the 22.05 recording was made
 
 
-def by_id(jobs: list[Job]) -> dict[str, Job]:
+def by_id(found: tuple[list[Job], list[Doubt]]) -> dict[str, Job]:
+    """The jobs of an answer by id, where it holds no doubt."""
+    jobs, doubts = found
+    assert doubts == []
     return {job.job_id: job for job in jobs}
 
 
@@ -85,7 +90,7 @@ def test_slurm_23_02_json_with_a_hostlist_string_for_nodes() -> None:
     # WHEN it is read for the second node
     jobs = jobs_from_squeue_json(json.dumps({"jobs": [job]}), "n2", MINORS_IN_ORDER)
     # THEN n2 holds the GPU of the second gres_detail entry
-    assert jobs == [Job("77", "erin", "x", (3,), 1000.0, 300.0)]
+    assert jobs == ([Job("77", "erin", "x", (3,), 1000.0, 300.0)], [])
 
 
 GOOD = {
@@ -100,39 +105,86 @@ GOOD = {
 }
 
 
+GRES_1025 = "gpu:1(IDX:0" + ",0" * 1024 + ")"
+
+
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "gpus"),
     [
-        pytest.param({**GOOD, "job_id": "5; rm -rf"}, id="id-a-string"),
-        pytest.param({**GOOD, "job_id": -1}, id="id-negative"),
-        pytest.param({**GOOD, "job_id": True}, id="id-a-bool"),
-        pytest.param({**GOOD, "user_name": ["root"]}, id="user-a-list"),
-        pytest.param({**GOOD, "gres_detail": "gpu:1(IDX:0)"}, id="gres-not-a-list"),
-        pytest.param({**GOOD, "gres_detail": [{"gpu": 1}]}, id="gres-an-object"),
-        pytest.param({**GOOD, "nodes": 7}, id="nodes-a-number"),
-        pytest.param({**GOOD, "start_time": "yesterday"}, id="start-a-string"),
-        pytest.param({**GOOD, "time_limit": {"set": True, "number": "x"}}, id="limit-garbled"),
+        pytest.param({**GOOD, "job_id": "5; rm -rf"}, (0,), id="id-a-string"),
+        pytest.param({**GOOD, "job_id": -1}, (0,), id="id-negative"),
+        pytest.param({**GOOD, "job_id": True}, (0,), id="id-a-bool"),
+        pytest.param({**GOOD, "job_id": 1.5}, (0,), id="id-a-fraction"),
+        pytest.param({**GOOD, "job_id": 1e300}, (0,), id="id-1e300"),
+        pytest.param({**GOOD, "job_id": 1 << 32}, (0,), id="id-past-32-bits"),
+        pytest.param({**GOOD, "array_task_id": -7, "array_job_id": 4}, (0,), id="task-negative"),
+        pytest.param({**GOOD, "user_name": ["root"]}, (0,), id="user-a-list"),
+        pytest.param({**GOOD, "user_name": "u" * 250}, (0,), id="user-of-250-characters"),
+        pytest.param({**GOOD, "start_time": "yesterday"}, (0,), id="start-a-string"),
+        pytest.param({**GOOD, "start_time": 1e300}, (0,), id="start-1e300"),
+        pytest.param({**GOOD, "time_limit": {"set": True, "number": "x"}}, (0,), id="limit-x"),
+        pytest.param({**GOOD, "time_limit": 1e300}, (0,), id="limit-1e300"),
+        pytest.param({**GOOD, "job_state": 7}, (0,), id="state-a-number"),
+        pytest.param({**GOOD, "gres_detail": "gpu:1(IDX:0)"}, (), id="gres-not-a-list"),
+        pytest.param({**GOOD, "gres_detail": {"0": "gpu:1(IDX:0)"}}, (), id="gres-an-object"),
+        pytest.param({**GOOD, "gres_detail": [{"gpu": 1}]}, (), id="gres-detail-an-object"),
+        pytest.param({**GOOD, "gres_detail": ["gpu:2000(IDX:0-1999)"]}, (), id="gres-2000"),
+        pytest.param({**GOOD, "gres_detail": [GRES_1025]}, (), id="gres-1025-entries"),
+        pytest.param({**GOOD, "gres_detail": ["gpu:2(IDX:0-x)"]}, (), id="gres-unparseable"),
+        pytest.param({**GOOD, "nodes": 7}, (), id="nodes-a-number"),
+        pytest.param({**GOOD, "nodes": "vm[0-65535]x[0-65535]"}, (), id="nodes-4-gi-names"),
         pytest.param(
-            {**GOOD, "job_resources": {"nodes": {"allocation": [7]}}}, id="allocation-junk"
+            {**GOOD, "job_resources": {"nodes": {"allocation": [7]}}}, (), id="allocation-junk"
         ),
-        pytest.param("a job", id="not-an-object"),
-        pytest.param(None, id="null"),
+        pytest.param("a job", (), id="not-an-object"),
+        pytest.param(None, (), id="null"),
     ],
-)
-def test_a_malformed_job_is_skipped_and_the_others_stand(bad: Any) -> None:
-    # GIVEN an answer with one job of the wrong shape beside a good one
-    text = json.dumps({"jobs": [bad, GOOD], "errors": []})
+)  # fmt: skip
+def test_a_job_that_cannot_be_believed_is_a_doubt_and_the_others_stand(
+    bad: Any, gpus: tuple[int, ...]
+) -> None:
+    # GIVEN an answer with one job that cannot be believed beside a good one
+    text = json.dumps({"jobs": [bad, {**GOOD, "job_id": 6, "gres_detail": ["gpu:1(IDX:3)"]}]})
     # WHEN it is read
-    jobs = jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
-    # THEN only the good job is there
-    assert [job.job_id for job in jobs] == ["5"]
+    jobs, doubts = jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
+    # THEN the good job stands; the other is one doubt, saying why in one line, naming the
+    # GPUs it holds where they can be read, else none (then the whole node is in doubt)
+    assert [job.job_id for job in jobs] == ["6"]
+    (doubt,) = doubts
+    assert doubt.gpu_minor_numbers == gpus and doubt.whole_node == (not gpus)
+    assert doubt.why and doubt.why.isprintable() and len(doubt.why) < 400
+
+
+def test_a_job_elsewhere_is_passed_over_however_it_is_written() -> None:
+    # GIVEN jobs on another node, or pending, with fields no job here could have
+    others = [
+        {**GOOD, "nodes": "other", "user_name": 7, "start_time": 1e300},
+        {**GOOD, "job_state": "PENDING", "nodes": 7, "gres_detail": {}},
+    ]
+    # WHEN the answer is read for vm THEN neither is a job or a doubt here
+    assert jobs_from_squeue_json(json.dumps({"jobs": others}), "vm", MINORS_IN_ORDER) == ([], [])
+
+
+def test_a_job_number_past_pythons_digits_is_doubted_alone() -> None:
+    # GIVEN a job id of 5,000 digits (past the digits Python reads into an integer)
+    text = '{"jobs": [{"job_id": ' + "9" * 5000 + ', "job_state": "RUNNING", "nodes": "vm"}]}'
+    # THEN it is one doubt, not an answer that cannot be read
+    jobs, (doubt,) = jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
+    assert jobs == [] and doubt.why.startswith("a job: ")
+
+
+def test_many_records_that_cannot_be_believed_are_kept_few() -> None:
+    bad = [{**GOOD, "job_id": n, "gres_detail": 7} for n in range(1, 1001)]
+    jobs, doubts = jobs_from_squeue_json(json.dumps({"jobs": bad}), "vm", MINORS_IN_ORDER)
+    assert jobs == [] and len(doubts) == MAX_DOUBTS
+    assert doubts[-1].whole_node and "937 more" in doubts[-1].why
 
 
 def test_control_characters_and_long_names_are_defused() -> None:
     # GIVEN a job whose name carries terminal escapes and is very long
     job = {**GOOD, "name": "\x1b[2J\x1b]0;pwned\x07" + "x" * 100_000, "user_name": "a\nb"}
     # WHEN it is read
-    (read,) = jobs_from_squeue_json(json.dumps({"jobs": [job]}), "vm", MINORS_IN_ORDER)
+    (read,), _ = jobs_from_squeue_json(json.dumps({"jobs": [job]}), "vm", MINORS_IN_ORDER)
     # THEN no control character survives and the name is cut
     assert read.name is not None and read.user == "a?b"
     assert not any(ord(c) < 32 for c in read.name) and len(read.name) <= 256
@@ -143,9 +195,9 @@ def test_a_huge_answer_is_read_without_crashing() -> None:
     others = [{**GOOD, "job_id": n, "nodes": f"other{n}"} for n in range(1, 20_001)]
     text = json.dumps({"jobs": [*others, {**GOOD, "job_id": 99_999}]})
     # WHEN it is read
-    jobs = jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
+    jobs, doubts = jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
     # THEN this node's job is found
-    assert [job.job_id for job in jobs] == ["99999"]
+    assert [job.job_id for job in jobs] == ["99999"] and doubts == []
 
 
 @pytest.mark.parametrize(
@@ -168,19 +220,12 @@ def test_an_answer_that_is_no_job_list_is_an_error_not_an_empty_table(text: str)
         jobs_from_squeue_json(text, "vm", MINORS_IN_ORDER)
 
 
-def test_a_job_here_with_garbled_gpu_indices_makes_the_jobs_unknown() -> None:
-    # GIVEN a job on this node whose GRES indices do not parse
-    bad = {**GOOD, "gres_detail": ["gpu:9(IDX:0-4000000000)"]}
-    # WHEN the answer is read THEN it is refused: its GPUs would otherwise look free
-    with pytest.raises(SlurmFormatError, match="garbled GRES indices"):
-        jobs_from_squeue_json(json.dumps({"jobs": [bad, GOOD]}), "vm", MINORS_IN_ORDER)
-
-
 def test_squeue_rows_are_read_field_by_field() -> None:
     # GIVEN squeue -o ROW_FORMAT's recorded answer (22.05): a job with a 90 min limit, one
     # without, both on vm
-    rows = rows_from_squeue((DATA / "squeue-rows-22.05.txt").read_text())
+    rows, doubts = rows_from_squeue((DATA / "squeue-rows-22.05.txt").read_text())
     # THEN each row is a job, its times and limit read
+    assert doubts == []
     assert [(r.job_id, r.state, r.user, r.nodes, r.time_limit_s) for r in rows] == [
         ("9", "RUNNING", "root", ("vm",), 5400.0),
         ("10", "RUNNING", "root", ("vm",), None),
@@ -193,11 +238,17 @@ def test_squeue_rows_are_read_field_by_field() -> None:
     [
         pytest.param("9|9|N/A|RUNNING|root\n", id="too-few-fields"),
         pytest.param("x|9|N/A|RUNNING|root|a|b|c|vm\n", id="no-job-id"),
+        pytest.param("99999999999|9|N/A|RUNNING|root|a|b|c|vm\n", id="id-past-32-bits"),
+        pytest.param("9|9|N/A|RUNNING|root|a|b|c|vm[0-65535]x[0-65535]\n", id="4-gi-nodes"),
     ],
-)
-def test_a_row_that_is_no_row_is_refused(text: str) -> None:
-    with pytest.raises(SlurmFormatError):
-        rows_from_squeue(text)
+)  # fmt: skip
+def test_a_row_that_is_no_row_is_a_doubt_of_the_whole_node(text: str) -> None:
+    # GIVEN squeue rows: a good one, and one that is no row
+    good = (DATA / "squeue-rows-22.05.txt").read_text().splitlines()[1] + "\n"
+    # WHEN read THEN the good row stands, and the other is a doubt naming no GPU
+    rows, (doubt,) = rows_from_squeue(good + text)
+    assert [row.job_id for row in rows] == ["10"]
+    assert doubt.whole_node and doubt.why.startswith("squeue printed")
 
 
 def test_a_job_name_cannot_forge_its_gpus() -> None:
@@ -242,6 +293,7 @@ def test_before_19_05_the_detail_is_gres_idx() -> None:
         pytest.param("UNLIMITED", None, id="unlimited"),
         pytest.param("NOT_SET", None, id="not-set"),
         pytest.param("1:2:3:4", None, id="garbage"),
+        pytest.param("9" * 5000, None, id="5000-digits"),
     ],
 )
 def test_slurm_time_limits_in_seconds(text: str, seconds: float | None) -> None:
