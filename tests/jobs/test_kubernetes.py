@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.backends.sim import SimBackend
+from gpuwatch.jobs import podresources
 from gpuwatch.jobs.engines import open_job_reader
 from gpuwatch.jobs.job_table import JobTable, Pod, table_from_record, table_record
-from gpuwatch.jobs.kubernetes import KubeletPods, device_uuid
-from gpuwatch.jobs.podresources import PodResourcesError, list_devices
+from gpuwatch.jobs.kubernetes import KubeletPods
+from gpuwatch.jobs.podresources import Deadline, PodResourcesError, read_pod_resources
 from gpuwatch.models import Snapshot
-from tests.helpers.kubelet import Container, PodSpec, gpu_pod, kubelet_stand_in, mig_pod
+from tests.helpers.kubelet import Container, PodSpec, api, gpu_pod, kubelet_stand_in, mig_pod
 
 MIG_NODE = """
 [[gpu]]
@@ -86,21 +87,6 @@ def test_pods_cross_the_wire_as_jobs_do(node: Snapshot) -> None:
     assert back == table and back.held(node) == table.held(node)  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize(
-    ("device_id", "expected"),
-    [
-        ("GPU-3f1c", "GPU-3f1c"),
-        ("GPU-3f1c::4", "GPU-3f1c"),
-        ("MIG-9a2b", "MIG-9a2b"),
-        ("1", "GPU-index-1"),
-        ("nvidia0/gi1", "nvidia0/gi1"),
-    ],
-    ids=["uuid", "time-sliced-replica", "mig-uuid", "index-strategy", "unknown-form"],
-)
-def test_the_device_plugins_ids_name_devices_by_uuid(device_id: str, expected: str) -> None:
-    assert device_uuid(device_id, {1: "GPU-index-1"}) == expected
-
-
 def test_gpus_named_by_index_are_found_once_the_gpus_are_known(node: Snapshot) -> None:
     # GIVEN a device plugin naming GPUs by NVML index (its `index` strategy)
     with kubelet_stand_in(gpu_pod("ml", "a", "main", "0", "2")) as kubelet:
@@ -167,7 +153,7 @@ def test_a_socket_nobody_listens_on_says_so(tmp_path: Path) -> None:
 def test_a_file_that_is_no_socket_is_not_asked(tmp_path: Path) -> None:
     (tmp_path / "kubelet.sock").write_text("")
     with pytest.raises(PodResourcesError, match="is not a socket"):
-        list_devices(str(tmp_path / "kubelet.sock"), 1.0)
+        read_pod_resources(str(tmp_path / "kubelet.sock"), Deadline(1.0))
 
 
 def test_without_grpcio_the_pods_are_unknown_and_the_fix_is_named(
@@ -206,3 +192,20 @@ def test_kubernetes_insists_even_without_a_socket(tmp_path: Path) -> None:
     # THEN there is an engine, whose pods are unknown with the reason
     assert isinstance(engine, KubeletPods) and why is None
     assert ask(engine) is None and "no kubelet pod-resources socket" in engine.unknown_why()
+
+
+def test_the_fields_gpuwatch_describes_are_the_published_ones() -> None:
+    # GIVEN the messages gpuwatch describes for itself, and the published api.proto as the
+    # stand-in compiles it
+    messages, _ = api()
+    published = messages.DESCRIPTOR.message_types_by_name
+    for message, fields in podresources._FIELDS.items():
+        # THEN each field has the published number, cardinality and type
+        described = published[message].fields_by_name
+        for name, number, repeated, type_name in fields:
+            field = described[name]
+            assert (field.number, field.is_repeated) == (number, repeated), f"{message}.{name}"
+            if type_name is None:
+                assert field.type == field.TYPE_STRING, f"{message}.{name}"
+            else:
+                assert field.message_type.name == type_name, f"{message}.{name}"
