@@ -28,6 +28,7 @@ from gpuwatch.request import Request
 from tests.helpers.cli import run_cli
 from tests.helpers.daemon import SCENARIO, answering_once, get_json, running_daemon
 from tests.helpers.fake_nvml import FakeNvml
+from tests.helpers.files import what_is_at
 from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
@@ -470,14 +471,13 @@ def test_a_socket_path_holding_anything_but_a_socket_is_refused_and_left_alone(
     # GIVEN something that is not a socket at the path given as --socket
     target = tmp_path / "gpuwatch.sock"
     plant(target)
-    before = os.lstat(target)
+    before = what_is_at(target)
     # WHEN the daemon is asked to listen there
     result = run_cli("daemon", "--sim", "2", "--socket", str(target))
     # THEN it refuses in one line with a usage error, and the thing is still there, unchanged
     assert result.exit_code == 2, result.stderr
     assert result.stderr.count("\n") == 1 and found in result.stderr
-    after = os.lstat(target)
-    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert what_is_at(target) == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("gpuwatch.sock")] == [
         "gpuwatch.sock"
     ]

@@ -18,6 +18,7 @@ from gpuwatch.errors import GpuwatchError, InvalidValueError
 from gpuwatch.reports.oom import OomReport, TensorSize, advice, read_report
 from gpuwatch.reports.training import ModuleMemory, read_reports
 from tests.helpers.cli import run_cli
+from tests.helpers.files import what_is_at
 
 torch = pytest.importorskip("torch")
 
@@ -373,13 +374,13 @@ def test_an_oom_dir_that_is_no_directory_of_ours_is_refused_at_watch(
     # GIVEN oom_dir naming a file, a FIFO, or a link another user planted
     path = tmp_path / "oom"
     make(path)
-    before = os.lstat(path)
+    before = what_is_at(path)
     # WHEN a watch starts, THEN it refuses in one line, and the path is as it was
     with pytest.raises(InvalidValueError, match=why) as refused:
         watch(source=SimulatedAllocator(capacity_bytes=4 * MiB), oom_dir=path, publish=False)
     assert "\n" not in str(refused.value)
     assert isinstance(refused.value, GpuwatchError)
-    assert os.lstat(path) == before
+    assert what_is_at(path) == before
 
 
 def test_an_oom_dir_of_ones_own_through_a_link_is_used(tmp_path: Path) -> None:
