@@ -283,9 +283,10 @@ def test_cycling_the_sort_visits_every_shown_column_and_comes_back() -> None:
     assert sorted(seen) == sorted(shown) and view.sort_column == "free"
 
 
-def test_a_sort_column_dropped_by_a_narrow_terminal_falls_back() -> None:
+def test_a_sort_column_dropped_by_a_narrow_terminal_falls_back_and_comes_back() -> None:
     view = FleetView().sort_by("power").fit_columns(c.key for c in columns_for(80))
     assert view.sort_column == "free"
+    assert view.fit_columns(c.key for c in columns_for(200)).sort_column == "power"
 
 
 # --- widths ---------------------------------------------------------------------------------
