@@ -231,7 +231,7 @@ def test_users_are_counted_across_nodes_from_their_processes() -> None:
         node("b", (gpu(0),), (process(0, "alice", 1), process(0, "bob", 30, pid=9))),
         node("c", (gpu(0),), (), None, exporter=Exporter.DCGM),
     )
-    rows, silent = user_rows(state)
+    rows, silent, _ = user_rows(state)
     assert [(r.user, r.nodes, r.gpus, r.memory_bytes // GIB) for r in rows] == [
         ("bob", 1, 1, 30),
         ("alice", 2, 3, 16),

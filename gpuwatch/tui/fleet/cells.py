@@ -153,7 +153,8 @@ def _fresh_age(age_s: float | None) -> str:
 
 def totals_line(totals: Totals) -> render.Line:
     """`20 nodes: 17 up, 3 down · 112 GPUs, 41 free · memory 3.1TiB free · util 38%` (down
-    counts the stale)."""
+    counts the stale), and `· 4 warming up` for nodes up whose figures from Prometheus are
+    not all known yet (their users, or their idle holders: `IDLE ?`)."""
     nodes = totals.nodes_up + totals.nodes_down
     spans: render.Line = [(f"{nodes} node{'s' if nodes != 1 else ''}: ", "heading")]
     spans.append((f"{totals.nodes_up} up", "ok"))
@@ -164,6 +165,8 @@ def totals_line(totals: Totals) -> render.Line:
     spans.append((f" · memory {render.size(totals.memory_free_bytes)} free", ""))
     util = totals.utilization_pct
     spans.append((f" · util {render.MISSING if util is None else f'{util:.0f}%'}", ""))
+    if totals.warming:
+        spans.append((f" · {totals.warming} warming up", "warn"))
     return spans
 
 
@@ -211,10 +214,17 @@ def users_text(fleet: FleetState | None, width: int) -> render.Line:
     if fleet is None:
         spans.append(("waiting for the first read…", "dim"))
         return spans
-    rows, silent = user_rows(fleet)
+    rows, silent, unknown = user_rows(fleet)
     spans.extend((user_line(row, width) + "\n", "") for row in rows)
     if not rows:
         spans.append(("no processes on the nodes that are up\n", "dim"))
+    if unknown:
+        nodes = (
+            "1 node warming up: its users are"
+            if unknown == 1
+            else (f"{unknown} nodes warming up: their users are")
+        )
+        spans.append(("\n" + nodes + " not counted yet (Prometheus has not told them)\n", "warn"))
     if silent:
         nodes = "1 node tells" if silent == 1 else f"{silent} nodes tell"
         note = f"{nodes} no processes (another exporter than gpuwatch's)"
