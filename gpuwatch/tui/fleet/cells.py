@@ -153,11 +153,13 @@ def _fresh_age(age_s: float | None) -> str:
 
 def totals_line(totals: Totals) -> render.Line:
     """`20 nodes: 17 up, 3 down · 112 GPUs, 41 free · memory 3.1TiB free · util 38%` (down
-    counts the stale), and `· 4 warming up` for nodes up whose figures from Prometheus are
-    not all known yet (their users, or their idle holders: `IDLE ?`)."""
+    counts the stale), `17 up (4 warming up)` where figures from Prometheus are not all known
+    yet for nodes up (their users, or their idle holders: `IDLE ?`)."""
     nodes = totals.nodes_up + totals.nodes_down
     spans: render.Line = [(f"{nodes} node{'s' if nodes != 1 else ''}: ", "heading")]
     spans.append((f"{totals.nodes_up} up", "ok"))
+    if totals.warming:  # here, not last: a narrow line is cut at its end
+        spans.append((f" ({totals.warming} warming up)", "warn"))
     if totals.nodes_down:
         spans += [(", ", ""), (f"{totals.nodes_down} down", "alarm")]
     spans.append((f" · {totals.gpus} GPUs, ", ""))
@@ -165,8 +167,6 @@ def totals_line(totals: Totals) -> render.Line:
     spans.append((f" · memory {render.size(totals.memory_free_bytes)} free", ""))
     util = totals.utilization_pct
     spans.append((f" · util {render.MISSING if util is None else f'{util:.0f}%'}", ""))
-    if totals.warming:
-        spans.append((f" · {totals.warming} warming up", "warn"))
     return spans
 
 

@@ -123,11 +123,15 @@ class Prometheus:
         scrape_interval_s: float,
         rule_files: Sequence[Path] = (),
         evaluation_interval_s: float | None = None,
+        config: str | None = None,
     ) -> None:
+        """`config`: the configuration's text as it is (rule files relative to `home`), in
+        place of one made of the targets, the intervals and `rule_files`."""
         self.home = home
         self.scrape_interval_s = scrape_interval_s
         self.rule_files = tuple(rule_files)
         self.evaluation_interval_s = evaluation_interval_s
+        self.config = config
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -232,7 +236,7 @@ class Prometheus:
             return ""
 
     def _write_config(self, targets: Sequence[Target]) -> None:
-        text = config_text(
+        text = self.config or config_text(
             targets, self.scrape_interval_s, self.rule_files, self.evaluation_interval_s
         )
         (self.home / "prometheus.yml").write_text(text)
