@@ -63,15 +63,23 @@ def test_help_lists_the_options_of_status() -> None:
         assert option in result.stdout
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
+needs_tmux = pytest.mark.skipif(
     shutil.which("tmux") is None and not os.environ.get("GPUWATCH_REQUIRE_TMUX"),
     reason="needs tmux (apt-get install tmux)",
 )
+
+
+def installed_tui(lease_dir: Path, gpus: int, size: tuple[int, int]) -> Tmux:
+    """The installed `gpuwatch tui --sim GPUS` in a real terminal of `size`."""
+    command = shlex.join([GPUWATCH, "tui", "--sim", str(gpus)])
+    return Tmux(f"GPUWATCH_LEASE_DIR={shlex.quote(str(lease_dir))} {command}", size)
+
+
+@pytest.mark.slow
+@needs_tmux
 def test_the_installed_command_in_a_real_terminal(lease_dir: Path) -> None:
     # GIVEN the installed `gpuwatch tui --sim 4` in a 100x30 terminal
-    command = shlex.join([GPUWATCH, "tui", "--sim", "4"])
-    terminal = Tmux(f"GPUWATCH_LEASE_DIR={shlex.quote(str(lease_dir))} {command}", (100, 30))
+    terminal = installed_tui(lease_dir, 4, (100, 30))
     try:
         # WHEN the first frame is drawn THEN it shows the GPUs and their processes
         screen = terminal.wait_for("python train.py")
@@ -100,14 +108,10 @@ def sort_shown(screen: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    shutil.which("tmux") is None and not os.environ.get("GPUWATCH_REQUIRE_TMUX"),
-    reason="needs tmux (apt-get install tmux)",
-)
+@needs_tmux
 def test_the_sort_chosen_is_back_when_the_terminal_widens_again(lease_dir: Path) -> None:
     # GIVEN the installed `gpuwatch tui --sim 8` in a wide terminal, sorted by CPU% lowest first
-    command = shlex.join([GPUWATCH, "tui", "--sim", "8"])
-    terminal = Tmux(f"GPUWATCH_LEASE_DIR={shlex.quote(str(lease_dir))} {command}", (140, 30))
+    terminal = installed_tui(lease_dir, 8, (140, 30))
     try:
         order = sort_shown(terminal.wait_for("sorted by GPU-MEM ▼"))
         while not order.startswith("CPU%"):
