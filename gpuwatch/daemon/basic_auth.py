@@ -203,6 +203,9 @@ class _Remembered:
         while len(self.items) > self.limit:
             del self.items[next(iter(self.items))]
 
+    def drop(self, key: bytes) -> None:
+        self.items.pop(key, None)
+
 
 class BasicAuth:
     """Checks `Authorization` headers against users' bcrypt hashes; safe from many threads."""
@@ -276,10 +279,10 @@ class BasicAuth:
         with self._lock:
             if matches:
                 self._verified.put(key, (user, hashed))
-                self._refused.items.pop(key, None)
+                self._refused.drop(key)
             else:
                 self._refused.put(key, (user, hashed))
-                self._verified.items.pop(key, None)  # right once, not now: no free check again
+                self._verified.drop(key)  # right once, not now: no free check again
 
 
 def hash_cost(hashed: bytes) -> int:

@@ -239,6 +239,26 @@ def test_users_are_counted_across_nodes_from_their_processes() -> None:
     assert silent == 1, "the dcgm node tells no processes"
 
 
+def summarized(name: str, users: tuple[tuple[str, int, int], ...] | None) -> NodeState:
+    """A node read through Prometheus as its figures, with its users as told (or not yet)."""
+    summary = NodeSummary(2, 0, 0, 0, 50.0, 40, 300.0, leases=0, idle_held=0, users=users)
+    return NodeState(name, up=True, snapshot=None, age_s=5.0, summary=summary)
+
+
+def test_a_node_whose_users_are_not_known_yet_is_said_so_never_counted_nor_hidden() -> None:
+    # GIVEN alice on node a, as Prometheus told; node b's users not told yet (warming up)
+    state = fleet(summarized("a", (("alice", 2, 60 * GIB),)), summarized("b", None))
+    # WHEN the users view, the filter user:alice and the totals are made
+    users = user_rows(state)
+    kept = [r.node for r in build_rows(state) if NodeFilter.parse("user:alice").matches(r)]
+    # THEN alice counts node a alone, node b is said not to be counted, the filter keeps it
+    # (it may be hers), and the totals line says one node is warming up
+    assert [(r.user, r.nodes, r.gpus) for r in users.rows] == [("alice", 1, 2)]
+    assert users.unknown == 1
+    assert kept == ["a", "b"]
+    assert totals(build_rows(state)).warming == 1
+
+
 # --- sort and filter ------------------------------------------------------------------------
 
 

@@ -219,12 +219,9 @@ def users_text(fleet: FleetState | None, width: int) -> render.Line:
     if not rows:
         spans.append(("no processes on the nodes that are up\n", "dim"))
     if unknown:
-        nodes = (
-            "1 node warming up: its users are"
-            if unknown == 1
-            else (f"{unknown} nodes warming up: their users are")
-        )
-        spans.append(("\n" + nodes + " not counted yet (Prometheus has not told them)\n", "warn"))
+        nodes = f"{unknown} nodes warming up: their" if unknown > 1 else "1 node warming up: its"
+        note = f"{nodes} users are not counted yet (Prometheus has not told them)"
+        spans.append(("\n" + note + "\n", "warn"))
     if silent:
         nodes = "1 node tells" if silent == 1 else f"{silent} nodes tell"
         note = f"{nodes} no processes (another exporter than gpuwatch's)"
