@@ -73,9 +73,11 @@ class NodeSummary:
     power_w: float | None
     leases: int | None
     idle_held: int | None
-    """GPUs held (a lease, or a process holding memory) but idle for 10 minutes."""
-    users: tuple[tuple[str, int, int], ...] = ()
-    """(user, GPUs, memory bytes) of each user with processes there."""
+    """GPUs held (a lease, or a process holding memory) but idle for 10 minutes; `None`
+    also while Prometheus holds less than 10 minutes of the node's data."""
+    users: tuple[tuple[str, int, int], ...] | None = ()
+    """(user, GPUs, memory bytes) of each user with processes there; `None` while not
+    known yet (Prometheus has not evaluated them over a scrape of the node)."""
     models: tuple[str, ...] = ()
     jobs: int | None = None
     """The scheduler's jobs holding its GPUs; `None` where its jobs are unknown."""
@@ -85,7 +87,7 @@ class NodeSummary:
     """Its daemon serves a simulated node (`gpuwatch_simulated`): its GPUs are made up."""
 
     def __post_init__(self) -> None:
-        if not all(user.isprintable() for user, _, _ in self.users):
+        if self.users is not None and not all(user.isprintable() for user, _, _ in self.users):
             users = tuple((printable(user), gpus, memory) for user, gpus, memory in self.users)
             object.__setattr__(self, "users", users)
         if not all(model.isprintable() for model in self.models):

@@ -75,8 +75,9 @@ def _json_report(file: str, raw: bytes, size_bytes: int) -> str:
         data = json.loads(raw)
         if isinstance(data, dict) and data.get("format") == TRAINING_FORMAT:
             raise InvalidValueError(
-                f"{file} is a live training report, not an OOM report: `gpuwatch status` and "
-                "`gpuwatch tui` show those; give the gpuwatch-oom-*.json of an OOM here"
+                f"{file} is a live training report, not an OOM report: `gpuwatch tui` shows "
+                "those (its training panel), and the daemon serves them at /v1/training; give "
+                "the gpuwatch-oom-*.json of an OOM here"
             )
         return render(report_from_dict(data))
     except (ValueError, RecursionError) as error:

@@ -5,15 +5,23 @@ client sending a new password with every request could spend the daemon's CPU at
 no cost of its own. As Prometheus's exporter-toolkit (web/handler.go, cache.go) does:
 
 - a verified user and password is remembered, under a keyed BLAKE2 hash of the
-  user, the password and the user's hash (never the password itself), so that a
-  scraper pays bcrypt once; at most `MAX_REMEMBERED`, the least recently used go
-  first. Failures are not remembered: guesses would push the verified out;
+  user and the password (never the password itself), with the user's hash it matched,
+  so that a scraper pays bcrypt once; at most `MAX_REMEMBERED`, the least recently used
+  go first. A refused one is remembered apart (at most `MAX_REFUSED`, so that guesses
+  never push the verified out), and refused again with no bcrypt and no budget: a
+  client left with an old password costs its source's budget one check, not all;
+- a reload keeps what was learnt (`keep_learnt`): the verified and refused of each user
+  whose hash did not change. A password verified against a user's earlier hash (a
+  rotated password, or the same one hashed anew) is checked once more at no cost to its
+  source's budget: it was right once, so it is no guess;
 - failed checks are counted per source address (`PasswordChecker`): `FAILURE_BURST`,
   then one more every `FAILURE_REFILL_S`; beyond that the answer is 429 with
   `Retry-After` and no bcrypt, and the listener holds that source's new connections
   unanswered for a while before closing them (a TLS handshake each would cost the
   daemon as much as the guesser). A password already verified still gets in on a
-  connection already open;
+  connection already open. A password never verified before, sent from a source
+  that guesses without pause, waits until the guessing stops: nothing tells it from a
+  guess but bcrypt, whose time the budget is there to keep;
 - bcrypt runs one check at a time, on a thread of its own at the lowest CPU priority
   (never a thread that answers, on the socket or over TCP), so that scrapes, the local
   API and the machine's other users come first; a request waits at most `CHECK_TURN_S`
@@ -43,6 +51,7 @@ import bcrypt
 log = logging.getLogger("gpuwatch.daemon")
 
 MAX_REMEMBERED = 256
+MAX_REFUSED = 1024
 FAILURE_BURST = 2
 FAILURE_REFILL_S = 30.0
 """A source may fail `FAILURE_BURST` checks at once, then one every this long (2 a minute):
@@ -169,6 +178,35 @@ class PasswordChecker:
             del self._buckets[next(iter(self._buckets))]
 
 
+_Learnt = tuple[str, bytes]
+"""What a user and password was checked against: the user, and the hash it matched (or,
+refused, the hash it did not match)."""
+
+
+class _Remembered:
+    """At most `limit` checks' outcomes, the least recently used going first (not locked:
+    `BasicAuth` locks)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: dict[bytes, _Learnt] = {}
+
+    def get(self, key: bytes) -> _Learnt | None:
+        found = self.items.pop(key, None)
+        if found is not None:
+            self.items[key] = found  # the most recently used now
+        return found
+
+    def put(self, key: bytes, learnt: _Learnt) -> None:
+        self.items.pop(key, None)
+        self.items[key] = learnt
+        while len(self.items) > self.limit:
+            del self.items[next(iter(self.items))]
+
+    def drop(self, key: bytes) -> None:
+        self.items.pop(key, None)
+
+
 class BasicAuth:
     """Checks `Authorization` headers against users' bcrypt hashes; safe from many threads."""
 
@@ -178,8 +216,27 @@ class BasicAuth:
         # A salt of that cost and a digest nothing hashes to: checked as slowly as a user's.
         self._decoy = bcrypt.gensalt(rounds=cost) + b"." * 31
         self._secret = os.urandom(32)
-        self._verified: dict[bytes, None] = {}
+        self._verified = _Remembered(MAX_REMEMBERED)
+        self._refused = _Remembered(MAX_REFUSED)
         self._lock = threading.Lock()
+
+    def keep_learnt(self, previous: BasicAuth) -> None:
+        """Takes over what `previous` (the users this replaces, on a reload) learnt: the
+        verified of users still there, and the refused of users whose hash is the same
+        (of unknown users too, while the decoy's cost is). Call before any check."""
+        with previous._lock:
+            verified = dict(previous._verified.items)
+            refused = dict(previous._refused.items)
+        if hash_cost(previous._decoy) == hash_cost(self._decoy):
+            self._decoy = previous._decoy
+        with self._lock:
+            self._secret = previous._secret  # the keys learnt are keys of its secret
+            for key, (user, hashed) in verified.items():
+                if user in self._hashes:
+                    self._verified.put(key, (user, hashed))
+            for key, (user, hashed) in refused.items():
+                if self._hashes.get(user, self._decoy) == hashed:
+                    self._refused.put(key, (user, hashed))
 
     def check(self, authorization: str | None, source: str, checker: PasswordChecker) -> Verdict:
         """Whether the header holds the password of a user of the file, asked from `source`."""
@@ -189,17 +246,23 @@ class BasicAuth:
         user, password = credentials
         known = self._hashes.get(user)
         hashed = self._decoy if known is None else known
-        key = self._key(user.encode(), password, hashed)
-        if self._remembered(key):
+        key = self._key(user.encode(), password)
+        with self._lock:
+            verified, refused = self._verified.get(key), self._refused.get(key)
+        if verified is not None and verified[1] == hashed:
             return ALLOWED
-        if (wait_s := checker.take(source)) is not None:
+        if refused is not None and refused[1] == hashed:
+            return DENIED
+        # Right against this user's earlier hash: no guess, so no cost to the budget.
+        free = verified is not None and known is not None
+        if not free and (wait_s := checker.take(source)) is not None:
             return Verdict(False, wait_s, f"too many wrong passwords; ask again in {wait_s}s")
 
         def check() -> bool:  # on the checker's thread: its verdict counts, waited for or not
             matches = _checks(password, hashed) and known is not None
-            if matches:
+            if matches and not free:
                 checker.give_back(source)
-                self._remember(key)
+            self._learn(key, user, hashed, matches)
             return matches
 
         verdict = checker.run(check, source)
@@ -207,24 +270,19 @@ class BasicAuth:
             return Verdict(False, 1, "passwords are being checked for others; ask again in 1s")
         return ALLOWED if verdict else DENIED
 
-    def _key(self, user: bytes, password: bytes, hashed: bytes) -> bytes:
+    def _key(self, user: bytes, password: bytes) -> bytes:
         # The user's length first: no other user and password run together to the same bytes.
-        fields = len(user).to_bytes(4, "big") + user + hashed + password
+        fields = len(user).to_bytes(4, "big") + user + password
         return hashlib.blake2b(fields, key=self._secret, digest_size=32).digest()
 
-    def _remember(self, key: bytes) -> None:
+    def _learn(self, key: bytes, user: str, hashed: bytes, matches: bool) -> None:
         with self._lock:
-            self._verified[key] = None
-            while len(self._verified) > MAX_REMEMBERED:
-                del self._verified[next(iter(self._verified))]
-
-    def _remembered(self, key: bytes) -> bool:
-        with self._lock:
-            if key not in self._verified:
-                return False
-            del self._verified[key]
-            self._verified[key] = None  # the most recently used now
-            return True
+            if matches:
+                self._verified.put(key, (user, hashed))
+                self._refused.drop(key)
+            else:
+                self._refused.put(key, (user, hashed))
+                self._verified.drop(key)  # right once, not now: no free check again
 
 
 def hash_cost(hashed: bytes) -> int:

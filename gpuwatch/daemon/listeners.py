@@ -370,7 +370,10 @@ def _refuse_if_served(path: str, found: os.stat_result) -> None:
                 "remove it if none does, or give another --socket"
             ) from None
     if found.st_uid in (0, os.geteuid()) or not _own_directory(path):
-        raise DaemonError(f"another gpuwatch daemon is serving {path}; stop it first")
+        raise DaemonError(
+            f"another gpuwatch daemon is serving {path}; stop it first, or run this one beside "
+            "it with --socket PATH (its clients find it with GPUWATCH_SOCKET=PATH)"
+        )
     log.warning("replacing the socket at %s, which uid %d planted", path, found.st_uid)
 
 

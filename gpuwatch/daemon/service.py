@@ -26,7 +26,7 @@ from gpuwatch.daemon.listeners import TcpMetricsServer, UnixApiServer
 from gpuwatch.daemon.node import NamedNode
 from gpuwatch.daemon.notify import Notifier
 from gpuwatch.daemon.settings import Settings, with_config_file
-from gpuwatch.daemon.webconfig import WebConfig, load_web_config, weakening
+from gpuwatch.daemon.webconfig import WebConfig, keep_learnt, load_web_config, weakening
 from gpuwatch.errors import ConfigFileError
 from gpuwatch.paths import socket_candidates
 from gpuwatch.sampling.poller import Poller
@@ -131,6 +131,7 @@ class Daemon:
             fresh = with_config_file(self._flags)
             web = _web_config(fresh)  # read again: new certificates, new passwords
             self._refuse_weaker(fresh, web)
+            keep_learnt(self.web, web)  # a scraper's verified password is not asked again
             if fresh.listen != self.settings.listen:
                 tcp = self._bind_tcp(fresh, web)  # the old listener stays until the new one binds
                 self._close_tcp(self._tcp)

@@ -127,6 +127,13 @@ def weakening(old: WebConfig | None, new: WebConfig | None) -> str | None:
     return None
 
 
+def keep_learnt(old: WebConfig | None, new: WebConfig | None) -> None:
+    """On a reload, `new`'s passwords take over what `old`'s learnt: which were verified,
+    which refused (`BasicAuth.keep_learnt`)."""
+    if old is not None and new is not None and old.auth is not None and new.auth is not None:
+        new.auth.keep_learnt(old.auth)
+
+
 def load_web_config(path: str) -> WebConfig:
     """Reads and checks the file at `path`; raises `ConfigFileError` with one line."""
     try:

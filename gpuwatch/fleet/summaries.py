@@ -9,6 +9,13 @@ records them, else from their expressions evaluated on the spot, in parts, each 
 `SLOW_EVERY` reads. A node's age and staleness come from its own series
 (`gpuwatch_sample_timestamp_seconds`, `gpuwatch_sampling_up`) and `up`, as when its GPUs
 are read.
+
+What Prometheus computes is unknown (`None`), never a wrong figure, while it cannot be
+known yet: a node's users until they are evaluated over a scrape of it (each users query
+answers -1 for a node it has no user of, so that a node it does not answer at all is one
+the rules have not evaluated since it was first scraped), and its idle holders until
+Prometheus holds the window's worth of its data (a GPU seen idle for a minute is not
+idle for ten). The screen says that a node is warming up.
 """
 
 from __future__ import annotations
@@ -34,12 +41,18 @@ _BYTES = {f.MEMORY_FREE_MAX: "most_free_bytes", f.MEMORY_FREE: "memory_free_byte
 _USER_MEMORY = "gpuwatch:node_user_memory_bytes:sum"
 _USER_GPUS = "gpuwatch:node_user_gpus:count"
 _NONE_ON_EACH_NODE = "or on (job, instance) (count by (job, instance) (gpuwatch_gpu_info$m) * 0)"
+_WINDOW_HELD = "and on (job, instance) (count by (job, instance) (gpuwatch_gpu_info$m offset $w))"
+"""Only nodes whose data goes back the window: a node scraped for a minute is not known to
+have been idle for ten."""
 RULES = {
     _IDLE_HELD: (
-        "count by (job, instance) ( "
+        "( count by (job, instance) ( "
         "max_over_time(gpuwatch_utilization_ratio$m[$w]) <= 0.014 "
         "and on (job, instance, gpu) "
-        "(gpuwatch_leases$m > 0 or gpuwatch_process_memory_bytes$m > 0) ) " + _NONE_ON_EACH_NODE
+        "(gpuwatch_leases$m > 0 or gpuwatch_process_memory_bytes$m > 0) ) "
+        + _NONE_ON_EACH_NODE
+        + " ) "
+        + _WINDOW_HELD
     ),
     _USER_MEMORY: "sum by (job, instance, user) (gpuwatch_process_memory_bytes$m)",
     _USER_GPUS: (
@@ -52,6 +65,10 @@ RULES = {
 the two to each other, `$m` read as nothing and `$w` as 10m); a source evaluates the
 expression where the server records none (or, for idle holders, where it asks another
 window `$w`), `$m` the selector's matcher (`promql.FamilyQuery`)."""
+NO_USER = -1.0
+"""The value of a users query's series for a node with no user: where the rules are
+recorded, for a node they were evaluated over, where not, for every node scraped."""
+_USERS = (_USER_GPUS, _USER_MEMORY)
 STAMP = "gpuwatch_sample_timestamp_seconds"
 SAMPLING_UP = "gpuwatch_sampling_up"
 _FAST = (
@@ -91,6 +108,8 @@ def plan(idle_after_s: float = IDLE_AFTER_S) -> list[Query]:
     ]
 
 
+USER_GROUPS = tuple(range(len(_USERS)))
+"""The parts of what changes slowly that tell each user's GPUs and memory."""
 SLOW_GROUPS = 3
 """What changes slowly is read in this many parts, at different reads: each user's GPUs,
 each user's memory (one series per user and node each: the largest answers a refresh
@@ -105,7 +124,7 @@ def slow_plan(
     2, the GPU models and idle holders (idle for `idle_after_s`, at least
     `MIN_IDLE_WINDOW_S`: from the rules only at theirs); `None`, all."""
     queries = []
-    for number, name in enumerate((_USER_GPUS, _USER_MEMORY)):
+    for number, name in enumerate(_USERS):
         if group in (None, number):
             queries.append(_figure(name, ("user",), recorded))
     if group in (None, 2):
@@ -125,11 +144,22 @@ def told(samples: Sequence[Sample], marker: str = f.GPUS) -> bool:
     )
 
 
+def users_told(samples: Sequence[Sample]) -> bool:
+    """Whether a node's series of what changes slowly tell its users: both users queries
+    answered for it (its users, or `NO_USER`)."""
+    names = {sample.name for sample in samples}
+    return all(name in names for name in _USERS)
+
+
 def _figure(
     name: str, keep: tuple[str, ...], recorded: bool, *, window: str = "10m"
 ) -> FamilyQuery:
-    expression = "" if recorded else RULES[name].replace("$w", window)
-    return FamilyQuery(name, keep, expression=expression)
+    expression = name + "$m" if recorded else RULES[name].replace("$w", window)
+    if name in _USERS:
+        evaluated = f"{_MODELS}$m" if recorded else "gpuwatch_gpu_info$m"
+        each = f"count by (job, instance) ({evaluated}) * 0 - 1"
+        return FamilyQuery(name, keep, expression=f"{expression} or on (job, instance) ({each})")
+    return FamilyQuery(name, keep, expression="" if recorded else expression)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +178,8 @@ class Figures:
 class SlowFigures:
     """What a node's series of what changes slowly say (`slow_plan`)."""
 
-    users: tuple[tuple[str, int, int], ...]
+    users: tuple[tuple[str, int, int], ...] | None
+    """`None`: not known yet."""
     models: tuple[str, ...]
     idle_held: int | None
 
@@ -250,15 +281,23 @@ def _jobs(by_name: dict[str, list[Sample]]) -> dict[str, int | None]:
     return {"jobs": len(jobs), "idle_allocated": len(by_name.get(node_work.ALLOCATED_IDLE, ()))}
 
 
-def _users(by_name: dict[str, list[Sample]]) -> tuple[tuple[str, int, int], ...]:
-    gpus = {s.labels.get("user"): _count(s.value) or 0 for s in by_name.get(_USER_GPUS, ())}
+def _users(by_name: dict[str, list[Sample]]) -> tuple[tuple[str, int, int], ...] | None:
+    """Each user's GPUs and memory; `None` until both queries answered for the node (its
+    users, or `NO_USER`)."""
+    if not all(name in by_name for name in _USERS):  # as users_told, from the names filed
+        return None
+    gpus = {
+        s.labels.get("user"): _count(s.value) or 0
+        for s in by_name[_USER_GPUS]
+        if s.value != NO_USER
+    }
     # A user's GPUs and memory are read at different reads: one with memory there holds a
     # GPU at least, until its GPUs are read.
     return tuple(
         sorted(
             (m.label(s.labels.get("user"), 64) or "", gpus.get(s.labels.get("user"), 1), size)
-            for s in by_name.get(_USER_MEMORY, ())
-            if (size := _bytes(s.value)) is not None
+            for s in by_name[_USER_MEMORY]
+            if s.value != NO_USER and (size := _bytes(s.value)) is not None
         )
     )
 

@@ -16,7 +16,9 @@ took 0.7 s, 150 ms of CPU and 0.9 to 1.2 MiB of JSON a refresh (the bounds: 0.5 
   a target new to the source; with them, which exporters the fleet runs, whose families
   alone are asked (three requests fewer a refresh of a fleet of gpuwatch daemons);
 - what changes slowly (each user's memory and GPUs, the GPU models, idle holders; users'
-  memory alone 292 KiB) is read in parts, each every `SLOW_EVERY` refreshes;
+  memory alone 292 KiB) is read in parts, each every `SLOW_EVERY` refreshes; a node up
+  whose users are not known yet (new, or not yet evaluated by the rules) has them asked
+  again at the next refresh, narrowed to such nodes, until they are;
 - whether the server records the fleet rules, probed every `PROBE_EVERY` refreshes: the
   rules spare Prometheus their expressions (0.2 s of its CPU a refresh at 500 nodes);
 - each node's figures as read from its series, kept while they are the very series held
@@ -52,6 +54,10 @@ class TableMemory:
         self._new_targets = False
         self._slow: dict[int, dict[Target, list[Sample]]] = {}
         self._due: tuple[int, ...] = ()
+        self._unknown_users: frozenset[Target] = frozenset()
+        """Targets up, read as figures, whose users are not known yet."""
+        self._narrowed: tuple[int, ...] = ()
+        """The parts asked this refresh of `_unknown_users` alone."""
         self._slow_lists: dict[Target, list[Sample]] = {}
         self._down: frozenset[Target] | None = None
         self._errors: dict[Target, str] = {}
@@ -70,9 +76,18 @@ class TableMemory:
         if self.reads % PROBE_EVERY == 1:
             asked.append(Asked(PROBE))
         self._due = self._slow_due()
-        return asked + [
-            Asked(query, SLOW)
-            for group in self._due
+        unknown = {instance for _, instance in self._unknown_users}
+        self._narrowed = tuple(g for g in summaries.USER_GROUPS if unknown and g not in self._due)
+        return [
+            *asked,
+            *self._slow_asked(self._due, ""),
+            *self._slow_asked(self._narrowed, promql.instances(unknown) if unknown else ""),
+        ]
+
+    def _slow_asked(self, groups: tuple[int, ...], matcher: str) -> list[Asked]:
+        return [
+            Asked(query, SLOW, matcher)
+            for group in groups
             for query in summaries.slow_plan(
                 recorded=self.rules, group=group, idle_after_s=self.idle_after_s
             )
@@ -95,13 +110,16 @@ class TableMemory:
         # names and every exporter's families.
         held = self._names.seen if self._names is not None else {}
         self._new_targets = any(seen > 0 >= held.get(t, 0.0) for t, seen in found.seen.items())
-        for group in self._due:
+        for group in (*self._due, *self._narrowed):
             families = {q.family for q in summaries.slow_plan(recorded=True, group=group)}
-            self._slow[group] = {
+            read = {
                 target: [s for s in samples if s.name in families]
                 for target, samples in found.slow.items()
             }
-        if self._due:  # else the very lists of the last refresh: their figures are kept
+            if group in self._narrowed:  # a few targets' answers, over what is held
+                read = {**self._slow.get(group, {}), **{t: got for t, got in read.items() if got}}
+            self._slow[group] = read
+        if self._due or self._narrowed:  # else the very lists of the last refresh: kept
             joined: dict[Target, list[Sample]] = {}
             for part in self._slow.values():
                 for target, samples in part.items():
@@ -113,6 +131,13 @@ class TableMemory:
             }
         found.slow = self._slow_lists
         self._read = {t: held for t, held in self._read.items() if t in found.seen}
+        self._unknown_users = frozenset(
+            t
+            for t, seen in found.seen.items()
+            if seen > 0
+            and t in self._figures
+            and not summaries.users_told(self._slow_lists.get(t, ()))
+        )
 
     def figures(self, target: Target, fast: list[Sample], slow: list[Sample]) -> Figures:
         """What a node's figures say, read from its series: as last time while they are

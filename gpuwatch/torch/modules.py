@@ -17,6 +17,10 @@ each storage counted once while it lives, which is what the figures are on a
 CPU. A module's peak is the highest reading seen at any hook while it ran,
 above its start: a floor of the true peak, which no hook sees.
 
+A hooked module's call runs one Python frame more than an unhooked one (torch's
+`_call_impl` runs the hooks and `forward` in an inner function), so while the hooks
+are on, the recursion limit is raised to keep the model's own headroom (`_headroom`).
+
 The figures are one training pass's: the last forward (with its backward) of
 the sampled step that ran with gradients on and the model in training mode.
 An evaluation loop run between steps (under `torch.no_grad()`, or in eval
@@ -28,6 +32,7 @@ previous one's backward freed its activations.
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +69,8 @@ class ModuleSampler:
         self._source = source
         self._allocated: Callable[[], int] | None = None
         self._handles: list[Any] = []
+        self._limits: tuple[int, int] | None = None
+        """(the recursion limit found, the one set) while the hooks are on."""
         self._reset()
 
     @property
@@ -90,6 +97,9 @@ class ModuleSampler:
         # registrations would cost more than its step. Other models' modules are ignored.
         self._handles.append(module.register_module_forward_pre_hook(self._before_any))
         self._handles.append(module.register_module_forward_hook(self._after_any))
+        found = sys.getrecursionlimit()
+        self._limits = (found, _headroom(found))
+        sys.setrecursionlimit(self._limits[1])
 
     def remove(self) -> list[ModuleMemory]:
         """Takes every hook off (tensor hooks included); returns what the step measured,
@@ -97,6 +107,9 @@ class ModuleSampler:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self._limits is not None and sys.getrecursionlimit() == self._limits[1]:
+            sys.setrecursionlimit(self._limits[0])  # unless the program set one meanwhile
+        self._limits = None
         for leaf in self._leaves:
             # An emptied hook dict stays attached to the parameter, and autograd calls into
             # Python for it at every backward: detach it, unless someone else hooked it since.
@@ -275,6 +288,18 @@ class ModuleSampler:
         for frame in self._open:
             frame.high = max(frame.high, now)
         return now
+
+
+_HOOK_FRAMES = 50
+"""More than the deepest the hooks themselves call (into the probe, torch's `register_hook`)."""
+
+
+def _headroom(limit: int) -> int:
+    """The recursion limit under which a program that ran within `limit` frames unhooked
+    runs hooked. Each module call it nests costs it at least three frames unhooked
+    (`__call__`, `_call_impl`, `forward`), so it nests at most `limit // 3`, and each costs
+    one frame more hooked; the hooks then call in at the deepest."""
+    return limit + limit // 3 + _HOOK_FRAMES
 
 
 _MAX_CLASS_CHARS = 60

@@ -585,12 +585,13 @@ class TestTcpEndpointUnderAttack:
         # GIVEN a scraper whose password was verified
         assert daemon.get("/metrics", tls=tls, user="prometheus", password=PASSWORD).status == 200
 
-        # WHEN four addresses guess passwords on kept-alive connections until told to wait
+        # WHEN four addresses guess passwords (each its own: one refused before is refused
+        # again without a check) on kept-alive connections until told to wait
         def guess(source: str) -> list[tuple[int, str | None]]:
             with guessing_connection(daemon.port, source) as connection:
                 answers = []
                 for n in range(basic_auth.FAILURE_BURST + 3):
-                    token = base64.b64encode(f"mallory:guess {n}".encode()).decode()
+                    token = base64.b64encode(f"mallory:{source} guess {n}".encode()).decode()
                     connection.request(
                         "GET", "/metrics", headers={"Authorization": f"Basic {token}"}
                     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ from gpuwatch.request import Request
 from tests.helpers.cli import run_cli
 from tests.helpers.daemon import SCENARIO, answering_once, get_json, running_daemon
 from tests.helpers.fake_nvml import FakeNvml
+from tests.helpers.files import what_is_at
 from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.slow
@@ -301,10 +303,60 @@ def test_a_second_daemon_on_the_same_socket_is_refused(tmp_path: Path) -> None:
     with running_daemon(tmp_path) as (_, sock, _):
         result = run_cli("daemon", "--sim", "2", "--socket", str(sock))
     assert result.exit_code == 1
-    assert (
-        result.stderr == f"gpuwatch: error: another gpuwatch daemon is serving {sock}; "
-        "stop it first\n"
+    assert result.stderr == (
+        f"gpuwatch: error: another gpuwatch daemon is serving {sock}; stop it first, or run "
+        "this one beside it with --socket PATH (its clients find it with "
+        "GPUWATCH_SOCKET=PATH)\n"
     )
+
+
+def test_a_second_simulated_daemon_runs_beside_the_first_as_the_refusal_says(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the installed `gpuwatch daemon --sim 2` serving at its own default socket
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)}
+    gpuwatch = str(Path(sys.executable).with_name("gpuwatch"))
+    first = subprocess.Popen(
+        [gpuwatch, "daemon", "--sim", "2"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_until((tmp_path / "gpuwatch.sock").exists, "the first daemon to serve")
+        # WHEN a second one is started the same way
+        second = subprocess.run(
+            [gpuwatch, "daemon", "--sim", "4"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        # THEN it is refused in one line that names --socket PATH
+        assert second.returncode == 1 and second.stderr.count("\n") == 1
+        assert "stop it first, or run this one beside it with --socket PATH" in second.stderr
+        # AND started as it says, it serves beside the first, and its clients find it
+        beside = tmp_path / "beside.sock"
+        with subprocess.Popen(
+            [gpuwatch, "daemon", "--sim", "4", "--socket", str(beside)],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        ) as third:
+            try:
+                wait_until(beside.exists, "the second daemon to serve")
+                shown = subprocess.run(
+                    [gpuwatch, "status", "--json"],
+                    env={**env, "GPUWATCH_SOCKET": str(beside)},
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                assert shown.returncode == 0, shown.stderr
+                assert len(json.loads(shown.stdout)["gpus"]) == 4
+            finally:
+                third.terminate()
+    finally:
+        first.terminate()
+        first.communicate(timeout=30)
 
 
 class TestFaults:
@@ -470,14 +522,13 @@ def test_a_socket_path_holding_anything_but_a_socket_is_refused_and_left_alone(
     # GIVEN something that is not a socket at the path given as --socket
     target = tmp_path / "gpuwatch.sock"
     plant(target)
-    before = os.lstat(target)
+    before = what_is_at(target)
     # WHEN the daemon is asked to listen there
     result = run_cli("daemon", "--sim", "2", "--socket", str(target))
     # THEN it refuses in one line with a usage error, and the thing is still there, unchanged
     assert result.exit_code == 2, result.stderr
     assert result.stderr.count("\n") == 1 and found in result.stderr
-    after = os.lstat(target)
-    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    assert what_is_at(target) == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("gpuwatch.sock")] == [
         "gpuwatch.sock"
     ]

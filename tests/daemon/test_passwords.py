@@ -16,7 +16,7 @@ import bcrypt
 import pytest
 
 from gpuwatch.daemon import basic_auth, listeners
-from gpuwatch.daemon.webconfig import load_web_config
+from gpuwatch.daemon.webconfig import WebConfig, keep_learnt, load_web_config
 from tests.helpers.certs import Certs, make_certs
 from tests.helpers.daemon_net import (
     METRICS,
@@ -26,7 +26,7 @@ from tests.helpers.daemon_net import (
     metrics_listener,
 )
 from tests.helpers.wait import wait_until
-from tests.helpers.web_config import PASSWORD, web_config
+from tests.helpers.web_config import PASSWORD, bcrypt_hash, web_config
 
 SERVER_TLS = "  cert_file: server.crt\n  key_file: server.key\n"
 GUESSERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
@@ -230,3 +230,99 @@ def test_a_budget_refills_one_check_at_a_time() -> None:
         assert [checker.take("a"), checker.take("a"), checker.take("a")] == [None, None, 10]
     finally:
         checker.close()
+
+
+def test_a_password_refused_once_is_refused_again_without_bcrypt_or_budget(
+    listener: Listener, certs: Certs, checks: Checks
+) -> None:
+    tls = client_tls(certs.ca)
+    # GIVEN a client at 127.0.0.2 sending one wrong password, again and again
+    stale = {"tls": tls, "user": "prometheus", "password": "old", "source": "127.0.0.2"}
+    statuses = [listener.get(**stale).status for _ in range(basic_auth.FAILURE_BURST + 3)]
+    # THEN it is refused each time, never told to wait, after one check
+    assert statuses == [401] * (basic_auth.FAILURE_BURST + 3)
+    assert len(checks.hashes) == 1
+    # AND its source's budget lost that one check only: the right password gets in
+    right = listener.get(tls=tls, user="prometheus", password=PASSWORD, source="127.0.0.2")
+    assert right.status == 200
+
+
+def reload(listener: Listener, certs: Certs, users: dict[str, str]) -> None:
+    """The listener's web config read again, with `users`, as a SIGHUP does."""
+    config = certs.ca.parent / "reloaded.yml"
+    config.write_text(web_config(SERVER_TLS, users))
+    fresh = load_web_config(str(config))
+    keep_learnt(listener.server.web, fresh)
+    listener.server.web = fresh
+
+
+def spend_budget(listener: Listener, certs: Certs, source: str) -> None:
+    tls = client_tls(certs.ca)
+    for n in range(basic_auth.FAILURE_BURST):
+        guess = listener.get(tls=tls, user="prometheus", password=f"guess {n}", source=source)
+        assert guess.status == 401
+
+
+def web_of(certs: Certs, hashes: dict[str, str]) -> WebConfig:
+    """A web config over TLS whose users have these very `hashes`."""
+    config = certs.ca.parent / "hashed.yml"
+    lines = "".join(f"  {user}: {hashed}\n" for user, hashed in hashes.items())
+    config.write_text(f"tls_server_config:\n{SERVER_TLS}basic_auth_users:\n{lines}")
+    return load_web_config(str(config))
+
+
+def test_a_reload_keeps_the_verified_passwords_of_users_whose_hash_is_the_same(
+    certs: Certs, checks: Checks
+) -> None:
+    tls = client_tls(certs.ca)
+    hashes = {"prometheus": bcrypt_hash(PASSWORD), "grafana": bcrypt_hash("other")}
+    with metrics_listener(web_of(certs, hashes)) as listener:
+        # GIVEN both users verified, and a guesser that spent the budget of their address
+        assert listener.get(tls=tls, user="prometheus", password=PASSWORD).status == 200
+        assert listener.get(tls=tls, user="grafana", password="other").status == 200
+        spend_budget(listener, certs, "127.0.0.1")
+        checked = len(checks.hashes)
+        # WHEN the file is read again, with grafana's password changed
+        fresh = web_of(certs, {**hashes, "grafana": bcrypt_hash("new")})
+        keep_learnt(listener.server.web, fresh)
+        listener.server.web = fresh
+        # THEN prometheus, whose hash is the same, gets in with no check
+        assert listener.get(tls=tls, user="prometheus", password=PASSWORD).status == 200
+        assert len(checks.hashes) == checked
+        # AND grafana's old password, right against its earlier hash, is checked once at no
+        # cost to the spent budget, refused, and from then on refused with no check
+        old = [listener.get(tls=tls, user="grafana", password="other").status for _ in range(3)]
+        assert old == [401] * 3
+        assert len(checks.hashes) == checked + 1
+
+
+def test_a_password_hashed_anew_still_gets_in_from_a_spent_source(
+    listener: Listener, certs: Certs, checks: Checks
+) -> None:
+    tls = client_tls(certs.ca)
+    # GIVEN a scraper verified, then a guesser that spent the budget of its address
+    assert listener.get(tls=tls, user="prometheus", password=PASSWORD).status == 200
+    spend_budget(listener, certs, "127.0.0.1")
+    # WHEN the same password is hashed anew (a new salt) and the file read again
+    reload(listener, certs, {"prometheus": PASSWORD})
+    # THEN the scraper gets in, checked once against the new hash, at no cost to the budget
+    hashes = len(checks.hashes)
+    replies = [listener.get(tls=tls, user="prometheus", password=PASSWORD) for _ in range(3)]
+    assert [reply.status for reply in replies] == [200] * 3
+    assert len(checks.hashes) == hashes + 1
+
+
+def test_a_removed_users_password_gets_no_check_past_the_budget(
+    certs: Certs, checks: Checks
+) -> None:
+    tls = client_tls(certs.ca)
+    with listening(certs, {"prometheus": PASSWORD, "grafana": "other"}) as listener:
+        # GIVEN grafana verified, then the budget of its address spent
+        assert listener.get(tls=tls, user="grafana", password="other").status == 200
+        spend_budget(listener, certs, "127.0.0.1")
+        # WHEN grafana is removed from the file, read again
+        reload(listener, certs, {"prometheus": PASSWORD})
+        hashes = len(checks.hashes)
+        # THEN its password is told to wait, with no check
+        assert listener.get(tls=tls, user="grafana", password="other").status == 429
+        assert len(checks.hashes) == hashes

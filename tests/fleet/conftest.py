@@ -48,8 +48,9 @@ def _unavailable(reason: str) -> NoReturn:
 
 @pytest.fixture
 def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
-    """`start_prometheus(targets=(), scrape_interval_s=1.0, rule_files=()) -> Prometheus`, ready for
-    queries; skips (or fails under GPUWATCH_REQUIRE_PROMETHEUS) where it cannot run."""
+    """`start_prometheus(targets=(), scrape_interval_s=1.0, rule_files=(),
+    evaluation_interval_s=None) -> Prometheus`, ready for queries; skips (or fails under
+    GPUWATCH_REQUIRE_PROMETHEUS) where it cannot run."""
     try:
         prometheus_binary()  # before the test starts anything else
     except PrometheusUnavailable as error:
@@ -61,11 +62,14 @@ def start_prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
             targets: Sequence[Target] = (),
             scrape_interval_s: float = 1.0,
             rule_files: Sequence[Path] = (),
+            evaluation_interval_s: float | None = None,
         ) -> Prometheus:
             home = next(homes)
             try:
                 return stack.enter_context(
-                    running_prometheus(home, targets, scrape_interval_s, rule_files)
+                    running_prometheus(
+                        home, targets, scrape_interval_s, rule_files, evaluation_interval_s
+                    )
                 )
             except PrometheusUnavailable as error:
                 _unavailable(str(error))

@@ -27,7 +27,7 @@ def test_the_users_view_shows_a_pod_by_namespace_and_name() -> None:
     # GIVEN a node whose GPU 0 a pod holds
     fleet = FleetState(0.0, "t", (idle_gpu_node("k8s-1", pods=(POD,)),))
     # WHEN the users view is made THEN the pod holds one GPU on one node
-    users, silent = user_rows(fleet)
+    users, silent, _ = user_rows(fleet)
     assert [(u.user, u.nodes, u.gpus) for u in users] == [("(ml/train-0)", 1, 1)]
     assert silent == 0
 

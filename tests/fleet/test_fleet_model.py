@@ -231,12 +231,32 @@ def test_users_are_counted_across_nodes_from_their_processes() -> None:
         node("b", (gpu(0),), (process(0, "alice", 1), process(0, "bob", 30, pid=9))),
         node("c", (gpu(0),), (), None, exporter=Exporter.DCGM),
     )
-    rows, silent = user_rows(state)
+    rows, silent, _ = user_rows(state)
     assert [(r.user, r.nodes, r.gpus, r.memory_bytes // GIB) for r in rows] == [
         ("bob", 1, 1, 30),
         ("alice", 2, 3, 16),
     ]
     assert silent == 1, "the dcgm node tells no processes"
+
+
+def summarized(name: str, users: tuple[tuple[str, int, int], ...] | None) -> NodeState:
+    """A node read through Prometheus as its figures, with its users as told (or not yet)."""
+    summary = NodeSummary(2, 0, 0, 0, 50.0, 40, 300.0, leases=0, idle_held=0, users=users)
+    return NodeState(name, up=True, snapshot=None, age_s=5.0, summary=summary)
+
+
+def test_a_node_whose_users_are_not_known_yet_is_said_so_never_counted_nor_hidden() -> None:
+    # GIVEN alice on node a, as Prometheus told; node b's users not told yet (warming up)
+    state = fleet(summarized("a", (("alice", 2, 60 * GIB),)), summarized("b", None))
+    # WHEN the users view, the filter user:alice and the totals are made
+    users = user_rows(state)
+    kept = [r.node for r in build_rows(state) if NodeFilter.parse("user:alice").matches(r)]
+    # THEN alice counts node a alone, node b is said not to be counted, the filter keeps it
+    # (it may be hers), and the totals line says one node is warming up
+    assert [(r.user, r.nodes, r.gpus) for r in users.rows] == [("alice", 1, 2)]
+    assert users.unknown == 1
+    assert kept == ["a", "b"]
+    assert totals(build_rows(state)).warming == 1
 
 
 # --- sort and filter ------------------------------------------------------------------------
@@ -283,9 +303,10 @@ def test_cycling_the_sort_visits_every_shown_column_and_comes_back() -> None:
     assert sorted(seen) == sorted(shown) and view.sort_column == "free"
 
 
-def test_a_sort_column_dropped_by_a_narrow_terminal_falls_back() -> None:
+def test_a_sort_column_dropped_by_a_narrow_terminal_falls_back_and_comes_back() -> None:
     view = FleetView().sort_by("power").fit_columns(c.key for c in columns_for(80))
     assert view.sort_column == "free"
+    assert view.fit_columns(c.key for c in columns_for(200)).sort_column == "power"
 
 
 # --- widths ---------------------------------------------------------------------------------

@@ -55,8 +55,9 @@ GPU by GPU may see different seconds."""
 
 def shown(row: NodeRow) -> tuple[object, ...]:
     """A row as the table shows it, less the moving figures, idle holders (the screen times
-    those itself, the rules over 10 minutes) and age."""
-    return astuple(replace(row, **dict.fromkeys((*MOVING, "idle_held", "age_s"))))
+    those itself, the rules over 10 minutes: warming up until Prometheus holds them) and
+    age."""
+    return astuple(replace(row, **dict.fromkeys((*MOVING, "idle_held", "age_s", "warming"))))
 
 
 def moving(row: NodeRow) -> list[float | None]:
@@ -162,7 +163,7 @@ def test_a_node_read_from_the_rules_is_a_row_of_its_figures(up: bool) -> None:
     fleet = FleetState(taken_at=0.0, source="prometheus x", nodes=(node,))
     # WHEN the table's row and the users view are built
     (row,) = build_rows(fleet)
-    users, silent = user_rows(fleet)
+    users, silent, _ = user_rows(fleet)
     # THEN the row shows its figures; a stale node has no free GPU and no users counted
     assert (row.gpus, row.most_free_bytes, row.leases, row.models) == (
         8,
@@ -196,7 +197,8 @@ def test_a_users_memory_read_before_their_gpus_counts_one_gpu_at_least() -> None
     gpus = Sample("gpuwatch:node_user_gpus:count", {"user": "ana"}, 2.0)
     # WHEN the node's users are read from what is held, then with their GPUs too
     # THEN a user with memory there holds a GPU at least, then as many as counted
-    assert summaries.slow_figures([memory]).users == (("ana", 1, 3 << 30),)
+    none_then = Sample("gpuwatch:node_user_gpus:count", {}, summaries.NO_USER)
+    assert summaries.slow_figures([memory, none_then]).users == (("ana", 1, 3 << 30),)
     assert summaries.slow_figures([memory, gpus]).users == (("ana", 2, 3 << 30),)
 
 

@@ -82,7 +82,7 @@ def test_the_daemons_count_makes_an_idle_holder_before_the_screen_watched_that_l
 
 
 def test_users_count_their_jobs_and_the_gpus_their_jobs_hold() -> None:
-    rows, _ = user_rows(fleet_of(WORK))
+    rows, _, _ = user_rows(fleet_of(WORK))
     by_user = {row.user: row for row in rows}
     # carol runs no process: her job holds GPU 0 and she is a user of the fleet all the same
     carol = by_user["carol"]

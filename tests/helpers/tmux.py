@@ -75,6 +75,10 @@ class Tmux:
         out = subprocess.run([*self.tmux, *command], check=True, capture_output=True, text=True)
         return out.stdout
 
+    def resize(self, size: tuple[int, int]) -> None:
+        """The terminal becomes `size` (columns, lines), as when its window is resized."""
+        self._ask("resize-window", "-t", self.name, "-x", str(size[0]), "-y", str(size[1]))
+
     def press(self, *keys: str) -> None:
         subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
 

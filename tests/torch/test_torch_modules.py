@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -285,3 +286,56 @@ def test_a_data_parallel_wrapper_is_seen_through() -> None:
     assert sorted(names) == sorted(set(names))
     assert "Block" in names and "layers.0 (Linear)" in names
     assert not any("DataParallel" in name or name.startswith("module") for name in names)
+
+
+class Nested(nn.Module):
+    """A layer that calls the one below it: a model as deep as Python's stack allows."""
+
+    def __init__(self, below: Nested | None) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 2)
+        self.below = below
+
+    def forward(self, x: Any) -> Any:
+        x = self.layer(x)
+        return x if self.below is None else self.below(x)
+
+
+def nested(depth: int) -> Nested:
+    model = None
+    for _ in range(depth):  # bottom up: building it takes no recursion
+        model = Nested(model)
+    assert model is not None
+    return model
+
+
+def runs(model: nn.Module) -> bool:
+    try:
+        model(torch.randn(1, 2)).sum().backward()
+    except RecursionError:
+        return False
+    return True
+
+
+def deepest_that_runs() -> int:
+    """The deepest `nested` model a step of runs here, without a watch."""
+    low, high = 1, sys.getrecursionlimit()
+    while low + 1 < high:
+        middle = (low + high) // 2
+        low, high = (middle, high) if runs(nested(middle)) else (low, middle)
+    return low
+
+
+def test_a_model_that_runs_without_the_watch_runs_under_it_per_module() -> None:
+    # GIVEN the deepest recursive model that runs here without a watch
+    limit = sys.getrecursionlimit()
+    model = nested(deepest_that_runs())
+    # WHEN a sampled step of it runs watched per module
+    with watch(model, per_module=True, publish=False) as memory:
+        ran = runs(model)
+        memory.step()
+    # THEN it runs, and is measured
+    assert ran
+    assert memory.last_modules
+    # AND the recursion limit is the user's again
+    assert sys.getrecursionlimit() == limit

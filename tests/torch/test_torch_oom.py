@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from gpuwatch.errors import GpuwatchError, InvalidValueError
 from gpuwatch.reports.oom import OomReport, TensorSize, advice, read_report
 from gpuwatch.reports.training import ModuleMemory, read_reports
 from tests.helpers.cli import run_cli
+from tests.helpers.files import what_is_at
 
 torch = pytest.importorskip("torch")
 
@@ -373,13 +375,13 @@ def test_an_oom_dir_that_is_no_directory_of_ours_is_refused_at_watch(
     # GIVEN oom_dir naming a file, a FIFO, or a link another user planted
     path = tmp_path / "oom"
     make(path)
-    before = os.lstat(path)
+    before = what_is_at(path)
     # WHEN a watch starts, THEN it refuses in one line, and the path is as it was
     with pytest.raises(InvalidValueError, match=why) as refused:
         watch(source=SimulatedAllocator(capacity_bytes=4 * MiB), oom_dir=path, publish=False)
     assert "\n" not in str(refused.value)
     assert isinstance(refused.value, GpuwatchError)
-    assert os.lstat(path) == before
+    assert what_is_at(path) == before
 
 
 def test_an_oom_dir_of_ones_own_through_a_link_is_used(tmp_path: Path) -> None:
@@ -394,3 +396,49 @@ def test_an_oom_dir_of_ones_own_through_a_link_is_used(tmp_path: Path) -> None:
     ):
         sim.allocate(8 * MiB)
     assert len(list((tmp_path / "scratch").glob("*.json"))) == 1
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "oom_on_cpu.py"
+
+
+def test_the_cpu_example_leaves_an_oom_report_that_torch_report_shows(tmp_path: Path) -> None:
+    # GIVEN the example that runs out of a simulated GPU's memory, training on the CPU
+    ran = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--oom-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    # WHEN it has run, THEN it says where its report is, and how to read it
+    assert ran.returncode == 0, ran.stderr
+    (report,) = tmp_path.glob("gpuwatch-oom-*.json")
+    assert f"gpuwatch torch-report {report}" in ran.stdout
+    # AND the installed torch-report shows it: the request, the modules, what to do
+    gpuwatch = str(Path(sys.executable).with_name("gpuwatch"))
+    shown = subprocess.run(
+        [gpuwatch, "torch-report", str(report)], capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("Out of memory on cuda:0")
+    assert "(Linear)" in shown.stdout and "What to do:" in shown.stdout
+
+
+def test_the_guides_example_without_a_gpu_writes_an_oom_report(tmp_path: Path) -> None:
+    # GIVEN the Python example of the training guide's "Try it without a GPU"
+    guide = (EXAMPLE.parents[1] / "docs" / "guide" / "training.md").read_text()
+    section = guide.split("## Try it without a GPU", 1)[1].split("\n## ", 1)[0]
+    (example,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    # WHEN it runs, THEN it prints the report it wrote, which torch-report reads
+    ran = subprocess.run(
+        [sys.executable, "-c", example],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    report = Path(ran.stdout.strip().splitlines()[-1])
+    assert report.parent == tmp_path and report.suffix == ".json"
+    assert run_cli("torch-report", str(report)).stdout.startswith("Out of memory on cuda:0")

@@ -89,7 +89,12 @@ def test_torch_report_says_what_a_training_report_is(tmp_path: Path) -> None:
     )  # fmt: skip
     path = tmp_path / "report.training"
     path.write_text(json.dumps(report.to_dict()))
-    # WHEN torch-report is given it, THEN it says where such reports are shown
-    result = run_cli("torch-report", str(path))
-    assert result.exit_code == ExitCode.USAGE
-    assert "live training report" in result.stderr and "gpuwatch status" in result.stderr
+    # WHEN the installed torch-report is given it
+    gpuwatch = str(Path(sys.executable).with_name("gpuwatch"))
+    result = subprocess.run(
+        [gpuwatch, "torch-report", str(path)], capture_output=True, text=True, check=False
+    )
+    # THEN it says, in one line, which command shows such reports: the live screen, not status
+    assert result.returncode == ExitCode.USAGE and result.stderr.count("\n") == 1
+    assert "live training report" in result.stderr and "`gpuwatch tui`" in result.stderr
+    assert "gpuwatch status" not in result.stderr

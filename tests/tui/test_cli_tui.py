@@ -63,15 +63,23 @@ def test_help_lists_the_options_of_status() -> None:
         assert option in result.stdout
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
+needs_tmux = pytest.mark.skipif(
     shutil.which("tmux") is None and not os.environ.get("GPUWATCH_REQUIRE_TMUX"),
     reason="needs tmux (apt-get install tmux)",
 )
+
+
+def installed_tui(lease_dir: Path, gpus: int, size: tuple[int, int]) -> Tmux:
+    """The installed `gpuwatch tui --sim GPUS` in a real terminal of `size`."""
+    command = shlex.join([GPUWATCH, "tui", "--sim", str(gpus)])
+    return Tmux(f"GPUWATCH_LEASE_DIR={shlex.quote(str(lease_dir))} {command}", size)
+
+
+@pytest.mark.slow
+@needs_tmux
 def test_the_installed_command_in_a_real_terminal(lease_dir: Path) -> None:
     # GIVEN the installed `gpuwatch tui --sim 4` in a 100x30 terminal
-    command = shlex.join([GPUWATCH, "tui", "--sim", "4"])
-    terminal = Tmux(f"GPUWATCH_LEASE_DIR={shlex.quote(str(lease_dir))} {command}", (100, 30))
+    terminal = installed_tui(lease_dir, 4, (100, 30))
     try:
         # WHEN the first frame is drawn THEN it shows the GPUs and their processes
         screen = terminal.wait_for("python train.py")
@@ -90,6 +98,39 @@ def test_the_installed_command_in_a_real_terminal(lease_dir: Path) -> None:
         screen = terminal.wait_for("EXIT=")
         assert "EXIT=0" in screen
         assert "Traceback" not in screen
+    finally:
+        terminal.close()
+
+
+def sort_shown(screen: str) -> str:
+    """The status line's order (`CPU% ▲`), or "" where it shows none."""
+    return screen.partition("sorted by ")[2].partition("  ")[0].strip()
+
+
+@pytest.mark.slow
+@needs_tmux
+def test_the_sort_chosen_is_back_when_the_terminal_widens_again(lease_dir: Path) -> None:
+    # GIVEN the installed `gpuwatch tui --sim 8` in a wide terminal, sorted by CPU% lowest first
+    terminal = installed_tui(lease_dir, 8, (140, 30))
+    try:
+        order = sort_shown(terminal.wait_for("sorted by GPU-MEM ▼"))
+        while not order.startswith("CPU%"):
+            terminal.press("s")
+            order = wait_until(
+                lambda before=order: (now := sort_shown(terminal.text())) != before and now,
+                "the next sort column",
+            )
+        terminal.press("r")
+        terminal.wait_for("sorted by CPU% ▲")
+        # WHEN it narrows to 80x24, THEN the order shown is GPU-MEM's, CPU% being dropped
+        terminal.resize((80, 24))
+        screen = terminal.wait_for("sorted by GPU-MEM ▼")
+        assert "CPU%" not in screen.split("sorted by")[0]
+        # AND when it widens again, CPU% sorts it again, lowest first
+        terminal.resize((140, 30))
+        terminal.wait_for("sorted by CPU% ▲")
+        terminal.press("q")
+        assert "EXIT=0" in terminal.wait_for("EXIT=")
     finally:
         terminal.close()
 

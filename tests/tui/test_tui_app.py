@@ -111,6 +111,34 @@ def test_s_sorts_by_the_next_column_and_r_reverses() -> None:
     run(app, body)
 
 
+def test_the_sort_chosen_outlives_a_terminal_too_narrow_for_its_column() -> None:
+    app = sim_app()
+
+    async def body(pilot: Pilot[int]) -> None:
+        # GIVEN the table sorted by CPU%, lowest first, in a wide terminal
+        while app.sort_column != "cpu":
+            await pilot.press("s")
+        if app.sort_reverse:
+            await pilot.press("r")
+        assert "sorted by CPU% ▲" in text_of(app, "#status")
+        # WHEN the terminal narrows to 80 columns, which drop CPU%
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: "cpu" not in columns_shown(app), "CPU% to be dropped")
+        # THEN the table says which order stands in
+        await until(pilot, lambda: "GPU-MEM ▼" in text_of(app, "#status"), "the order shown")
+        # AND when it widens again, CPU% sorts the table again, lowest first
+        await pilot.resize_terminal(160, 48)
+        await until(pilot, lambda: "cpu" in columns_shown(app), "CPU% to be back")
+        await until(pilot, lambda: "CPU% ▲" in text_of(app, "#status"), "the order chosen")
+        assert (app.sort_column, app.sort_reverse) == ("cpu", False)
+
+    run(app, body)
+
+
+def columns_shown(app: GpuwatchApp) -> list[str]:
+    return [column.key for column in app.table().columns_shown]
+
+
 def test_filter_by_user_keeps_only_their_rows() -> None:
     app = sim_app()
 

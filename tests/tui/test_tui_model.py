@@ -72,6 +72,32 @@ def test_a_sort_column_no_longer_shown_falls_back() -> None:
     assert view.fit_columns(["sm"]) is view
 
 
+def test_the_sort_chosen_comes_back_when_its_column_is_shown_again() -> None:
+    # GIVEN CPU% chosen, lowest first
+    chosen = TableView().sort_by("cpu").reverse()
+    assert (chosen.sort_column, chosen.sort_reverse) == ("cpu", False)
+    # WHEN the terminal narrows so that CPU% is dropped, THEN the default order stands in
+    narrow = chosen.fit_columns(["pid", "gpu_mem"])
+    assert (narrow.sort_column, narrow.sort_reverse) == (DEFAULT_SORT, True)
+    assert narrow.fit_columns(["pid", "gpu_mem"]) is narrow
+    # AND when it widens again, the order chosen is back
+    wide = narrow.fit_columns(["pid", "gpu_mem", "cpu"])
+    assert (wide.sort_column, wide.sort_reverse) == ("cpu", False)
+    assert wide.status().startswith("sorted by CPU% ▲")
+
+
+def test_a_sort_chosen_while_narrow_replaces_the_one_dropped() -> None:
+    # GIVEN CPU% chosen, then dropped by a narrow terminal
+    narrow = TableView().sort_by("cpu").fit_columns(["pid", "gpu_mem"])
+    # WHEN PID is chosen while narrow, THEN widening keeps PID
+    chosen = narrow.sort_by("pid")
+    assert chosen.fit_columns(["pid", "gpu_mem", "cpu"]).sort_column == "pid"
+    # AND so does a reversal of the stand-in order: it is a choice too
+    reversed_ = narrow.reverse()
+    wide = reversed_.fit_columns(["pid", "gpu_mem", "cpu"])
+    assert (wide.sort_column, wide.sort_reverse) == (DEFAULT_SORT, False)
+
+
 def test_the_filter_keeps_its_text_and_its_problems() -> None:
     view = TableView().filter("user:bob gpu:x")
     assert pids(view) == [30]

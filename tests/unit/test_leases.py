@@ -33,6 +33,7 @@ from gpuwatch.request import Request
 from tests.helpers.cli import run_cli
 from tests.helpers.daemon import running_daemon
 from tests.helpers.fake_nvml import FakeGpu, FakeNvml
+from tests.helpers.files import what_is_at
 from tests.helpers.wait import wait_until
 
 GPU = GpuSample(index=3, uuid="GPU-3", name="H100", pci_bus_id=None)
@@ -375,7 +376,7 @@ def test_a_lease_dir_that_is_no_directory_is_refused_and_left_as_it_is(
         target.write_text("precious")
     else:
         os.mkfifo(target)
-    before = os.lstat(target)
+    before = what_is_at(target)
     # WHEN a job is picked, and the leases are shown
     picked = run_cli("pick", "--sim", "2", "--allow-busy", env={"GPUWATCH_LEASE_DIR": str(target)})
     shown = run_cli("status", "--sim", "2", "-v", env={"GPUWATCH_LEASE_DIR": str(target)})
@@ -385,12 +386,7 @@ def test_a_lease_dir_that_is_no_directory_is_refused_and_left_as_it_is(
     assert picked.exit_code == ExitCode.USAGE
     assert picked.stderr.count("\n") == 1 and f"is {what}, not a directory" in picked.stderr
     assert shown.exit_code == 0 and "leases are not shown" in shown.stderr
-    after = os.lstat(target)
-    assert (after.st_ino, after.st_mode, after.st_mtime_ns) == (
-        before.st_ino,
-        before.st_mode,
-        before.st_mtime_ns,
-    )
+    assert what_is_at(target) == before
     assert kind != "regular-file" or target.read_text() == "precious"
     assert kind != "symlink" or list((tmp_path / "real").iterdir()) == []
 

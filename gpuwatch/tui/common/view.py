@@ -31,6 +31,9 @@ class TableChoices:
     filter_text: str = ""
     selected: str | None = None
     """The key of the row under the cursor, once the user (or the table) moved it."""
+    dropped_sort: tuple[str, bool] | None = None
+    """The order chosen (column, highest first) while a narrow terminal drops its column:
+    back when the column is shown again, unless another order is chosen meanwhile."""
 
     def sort_by(self, column: str) -> Self:
         """A header clicked: that column, or the other direction when it already sorts."""
@@ -45,14 +48,19 @@ class TableChoices:
         return self._sorted_by(keys[(position + step) % len(keys)])
 
     def reverse(self) -> Self:
-        return replace(self, sort_reverse=not self.sort_reverse)
+        return replace(self, sort_reverse=not self.sort_reverse, dropped_sort=None)
 
     def fit_columns(self, shown: Iterable[str]) -> Self:
-        """Back to the default sort when the sort column is not among those `shown`
-        (a narrower terminal drops columns)."""
-        if self.sort_column in set(shown):
+        """The default sort while the sort column is not among those `shown` (a narrower
+        terminal drops columns); the order chosen again once its column is."""
+        columns = set(shown)
+        if self.dropped_sort is not None and self.dropped_sort[0] in columns:
+            column, reverse = self.dropped_sort
+            return replace(self, sort_column=column, sort_reverse=reverse, dropped_sort=None)
+        if self.sort_column in columns:
             return self
-        return replace(self, sort_column=self.DEFAULT_SORT, sort_reverse=True)
+        chosen = self.dropped_sort or (self.sort_column, self.sort_reverse)
+        return replace(self, sort_column=self.DEFAULT_SORT, sort_reverse=True, dropped_sort=chosen)
 
     def filter(self, text: str) -> Self:
         """Only the rows `text` matches (each table's view says what it understands)."""
@@ -71,5 +79,6 @@ class TableChoices:
 
     def _sorted_by(self, column: str) -> Self:
         if not self.NEW_COLUMN_DESCENDS:
-            return replace(self, sort_column=column)
-        return replace(self, sort_column=column, sort_reverse=column not in self.ASCENDING)
+            return replace(self, sort_column=column, dropped_sort=None)
+        reverse = column not in self.ASCENDING
+        return replace(self, sort_column=column, sort_reverse=reverse, dropped_sort=None)

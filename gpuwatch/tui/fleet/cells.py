@@ -153,10 +153,13 @@ def _fresh_age(age_s: float | None) -> str:
 
 def totals_line(totals: Totals) -> render.Line:
     """`20 nodes: 17 up, 3 down · 112 GPUs, 41 free · memory 3.1TiB free · util 38%` (down
-    counts the stale)."""
+    counts the stale), `17 up (4 warming up)` where figures from Prometheus are not all known
+    yet for nodes up (their users, or their idle holders: `IDLE ?`)."""
     nodes = totals.nodes_up + totals.nodes_down
     spans: render.Line = [(f"{nodes} node{'s' if nodes != 1 else ''}: ", "heading")]
     spans.append((f"{totals.nodes_up} up", "ok"))
+    if totals.warming:  # here, not last: a narrow line is cut at its end
+        spans.append((f" ({totals.warming} warming up)", "warn"))
     if totals.nodes_down:
         spans += [(", ", ""), (f"{totals.nodes_down} down", "alarm")]
     spans.append((f" · {totals.gpus} GPUs, ", ""))
@@ -211,10 +214,14 @@ def users_text(fleet: FleetState | None, width: int) -> render.Line:
     if fleet is None:
         spans.append(("waiting for the first read…", "dim"))
         return spans
-    rows, silent = user_rows(fleet)
+    rows, silent, unknown = user_rows(fleet)
     spans.extend((user_line(row, width) + "\n", "") for row in rows)
     if not rows:
         spans.append(("no processes on the nodes that are up\n", "dim"))
+    if unknown:
+        nodes = f"{unknown} nodes warming up: their" if unknown > 1 else "1 node warming up: its"
+        note = f"{nodes} users are not counted yet (Prometheus has not told them)"
+        spans.append(("\n" + note + "\n", "warn"))
     if silent:
         nodes = "1 node tells" if silent == 1 else f"{silent} nodes tell"
         note = f"{nodes} no processes (another exporter than gpuwatch's)"

@@ -23,8 +23,9 @@ DEFAULT_SORT = "free"
 class NodeFilter:
     """`user:alice free down WORD`: every term must match.
 
-    `user:NAME` keeps nodes where NAME runs a process or a job, `free` nodes with a free GPU,
-    `down` nodes that are down or stale, `idle` nodes with an idle holder; any other
+    `user:NAME` keeps nodes where NAME runs a process or a job, and those whose users are
+    not known yet (warming up: hiding them could hide NAME's), `free` nodes with a free
+    GPU, `down` nodes that are down or stale, `idle` nodes with an idle holder; any other
     word must appear in the node's name, exporter or GPU models.
     """
 
@@ -60,7 +61,7 @@ class NodeFilter:
         return bool(self.users or self.free_only or self.down_only or self.idle_only or self.words)
 
     def matches(self, row: NodeRow) -> bool:
-        if self.users and not self.users & row.users:
+        if self.users and row.users is not None and not self.users & row.users:
             return False
         if self.free_only and not row.gpus_free:
             return False

@@ -14,7 +14,8 @@ shown `(namespace/pod)`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from gpuwatch.fleet.node_figures import NodeFigures, node_figures
 from gpuwatch.fleet_model import FleetState, GpuPod, NodeState, NodeSummary
@@ -63,9 +64,13 @@ class NodeRow:
     """The scheduler's jobs holding its GPUs; `None` where they are unknown."""
     idle_allocated: int | None = None
     """GPUs a job holds but leaves idle; `None` where jobs are unknown."""
-    users: frozenset[str] = frozenset()
+    users: frozenset[str] | None = frozenset()
+    """Who runs a process or a job there; `None` while not known yet (warming up)."""
     models: str = ""
     """Its GPU models, for the filter."""
+    warming: bool = False
+    """Up, but what Prometheus computes of it is not all known yet (its users, or its idle
+    holders: Prometheus holds less than their window of its data)."""
     simulated: bool = False
     """Its GPUs are made up (a daemon serving a simulated node): its name says so."""
     claimed_by: int = 1
@@ -95,10 +100,14 @@ class Totals:
     gpus_free: int
     memory_free_bytes: int
     utilization_pct: float | None
+    warming: int = 0
+    """Nodes up whose figures from Prometheus are not all known yet."""
 
 
 _FreeHeld = tuple[Snapshot, tuple[Lease, ...] | None, Holders, int]
 """A node's GPUs, leases and holders, and how many of its GPUs were free with them."""
+_UsersHeld = tuple[tuple[tuple[str, int, int], ...] | None, frozenset[str] | None]
+"""A node's users as its figures tell them, and the set of their names."""
 
 
 def free_gpus(node: NodeState, snapshot: Snapshot) -> int:
@@ -118,8 +127,8 @@ class RowMemory:
     def __init__(self) -> None:
         self._known: dict[str, _FreeHeld] = {}
         self._seen: dict[str, _FreeHeld] = {}
-        self._users: dict[str, tuple[tuple[tuple[str, int, int], ...], frozenset[str]]] = {}
-        self._users_seen: dict[str, tuple[tuple[tuple[str, int, int], ...], frozenset[str]]] = {}
+        self._users: dict[str, _UsersHeld] = {}
+        self._users_seen: dict[str, _UsersHeld] = {}
 
     def free(self, node: NodeState, snapshot: Snapshot) -> int:
         known = self._known.get(node.label)
@@ -135,7 +144,7 @@ class RowMemory:
         self._seen[node.label] = (snapshot, node.leases, node.holders, free)
         return free
 
-    def users(self, node: str, summary: NodeSummary) -> frozenset[str]:
+    def users(self, node: str, summary: NodeSummary) -> frozenset[str] | None:
         held = self._users.get(node)
         if held is None or held[0] is not summary.users:
             held = (summary.users, _summary_users(summary))
@@ -198,9 +207,9 @@ def node_row(
     )
 
 
-def _summarized(node: NodeState, summary: NodeSummary, users: frozenset[str]) -> NodeRow:
+def _summarized(node: NodeState, summary: NodeSummary, users: frozenset[str] | None) -> NodeRow:
     """A node read as its figures (its daemon's, and Prometheus's): the same as its GPUs'."""
-    return _read_row(
+    row = _read_row(
         node,
         summary,
         gpus_free=summary.gpus_free if node.up else None,
@@ -211,6 +220,9 @@ def _summarized(node: NodeState, summary: NodeSummary, users: frozenset[str]) ->
         users=users,
         models=" ".join(summary.models),
     )
+    if node.up and (summary.users is None or summary.idle_held is None):
+        return replace(row, warming=True)
+    return row
 
 
 def _read_row(
@@ -222,7 +234,7 @@ def _read_row(
     idle_held: int | None,
     jobs: int | None,
     idle_allocated: int | None,
-    users: frozenset[str],
+    users: frozenset[str] | None,
     models: str,
 ) -> NodeRow:
     """The row of a node that was read, from its GPUs' `figures` (or its own)."""
@@ -253,7 +265,9 @@ def _read_row(
     )
 
 
-def _summary_users(summary: NodeSummary) -> frozenset[str]:
+def _summary_users(summary: NodeSummary) -> frozenset[str] | None:
+    if summary.users is None:
+        return None
     return frozenset(user for user, _, _ in summary.users if user)
 
 
@@ -333,13 +347,14 @@ def _idle_enough(
 
 def totals(rows: Iterable[NodeRow]) -> Totals:
     """Nodes up and down (stale counts as down), and the GPUs of the nodes that are up."""
-    up = down = gpus = free = memory = 0
+    up = down = gpus = free = memory = warming = 0
     busy_sum, busy_count = 0.0, 0
     for row in rows:
         if not row.up:
             down += 1
             continue
         up += 1
+        warming += row.warming
         gpus += row.gpus or 0
         free += row.gpus_free or 0
         memory += row.memory_free_bytes or 0
@@ -347,7 +362,7 @@ def totals(rows: Iterable[NodeRow]) -> Totals:
             busy_sum += row.utilization_pct * row.gpus
             busy_count += row.gpus
     mean = busy_sum / busy_count if busy_count else None
-    return Totals(up, down, gpus, free, memory, mean)
+    return Totals(up, down, gpus, free, memory, mean, warming)
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,15 +377,29 @@ class UserRow:
     """The scheduler's jobs of theirs holding GPUs, where nodes tell them."""
 
 
-def user_rows(fleet: FleetState) -> tuple[list[UserRow], int]:
+class UsersSeen(NamedTuple):
+    """The users view: one row per user, and the nodes up whose users it cannot count."""
+
+    rows: list[UserRow]
+    silent: int
+    """Nodes that tell no processes (another exporter than gpuwatch's)."""
+    unknown: int
+    """Nodes whose users Prometheus has not told yet (warming up): left out of the rows."""
+
+
+def user_rows(fleet: FleetState) -> UsersSeen:
     """Users by GPU memory held, most first, from the processes and jobs of nodes that are
-    up; and how many nodes that are up tell no processes (another exporter)."""
+    up; how many nodes that are up tell no processes (another exporter), and how many
+    have users not known yet."""
     gpus: dict[str, set[tuple[str, int]]] = {}
     memory: dict[str, int] = {}
     jobs: dict[str, set[tuple[str, str]]] = {}
-    silent = 0
+    silent = unknown = 0
     for node in fleet.nodes:
         if node.up and node.summary is not None:
+            if node.summary.users is None:
+                unknown += 1
+                continue
             for user, count, size in node.summary.users:
                 name = user or "?"
                 # GPUs by count alone: stand-ins that no GPU index can equal
@@ -402,7 +431,7 @@ def user_rows(fleet: FleetState) -> tuple[list[UserRow], int]:
         for user, held in gpus.items()
     ]
     rows.sort(key=lambda row: (-row.memory_bytes, row.user))
-    return rows, silent
+    return UsersSeen(rows, silent, unknown)
 
 
 def rows_by_key(rows: Iterable[NodeRow]) -> Mapping[str, NodeRow]:

@@ -3,8 +3,8 @@
 Pure, and without Textual: `TableView` is a frozen value, each thing a user can do is a
 method that returns the next one, and `arrange` turns the screen's rows into the rows
 shown. The app maps keys to these transitions and draws what comes out, so every rule of
-the table (a tag outlives no row, a sort column that left the screen falls back, a header
-clicked twice reverses) is tested here without a terminal.
+the table (a tag outlives no row, a sort column that left the screen falls back until it
+is back, a header clicked twice reverses) is tested here without a terminal.
 """
 
 from __future__ import annotations

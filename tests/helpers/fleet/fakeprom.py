@@ -31,6 +31,13 @@ NOW = 1_795_472_800.0
 _SLOW_FIGURES = frozenset(q.promql() for q in summaries.slow_plan(recorded=False))
 """The per-node figures only Prometheus computes, as a source asks them where no rule
 records them."""
+_USER_FIGURES = frozenset(
+    q.promql()
+    for group in summaries.USER_GROUPS
+    for q in summaries.slow_plan(recorded=False, group=group)
+)
+"""Of those, each user's GPUs and memory: as Prometheus answers them where nobody runs a
+process, `NO_USER` for each node scraped."""
 
 
 @dataclass
@@ -110,8 +117,10 @@ class FakePrometheus:
             pattern = re.compile(matcher[1].replace("\\\\", "\\"))
             targets = [t for t in targets if pattern.fullmatch(t.instance)]
             query = _MATCHER.sub("", query).replace("{}", "").replace(", }", "}")
+        if query in _USER_FIGURES:
+            return self._no_users(targets)
         if query == summaries.PROBE or query in _SLOW_FIGURES:
-            # It records no rules, and evaluates no expression: nobody runs a process.
+            # It records no rules, and evaluates no other expression: none is idle.
             return []
         fixed = {
             promql.names(): self._names,
@@ -162,6 +171,15 @@ class FakePrometheus:
             key = tuple(sorted(labels.items()))
             found[key] = max(found.get(key, sample.value), sample.value)
         return [{"metric": dict(key), "value": [NOW, repr(v)]} for key, v in found.items()]
+
+    def _no_users(self, targets: list[FakeTarget]) -> list[dict[str, object]]:
+        """`NO_USER` for each target scraped (with GPUs): nobody runs a process here."""
+        scraped = {(t.job, t.instance) for t, _ in self._samples(targets, "gpuwatch_gpu_info")}
+        value = repr(summaries.NO_USER)
+        return [
+            {"metric": {"job": job, "instance": instance}, "value": [NOW, value]}
+            for job, instance in sorted(scraped)
+        ]
 
     def _samples(self, targets: list[FakeTarget], family: str) -> list[tuple[FakeTarget, Sample]]:
         return [

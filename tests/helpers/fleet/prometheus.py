@@ -78,10 +78,13 @@ def prometheus_binary() -> str:
 
 
 def config_text(
-    targets: Sequence[Target], scrape_interval_s: float, rule_files: Sequence[Path] = ()
+    targets: Sequence[Target],
+    scrape_interval_s: float,
+    rule_files: Sequence[Path] = (),
+    evaluation_interval_s: float | None = None,
 ) -> str:
     """Prometheus's configuration scraping `targets` every `scrape_interval_s`, and
-    evaluating `rule_files` as often."""
+    evaluating `rule_files` every `evaluation_interval_s` (as often, by default)."""
     jobs: dict[str, list[dict[str, Any]]] = {}
     honor: dict[str, bool] = {}
     for target in targets:
@@ -91,6 +94,7 @@ def config_text(
         jobs.setdefault(target.job, []).append({"targets": [target.address], "labels": labels})
         honor[target.job] = target.honor_labels
     interval = f"{round(scrape_interval_s * 1000)}ms"
+    evaluation = f"{round((evaluation_interval_s or scrape_interval_s) * 1000)}ms"
     return json.dumps(
         {
             # A timeout as long as the interval: the longest Prometheus allows, so that a
@@ -98,7 +102,7 @@ def config_text(
             "global": {
                 "scrape_interval": interval,
                 "scrape_timeout": interval,
-                "evaluation_interval": interval,
+                "evaluation_interval": evaluation,
             },
             "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [
@@ -114,11 +118,20 @@ class Prometheus:
     """A running Prometheus server (see `running_prometheus`)."""
 
     def __init__(
-        self, home: Path, scrape_interval_s: float, rule_files: Sequence[Path] = ()
+        self,
+        home: Path,
+        scrape_interval_s: float,
+        rule_files: Sequence[Path] = (),
+        evaluation_interval_s: float | None = None,
+        config: str | None = None,
     ) -> None:
+        """`config`: the configuration's text as it is (rule files relative to `home`), in
+        place of one made of the targets, the intervals and `rule_files`."""
         self.home = home
         self.scrape_interval_s = scrape_interval_s
         self.rule_files = tuple(rule_files)
+        self.evaluation_interval_s = evaluation_interval_s
+        self.config = config
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -223,7 +236,9 @@ class Prometheus:
             return ""
 
     def _write_config(self, targets: Sequence[Target]) -> None:
-        text = config_text(targets, self.scrape_interval_s, self.rule_files)
+        text = self.config or config_text(
+            targets, self.scrape_interval_s, self.rule_files, self.evaluation_interval_s
+        )
         (self.home / "prometheus.yml").write_text(text)
 
     def _started(self, binary: str) -> bool:
@@ -252,11 +267,12 @@ def running_prometheus(
     targets: Sequence[Target] = (),
     scrape_interval_s: float = 1.0,
     rule_files: Sequence[Path] = (),
+    evaluation_interval_s: float | None = None,
 ) -> Iterator[Prometheus]:
-    """A Prometheus scraping `targets` and recording `rule_files`, ready to answer
-    queries (it has not necessarily scraped yet: `wait_until_up`); stopped when the
-    block ends."""
-    prometheus = Prometheus(home, scrape_interval_s, rule_files)
+    """A Prometheus scraping `targets` and recording `rule_files` (every
+    `evaluation_interval_s`, by default as often as it scrapes), ready to answer queries
+    (it has not necessarily scraped yet: `wait_until_up`); stopped when the block ends."""
+    prometheus = Prometheus(home, scrape_interval_s, rule_files, evaluation_interval_s)
     try:
         prometheus.start(targets)
         yield prometheus
