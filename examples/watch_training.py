@@ -56,6 +56,7 @@ def main() -> None:
             f"largest modules: {largest} loss={loss.item():.4f}"
         )
     if distributed:
+        dist.barrier()  # no rank tears gloo down while a peer still sends (it aborts the peer)
         dist.destroy_process_group()
 
 
