@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import re
 import threading
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet import promql, summaries

@@ -14,8 +14,10 @@ import threading
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec.structs import replace
 
 from gpuwatch.fleet import node_figures, node_work, promql, summaries
 from gpuwatch.fleet.exposition import Sample, parse_exposition
