@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import dataclasses
 import pstats
 import random
 import statistics
 import subprocess
 import time
+
+import msgspec
 
 from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.fleet_model import FleetState, NodeState, NodeSummary
@@ -49,8 +50,8 @@ def gpu_fleets(nodes: int) -> list[FleetState]:
         clock[0] = START + INTERVAL_S * i
         fresh = sim.read()
         if fleets:
-            fresh = dataclasses.replace(fresh, nodes=tuple(
-                new if _scraped(k, i) else dataclasses.replace(new, snapshot=old.snapshot)
+            fresh = msgspec.structs.replace(fresh, nodes=tuple(
+                new if _scraped(k, i) else msgspec.structs.replace(new, snapshot=old.snapshot)
                 for k, (old, new) in enumerate(zip(fleets[-1].nodes, fresh.nodes, strict=True))
             ))  # fmt: skip
         fleets.append(_aged(fresh, i))
@@ -70,7 +71,7 @@ def rules_fleets(nodes: int) -> list[FleetState]:
     rng = random.Random(0)
     summaries = [_summary(node) for node in base.nodes]
     states = [
-        dataclasses.replace(n, snapshot=None, summary=s)
+        msgspec.structs.replace(n, snapshot=None, summary=s)
         for n, s in zip(base.nodes, summaries, strict=True)
     ]
     fleets = []
@@ -78,10 +79,10 @@ def rules_fleets(nodes: int) -> list[FleetState]:
         for k, state in enumerate(states):
             if state.summary is not None and rng.random() < 0.2:
                 util = rng.uniform(0, 100)
-                summary = dataclasses.replace(
+                summary = msgspec.structs.replace(
                     state.summary, utilization_pct=util, power_w=70 + 6 * util
                 )
-                states[k] = dataclasses.replace(state, summary=summary)
+                states[k] = msgspec.structs.replace(state, summary=summary)
         fleets.append(_aged(FleetState(START + INTERVAL_S * i, base.source, tuple(states)), i))
     return fleets
 
@@ -102,10 +103,10 @@ def _aged(fleet: FleetState, i: int) -> FleetState:
     nodes = tuple(
         node
         if not node.up
-        else dataclasses.replace(node, age_s=(INTERVAL_S * i + k * 1.7) % SCRAPE_S + 0.2)
+        else msgspec.structs.replace(node, age_s=(INTERVAL_S * i + k * 1.7) % SCRAPE_S + 0.2)
         for k, node in enumerate(fleet.nodes)
     )
-    return dataclasses.replace(fleet, nodes=nodes)
+    return msgspec.structs.replace(fleet, nodes=nodes)
 
 
 class Prebuilt:

@@ -6,12 +6,13 @@ the report summing it up. Run: python bench/job_report_cost.py
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import statistics
 import time
 from collections.abc import Callable
+
+import msgspec
 
 from gpuwatch.backends.daemon_client import parse_series
 from gpuwatch.gpu_history import GpuSeries
@@ -35,7 +36,11 @@ def history() -> dict[str, object]:
         )
         for index in range(GPUS)
     ]
-    return {"interval_s": 1.0, "truncated": False, "gpus": [dataclasses.asdict(s) for s in series]}
+    return {
+        "interval_s": 1.0,
+        "truncated": False,
+        "gpus": [msgspec.structs.asdict(s) for s in series],
+    }
 
 
 def median_ms(step: Callable[[], object]) -> float:

@@ -169,9 +169,9 @@ def memory_over_hours() -> list[tuple[int, float, int, str]]:
     """Runs in the fakenvml environment: (frames fed, RSS MiB, allocated blocks, DataTable
     cache fill) every 1,200 frames."""
     import gc
-    from dataclasses import replace
 
     import psutil
+    from msgspec.structs import replace
 
     from gpuwatch.backends import open_backend
     from gpuwatch.tui.node.app import GpuwatchApp

@@ -8,15 +8,15 @@ does not build the fleet's classes: the fleet's dataclasses cost 21 M instructio
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.holders import NO_HOLDERS, Holder, HolderKind, Holders
 from gpuwatch.models import Device, Lease, Snapshot
 from gpuwatch.text import printable, printable_fields
 
 
-@dataclass(frozen=True, slots=True)
-class GpuJob:
+class GpuJob(msgspec.Struct, frozen=True):
     """The scheduler's job on one GPU of a node (Slurm's, as the node's daemon exports it)."""
 
     gpu_index: int
@@ -29,8 +29,7 @@ class GpuJob:
         printable_fields(self, "job_id", "user")
 
 
-@dataclass(frozen=True, slots=True)
-class GpuPod:
+class GpuPod(msgspec.Struct, frozen=True):
     """A Kubernetes pod that holds a GPU, or one MIG device of it, as the node's exporter
     labels the GPU (dcgm-exporter's `pod`, `namespace`, `container`; a gpuwatch daemon's
     `gpuwatch_gpu_pod_info`): the GPU is never free while it holds it. What a screen shows
@@ -57,8 +56,7 @@ class Exporter(enum.StrEnum):
     NVIDIA_GPU_EXPORTER = "nvidia_gpu_exporter"
 
 
-@dataclass(frozen=True, slots=True)
-class NodeSummary:
+class NodeSummary(msgspec.Struct, frozen=True):
     """A node's figures as a Prometheus server's recording rules precompute them
     (`examples/gpuwatch-fleet-rules.yml`): what the fleet table shows of it, without its
     GPUs one by one. `None` is unknown."""
@@ -89,13 +87,14 @@ class NodeSummary:
     def __post_init__(self) -> None:
         if self.users is not None and not all(user.isprintable() for user, _, _ in self.users):
             users = tuple((printable(user), gpus, memory) for user, gpus, memory in self.users)
-            object.__setattr__(self, "users", users)
+            msgspec.structs.force_setattr(self, "users", users)
         if not all(model.isprintable() for model in self.models):
-            object.__setattr__(self, "models", tuple(printable(model) for model in self.models))
+            msgspec.structs.force_setattr(
+                self, "models", tuple(printable(model) for model in self.models)
+            )
 
 
-@dataclass(frozen=True, slots=True)
-class NodeState:
+class NodeState(msgspec.Struct, frozen=True):
     """One node as a fleet source last saw it: one scrape target (`target`), whatever
     name it gives itself.
 
@@ -205,8 +204,7 @@ class NodeState:
         return tuple(job for job in self.jobs or () if job.gpu_index == gpu_index)
 
 
-@dataclass(frozen=True, slots=True)
-class FleetState:
+class FleetState(msgspec.Struct, frozen=True):
     """All nodes of a fleet at `taken_at`, sorted by name, then target."""
 
     taken_at: float

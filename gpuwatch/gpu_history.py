@@ -5,11 +5,10 @@ history and should not pay to define it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSeries:
+class GpuSeries(msgspec.Struct, frozen=True):
     """One GPU's history, oldest first; `None` where the GPU did not report a value."""
 
     index: int

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpuwatch.models import Device, MigDevice, Snapshot
 from gpuwatch.text import printable, printable_fields
@@ -53,8 +54,7 @@ class HolderKind(enum.StrEnum):
     """A container of a Kubernetes pod."""
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
+class Holder(msgspec.Struct, frozen=True):
     """One holder of a device: a scheduler's job (`name` its id, with its `user`), or a
     pod's container (`name` its `namespace/pod`, with its `container`)."""
 
@@ -102,8 +102,7 @@ def device_key(device: Device) -> str:
     return str(device.index)
 
 
-@dataclass(frozen=True, slots=True)
-class Holders:
+class Holders(msgspec.Struct, frozen=True):
     """Who holds each device of one node (by `device_key`), and whose holders are unknown.
 
     `unknown_why` set: the node's job engine did not tell, and every device's holders are
@@ -112,8 +111,8 @@ class Holders:
     made so where the model is built (`holders_on`).
     """
 
-    held: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
-    unknown: Mapping[str, str] = field(default_factory=dict)
+    held: Mapping[str, tuple[Holder, ...]] = msgspec.field(default_factory=dict)
+    unknown: Mapping[str, str] = msgspec.field(default_factory=dict)
     unknown_why: str | None = None
 
     def __post_init__(self) -> None:

@@ -23,8 +23,8 @@ import os
 import shlex
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+import msgspec
 import psutil
 
 from gpuwatch import procfs
@@ -35,8 +35,7 @@ MAX_OPEN_STAT_FILES = 512
 LimitNOFILE=4096 in all, and a small part of it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class HostProcess:
+class HostProcess(msgspec.Struct, frozen=True):
     """Host-side details of one process; `None` where the host would not tell."""
 
     user: str | None
@@ -46,8 +45,7 @@ class HostProcess:
     started_at: float | None
 
 
-@dataclass(slots=True)
-class _Known:
+class _Known(msgspec.Struct):
     """A process seen before: what does not change, and where its CPU clock stood."""
 
     start_ticks: int
@@ -169,8 +167,7 @@ def _identity(pid: int) -> tuple[str, str]:
         return printable(user), printable(command or process.name())
 
 
-@dataclass(frozen=True, slots=True)
-class Link:
+class Link(msgspec.Struct, frozen=True):
     """One process as its family tree needs it: parent, effective user's uid and name."""
 
     pid: int

@@ -13,11 +13,11 @@ document or a metric label. Text where text belongs is checked to be text.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuwatch.text import printable_fields
 
@@ -32,8 +32,7 @@ class ProcessKind(enum.StrEnum):
     """A client of the CUDA Multi-Process Service: its work runs in the MPS server's context."""
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSample:
+class GpuSample(msgspec.Struct, frozen=True):
     """One GPU at one moment.
 
     `index` is the NVML index (PCI bus order, as nvidia-smi shows it), which is
@@ -74,8 +73,7 @@ class GpuSample:
         return self.error is None
 
 
-@dataclass(frozen=True, slots=True)
-class MigDevice:
+class MigDevice(msgspec.Struct, frozen=True):
     """One MIG (Multi-Instance GPU) device: a slice of a MIG-enabled GPU, what a job is given.
 
     `gpu_index` is the parent GPU's NVML index and `index` the device's index
@@ -110,8 +108,7 @@ Device = GpuSample | MigDevice
 """What a job can be given: a whole GPU or a MIG device."""
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessUsage:
+class ProcessUsage(msgspec.Struct, frozen=True):
     """One process's use of one GPU.
 
     The host fields (`user`, `command`, `cpu_pct`, `rss_bytes`, `started_at`)
@@ -143,8 +140,7 @@ class ProcessUsage:
         printable_fields(self, "gpu_uuid", "user", "command", "mig_uuid")
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+class Lease(msgspec.Struct, frozen=True):
     """A GPU held by a process, so that no other job is given it.
 
     `mem_bytes` is the memory the holder declared (`--mem`): the GPU may then
@@ -175,11 +171,11 @@ class Lease:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict whose keys are the field names."""
-        return dataclasses.asdict(self)
+        record: dict[str, Any] = msgspec.to_builtins(self)
+        return record
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(msgspec.Struct, frozen=True):
     """All GPUs of one machine and the processes using them, at `taken_at`."""
 
     taken_at: float
@@ -211,7 +207,8 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict whose keys are the field names; bytes stay integers."""
-        return dataclasses.asdict(self)
+        record: dict[str, Any] = msgspec.to_builtins(self)
+        return record
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
@@ -249,5 +246,5 @@ client would misread (a field renamed, removed or with another meaning) incremen
 
 def _known(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
     """The items of `data` that are fields of the dataclass `cls`."""
-    names = cls.__dataclass_fields__
+    names = cls.__struct_fields__
     return {key: value for key, value in data.items() if key in names}

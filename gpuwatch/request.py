@@ -8,8 +8,9 @@ records read from the lease directory: `gpuwatch.leases.records`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuwatch.choices import (
     MIG_ANY,
@@ -29,8 +30,7 @@ IDLE_MAX_USED_BYTES = 1 << 30
 unless `--max-used` says otherwise."""
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     """What a job asks for. GPU sets hold NVML indices."""
 
     count: int = 1
@@ -94,8 +94,7 @@ class Request:
         return IDLE_MAX_USED_BYTES if self.wants_idle else None
 
 
-@dataclass(frozen=True, slots=True)
-class Waiter:
+class Waiter(msgspec.Struct, frozen=True):
     """A job that asked earlier and is still waiting: GPUs it can use are kept for it."""
 
     pid: int

@@ -10,6 +10,8 @@ so that no screen, JSON document or metric has to remember to.
 
 from __future__ import annotations
 
+import msgspec
+
 REPLACEMENT = "?"
 
 
@@ -30,8 +32,8 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else REPLACEMENT for c in text)
 
 
-def printable_fields(value: object, *names: str) -> None:
-    """Makes the text fields `names` of `value` printable, for a frozen dataclass's
+def printable_fields(value: msgspec.Struct, *names: str) -> None:
+    """Makes the text fields `names` of `value` printable, for a frozen record's
     `__post_init__`: where text enters the model. A field may be `None`; one that is
     neither text nor `None` raises `TypeError` (a daemon's JSON may say anything)."""
     for name in names:
@@ -41,4 +43,4 @@ def printable_fields(value: object, *names: str) -> None:
         if not isinstance(text, str):
             raise TypeError(f"{name}: {type(text).__name__}, not text")
         if not text.isprintable():
-            object.__setattr__(value, name, printable(text))
+            msgspec.structs.force_setattr(value, name, printable(text))

@@ -31,9 +31,9 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import msgspec
 import pynvml
 
 from gpuwatch.backends.base import Backend, SampleScope
@@ -96,8 +96,7 @@ class _ProcessInfoV1(ctypes.Structure):
     _fields_ = (("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong))
 
 
-@dataclass(slots=True)
-class _Gpu:
+class _Gpu(msgspec.Struct):
     """What is remembered about one GPU between samples."""
 
     index: int
@@ -106,22 +105,23 @@ class _Gpu:
     name: str | None = None
     pci_bus_id: str | None = None
     minor_number: int | None = None
-    not_reported: set[str] = field(default_factory=set)
+    not_reported: set[str] = msgspec.field(default_factory=set)
     process_capacity: int = 64
     mig_slots: int | None = None
     """How many MIG devices the GPU can hold (asked once)."""
-    mig_names: dict[str, tuple[str | None, int | None, int | None]] = field(default_factory=dict)
+    mig_names: dict[str, tuple[str | None, int | None, int | None]] = msgspec.field(
+        default_factory=dict
+    )
     """Name, GPU and compute instance ids of each MIG device seen, by UUID."""
     sm_samples_seen_us: int = 0
     """The driver's time stamp of the newest per-process utilization sample read."""
 
 
-@dataclass(slots=True)
-class _Fields:
+class _Fields(msgspec.Struct):
     """Reads one GPU's fields: 'not reported' becomes None, other faults a note in `faults`."""
 
     gpu: _Gpu
-    faults: list[str] = field(default_factory=list)
+    faults: list[str] = msgspec.field(default_factory=list)
 
     def read(self, name: str, getter: Callable[..., T], *args: Any) -> T | None:
         if name in self.gpu.not_reported:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpuwatch.backends import sim_mig
 from gpuwatch.errors import InvalidValueError, ScenarioError
@@ -54,8 +55,7 @@ class LoadShape(enum.StrEnum):
     RANDOM = "random"
 
 
-@dataclass(frozen=True, slots=True)
-class Load:
+class Load(msgspec.Struct, frozen=True):
     """A utilization curve: `shape` between `low_pct` and `high_pct`, repeating every `period_s`."""
 
     shape: LoadShape
@@ -65,8 +65,7 @@ class Load:
     phase_s: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class GpuModel:
+class GpuModel(msgspec.Struct, frozen=True):
     """A product the simulator knows: what a fresh GPU of that kind reports."""
 
     name: str
@@ -92,8 +91,7 @@ DEFAULT_MODEL = "H100-80GB"
 _BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
-@dataclass(frozen=True, slots=True)
-class SimGpu:
+class SimGpu(msgspec.Struct, frozen=True):
     """One GPU of a scenario: its product, identity, load, and what it cannot report."""
 
     model: GpuModel
@@ -108,8 +106,7 @@ class SimGpu:
     """N of its device file `/dev/nvidiaN`; `None` for its index, as fakenvml does."""
 
 
-@dataclass(frozen=True, slots=True)
-class SimProcess:
+class SimProcess(msgspec.Struct, frozen=True):
     """One process of a scenario on GPU `gpu`; its memory follows the GPU's utilization,
     from `memory_low_bytes` when idle to `memory_high_bytes` when fully busy."""
 
@@ -126,8 +123,7 @@ class SimProcess:
     """Its SM utilization, fixed; unset, it takes an even share of its GPU's utilization."""
 
 
-@dataclass(frozen=True, slots=True)
-class Scenario:
+class Scenario(msgspec.Struct, frozen=True):
     """A simulated node: what its driver reports, its GPUs and the processes on them."""
 
     hostname: str
@@ -216,8 +212,7 @@ def default_scenario(gpu_count: int) -> Scenario:
     return Scenario("sim-node", "580.95.05", "13.0", 0, tuple(gpus), tuple(processes))
 
 
-@dataclass(frozen=True, slots=True)
-class _Role:
+class _Role(msgspec.Struct, frozen=True):
     load: Load
     processes: tuple[tuple[str, str, float], ...]
 
@@ -406,8 +401,7 @@ def _pair(entry: _Table, key: str, value: object) -> tuple[Any, Any]:
     return value[0], value[1]
 
 
-@dataclass(frozen=True, slots=True)
-class _Table:
+class _Table(msgspec.Struct, frozen=True):
     """One TOML table, with typed getters whose errors name the entry and key."""
 
     where: str

@@ -16,9 +16,10 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from msgspec.structs import replace
 
 from gpuwatch.backends import sim_mig
 from gpuwatch.backends.base import Backend, SampleScope

@@ -17,8 +17,10 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Literal
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.backends.scenario import (
     MODELS,
@@ -53,8 +55,7 @@ _Health = Literal["up", "down", "stale"]
 """Whether a node is read (`up`), never read (`down`), or read with minutes-old data."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Node:
+class _Node(msgspec.Struct, frozen=True):
     name: str
     backend: SimBackend
     health: _Health

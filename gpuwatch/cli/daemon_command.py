@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import click
 from click.core import ParameterSource
+from msgspec.structs import replace
 
 from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command, Duration, F, Parsed

@@ -15,11 +15,11 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from gpuwatch.backends.daemon_client import DaemonBackend, http_get, parse_series
 from gpuwatch.cli.group import short_help
@@ -64,18 +64,16 @@ _DAEMON_TIMEOUT_S = 10.0
 _BUSY_RETRIES_S = (0.2, 0.5, 1.0, 0.0)
 
 
-@dataclass
-class _Row:
+class _Row(msgspec.Struct):
     gpu: GpuSample
     usage: GpuJobUsage
 
 
-@dataclass
-class _Report:
+class _Report(msgspec.Struct):
     job: JobOnNode
     end_s: float
-    rows: list[_Row] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    rows: list[_Row] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 @click.command("job-report", cls=Command, short_help=short_help("job-report"))

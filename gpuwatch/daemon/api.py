@@ -25,7 +25,6 @@ entry in `Api.routes`: a method that takes the query and returns a `Response`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -34,6 +33,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
 
+import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpuwatch._version import __version__
@@ -191,7 +191,7 @@ class Api:
                 {
                     "interval_s": self.poller.interval_s,
                     "truncated": truncated,
-                    "gpus": [dataclasses.asdict(s) for s in series],
+                    "gpus": [msgspec.to_builtins(s) for s in series],
                 },
             )
         finally:

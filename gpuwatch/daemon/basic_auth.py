@@ -44,9 +44,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as CheckTimeout
-from dataclasses import dataclass
 
 import bcrypt
+import msgspec
 
 log = logging.getLogger("gpuwatch.daemon")
 
@@ -65,8 +65,7 @@ LOWEST_PRIORITY = 19
 CHALLENGE = ("WWW-Authenticate", 'Basic realm="gpuwatch", charset="UTF-8"')
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """Whether a request may pass; when not, whether to ask again later (429) or never (401)."""
 
     allowed: bool
@@ -79,8 +78,7 @@ ALLOWED = Verdict(True)
 DENIED = Verdict(False, reason="give a user and password of the web config")
 
 
-@dataclass(slots=True)
-class _Bucket:
+class _Bucket(msgspec.Struct):
     tokens: float
     at: float
     warned: bool = False

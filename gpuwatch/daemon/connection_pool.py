@@ -18,20 +18,20 @@ import socket
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+
+import msgspec
 
 MAX_CONNECTIONS = 128
 MAX_CONNECTIONS_PER_CLIENT = 16
 
 
-@dataclass(slots=True, eq=False)
-class Slot:
+class Slot(msgspec.Struct, eq=False):
     """One connection's place in the pool; changed only under the pool's lock."""
 
     client: str
     descriptor: int
     """The connection's file descriptor: the same under TLS, which wraps the socket."""
-    waiting_since: float | None = field(default_factory=time.monotonic)
+    waiting_since: float | None = msgspec.field(default_factory=time.monotonic)
     """Since when it waits for a request; `None` while a request is answered."""
     closed: bool = False
     """Given back, or closed to make room for a newcomer."""

@@ -21,8 +21,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from gpuwatch.holders import Holders
 from gpuwatch.jobs.engines import JobEngine, open_job_reader
@@ -47,8 +48,7 @@ STOP_WAIT_S = 2.0
 """How long `stop` waits for the asking thread once its question is killed."""
 
 
-@dataclass(frozen=True, slots=True)
-class JobSettings:
+class JobSettings(msgspec.Struct, frozen=True):
     """The daemon's settings that shape its job reading."""
 
     engine: str = "auto"
@@ -63,8 +63,7 @@ class JobSettings:
     """The kubelet's pod-resources socket (--pod-resources-socket)."""
 
 
-@dataclass(frozen=True, slots=True)
-class JobsNow:
+class JobsNow(msgspec.Struct, frozen=True):
     """What one request shows of jobs: the table (`None`: unknown, and `error` says why),
     and the seconds each held GPU has been idle, by uuid (0 for one in use). `reading`:
     whether a scheduler is asked at all (False: `--jobs off`, or none found)."""
@@ -72,7 +71,7 @@ class JobsNow:
     table: JobTable | None
     error: str | None
     idle_window_s: float
-    allocated_idle_s: Mapping[str, float] = field(default_factory=dict)
+    allocated_idle_s: Mapping[str, float] = msgspec.field(default_factory=dict)
     reading: bool = True
 
     @property

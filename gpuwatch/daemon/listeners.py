@@ -12,7 +12,6 @@ costs one debug line.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import heapq
 import ipaddress
@@ -31,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from gpuwatch.daemon.basic_auth import CHALLENGE, PasswordChecker
 from gpuwatch.daemon.connection_pool import ConnectionPool, Slot
@@ -272,7 +273,7 @@ class TcpMetricsServer(_Guarded, socketserver.TCPServer):
         if web is None:
             return super().respond(request, client)
         response = self._checked(web, request, client)
-        return dataclasses.replace(response, headers=(*response.headers, *web.headers))
+        return msgspec.structs.replace(response, headers=(*response.headers, *web.headers))
 
     def _checked(self, web: WebConfig, request: Request, client: str) -> Response:
         """The answer, if the request's password is one of `web`'s; else why not."""

@@ -8,8 +8,9 @@ its metrics and its clients (`status`, `tui`) all name the node alike.
 
 from __future__ import annotations
 
-import dataclasses
 import os
+
+import msgspec
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.models import Snapshot
@@ -29,7 +30,7 @@ class NamedNode(Backend):
         self.name = source.name
 
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
-        return dataclasses.replace(self._source.sample(scope), hostname=self._node_name)
+        return msgspec.structs.replace(self._source.sample(scope), hostname=self._node_name)
 
     def recent_utilization_pct(self, window_s: float) -> dict[str, float]:
         return self._source.recent_utilization_pct(window_s)

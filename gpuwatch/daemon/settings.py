@@ -12,9 +12,11 @@ but does not parse is an error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.errors import ConfigFileError, InvalidValueError
 from gpuwatch.jobs.engines import ENGINES
@@ -54,8 +56,7 @@ _EXAMPLES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(msgspec.Struct, frozen=True):
     socket_path: str
     interval_s: float = DEFAULT_INTERVAL_S
     history_s: float = DEFAULT_HISTORY_S

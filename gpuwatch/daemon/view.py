@@ -8,7 +8,7 @@ listed at most once per request, only by the requests that show leases.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from gpuwatch.daemon.job_watch import NO_JOBS, JobsNow
 from gpuwatch.daemon.node import host_name
@@ -20,8 +20,7 @@ from gpuwatch.sampling.poller import PollState
 NO_REPORTS = TrainingReports()
 
 
-@dataclass(frozen=True, slots=True)
-class View:
+class View(msgspec.Struct, frozen=True):
     state: PollState
     """The poller's state when the view was taken: the snapshot, and how sampling goes."""
     stale: str | None = None

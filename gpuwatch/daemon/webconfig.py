@@ -40,9 +40,10 @@ import re
 import ssl
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpuwatch.daemon.basic_auth import BasicAuth, hash_cost
 from gpuwatch.errors import ConfigFileError
@@ -93,8 +94,7 @@ _BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
 _MAX_FILE_BYTES = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class WebConfig:
+class WebConfig(msgspec.Struct, frozen=True):
     """What the TCP listener does with each connection and request."""
 
     tls: ssl.SSLContext | None = None

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import socket
 import time
-from dataclasses import dataclass
 from http import HTTPStatus
+
+import msgspec
 
 REQUEST_DEADLINE_S = 5.0
 """A request must arrive whole (head and body) this long after the daemon starts waiting
@@ -26,8 +27,7 @@ MAX_BODY_BYTES = 64 << 10
 the connection."""
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(msgspec.Struct, frozen=True):
     """An answer: its status, the media type of its body, and any further headers."""
 
     status: int
@@ -50,8 +50,7 @@ def error_response(status: int, message: str, *headers: tuple[str, str]) -> Resp
     return json_response(status, {"error": message}, *headers)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     """A request's head, as far as the daemon reads it; its body is never kept."""
 
     method: str

@@ -17,8 +17,10 @@ import base64
 import os
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
 from typing import Any
+
+import msgspec
+from msgspec.structs import fields, replace
 
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.fleet import promapi, prometheus, scrape
@@ -42,8 +44,7 @@ HOW_TO_SET = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class SourceOptions:
+class SourceOptions(msgspec.Struct, frozen=True):
     """What the command line (or the config file) says of the fleet source. Paths only
     for secrets: the secrets themselves never pass through here."""
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+import msgspec
 
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = re.compile(r"\\(.)")
@@ -26,8 +27,7 @@ _ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
 MAX_LABELS = 64
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(msgspec.Struct, frozen=True):
     """One series' value: a metric name, its labels, and a finite number."""
 
     name: str

@@ -22,8 +22,9 @@ import time
 import urllib.parse
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+import msgspec
 
 REFUSED = "connection refused"
 MAX_THREADS = 1024
@@ -32,15 +33,21 @@ _CHUNK_BYTES = 64 << 10
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class HttpOptions:
+class HttpOptions(msgspec.Struct, frozen=True):
     """How to reach a server: a CA for its certificate, a client certificate, and the
     `Authorization` header's value (kept out of `repr`: it is a secret)."""
 
     ca_file: str | None = None
     client_cert: str | None = None
     client_key: str | None = None
-    authorization: str | None = field(default=None, repr=False)
+    authorization: str | None = None
+
+    def __repr__(self) -> str:
+        shown = "..." if self.authorization is not None else None
+        return (
+            f"HttpOptions(ca_file={self.ca_file!r}, client_cert={self.client_cert!r}, "
+            f"client_key={self.client_key!r}, authorization={shown})"
+        )
 
     def ssl_context(self) -> ssl.SSLContext:
         """A client context that verifies the server against `ca_file` (else the
@@ -51,16 +58,14 @@ class HttpOptions:
         return context
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     """A GET of `url`; where `form` is given, a POST of that urlencoded form to it."""
 
     url: str
     form: bytes | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """A server's answer, or why there is none (`error`, one line)."""
 
     status: int | None = None

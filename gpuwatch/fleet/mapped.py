@@ -8,7 +8,8 @@ that placement would trust.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpuwatch.fleet_model import GpuJob
 from gpuwatch.holders import Holder
@@ -19,15 +20,14 @@ MAX_GPU_INDEX = 1023
 MIB = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class Claims:
+class Claims(msgspec.Struct, frozen=True):
     """Who a node's series say holds its devices (by `gpuwatch.holders.device_key`), and
     which they say nobody can tell about: judged on its snapshot where the node is made
     (`gpuwatch.holders.holders_on`). Each holder passed `holder_problem` where it was read;
     a device one failed for is unknown."""
 
-    held: Mapping[str, tuple[Holder, ...]] = field(default_factory=dict)
-    unknown: Mapping[str, str] = field(default_factory=dict)
+    held: Mapping[str, tuple[Holder, ...]] = msgspec.field(default_factory=dict)
+    unknown: Mapping[str, str] = msgspec.field(default_factory=dict)
     unknown_why: str | None = None
 
 
@@ -35,8 +35,7 @@ NO_CLAIMS = Claims()
 """An exporter that tells no holder."""
 
 
-@dataclass(frozen=True, slots=True)
-class Mapped:
+class Mapped(msgspec.Struct, frozen=True):
     """One node as its exporter's series describe it."""
 
     gpus: tuple[GpuSample, ...]
@@ -62,12 +61,11 @@ class Mapped:
     """Its daemon serves a simulated node (`gpuwatch_simulated`): its GPUs are made up."""
 
 
-@dataclass
-class GpuFields:
+class GpuFields(msgspec.Struct):
     """A GPU's fields as they are found, series by series."""
 
     index: int
-    values: dict[str, object] = field(default_factory=dict)
+    values: dict[str, object] = msgspec.field(default_factory=dict)
 
     def build(self) -> GpuSample:
         values = {"uuid": None, "name": None, "pci_bus_id": None, **self.values}

@@ -9,7 +9,8 @@ no aggregation. A GPU the node cannot read counts among its GPUs and in no other
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.models import GpuSample, Lease, MigDevice, Snapshot
 
@@ -23,8 +24,7 @@ LEASES = "gpuwatch_node_leases"
 """The daemon's series of these figures, one each per node (`gpuwatch.daemon.node_series`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeFigures:
+class NodeFigures(msgspec.Struct, frozen=True):
     """`None`: no readable GPU tells it."""
 
     gpus: int

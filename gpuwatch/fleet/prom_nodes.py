@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.fleet import promql, series_gpuwatch, summaries
 from gpuwatch.fleet.exposition import Sample
@@ -39,8 +41,7 @@ def read_figures(target: Target, fast: list[Sample], slow: list[Sample]) -> summ
     return summaries.figures(fast, summaries.slow_figures(slow))
 
 
-@dataclass(frozen=True, slots=True)
-class Place:
+class Place(msgspec.Struct, frozen=True):
     """Where a node is scraped: its target as shown (`job/instance` where the instance is
     in several jobs), and its job."""
 
@@ -48,8 +49,7 @@ class Place:
     job: str
 
 
-@dataclass(frozen=True, slots=True)
-class Judge:
+class Judge(msgspec.Struct, frozen=True):
     """How a read's nodes are made: what it needed, the staleness limit, and how a node's
     figures are read (the table's memory keeps them while their series are the same)."""
 

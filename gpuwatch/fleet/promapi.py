@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet.exposition import Sample, parse_value
@@ -23,8 +24,7 @@ MAX_GET_URL_CHARS = 4000
 """Longer queries are POSTed: nginx, for one, refuses request lines over 8 KiB."""
 
 
-@dataclass(frozen=True, slots=True)
-class Point:
+class Point(msgspec.Struct, frozen=True):
     """One series of a range query's matrix, as the API returns it."""
 
     labels: dict[str, str]

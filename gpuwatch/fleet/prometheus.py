@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from gpuwatch.fleet import node_history, promql, summaries
 from gpuwatch.fleet.fetch import Budget, HttpOptions

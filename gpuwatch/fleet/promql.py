@@ -24,8 +24,9 @@ gpuwatch daemon's own verdict on each GPU stands for its processes and leases
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import ClassVar
+
+import msgspec
 
 from gpuwatch.fleet import node_work, series_dcgm, series_gpuwatch, series_smi
 from gpuwatch.fleet_model import Exporter
@@ -34,8 +35,7 @@ KNOWN_WINDOW = "1h"
 _TARGET = ("job", "instance")
 
 
-@dataclass(frozen=True, slots=True)
-class FamilyQuery:
+class FamilyQuery(msgspec.Struct, frozen=True):
     """One family's current values: with only the target's labels and `keep` (an
     aggregation, which drops `__name__`), else with all labels; `compare` filters
     (`== 0`, `> 0`) so that what is absent is not sent."""
@@ -62,8 +62,7 @@ class FamilyQuery:
         return expr
 
 
-@dataclass(frozen=True, slots=True)
-class NodeFamilies:
+class NodeFamilies(msgspec.Struct, frozen=True):
     """Families of one series per target, read in one query whose answer keeps each
     series' name (`max by (__name__, job, instance)`); `compare` filters them all alike
     (`> 0`: only where they differ from the common case). A refresh's per-node figures
@@ -82,8 +81,7 @@ class NodeFamilies:
         return f"max by (__name__, {', '.join(_TARGET)}) ({selector})"
 
 
-@dataclass(frozen=True, slots=True)
-class Families:
+class Families(msgspec.Struct, frozen=True):
     """Several families in one selector, each series keeping its name: labelled by its
     target and `keep` (`max by`), or with all its labels (`keep=None`). For the other
     exporters' few families: a fleet of them is small, and one request costs less than a
@@ -102,8 +100,7 @@ class Families:
         return f"max by (__name__, {', '.join((*_TARGET, *self.keep))}) ({selector})"
 
 
-@dataclass(frozen=True, slots=True)
-class SeriesQuery:
+class SeriesQuery(msgspec.Struct, frozen=True):
     """Which series there are, of any family whose series match `matchers`: one sample a
     group of `keep`, named `family` (what the series are, not their values)."""
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import Sample
@@ -22,8 +23,7 @@ MAIN, FIGURES, DETAIL, SLOW = "main", "figures", "detail", "slow"
 series of some targets GPU by GPU beside those, what changes slowly."""
 
 
-@dataclass(frozen=True, slots=True)
-class Asked:
+class Asked(msgspec.Struct, frozen=True):
     """One query of a round: what it asks, whose answer it is, the matcher that narrows
     it to some targets ("" for all), and, where `since` is given, only the targets
     scraped since that time (Prometheus's evaluation time of an earlier read)."""
@@ -49,25 +49,24 @@ class Asked:
         return text if self.since is None else promql.scraped_since(text, self.since)
 
 
-@dataclass
-class Found:
+class Found(msgspec.Struct):
     """What a read's answers say, by target."""
 
     evaluated: float = 0.0
     """Prometheus's evaluation time of the round."""
-    seen: dict[Target, float] = field(default_factory=dict)
+    seen: dict[Target, float] = msgspec.field(default_factory=dict)
     """Each target's last scrape time, negative where it failed."""
-    scraped_as: dict[Target, dict[str, str]] = field(default_factory=dict)
+    scraped_as: dict[Target, dict[str, str]] = msgspec.field(default_factory=dict)
     """The labels Prometheus gives every series of each target (its `up`'s)."""
     names: dict[Target, str] | None = None
     """Each target's host label of the last hour; `None`: not asked this round."""
-    exporters: dict[Target, str] = field(default_factory=dict)
-    last: dict[Target, float] = field(default_factory=dict)
+    exporters: dict[Target, str] = msgspec.field(default_factory=dict)
+    last: dict[Target, float] = msgspec.field(default_factory=dict)
     """A gpuwatch daemon's last snapshot time, within the names query's hour."""
-    samples: dict[Target, list[Sample]] = field(default_factory=lambda: defaultdict(list))
-    figures: dict[Target, list[Sample]] = field(default_factory=lambda: defaultdict(list))
-    details: dict[Target, list[Sample]] = field(default_factory=lambda: defaultdict(list))
-    slow: dict[Target, list[Sample]] = field(default_factory=lambda: defaultdict(list))
+    samples: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
+    figures: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
+    details: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
+    slow: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
     rules: bool | None = None
     """Whether the server records the fleet rules; `None`: not probed this round."""
 

@@ -13,7 +13,9 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.fleet.exposition import Sample, parse_exposition
@@ -33,8 +35,7 @@ _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]
 OTHER_PORTS = "dcgm-exporter's is 9400, nvidia_gpu_exporter's 9835"
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(msgspec.Struct, frozen=True):
     """One node's `/metrics` URL, the host that names the node when its series do not, and
     its `HOST:PORT`, which tells it apart from every other."""
 

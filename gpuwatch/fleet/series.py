@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from gpuwatch.fleet import series_dcgm, series_gpuwatch, series_smi
 from gpuwatch.fleet.exposition import Sample

@@ -3,8 +3,9 @@ reader needs of it (`Needs`), so that a source reads no more."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from gpuwatch.fleet_model import FleetState
 
@@ -13,8 +14,7 @@ IDLE_AFTER_S = 600.0
 screen's default --idle-after, and the window of the recording rules)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Needs:
+class Needs(msgspec.Struct, frozen=True):
     """What a reader needs of a fleet. A source that scrapes every node reads it all
     anyway; one that asks Prometheus asks only this (`gpuwatch.fleet.promql.plan`)."""
 

@@ -21,7 +21,8 @@ idle for ten). The screen says that a node is warming up.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.fleet import mapped as m
 from gpuwatch.fleet import node_figures as f
@@ -162,8 +163,7 @@ def _figure(
     return FamilyQuery(name, keep, expression="" if recorded else expression)
 
 
-@dataclass(frozen=True, slots=True)
-class Figures:
+class Figures(msgspec.Struct, frozen=True):
     """What a node's per-node series say, whenever it is judged."""
 
     by_name: dict[str, list[Sample]]
@@ -174,8 +174,7 @@ class Figures:
     summary: NodeSummary
 
 
-@dataclass(frozen=True, slots=True)
-class SlowFigures:
+class SlowFigures(msgspec.Struct, frozen=True):
     """What a node's series of what changes slowly say (`slow_plan`)."""
 
     users: tuple[tuple[str, int, int], ...] | None

@@ -40,7 +40,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.text import printable
 
@@ -54,8 +55,7 @@ _POLL_S = (0.001, 0.05)
 chunks of output it is asked after every chunk."""
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """A command's answer: `out`, its standard output where it exited 0 within the
     limits; else `None` and `why`: "absent" (not found on the environment's PATH, or not
     runnable), "failed" (a non-zero exit), "too large" (more than its `max_bytes` of

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.jobs.hostlist import HostlistError, HostlistTooLarge, expand_hostlist, in_hostlist
 from gpuwatch.jobs.job_table import MAX_GPUS_PER_NODE
@@ -55,16 +57,14 @@ class GresOrderUnknown(Exception):
     """The order of a node's GPUs cannot be told from here; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class GresSlot:
+class GresSlot(msgspec.Struct, frozen=True):
     """One GRES index: a GPU by its device file, or a MIG device by several (MultipleFiles)."""
 
     files: tuple[str, ...]
     type_name: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class DetectedGpu:
+class DetectedGpu(msgspec.Struct, frozen=True):
     """A GPU as slurmd's NVML detection names it: `/dev/nvidiaN` (N its minor number) and
     the model, lower case with `_` for spaces (`nvidia_a100-sxm4-40gb`)."""
 
@@ -72,8 +72,7 @@ class DetectedGpu:
     type_name: str
 
 
-@dataclass(frozen=True, slots=True)
-class GpuLayout:
+class GpuLayout(msgspec.Struct, frozen=True):
     """A node's GPUs in gres.conf's order after slurm.conf's; `by_nvml` when slurmd orders
     them by NVML's enumeration (`AutoDetect=nvml` with `File=` lines)."""
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+import msgspec
 
 MAX_NAMES = 64 * 1024
 """The most names one expression may name (Slurm's own MAX_RANGE for one range); more is
@@ -47,8 +48,7 @@ class HostlistTooLarge(HostlistError):
     `MAX_BRACKETS`, `MAX_DIGITS`), which Slurm may take: what it names is not known."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Bracket:
+class _Bracket(msgspec.Struct, frozen=True):
     """One bracket: its ranges (low, high, width), and the text after it up to the next."""
 
     ranges: tuple[tuple[int, int, int], ...]
@@ -76,8 +76,7 @@ class _Bracket:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Token:
+class _Token(msgspec.Struct, frozen=True):
     """One name or bracketed pattern: `head`, then each bracket followed by its text."""
 
     head: str

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuwatch.errors import SchedulerUnavailableError
 from gpuwatch.jobs.command import Answer, run_command
@@ -77,8 +78,7 @@ class SlurmAbsent(Exception):
     """This node has no Slurm to ask (no squeue on PATH, or no slurm.conf)."""
 
 
-@dataclass(frozen=True, slots=True)
-class JobRun:
+class JobRun(msgspec.Struct, frozen=True):
     """One job's run as Slurm tells it: when, where, and its GPUs' GRES indices on each
     node while it runs (`None` where Slurm did not say, as sacct never does)."""
 
@@ -95,7 +95,9 @@ class JobRun:
     def __post_init__(self) -> None:
         printable_fields(self, "job_id", "state")
         if not all(node.isprintable() for node in self.nodes):
-            object.__setattr__(self, "nodes", tuple(printable(node) for node in self.nodes))
+            msgspec.structs.force_setattr(
+                self, "nodes", tuple(printable(node) for node in self.nodes)
+            )
 
 
 def slurm_run(

@@ -11,8 +11,9 @@ with its `Pod`: whatever shows jobs shows pods, through the same table.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpuwatch.holders import (
     MAX_CONTAINER_CHARS,
@@ -53,8 +54,7 @@ MAX_UUID_CHARS = 96
 _MAX_MINOR = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class Pod:
+class Pod(msgspec.Struct, frozen=True):
     """The Kubernetes container that holds a job's devices."""
 
     namespace: str
@@ -62,8 +62,7 @@ class Pod:
     container: str
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(msgspec.Struct, frozen=True):
     """One job running on this node, as its scheduler reports it."""
 
     job_id: str
@@ -118,8 +117,7 @@ class Job:
         return max(0.0, self.started_at + self.time_limit_s - now)
 
 
-@dataclass(frozen=True, slots=True)
-class Doubt:
+class Doubt(msgspec.Struct, frozen=True):
     """A record of an engine's answer that cannot be believed (a job of the wrong shape, a
     device named in a form not understood): dropped alone, never shown as a job. The devices
     it names, as far as they can be read, have unknown holders; where it names none that
@@ -139,8 +137,7 @@ class Doubt:
         return not self.gpu_minor_numbers and not self.device_uuids
 
 
-@dataclass(frozen=True, slots=True)
-class JobTable:
+class JobTable(msgspec.Struct, frozen=True):
     """The jobs of this node at `read_at`, and which holds each GPU.
 
     A reader that cannot tell (the scheduler absent, down or slow) returns `None`
@@ -155,40 +152,45 @@ class JobTable:
     doubts: tuple[Doubt, ...] = ()
     """The records of the answer that could not be believed, each dropped alone: the
     devices they name have unknown holders."""
-    _by_minor: dict[int, Job] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _by_uuid: dict[str, Job] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         printable_fields(self, "source")
         believed, doubts = believed_jobs(self.jobs)
         if doubts:  # a job that cannot be believed is dropped alone: its devices unknown
-            object.__setattr__(self, "jobs", believed)
-            object.__setattr__(self, "doubts", (*self.doubts, *doubts))
-        for job in self.jobs:
-            for minor in job.gpu_minor_numbers:
-                self._by_minor.setdefault(minor, job)
-            for uuid in job.device_uuids:
-                self._by_uuid.setdefault(uuid, job)
+            msgspec.structs.force_setattr(self, "jobs", believed)
+            msgspec.structs.force_setattr(self, "doubts", (*self.doubts, *doubts))
 
     @property
     def by_minor_number(self) -> Mapping[int, Job]:
-        """The job holding each GPU that is held, by its device file's minor number."""
-        return self._by_minor
+        """The job holding each GPU that is held, by its device file's minor number (the
+        first job to name it)."""
+        held: dict[int, Job] = {}
+        for job in self.jobs:
+            for minor in job.gpu_minor_numbers:
+                held.setdefault(minor, job)
+        return held
 
     def job_on(self, minor_number: int | None) -> Job | None:
         """The job holding the GPU with this minor number; `None` when it is free (or the
         GPU's minor number is not known)."""
-        return None if minor_number is None else self._by_minor.get(minor_number)
+        if minor_number is None:
+            return None
+        return next((job for job in self.jobs if minor_number in job.gpu_minor_numbers), None)
 
     def job_of_gpu(self, gpu: GpuSample) -> Job | None:
         """The job holding this whole GPU, found by its `minor_number` or its UUID."""
-        return self.job_on(gpu.minor_number) or self._by_uuid.get(gpu.uuid or "")
+        return self.job_on(gpu.minor_number) or self._job_by_uuid(gpu.uuid)
 
     def job_of_device(self, device: Device) -> Job | None:
         """The job holding this GPU or MIG device (a MIG device by its UUID)."""
         if isinstance(device, MigDevice):
-            return self._by_uuid.get(device.uuid or "")
+            return self._job_by_uuid(device.uuid)
         return self.job_of_gpu(device)
+
+    def _job_by_uuid(self, uuid: str | None) -> Job | None:
+        if not uuid:
+            return None
+        return next((job for job in self.jobs if uuid in job.device_uuids), None)
 
     def held(self, snapshot: Snapshot) -> dict[str, Job]:
         """The job holding each of `snapshot`'s devices that one holds, by the device's
@@ -463,8 +465,7 @@ MAX_WHY_CHARS = 200
 """The longest reason a screen is given for jobs being unknown."""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeJobs:
+class NodeJobs(msgspec.Struct, frozen=True):
     """This node's jobs as a screen shows them.
 
     `scheduler` False: no scheduler here, nothing is shown. Else `table` holds the jobs, or
@@ -473,7 +474,7 @@ class NodeJobs:
 
     table: JobTable | None = None
     unknown_why: str | None = None
-    allocated_idle_s: Mapping[str, float] = field(default_factory=dict)
+    allocated_idle_s: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Seconds each allocated GPU has been idle, by UUID, where the daemon tracks it."""
     idle_window_s: float | None = None
     """From how long idle an allocated GPU is shown as such; `None`: never (not tracked)."""

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.models import Device, MigDevice, Snapshot
 
@@ -49,8 +50,7 @@ MIG_PREFIX = "nvidia.com/mig-"
 """NVIDIA's plugin's MIG devices under its `mixed` strategy: `nvidia.com/mig-1g.10gb`."""
 
 
-@dataclass(frozen=True, slots=True)
-class Named:
+class Named(msgspec.Struct, frozen=True):
     """What one device id names on this node: the devices it holds, by UUID; or, where it
     cannot be mapped, why (`problem`), and the devices it may be on (`uuids`: none, any)."""
 

@@ -34,8 +34,9 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuwatch.jobs.job_table import MAX_JOBS
 from gpuwatch.text import printable
@@ -91,8 +92,7 @@ class PodResourcesError(Exception):
     """The kubelet could not be asked, or its answer not read; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedDevice:
+class ClaimedDevice(msgspec.Struct, frozen=True):
     """A device a container holds through a DRA claim, as the kubelet names it."""
 
     claim: str
@@ -102,8 +102,7 @@ class ClaimedDevice:
     device: str
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerDevices:
+class ContainerDevices(msgspec.Struct, frozen=True):
     """The devices one container of one pod holds, as the kubelet names them."""
 
     namespace: str
@@ -115,8 +114,7 @@ class ContainerDevices:
     """The devices it holds through DRA claims (`dynamic_resources`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class PodResources:
+class PodResources(msgspec.Struct, frozen=True):
     """The kubelet's answer: the containers holding devices, and the devices offered."""
 
     containers: tuple[ContainerDevices, ...]

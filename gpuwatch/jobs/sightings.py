@@ -10,8 +10,10 @@ that which did not: it ended in between.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.jobs.job_table import Job, JobTable, job_from_record, job_record
 from gpuwatch.record_fields import BadRecord, optional, time_field
@@ -21,8 +23,7 @@ MAX_JOBS_KEPT = 100_000
 day keeps the day)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Sighting:
+class Sighting(msgspec.Struct, frozen=True):
     """One job as the daemon saw it on this node."""
 
     job: Job

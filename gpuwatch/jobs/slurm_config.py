@@ -31,8 +31,9 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 MAX_TOTAL_BYTES = 1 << 20
 """The most bytes one configuration file and all it includes may hold (1 MiB)."""
@@ -58,8 +59,7 @@ class UnreadableConfig(SlurmConfigError):
     regular file, or past a cap. (A missing one is a plain `SlurmConfigError`.)"""
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigLine:
+class ConfigLine(msgspec.Struct, frozen=True):
     """One logical line: its `Key=value` pairs in order, and where it was read."""
 
     pairs: tuple[tuple[str, str], ...]

@@ -34,8 +34,9 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuwatch.jobs.gres import gpu_indices, minors_of_indices
 from gpuwatch.jobs.hostlist import expand_hostlist, hostlist_names
@@ -297,8 +298,7 @@ def clean(text: str) -> str:
     return printable(text[:MAX_TEXT_CHARS])
 
 
-@dataclass(frozen=True, slots=True)
-class JobRow:
+class JobRow(msgspec.Struct, frozen=True):
     """One job in `squeue -o ROW_FORMAT`'s answer."""
 
     raw_id: str

@@ -34,7 +34,6 @@ and left as it is.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import json
@@ -45,6 +44,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import msgspec
 
 from gpuwatch.errors import LeaseBusyError, LeaseDirError, LeaseError
 from gpuwatch.leases.locking import file_key, flock_holders, flock_within, process_uids
@@ -73,8 +74,7 @@ LOCK_WAIT_S = 10.0
 """The longest a picker waits for the directory lock, which is held for milliseconds."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class LeaseFiles:
+class LeaseFiles(msgspec.Struct, frozen=True):
     """What a look at the lease directory found."""
 
     leases: list[Lease]
@@ -266,7 +266,7 @@ class LeaseDir:
             raise LeaseError(f"cannot lease {gpu.uuid}: {error}") from None
         fd, path = self._publish("lease", record)
         lease_id = os.path.basename(path).removesuffix(".lease")
-        return HeldLease(fd, path, dataclasses.replace(lease, lease_id=lease_id))
+        return HeldLease(fd, path, msgspec.structs.replace(lease, lease_id=lease_id))
 
     def drop(self, lease: Lease) -> None:
         """Removes a lease that no longer means anything (its MIG device is gone), even while

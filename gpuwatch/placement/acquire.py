@@ -27,7 +27,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.backends.base import Backend, SampleScope
 from gpuwatch.errors import (
@@ -225,8 +226,7 @@ def _recent_utilization(backend: Backend, request: Request) -> dict[str, float]:
     return backend.recent_utilization_pct(RECENT_WINDOW_S)
 
 
-@dataclass(frozen=True, slots=True)
-class _Outside:
+class _Outside(msgspec.Struct, frozen=True):
     """What a choice needs that is read outside the lease directory's lock (a daemon call,
     /proc): each GPU's recent utilization, the job's own processes, who holds each device."""
 

@@ -25,7 +25,8 @@ bounded: only each user's first job in line keeps devices, only for
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpuwatch.choices import Strategy
 from gpuwatch.holders import NO_HOLDERS, Holder, Holders
@@ -42,8 +43,7 @@ HOLDERS_UNKNOWN = "holders unknown"
 """How a device whose holders nobody can tell is refused (`Choice.reasons` start so)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(msgspec.Struct, frozen=True):
     """The outcome: `chosen` best first (empty unless all `count` qualify), and why not the rest."""
 
     chosen: tuple[Device, ...]
@@ -62,8 +62,7 @@ class Choice:
         return bool(self.chosen)
 
 
-@dataclass(slots=True)
-class Candidate:
+class Candidate(msgspec.Struct):
     """A device weighed for one job: its free memory net of promises, its leases, its
     processes, and what the asking job owns there."""
 
@@ -71,7 +70,7 @@ class Candidate:
     free_bytes: int = 0
     promised_bytes: int = 0
     """Declared by shared leases and not yet allocated by their holders."""
-    leases: list[Lease] = field(default_factory=list)
+    leases: list[Lease] = msgspec.field(default_factory=list)
     processes: Sequence[ProcessUsage] = ()
     own_pids: frozenset[int] = frozenset()
     held_alone: bool = False
@@ -182,8 +181,7 @@ def usable(kind: Kind, snapshot: Snapshot, request: Request) -> list[Device]:
     return [device for device in kind.devices(snapshot) if kind.outside(device, request) is None]
 
 
-@dataclass(frozen=True, slots=True)
-class Never:
+class Never(msgspec.Struct, frozen=True):
     """Why no amount of waiting lets a request have enough devices of a node: it may have
     too few at all (`usable`), or too few of them are large enough (`large_enough` of them
     have `needed_bytes` of memory in all, the largest `largest_bytes`)."""

@@ -27,8 +27,9 @@ import errno
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from gpuwatch.errors import NoGpuError, VisibleDevicesError
 from gpuwatch.jobs.gres import NVIDIA_MAJOR, default_gres_conf, minor_number_of, parse_index_list
@@ -49,8 +50,7 @@ Openable = Callable[[], frozenset[int] | None]
 can open them all (no device cgroup)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SlurmStep:
+class SlurmStep(msgspec.Struct, frozen=True):
     """The GPUs Slurm gave this job or step, by GRES index, and the node's list of GPUs
     (`None` where it cannot be told: `unknown_why` says why)."""
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Protocol
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.choices import MIG_ANY as ANY
 from gpuwatch.choices import named, said
@@ -77,11 +79,10 @@ def wanted(
     return replace(found, slurm=step)
 
 
-@dataclass(frozen=True, slots=True)
-class Wanted:
+class Wanted(msgspec.Struct, frozen=True):
     """A job's wishes as written, before GPU names are resolved against the machine."""
 
-    asked: Request = field(default_factory=Request)
+    asked: Request = msgspec.field(default_factory=Request)
     """Everything but the GPU sets, which `resolve()` fills in."""
     exclude: tuple[str, ...] = ()
     visible: tuple[str, ...] | None = None

@@ -18,7 +18,8 @@ No I/O happens here.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.choices import Strategy
 from gpuwatch.fleet.source import Needs
@@ -43,8 +44,7 @@ def needs_of(request: Request, *, errors: bool = False) -> Needs:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class NodeFit:
+class NodeFit(msgspec.Struct, frozen=True):
     """A node that could run the job now, and the devices it would be given, best first."""
 
     node: str
@@ -66,8 +66,7 @@ class NodeFit:
         return sum(values) / len(values) if values else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class NodeMiss:
+class NodeMiss(msgspec.Struct, frozen=True):
     """A node that cannot run the job now, and why: one line for the node (down,
     stale, too small for ever), or one per device, as `pick` explains itself."""
 
@@ -79,8 +78,7 @@ class NodeMiss:
     leases_known: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """The nodes that fit, best first, and the rest, closest first."""
 
     fits: tuple[NodeFit, ...]

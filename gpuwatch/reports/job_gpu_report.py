@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.errors import JobUnknownError, SchedulerUnavailableError
 from gpuwatch.gpu_history import GpuSeries
@@ -31,8 +32,7 @@ GAP_INTERVALS = 3
 """A silence longer than this many sampling intervals is a gap in the history."""
 
 
-@dataclass(frozen=True, slots=True)
-class GpuJobUsage:
+class GpuJobUsage(msgspec.Struct, frozen=True):
     """One GPU over one job's run. Utilisation figures are `None` when no sample in the
     job's time reported one; `covered_s` is how much of `job_s` the history speaks for."""
 
@@ -158,8 +158,7 @@ def _shortfalls(usage: GpuJobUsage) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True, slots=True)
-class SlurmAnswer:
+class SlurmAnswer(msgspec.Struct, frozen=True):
     """What Slurm said of the job: its run, or `None` and why (`unavailable`: Slurm is
     there but did not answer; else it is absent, or knows no such job)."""
 
@@ -168,8 +167,7 @@ class SlurmAnswer:
     unavailable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class DaemonMemory:
+class DaemonMemory(msgspec.Struct, frozen=True):
     """What the daemon remembers of the job (`GET /v1/jobs/seen`)."""
 
     seen: Sighting | None
@@ -180,8 +178,7 @@ class DaemonMemory:
     """Why there is no daemon to ask, where there is none."""
 
 
-@dataclass(frozen=True, slots=True)
-class JobOnNode:
+class JobOnNode(msgspec.Struct, frozen=True):
     """A job's run on this node, and the GPUs it held here, put together."""
 
     job_id: str

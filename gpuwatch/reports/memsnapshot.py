@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 import pickle
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpuwatch.text import printable
 from gpuwatch.units import format_size
@@ -28,15 +29,13 @@ class _PlainDataUnpickler(pickle.Unpickler):
         raise NotASnapshot(f"the pickle names {module}.{name}: only plain data is loaded")
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
+class Block(msgspec.Struct, frozen=True):
     size_bytes: int
     where: str
     """The innermost frame that allocated it (`file:line function`), when history was on."""
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotSummary:
+class SnapshotSummary(msgspec.Struct, frozen=True):
     segments: int
     reserved_bytes: int
     allocated_bytes: int

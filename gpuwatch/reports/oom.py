@@ -12,8 +12,9 @@ import json
 import os
 import stat
 import textwrap
-from dataclasses import asdict, dataclass
 from typing import Any
+
+import msgspec
 
 from gpuwatch.record_fields import (
     BadRecord,
@@ -41,8 +42,7 @@ TEXT_START = "Out of memory on "
 """How the text copy of a report (`render()`) begins."""
 
 
-@dataclass(frozen=True, slots=True)
-class TensorSize:
+class TensorSize(msgspec.Struct, frozen=True):
     """One live tensor at the time of the error."""
 
     shape: str
@@ -50,8 +50,7 @@ class TensorSize:
     nbytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class OomReport(RankMemory):
+class OomReport(RankMemory, msgspec.Struct, frozen=True):
     """The facts at an out-of-memory error. Allocator figures are `None` when unknown."""
 
     at: float
@@ -65,7 +64,8 @@ class OomReport(RankMemory):
     snapshot_path: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, **asdict(self)}
+        fields: dict[str, Any] = msgspec.to_builtins(self)
+        return {"format": FORMAT, **fields}
 
 
 def report_from_dict(data: object) -> OomReport:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpuwatch.leases.directory import HeldFile, LeaseDir, user_name
 from gpuwatch.record_fields import (
@@ -61,8 +62,7 @@ MEMORY_FIELDS = (
 """The allocator's figures, in the order `gpuwatch torch-report` and the metrics use."""
 
 
-@dataclass(frozen=True, slots=True)
-class RankOfTraining:
+class RankOfTraining(msgspec.Struct, frozen=True):
     """Which process of which training a report is from: one rank of `world_size`, on a
     host and a device. Training and out-of-memory reports begin with these fields."""
 
@@ -86,8 +86,7 @@ def rank_fields(data: dict[str, Any]) -> tuple[int, int, int, str, str]:
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankMemory(RankOfTraining):
+class RankMemory(RankOfTraining, msgspec.Struct, frozen=True, kw_only=True):
     """A rank's memory on its GPU, as the allocator and the driver count it: the figures
     training and out-of-memory reports share, each `None` when unknown."""
 
@@ -122,8 +121,7 @@ def rank_memory_fields(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class ModuleMemory:
+class ModuleMemory(msgspec.Struct, frozen=True):
     """One module's memory in a sampled step: change across its forward and backward, and
     the highest level above the start of each. Backward figures are `None` when its backward
     was not seen (evaluation, or no tensor of it needed a gradient)."""
@@ -139,8 +137,7 @@ class ModuleMemory:
         return max(self.forward_peak_bytes, self.backward_peak_bytes or 0)
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryPoint:
+class MemoryPoint(msgspec.Struct, frozen=True):
     """One point of the recent series: the allocator at `step`."""
 
     step: int
@@ -150,8 +147,7 @@ class MemoryPoint:
     inactive_split_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class TrainingReport(RankMemory):
+class TrainingReport(RankMemory, msgspec.Struct, frozen=True):
     """One training process (one rank) as it last published itself.
 
     Allocator figures are `None` while CUDA is not in use (not yet initialised, a
@@ -173,18 +169,17 @@ class TrainingReport(RankMemory):
     dropped_reports: int = 0
     notice: str | None = None
     oom_report: str | None = None
-    user: str = field(default="", compare=False)
+    user: str = ""
     """The report file's owner: filled in by the reader, never taken from the file."""
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data: dict[str, Any] = msgspec.to_builtins(self)
         data["format"] = FORMAT
-        data["recent"] = [list(asdict(point).values()) for point in self.recent]
+        data["recent"] = [list(msgspec.structs.astuple(point)) for point in self.recent]
         return data
 
 
-@dataclass(frozen=True, slots=True)
-class TrainingReports:
+class TrainingReports(msgspec.Struct, frozen=True):
     """What a reader found: live, valid reports (one per process and rank), and how many
     report files it passed over (malformed, out of range, foreign, or left by a dead process)."""
 
@@ -313,7 +308,7 @@ def module_from_dict(item: object) -> ModuleMemory:
 
 
 def _point(item: object) -> MemoryPoint:
-    if not isinstance(item, list) or len(item) != len(MemoryPoint.__slots__):
+    if not isinstance(item, list) or len(item) != len(MemoryPoint.__struct_fields__):
         raise BadRecord("recent: not a point")
     for value in item:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:

@@ -22,7 +22,8 @@ known again. Pure: the caller gives the time; no thread, no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.jobs.job_table import JobTable
 from gpuwatch.models import GpuSample
@@ -35,8 +36,7 @@ IDLE_UTILIZATION_PCT = 1
 kernel, a driver's housekeeping)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _IdleSince:
+class _IdleSince(msgspec.Struct, frozen=True):
     job_id: str
     """The job that held the GPU when the count started."""
     since: float

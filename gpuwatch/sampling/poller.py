@@ -8,7 +8,8 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.backends.base import Backend
 from gpuwatch.gpu_history import GpuSeries
@@ -19,8 +20,7 @@ from gpuwatch.sampling.ticks import ticks
 log = logging.getLogger("gpuwatch.sampling")
 
 
-@dataclass(frozen=True, slots=True)
-class PollState:
+class PollState(msgspec.Struct, frozen=True):
     """What the poller knows now. `error` says why the last attempt to sample failed."""
 
     snapshot: Snapshot | None

@@ -35,24 +35,23 @@ import functools
 import sys
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
+
+import msgspec
 
 from gpuwatch.reports.training import MAX_NAME_CHARS, ModuleMemory, fit_name
 from gpuwatch.torch.stats import StatsSource
 
 
-@dataclass(slots=True)
-class _Record:
+class _Record(msgspec.Struct):
     forward_delta: int = 0
     forward_peak: int = 0
     backward_delta: int | None = None
     backward_peak: int | None = None
 
 
-@dataclass(slots=True)
-class _Frame:
+class _Frame(msgspec.Struct):
     name: str
     start: int
     high: int

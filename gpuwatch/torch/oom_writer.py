@@ -18,8 +18,9 @@ import pickle
 import secrets
 import stat
 import sys
-from dataclasses import replace
 from typing import Any, BinaryIO
+
+from msgspec.structs import replace
 
 from gpuwatch.errors import InvalidValueError
 from gpuwatch.reports.oom import MAX_ITEMS, OomReport, TensorSize, render

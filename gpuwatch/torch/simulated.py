@@ -19,8 +19,9 @@ is raised, as torch raises `torch.OutOfMemoryError`.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpuwatch.torch.stats import AllocatorStats, OomObserver, StatsSource
 
@@ -42,12 +43,13 @@ class SimulatedOutOfMemory(RuntimeError):
         self.requested_bytes = requested_bytes
 
 
-@dataclass
-class _Segment:
+class _Segment(msgspec.Struct):
     size: int
     small: bool
     address: int
-    blocks: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (size, requested)
+    blocks: dict[int, tuple[int, int]] = msgspec.field(
+        default_factory=dict
+    )  # id -> (size, requested)
     used: int = 0
 
     @property

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import http.client
 import json
 import os
@@ -24,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -466,7 +466,7 @@ class TestDriverFailingAsAWhole:
 
 def test_a_client_refuses_a_snapshot_older_than_the_daemon_allows(tmp_path: Path) -> None:
     # GIVEN a daemon (of an older version, or frozen) that serves a snapshot 30 s old
-    old = dataclasses.replace(SimBackend(1).sample(), taken_at=time.time() - 30)
+    old = msgspec.structs.replace(SimBackend(1).sample(), taken_at=time.time() - 30)
     body = json.dumps(old.to_dict()).encode()
     path = str(tmp_path / "old.sock")
     # WHEN a client reads it THEN it does not take it for the GPUs' state

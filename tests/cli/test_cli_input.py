@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.cli.exit_codes import ExitCode

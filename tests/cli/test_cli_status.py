@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -10,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pynvml
 import pytest
 
@@ -42,10 +42,16 @@ def test_json_keys_are_the_model_field_names_and_bytes_are_integers() -> None:
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     jobs = {"jobs", "jobs_error", "allocated_idle_window_s"}
-    assert set(data) == {field.name for field in dataclasses.fields(Snapshot)} | {"leases"} | jobs
+    assert (
+        set(data) == {field.name for field in msgspec.structs.fields(Snapshot)} | {"leases"} | jobs
+    )
     per_gpu = {"job_id", "allocated_idle_s", "holders_unknown"}
-    assert {field.name for field in dataclasses.fields(GpuSample)} | per_gpu == set(data["gpus"][0])
-    assert {field.name for field in dataclasses.fields(ProcessUsage)} == set(data["processes"][0])
+    assert {field.name for field in msgspec.structs.fields(GpuSample)} | per_gpu == set(
+        data["gpus"][0]
+    )
+    assert {field.name for field in msgspec.structs.fields(ProcessUsage)} == set(
+        data["processes"][0]
+    )
     assert isinstance(data["gpus"][0]["memory_free_bytes"], int)
     assert isinstance(data["processes"][0]["memory_used_bytes"], int)
     assert Snapshot.from_dict(data).gpus[0].index == 0

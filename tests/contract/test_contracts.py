@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import types
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpuwatch.backends import open_backend
@@ -92,7 +92,7 @@ def backend(
 
 def _assert_fields_match_annotations(value: object) -> None:
     hints = typing.get_type_hints(type(value))
-    for field in dataclasses.fields(value):  # type: ignore[arg-type]
+    for field in msgspec.structs.fields(value):  # type: ignore[arg-type]
         expected = hints[field.name]
         allowed = (
             typing.get_args(expected) if isinstance(expected, types.UnionType) else (expected,)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpuwatch.backends.sim import SimBackend
@@ -156,10 +156,10 @@ def test_the_node_exports_the_figures_its_fleet_row_shows_leaving_out_a_lost_gpu
     snapshot = sim_snapshot()
     lost = snapshot.gpus[1]
     gpus = tuple(
-        dataclasses.replace(gpu, error="GPU is lost") if gpu is lost else gpu
+        msgspec.structs.replace(gpu, error="GPU is lost") if gpu is lost else gpu
         for gpu in snapshot.gpus
     )
-    snapshot = dataclasses.replace(snapshot, gpus=gpus)
+    snapshot = msgspec.structs.replace(snapshot, gpus=gpus)
     readable = [gpu for gpu in gpus if gpu.error is None]
     leases = [Lease(str(gpus[0].uuid), 0, 10, "alice", "a", 0.0, None)]
     # WHEN it is scraped

@@ -3,11 +3,11 @@ the plain table and the JSON document, without a terminal."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 
 from gpuwatch.backends.sim_fleet import STALE_AGE_S, SimFleet
@@ -161,7 +161,7 @@ def test_an_up_nodes_age_moves_in_steps_and_a_stale_nodes_to_the_second() -> Non
     alpha, stale = rows["alpha"], rows["stale"]
 
     def age(row: NodeRow, age_s: float) -> str:
-        return cell_text(dataclasses.replace(row, age_s=age_s), "age")[0]
+        return cell_text(msgspec.structs.replace(row, age_s=age_s), "age")[0]
 
     # a node that is up: the same cell from one scrape to the next
     assert age(alpha, 2.0) == age(alpha, 13.9) == "<15s"
@@ -179,7 +179,7 @@ def test_free_gpus_follow_a_nodes_new_data_from_read_to_read() -> None:
     assert first == build_rows(MIXED)
     # WHEN the next read has alpha's free GPU leased and beta's data unchanged
     alpha = next(n for n in MIXED.nodes if n.name == "alpha")
-    leased = dataclasses.replace(alpha, leases=(exclusive(1), exclusive(0)))
+    leased = msgspec.structs.replace(alpha, leases=(exclusive(1), exclusive(0)))
     after = fleet(leased, *(n for n in MIXED.nodes if n.name != "alpha"))
     rows = {row.node: row for row in build_rows(after, memory=counts)}
     # THEN alpha has one GPU free fewer, beta the same, as counted afresh
@@ -194,9 +194,9 @@ def test_a_row_read_as_figures_follows_its_users_from_read_to_read() -> None:
     memory = fleet_rows.RowMemory()
     assert build_rows(fleet(read), memory=memory) == build_rows(fleet(read))
     # WHEN the next read has the same figures, and the one after another user too
-    older = dataclasses.replace(read, age_s=3.0)
+    older = msgspec.structs.replace(read, age_s=3.0)
     joined = (*summary.users, ("bo", 2, 2 << 30))
-    busier = dataclasses.replace(older, summary=dataclasses.replace(summary, users=joined))
+    busier = msgspec.structs.replace(older, summary=msgspec.structs.replace(summary, users=joined))
     # THEN the rows are those built afresh: the second user joins the row
     assert build_rows(fleet(older), memory=memory) == build_rows(fleet(older))
     assert build_rows(fleet(busier), memory=memory)[0].users == {"ana", "bo"}

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import astuple, replace
 from pathlib import Path
 
 import pytest
 import yaml
+from msgspec.structs import astuple, replace
 
 from gpuwatch.fleet import node_figures, summaries
 from gpuwatch.fleet.exposition import Sample

@@ -8,10 +8,10 @@ in what users see. After a deliberate change, review and accept the new pictures
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Callable, Iterator
 
+import msgspec
 import pytest
 from textual.pilot import Pilot
 
@@ -167,10 +167,10 @@ async def test_a_read_that_changes_one_node_redraws_that_row_and_keeps_the_other
         before = drawn_lines(app)
         # WHEN a read finds that node's data 400 s old (still up) and nothing else new
         nodes = tuple(
-            dataclasses.replace(node, age_s=400.0) if node.name == changed else node
+            msgspec.structs.replace(node, age_s=400.0) if node.name == changed else node
             for node in fleet.nodes
         )
-        app.feed(dataclasses.replace(fleet, nodes=nodes))
+        app.feed(msgspec.structs.replace(fleet, nodes=nodes))
         await pilot.pause()
         after = drawn_lines(app)
         # THEN its row shows the new age, the other rows are drawn as before,

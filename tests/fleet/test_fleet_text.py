@@ -3,9 +3,8 @@ age (issue 27's small items)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
+from msgspec.structs import replace
 
 from gpuwatch.fleet_model import FleetState
 from gpuwatch.models import GpuSample

@@ -5,12 +5,13 @@ SourceError."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 
 from gpuwatch.errors import InvalidValueError, SourceError
 from gpuwatch.fleet import promql, summaries
@@ -117,7 +118,7 @@ def test_targets_never_up_are_nodes_down_with_why_and_others_no_nodes() -> None:
 
 def test_two_targets_that_claim_one_name_are_two_nodes() -> None:
     # GIVEN two daemons given one --node-name, and a node naming itself after them
-    twins = [replace(gpuwatch_node(1), instance=f"10.0.1.{n}:9400") for n in (1, 2)]
+    twins = [dataclasses.replace(gpuwatch_node(1), instance=f"10.0.1.{n}:9400") for n in (1, 2)]
     prometheus = FakePrometheus(twins)
     with serving(prometheus) as url:
         # WHEN the fleet is read
@@ -386,7 +387,7 @@ def test_a_node_whose_scrape_fails_after_a_read_is_down_not_its_old_gpus() -> No
         source.read()
         # WHEN Prometheus's next scrape of the second fails
         down = {"up": False, "scraped_at": NOW - 1, "hostname": "gpu-node-02"}
-        prometheus.targets[1] = replace(prometheus.targets[1], **down)  # type: ignore[arg-type]
+        prometheus.targets[1] = dataclasses.replace(prometheus.targets[1], **down)  # type: ignore[arg-type]
         nodes = {node.name: node for node in source.read().nodes}
     # THEN it is down, with none of the GPUs read before
     assert nodes["gpu-node-02"].up is False and nodes["gpu-node-02"].snapshot is None
@@ -401,7 +402,9 @@ def test_a_target_without_gpus_scraped_between_two_reads_is_no_node() -> None:
         source = PrometheusSource(url, clock=lambda: NOW)
         source.read()
         # WHEN both are scraped again and the fleet is read
-        prometheus.targets = [replace(t, scraped_at=NOW - 1) for t in prometheus.targets]
+        prometheus.targets = [
+            dataclasses.replace(t, scraped_at=NOW - 1) for t in prometheus.targets
+        ]
         fleet = source.read()
     # THEN the fleet is the gpuwatch node alone
     assert [node.name for node in fleet.nodes] == ["gpu-node-01"]
@@ -522,7 +525,7 @@ def test_the_table_reads_again_only_the_figures_of_nodes_scraped_since() -> None
         # WHEN Prometheus scrapes the second again (after that read was evaluated, at NOW),
         # finding its GPUs full, and it refreshes
         full = with_node_figures(gpuwatch_node(2, full=True))
-        prometheus.targets[1] = replace(full, scraped_at=NOW + 1)
+        prometheus.targets[1] = dataclasses.replace(full, scraped_at=NOW + 1)
         refreshed = source.read()
         figures = [q for q in prometheus.asked[asked:] if "gpuwatch_node_gpus" in q]
         fresh = table_source(url).read()
@@ -540,7 +543,7 @@ def test_a_node_scraped_while_a_refresh_is_answered_is_shown_as_one_scrape_left_
     prometheus = FakePrometheus(nodes)
     clock = [NOW]
     full = with_node_figures(gpuwatch_node(2, full=True))
-    scraped = replace(full, scraped_at=NOW + 0.5, before=nodes[1])
+    scraped = dataclasses.replace(full, scraped_at=NOW + 0.5, before=nodes[1])
 
     figures_answered = threading.Event()
 

@@ -3,9 +3,8 @@ stays None, and nothing a node sends can pass for a reading it is not."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
+from msgspec.structs import replace
 
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.names import node_text

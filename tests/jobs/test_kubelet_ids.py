@@ -28,11 +28,11 @@ Sources of the forms, in the device plugins' own code and docs:
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import grpc
 import pytest
+from msgspec.structs import replace
 
 from gpuwatch.backends.sim import SimBackend
 from gpuwatch.jobs.job_table import JobTable

@@ -245,7 +245,7 @@ BASE = OomReport(
 def test_the_advice_fits_the_error(
     changes: dict[str, object], expected: str, absent: str | None
 ) -> None:
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     fixes = " ".join(advice(replace(BASE, **changes)))  # type: ignore[arg-type]
     assert expected in fixes

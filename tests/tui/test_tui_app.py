@@ -504,7 +504,7 @@ def test_as_root_the_confirmation_warns_that_anyones_job_can_stop() -> None:
 
 def test_shift_t_shows_the_tree_and_asks_the_source_for_parents() -> None:
     # GIVEN two ranks of one launcher, with their parents known
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from gpuwatch.tui.common.frames import Ancestor
 

@@ -4,10 +4,10 @@ left idle, and "jobs unknown" in the section's header. Levels 1 (pure) and 2 (a 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 from textual.widgets import Static
 
 from gpuwatch.backends.sim import SimBackend

@@ -49,12 +49,12 @@ def app_with_history(gpus: int, *, slurm: bool = False) -> GpuwatchApp:
         while now[0] <= FROZEN_TIME:
             frame = source.read()
             if slurm and frame.snapshot is not None:
-                from dataclasses import replace
+                from msgspec.structs import replace
 
                 uuids = [gpu.uuid for gpu in frame.snapshot.gpus]
                 frame = replace(frame, jobs=slurm_jobs(uuids))
             if now[0] == FROZEN_TIME:
-                from dataclasses import replace
+                from msgspec.structs import replace
 
                 frame = replace(frame, leases=(lease(3, 40000),), waiters=(waiter(51000),))
             app.feed(0, frame)

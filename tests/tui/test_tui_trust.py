@@ -210,7 +210,7 @@ def contrast(first: object, second: object) -> float:
 
 
 def test_the_sm_column_shows_each_processs_share_and_sorts_by_it() -> None:
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     app = fed_app()
     busy = replace(process(1, 0, gib=2), sm_util_pct=97)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 
+import msgspec
 import pytest
 
 from gpuwatch.backends.base import Backend, SampleScope
@@ -167,9 +167,9 @@ def test_an_absurd_sensor_value_is_stored_as_missing_for_that_gpu_only(
     # GIVEN a snapshot where GPU 1 reports an absurd value
     history = History(capacity=4, gpu_count=2)
     good = snapshot(1.0)
-    gpus = (good.gpus[0], dataclasses.replace(good.gpus[1], **{field: absurd}))
+    gpus = (good.gpus[0], msgspec.structs.replace(good.gpus[1], **{field: absurd}))
     # WHEN it is appended
-    history.append(dataclasses.replace(good, gpus=gpus), 1.0)
+    history.append(msgspec.structs.replace(good, gpus=gpus), 1.0)
     # THEN that value comes back missing, and everything else as it was
     first, second = history.since(0.0)
     assert getattr(second, field) == [None]
@@ -181,8 +181,8 @@ def test_gpus_are_kept_by_their_place_and_named_by_their_index() -> None:
     # GIVEN a node whose GPU 2 was lost: its GPUs are 0, 1 and 3
     history = History(capacity=2, gpu_count=3)
     base = snapshot(1.0, gpus=3)
-    gpus = (*base.gpus[:2], dataclasses.replace(base.gpus[2], index=3, uuid="GPU-3"))
-    history.append(dataclasses.replace(base, gpus=gpus), 1.0)
+    gpus = (*base.gpus[:2], msgspec.structs.replace(base.gpus[2], index=3, uuid="GPU-3"))
+    history.append(msgspec.structs.replace(base, gpus=gpus), 1.0)
     # THEN each GPU's series is named by its NVML index
     assert [(series.index, series.uuid) for series in history.since(0.0)] == [
         (0, "GPU-0"),
@@ -230,8 +230,8 @@ class AbsurdBackend(Backend):
 
     def sample(self, scope: SampleScope = SampleScope.FULL) -> Snapshot:
         good = snapshot(time.time())
-        hot = dataclasses.replace(good.gpus[0], temperature_c=4294967295, utilization_pct=300)
-        return dataclasses.replace(good, gpus=(hot, good.gpus[1]))
+        hot = msgspec.structs.replace(good.gpus[0], temperature_c=4294967295, utilization_pct=300)
+        return msgspec.structs.replace(good, gpus=(hot, good.gpus[1]))
 
     def close(self) -> None:
         pass

@@ -3,8 +3,7 @@ does not cover (it starts after the job, it has gaps, it holds nothing)."""
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import pytest
 
 from gpuwatch.gpu_history import GpuSeries
@@ -111,7 +110,7 @@ def test_one_shortfall_of_several_gpus_is_said_once() -> None:
     late = series([end_s - 60 + i for i in range(60)], [5] * 60, [1] * 60)
     whole = series([START_S + i for i in range(3600)], [5] * 3600, [1] * 3600)
     usages = [gpu_job_usage(s, START_S, end_s) for s in (late, late, whole)]
-    usages[1] = dataclasses.replace(usages[1], index=5)
+    usages[1] = msgspec.structs.replace(usages[1], index=5)
     # WHEN what the history cannot tell is said THEN it is one line naming both GPUs
     (line,) = shortfalls(usages)
     assert line.startswith("GPUs 3, 5: the history covers only the last 60s of this 60 min job")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import gpuwatch
@@ -148,7 +148,7 @@ class TestChoice:
         # THEN only the lease of the vanished device is stale
         assert stale_mig_leases(after, leases) == [leases[1]]
         # AND a lease taken after the snapshot is not judged by it (the device may be new)
-        newer = dataclasses.replace(leases[1], started_at=after.taken_at + 1)
+        newer = msgspec.structs.replace(leases[1], started_at=after.taken_at + 1)
         assert stale_mig_leases(after, [newer]) == []
 
     def test_a_request_for_mig_devices_survives_a_waiting_ticket(self) -> None:

@@ -122,7 +122,7 @@ def test_each_refused_gpu_gets_a_reason(
 
 
 def _fields(request: Request) -> dict[str, object]:
-    return {name: getattr(request, name) for name in Request.__dataclass_fields__}
+    return {name: getattr(request, name) for name in Request.__struct_fields__}
 
 
 @pytest.mark.parametrize(

@@ -104,7 +104,7 @@ def test_each_text_field_of_the_model_is_printable_once_made(made: Callable[[str
 
 
 def _texts(value: Any) -> list[str]:
-    return [getattr(value, name) for name in value.__dataclass_fields__ if not name.startswith("_")]
+    return [getattr(value, name) for name in value.__struct_fields__ if not name.startswith("_")]
 
 
 def test_a_nodes_figures_name_users_and_models_printably() -> None:

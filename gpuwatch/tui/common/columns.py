@@ -7,8 +7,9 @@ Pure, and without Textual.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
+
+import msgspec
 
 R = TypeVar("R")
 
@@ -16,8 +17,7 @@ CELL_PADDING = 2
 """The table's padding around each cell (one cell each side)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Column(Generic[R]):
+class Column(Generic[R], msgspec.Struct, frozen=True):
     """One column of a table of rows of type `R`."""
 
     key: str

@@ -6,7 +6,7 @@ node) and drawn on the UI thread. Pure, and without Textual.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from gpuwatch.gpu_history import GpuSeries
 from gpuwatch.jobs.job_table import NodeJobs
@@ -18,8 +18,7 @@ from gpuwatch.text import printable_fields
 NO_TRAINING = TrainingReports()
 
 
-@dataclass(frozen=True, slots=True)
-class HostStats:
+class HostStats(msgspec.Struct, frozen=True):
     """The machine's CPU, memory, swap and load, as `top` shows them."""
 
     cpu_pct: float
@@ -33,8 +32,7 @@ class HostStats:
     load_15m: float
 
 
-@dataclass(frozen=True, slots=True)
-class Ancestor:
+class Ancestor(msgspec.Struct, frozen=True):
     """What the tree view needs of a process: its parent, owner and name."""
 
     pid: int
@@ -43,8 +41,7 @@ class Ancestor:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(msgspec.Struct, frozen=True):
     """What one source said at one moment.
 
     `snapshot` is `None` when the source failed as a whole this time; `error` says why.
@@ -72,8 +69,7 @@ class Frame:
         printable_fields(self, "source", "error")
 
 
-@dataclass(frozen=True, slots=True)
-class Backfill:
+class Backfill(msgspec.Struct, frozen=True):
     """Samples from before the screen opened (the daemon's history), oldest first."""
 
     source: str

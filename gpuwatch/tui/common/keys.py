@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.tui.common import render
 
@@ -18,8 +19,7 @@ KEY_CELLS = 26
 """Cells before a key's description in the help."""
 
 
-@dataclass(frozen=True, slots=True)
-class Key:
+class Key(msgspec.Struct, frozen=True):
     """One key of a screen: what Textual binds, the action it runs, and how people see it."""
 
     keys: str

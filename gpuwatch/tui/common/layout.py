@@ -9,7 +9,8 @@ table keeps at least two fifths of the height.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+import msgspec
 
 CHROME_LINES = 4
 """Title, host line, status line and key footer."""
@@ -20,8 +21,7 @@ CARD_GAP = " │ "
 """Between cards side by side: a rule, so that one card's end never reads as the next's start."""
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
+class Layout(msgspec.Struct, frozen=True):
     """The screen as `choose_layout` divides it: cards per line, each card's width and graph
     rows, and the lines of the GPU panel."""
 

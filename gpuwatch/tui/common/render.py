@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpuwatch.models import GpuSample, Lease, MigDevice
 from gpuwatch.units import format_size, format_span
@@ -23,8 +24,7 @@ _BLOCKS = " ▁▂▃▄▅▆▇█"
 _USED, _RESERVED, _FREE = "█", "▓", "░"
 
 
-@dataclass(frozen=True, slots=True)
-class Thresholds:
+class Thresholds(msgspec.Struct, frozen=True):
     """Where a value turns from ok to warn to alarm (fractions, or °C)."""
 
     busy: tuple[float, float] = (0.5, 0.9)
@@ -146,8 +146,7 @@ def lease_summary(leases: Sequence[Lease]) -> str:
     return " + ".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class CardInput:
+class CardInput(msgspec.Struct, frozen=True):
     """What one GPU card shows besides the sample: graphs and leases."""
 
     memory_graph: Sequence[float | None] = ()

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import ClassVar, Generic, Protocol, TypeVar
 
+import msgspec
 from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
@@ -41,8 +41,7 @@ class Keyed(Protocol):
 R = TypeVar("R", bound=Keyed)
 
 
-@dataclass(frozen=True, slots=True)
-class _Look:
+class _Look(msgspec.Struct, frozen=True):
     """What a line of the table looks like besides what its row says."""
 
     style: Style

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 IDLE_UTILIZATION_PCT = 1
 """A GPU at or below this utilization counts as idle."""
@@ -89,8 +90,7 @@ class IdleClock:
         return Idle(max(0.0, now - start), at_least)
 
 
-@dataclass(frozen=True, slots=True)
-class Idle:
+class Idle(msgspec.Struct, frozen=True):
     """An idle stretch: `seconds` long, or longer when `at_least` (it began before we looked)."""
 
     seconds: float

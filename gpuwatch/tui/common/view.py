@@ -8,12 +8,13 @@ a method that returns the next one. Each table's own view (`node.model.TableView
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
 from typing import ClassVar, Self
 
+import msgspec
+from msgspec.structs import replace
 
-@dataclass(frozen=True, slots=True)
-class TableChoices:
+
+class TableChoices(msgspec.Struct, frozen=True):
     """The order and the selection; never the rows themselves."""
 
     DEFAULT_SORT: ClassVar[str] = ""

@@ -8,8 +8,10 @@ rows shown: a filter pass and one sort, so 1,000 nodes cost n log n, never n².
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 from typing import ClassVar, Self
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.tui.common.view import TableChoices
 from gpuwatch.tui.fleet.cells import BY_KEY
@@ -19,8 +21,7 @@ DEFAULT_SORT = "free"
 """At start, nodes with the most free GPUs first (then the most free memory on one)."""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeFilter:
+class NodeFilter(msgspec.Struct, frozen=True):
     """`user:alice free down WORD`: every term must match.
 
     `user:NAME` keeps nodes where NAME runs a process or a job, and those whose users are
@@ -73,8 +74,7 @@ class NodeFilter:
         return all(word in haystack for word in self.words)
 
 
-@dataclass(frozen=True, slots=True)
-class FleetView(TableChoices):
+class FleetView(TableChoices, msgspec.Struct, frozen=True):
     """Everything the user chose about the fleet table; never the rows themselves."""
 
     DEFAULT_SORT: ClassVar[str] = DEFAULT_SORT
@@ -82,7 +82,7 @@ class FleetView(TableChoices):
     ASCENDING: ClassVar[frozenset[str]] = frozenset({"node"})
 
     sort_column: str = DEFAULT_SORT
-    node_filter: NodeFilter = field(default_factory=NodeFilter)
+    node_filter: NodeFilter = msgspec.field(default_factory=NodeFilter)
 
     def filter(self, text: str) -> Self:
         return replace(self, filter_text=text, node_filter=NodeFilter.parse(text))

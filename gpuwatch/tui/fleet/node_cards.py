@@ -8,7 +8,8 @@ Pure, and without Textual.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from gpuwatch.fleet_model import GpuJob, GpuPod, NodeState
 from gpuwatch.gpu_history import GpuSeries

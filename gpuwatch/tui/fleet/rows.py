@@ -14,8 +14,10 @@ shown `(namespace/pod)`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
 from typing import NamedTuple
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.fleet.node_figures import NodeFigures, node_figures
 from gpuwatch.fleet_model import FleetState, GpuPod, NodeState, NodeSummary
@@ -32,8 +34,7 @@ IdleFor = Callable[[str, GpuSample], float | None]
 watched long enough to say."""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeRow:
+class NodeRow(msgspec.Struct, frozen=True):
     """One node as its row shows it; `None` is unknown (never zero)."""
 
     node: str
@@ -90,8 +91,7 @@ class NodeRow:
         return self.node + note
 
 
-@dataclass(frozen=True, slots=True)
-class Totals:
+class Totals(msgspec.Struct, frozen=True):
     """The line above the table."""
 
     nodes_up: int
@@ -365,8 +365,7 @@ def totals(rows: Iterable[NodeRow]) -> Totals:
     return Totals(up, down, gpus, free, memory, mean, warming)
 
 
-@dataclass(frozen=True, slots=True)
-class UserRow:
+class UserRow(msgspec.Struct, frozen=True):
     """One user across the fleet: on how many nodes and GPUs, with how much GPU memory."""
 
     user: str

@@ -9,8 +9,8 @@ another container is not visible).
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 
+import msgspec
 import psutil
 
 from gpuwatch.leases.directory import user_name
@@ -22,8 +22,7 @@ from gpuwatch.tui.node.rows import Row
 MAX_PARENTS = 32
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessDetails:
+class ProcessDetails(msgspec.Struct, frozen=True):
     command: str | None
     """The command line as typed (arguments quoted), when readable."""
     parents: tuple[str, ...]

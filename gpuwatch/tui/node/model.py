@@ -10,8 +10,10 @@ is back, a header clicked twice reverses) is tested here without a terminal.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import ClassVar, Self
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.tui.common.frames import Ancestor
 from gpuwatch.tui.common.view import TableChoices
@@ -22,15 +24,14 @@ DEFAULT_SORT = "gpu_mem"
 """The column sorted by at start, and when the one chosen is no longer shown."""
 
 
-@dataclass(frozen=True, slots=True)
-class TableView(TableChoices):
+class TableView(TableChoices, msgspec.Struct, frozen=True):
     """Everything the user chose about the process table; never the rows themselves."""
 
     DEFAULT_SORT: ClassVar[str] = DEFAULT_SORT
     NOT_AN_ORDER: ClassVar[frozenset[str]] = frozenset({"host"})
 
     sort_column: str = DEFAULT_SORT
-    row_filter: RowFilter = field(default_factory=RowFilter)
+    row_filter: RowFilter = msgspec.field(default_factory=RowFilter)
     tagged: frozenset[str] = frozenset()
     tree: bool = False
     message: str = ""

@@ -6,7 +6,9 @@ Pure: frames in, rows out; sorting, filtering, and which columns fit a width.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.models import Lease, ProcessUsage, Snapshot
 from gpuwatch.request import Waiter
@@ -16,8 +18,7 @@ from gpuwatch.tui.common.frames import Frame
 from gpuwatch.tui.common.trends import Idle, IdleClock
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(msgspec.Struct, frozen=True):
     """One line of the process table.
 
     `kind` is the driver's process kind, or `lease` for a holder that uses no
@@ -156,8 +157,7 @@ def device_labels(snapshot: Snapshot) -> Callable[[ProcessUsage], str]:
     return lambda p: mig_labels.get(p.mig_uuid or "", str(p.gpu_index))
 
 
-@dataclass(frozen=True, slots=True)
-class _IdleLookup:
+class _IdleLookup(msgspec.Struct, frozen=True):
     clocks: Mapping[int, IdleClock]
     now: float
     offset_s: float
@@ -275,8 +275,7 @@ def sort_rows(rows: Iterable[Row], column: str, *, reverse: bool) -> list[Row]:
     return sorted(ordered, key=BY_KEY[column].sort_value, reverse=reverse)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True, slots=True)
-class RowFilter:
+class RowFilter(msgspec.Struct, frozen=True):
     """`user:alice gpu:3 idle text`: every term must match.
 
     `user:NAME` and `gpu:N` match those fields exactly (`gpu:1,3` several GPUs),

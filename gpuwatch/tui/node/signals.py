@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+import msgspec
 import psutil
 
 from gpuwatch.leases.directory import user_name
@@ -23,8 +23,7 @@ SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal
 _START_TOLERANCE_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(msgspec.Struct, frozen=True):
     """A process the user may signal, as it will be named in the confirmation."""
 
     pid: int
@@ -33,8 +32,7 @@ class Target:
     started_at: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """Who would get the signal, and who was left out and why."""
 
     targets: tuple[Target, ...]

@@ -9,7 +9,9 @@ process with two children is left out, so a tree starts where it branches.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+
+import msgspec
+from msgspec.structs import replace
 
 from gpuwatch.tui.common.frames import Ancestor
 from gpuwatch.tui.node.rows import Row
@@ -101,8 +103,7 @@ def _first_ranks(
     return first
 
 
-@dataclass
-class _Tree:
+class _Tree(msgspec.Struct):
     """A source's processes, each under its parent, and the rows in tree order so far."""
 
     by_pid: Mapping[int, list[Row]]
@@ -111,7 +112,7 @@ class _Tree:
     """The best sort position in each subtree."""
     ancestors: Mapping[int, Ancestor]
     source: str
-    ordered: list[Row] = field(default_factory=list)
+    ordered: list[Row] = msgspec.field(default_factory=list)
 
     def walk(self, pid: int, indent: str, last: bool | None) -> None:
         """Puts `pid`'s rows (or its parent row) in order, then its children's, best first."""

@@ -8,14 +8,17 @@ other query is refused as Prometheus refuses a bad one."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec.structs import replace
 
 from gpuwatch.fleet import node_figures, node_work, promql, summaries
 from gpuwatch.fleet.exposition import Sample, parse_exposition
@@ -357,7 +360,7 @@ def with_verdicts(target: FakeTarget) -> FakeTarget:
         for gpu in node.snapshot.gpus
     ]
     lines.append(f'gpuwatch_gpus_available{{hostname="{node.name}"}} {len(given)}\n')
-    return replace(target, exposition=target.exposition + "".join(lines))
+    return dataclasses.replace(target, exposition=target.exposition + "".join(lines))
 
 
 def with_node_figures(target: FakeTarget) -> FakeTarget:
@@ -385,7 +388,7 @@ def with_node_figures(target: FakeTarget) -> FakeTarget:
         for name, value in values.items()
         if value is not None
     )
-    return replace(target, exposition=target.exposition + lines)
+    return dataclasses.replace(target, exposition=target.exposition + lines)
 
 
 TARGET_LABELS = ("container", "endpoint", "namespace", "pod", "service")
