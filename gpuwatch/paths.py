@@ -24,13 +24,12 @@ gpuwatch makes there may be reused or replaced; anything else is refused.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
-import tempfile
+import zlib
 
-from gpuwatch.errors import InvalidValueError
+from gpuwatch.errors import DaemonError, InvalidValueError, LeaseError
 
 ENV_SOCKET = "GPUWATCH_SOCKET"
 ENV_LEASE_DIR = "GPUWATCH_LEASE_DIR"
@@ -64,7 +63,8 @@ def daemon_socket_path(*, simulated: bool = False) -> str:
 
     A `simulated` node's daemon listens in the user's own places only: at the system's
     socket (or systemd's runtime directory, which is it) every user's clients would take
-    it for the machine's GPUs."""
+    it for the machine's GPUs. Raises `DaemonError` where no such place is this user's
+    alone (see `_own_dir`)."""
     variables = ("XDG_RUNTIME_DIR",) if simulated else ("RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR")
     for variable in variables:
         if directory := os.environ.get(variable):
@@ -82,7 +82,8 @@ def sim_lease_dir(simulation: str) -> str:
 
     `simulation` names the simulated node (`Backend.simulation`): a GPU count, a
     scenario file or a simulated daemon's socket. Anything but letters, digits, `.`, `_`
-    and `-` in it becomes `_`.
+    and `-` in it becomes `_`. Raises `LeaseError` where neither place is this user's
+    alone: a place of one run's own would hide its leases from the next run.
     """
     name = re.sub(r"[^A-Za-z0-9._-]", "_", simulation)[:100].lstrip(".") or "_"
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
@@ -91,15 +92,19 @@ def sim_lease_dir(simulation: str) -> str:
     own = _user_tmp_dir()
     if _private_dir(own, 0o700) and _private_dir(parent := os.path.join(own, SIM_LEASES), 0o700):
         return os.path.join(parent, name)
-    # Someone else took /tmp/gpuwatch-UID: a fresh place, for this run's leases alone.
-    return os.path.join(tempfile.mkdtemp(prefix=f"gpuwatch-{os.geteuid()}-"), name)
+    raise LeaseError(
+        f"no directory of this user's own for simulated leases: {own} is not this user's "
+        f"alone; remove it, or set XDG_RUNTIME_DIR or {ENV_LEASE_DIR}"
+    )
 
 
 def served_simulation(socket_path: str) -> str:
     """The `simulation` (see `sim_lease_dir`) of a simulated node a daemon serves at
     `socket_path`: the daemon and its clients, knowing the same socket, name it alike."""
-    digest = hashlib.sha256(os.path.realpath(socket_path).encode()).hexdigest()[:16]
-    return f"daemon-{digest}"
+    # A checksum tells a user's few sockets apart; hashlib would load OpenSSL for it
+    # (11 M instructions, a tenth of a command's own start-up).
+    digest = zlib.crc32(os.path.realpath(socket_path).encode())
+    return f"daemon-{digest:08x}"
 
 
 def default_lease_dir(simulation: str | None = None) -> str:
@@ -153,11 +158,15 @@ def existing(path: str, kind: int, option: str) -> os.stat_result | None:
 
 def _own_dir() -> str:
     """A directory of this user's alone, made if missing: `/run/user/UID`, else
-    `/tmp/gpuwatch-UID`, else (someone else took that) a fresh one nobody can guess."""
+    `/tmp/gpuwatch-UID`. Raises `DaemonError` when someone else took both: a socket
+    anywhere else is one no client looks for."""
     for path in (_user_run_dir(), _user_tmp_dir()):
         if _private_dir(path, 0o700):
             return path
-    return tempfile.mkdtemp(prefix=f"gpuwatch-{os.geteuid()}-")
+    raise DaemonError(
+        f"no directory of this user's own for the socket: {_user_tmp_dir()} is not this "
+        f"user's alone; remove it, or set XDG_RUNTIME_DIR, or give --socket PATH"
+    )
 
 
 def _user_run_dir() -> str:

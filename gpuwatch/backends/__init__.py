@@ -15,14 +15,13 @@ NVML backend, only where the driver is read: on a machine without the NVIDIA lib
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from gpuwatch.backends.base import Backend, SampleScope
-from gpuwatch.errors import DaemonUnavailableError, DriverNotFoundError, InvalidValueError
+from gpuwatch.errors import DaemonUnavailableError, InvalidValueError
 from gpuwatch.models import Lease, Snapshot
 from gpuwatch.paths import socket_candidates
 
@@ -43,10 +42,11 @@ BACKENDS = {
 }
 """Every backend: its name, and where it is defined (`module:name`)."""
 BACKEND_KINDS = tuple(BACKENDS)
+DRIVER = "gpuwatch.backends.driver:open_driver"
+"""This machine's GPUs through the driver, where its library loads (the `nvml` backend)."""
 REMOTE = "gpuwatch.backends.ssh:remote_snapshots"
 """Another machine's snapshots over ssh (`status --host`, `tui --host`)."""
 DEFAULT_SIM_GPUS = 4
-_NVML_LIBRARY = "libnvidia-ml.so.1"
 
 
 def remote_snapshots(
@@ -66,7 +66,7 @@ def remote_snapshots(
 
 
 def defined(target: str) -> Any:
-    """What `target` (`module:name`, an entry of `BACKENDS` or `REMOTE`) names, its module
+    """What `target` (`module:name`: an entry of `BACKENDS`, `DRIVER` or `REMOTE`) names, its module
     imported now."""
     module, name = target.split(":")
     return getattr(importlib.import_module(module), name)
@@ -127,16 +127,8 @@ def open_backend(
 
 
 def _open_driver() -> Backend:
-    if not _nvml_library_loads():
-        raise DriverNotFoundError(f"NVIDIA driver not found ({_NVML_LIBRARY} could not be loaded)")
-    try:  # pynvml, imported with it, costs tens of milliseconds: only where the driver is read
-        backend = defined(BACKENDS["nvml"])
-    except ImportError as error:
-        raise DriverNotFoundError(
-            f"the NVIDIA management bindings could not be loaded ({error}): "
-            "pip install nvidia-ml-py"
-        ) from error
-    opened: Backend = backend()
+    """This machine's GPUs through the driver (`DRIVER`), opened when first asked for."""
+    opened: Backend = defined(DRIVER)()
     return opened
 
 
@@ -146,16 +138,3 @@ def _open_daemon(*, required: bool) -> Backend:
         raise DaemonUnavailableError(f"no daemon socket at {' or '.join(candidates)}")
     daemon: Backend = defined(BACKENDS["daemon"])()
     return daemon
-
-
-def _nvml_library_loads() -> bool:
-    """Whether the driver's library is there, asked before paying to import the bindings.
-
-    On a machine without a GPU this answers in a millisecond, where importing
-    pynvml to be told the same would cost tens.
-    """
-    try:
-        ctypes.CDLL(_NVML_LIBRARY)
-    except OSError:
-        return False
-    return True

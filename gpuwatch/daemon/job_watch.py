@@ -21,7 +21,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 import msgspec
 
@@ -218,7 +217,7 @@ class JobWatch:
                 due = min(due, asked_at + EARLY_ASK_GAP_S)
 
 
-def _changed_at(folder: Path | None) -> int | None:
+def _changed_at(folder: os.PathLike[str] | None) -> int | None:
     """When `folder`'s list of entries last changed (ns), or `None` where it cannot tell."""
     if folder is None:
         return None

@@ -15,7 +15,6 @@ import importlib
 import os
 import shutil
 import threading
-from pathlib import Path
 from typing import Protocol
 
 from gpuwatch.jobs.job_table import JobTable
@@ -62,7 +61,7 @@ class JobEngine(Protocol):
         """Whether the latest answer could not tell GPUs apart for want of `observe`'s GPUs
         (asked before the first sample): asked again now, it may."""
 
-    def changes_path(self) -> Path | None:
+    def changes_path(self) -> os.PathLike[str] | None:
         """A folder whose change means "ask again" (slurmd's spool folder), or `None`."""
 
     def close(self) -> None:

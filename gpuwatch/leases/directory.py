@@ -174,8 +174,7 @@ class LeaseDir:
             if named and isinstance(error, LeaseDirError):
                 raise
             say(f"picking without a lease, so another job may be given the same GPU: {error}")
-            unusable = os.fspath(path) if path is not None else default_lease_dir(simulation)
-            return Unleased(unusable)
+            return Unleased(os.fspath(path) if path is not None else "")
         if lease_dir.warning is not None:
             say(lease_dir.warning)
         return lease_dir
@@ -191,10 +190,10 @@ class LeaseDir:
         """The lease directory for looking only; `None` when there is none (yet), or when it
         cannot be used (then `on_refused` is told why, as it is who could tamper with one
         that is used)."""
-        path = os.fspath(path) if path is not None else default_lease_dir(simulation)
-        if not os.path.lexists(path):
-            return None  # not made yet: nobody has leased
         try:
+            path = os.fspath(path) if path is not None else default_lease_dir(simulation)
+            if not os.path.lexists(path):
+                return None  # not made yet: nobody has leased
             lease_dir = cls(path, writing=False)
         except LeaseError as error:
             if on_refused is not None:

@@ -23,7 +23,12 @@ from tests.helpers.fakenvml import (
     size,
     total_calls,
 )
-from tests.helpers.imports import HEAVY_FOR_COMMANDS
+from tests.helpers.imports import (
+    HEAVY_FOR_COMMANDS,
+    PICK_ON_THE_DRIVER_MAY_LOAD,
+    STATUS_ON_THE_DRIVER_MAY_LOAD,
+    gpuwatch_modules,
+)
 
 pytestmark = [pytest.mark.slow, NEEDS_FAKENVML]
 
@@ -81,19 +86,31 @@ def test_status_json_lists_mps_clients_through_the_real_bindings(
     ]
 
 
-PICK_THEN_LIST_LOADED = """
+RUN_THEN_LIST_LOADED = """
 import sys
 from gpuwatch.cli import main
 try:
-    main(["pick", "-n", "2", "--allow-busy"])
+    main(sys.argv[1:])
 except SystemExit as done:
     assert done.code == 0, done.code
 print(sorted(name for name, module in sys.modules.items() if type(module).__name__ == "module"))
 """
 
 
-def test_pick_over_the_driver_loads_only_what_it_uses(library_dir: Path, tmp_path: Path) -> None:
-    # WHEN pick chooses GPUs through the real bindings (print mode: nothing is exec'd)
+@pytest.mark.parametrize(
+    ("argv", "budget"),
+    [
+        (["pick", "-n", "2", "--allow-busy"], PICK_ON_THE_DRIVER_MAY_LOAD),
+        (["status"], STATUS_ON_THE_DRIVER_MAY_LOAD),
+        (["status", "--json"], STATUS_ON_THE_DRIVER_MAY_LOAD),
+    ],
+    ids=["pick", "status", "status-json"],
+)
+def test_a_command_over_the_driver_loads_only_what_it_uses(
+    library_dir: Path, tmp_path: Path, argv: list[str], budget: frozenset[str]
+) -> None:
+    # WHEN a command reads the GPUs through the real bindings (pick in print mode: nothing is
+    # exec'd), with no daemon up
     env = {
         **os.environ,
         "LD_LIBRARY_PATH": str(library_dir),
@@ -102,16 +119,19 @@ def test_pick_over_the_driver_loads_only_what_it_uses(library_dir: Path, tmp_pat
         "GPUWATCH_SOCKET": str(tmp_path / "no-daemon.sock"),
     }
     result = subprocess.run(
-        [sys.executable, "-c", PICK_THEN_LIST_LOADED],
+        [sys.executable, "-c", RUN_THEN_LIST_LOADED, *argv],
         env=env,
         capture_output=True,
         text=True,
         check=True,
     )
-    loaded = {name.split(".")[0] for name in eval(result.stdout.splitlines()[-1])}
-    # THEN pynvml is loaded, but no other heavy library, which pick does not use
+    modules = set(json.loads(result.stdout.splitlines()[-1].replace("'", '"')))
+    loaded = {name.split(".")[0] for name in modules}
+    # THEN pynvml is loaded, but no other heavy library, which the command does not use
     assert "pynvml" in loaded
     assert loaded.isdisjoint(set(HEAVY_FOR_COMMANDS) - {"pynvml"})
+    # AND of gpuwatch only the modules of its budget
+    assert gpuwatch_modules(modules) - budget == set()
 
 
 def test_faulty_node_reports_each_fault_on_its_own_gpu(library_dir: Path) -> None:

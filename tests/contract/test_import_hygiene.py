@@ -13,7 +13,16 @@ import pytest
 from gpuwatch.backends.daemon_client import DaemonBackend
 from gpuwatch.leases.directory import LeaseDir
 from tests.helpers.daemon import running_daemon
-from tests.helpers.imports import HEAVY, HEAVY_FOR_COMMANDS, loaded_after
+from tests.helpers.imports import (
+    EVERY_COMMAND_MAY_LOAD,
+    HEAVY,
+    HEAVY_FOR_COMMANDS,
+    NOT_THROUGH_THE_DAEMON,
+    PICK_THROUGH_THE_DAEMON_MAY_LOAD,
+    STATUS_THROUGH_THE_DAEMON_MAY_LOAD,
+    gpuwatch_modules,
+    loaded_after,
+)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gpuwatch"
 
@@ -140,6 +149,9 @@ def test_pick_with_the_daemon_up_loads_no_driver_bindings_nor_heavy_library(
     unused = {*HEAVY_FOR_COMMANDS, "gpuwatch.backends.nvml"}
     assert loaded & unused == set()
     assert "gpuwatch.backends.daemon_client" in loaded  # it did go through the daemon
+    # AND of gpuwatch only the modules of its budget, and none of the costly standard ones
+    assert gpuwatch_modules(loaded) - PICK_THROUGH_THE_DAEMON_MAY_LOAD == set()
+    assert loaded.isdisjoint(NOT_THROUGH_THE_DAEMON)
 
 
 # What a one-shot `gpuwatch status` does, with the daemon up and a lease to show.
@@ -177,6 +189,23 @@ def test_status_with_the_daemon_up_loads_no_driver_bindings_nor_heavy_library(
     unused = {*HEAVY_FOR_COMMANDS, "gpuwatch.backends.nvml"}
     assert loaded & unused == set()
     assert "gpuwatch.backends.daemon_client" in loaded  # it did go through the daemon
+    # AND of gpuwatch only the modules of its budget, and none of the costly standard ones
+    assert gpuwatch_modules(loaded) - STATUS_THROUGH_THE_DAEMON_MAY_LOAD == set()
+    assert loaded.isdisjoint(NOT_THROUGH_THE_DAEMON)
+
+
+def test_help_lists_every_command_loading_none_of_them() -> None:
+    # WHEN `gpuwatch --help` lists the commands
+    statement = (
+        "import io, contextlib\nfrom gpuwatch.cli import main\nout = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n    try:\n        main(['--help'])\n"
+        "    except SystemExit:\n        pass\n"
+        "from gpuwatch.cli.group import COMMANDS\n"
+        "assert all(name in out.getvalue() for name in COMMANDS), out.getvalue()"
+    )
+    loaded = modules_after(statement)
+    # THEN every command is listed (the assertion above) and none of their modules is loaded
+    assert gpuwatch_modules(loaded) - EVERY_COMMAND_MAY_LOAD == set()
 
 
 def test_gpuwatch_torch_resolves_on_first_use_without_importing_torch() -> None:

@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuwatch import paths
 from gpuwatch.backends.daemon_client import http_get
 from gpuwatch.backends.sim import SimBackend
+from gpuwatch.errors import DaemonError
+from gpuwatch.leases.directory import LeaseDir, Unleased
 from tests.helpers.daemon import get_json, running_daemon, scrape
 from tests.helpers.wait import wait_until
 
@@ -73,3 +75,32 @@ def test_a_simulated_daemon_of_root_never_takes_the_system_socket(
     # simulated node's root's own place
     assert paths.daemon_socket_path() == paths.SYSTEM_SOCKET
     assert paths.daemon_socket_path(simulated=True) == str(tmp_path / "user" / "gpuwatch.sock")
+
+
+def test_where_another_user_took_a_users_own_places_gpuwatch_says_so_never_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN no runtime directory, and /run/user/UID and /tmp/gpuwatch-UID not this user's alone
+    # (open to everyone, as one another user made)
+    for variable in ("RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR", "GPUWATCH_LEASE_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    for name in ("run", "tmp"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name).chmod(0o777)
+    monkeypatch.setattr(paths, "_user_run_dir", lambda: str(tmp_path / "run"))
+    monkeypatch.setattr(paths, "_user_tmp_dir", lambda: str(tmp_path / "tmp"))
+    # WHEN a simulated daemon asks where to listen THEN it is told why not, and what to do
+    with pytest.raises(DaemonError, match=r"tmp is not this user's alone.*give --socket PATH"):
+        paths.daemon_socket_path(simulated=True)
+    # AND a job picked on a simulated node is told that it holds no lease, and why
+    said: list[str] = []
+    lease_dir = LeaseDir.for_job(say=said.append, simulation="2")
+    assert isinstance(lease_dir, Unleased)
+    assert said == [
+        "picking without a lease, so another job may be given the same GPU: no directory of "
+        f"this user's own for simulated leases: {tmp_path / 'tmp'} is not this user's alone; "
+        "remove it, or set XDG_RUNTIME_DIR or GPUWATCH_LEASE_DIR"
+    ]
+    # AND nothing was made anywhere else
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tmp"]
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -86,7 +86,7 @@ class FakeNvml:
             monkeypatch.setattr(pynvml, name, self._counted(name, function))
         monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", self._function_pointer)
         # The library "loads": whether the driver answers is up to `init_error`.
-        monkeypatch.setattr("gpuwatch.backends._nvml_library_loads", lambda: True)
+        monkeypatch.setattr("gpuwatch.backends.driver.nvml_library_loads", lambda: True)
         return self
 
     @property
