@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import math
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import msgspec
 from gpuwatch.backends import sim_mig
 from gpuwatch.errors import InvalidValueError, ScenarioError
 from gpuwatch.models import ProcessKind
-from gpuwatch.record_fields import MAX_PID
+from gpuwatch.record_fields import MAX_PID, REQUIRED, Table
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import MAX_SIZE_BYTES, parse_duration, parse_size, parse_whole_number
 
@@ -166,15 +165,11 @@ def load_scenario(path: Path) -> Scenario:
 
 
 def scenario_from_dict(data: dict[str, Any]) -> Scenario:
-    top = _Table(
-        "scenario",
-        data,
-        {"hostname", "driver_version", "cuda_driver_version", "seed", "gpu", "process"},
-    )
-    seed = top.integer("seed", 0, high=MAX_SEED)
+    top = _table(data, "scenario", _TOP_KEYS)
+    seed = top.integer("seed", 0, low=0, high=MAX_SEED)
     gpus: list[SimGpu] = []
-    for number, entry in enumerate(top.tables("gpu")):
-        gpus.extend(_gpus(_Table(f"gpu[{number}]", entry, _GPU_KEYS), seed, len(gpus)))
+    for number, entry in enumerate(top.tables("gpu", limit=MAX_GPUS)):
+        gpus.extend(_gpus(_table(entry, f"gpu[{number}]", _GPU_KEYS), seed, len(gpus)))
     if not gpus:
         raise ScenarioError(f"a scenario has 1 to {MAX_GPUS} GPUs ([[gpu]] tables), not 0")
     if len(uuids := {gpu.uuid for gpu in gpus}) < len(gpus):
@@ -182,17 +177,14 @@ def scenario_from_dict(data: dict[str, Any]) -> Scenario:
     minors = [index if gpu.minor is None else gpu.minor for index, gpu in enumerate(gpus)]
     if len(set(minors)) < len(minors):
         raise ScenarioError(f"two GPUs have the same minor number; minors: {minors}")
-    entries = top.tables("process")
-    if len(entries) > MAX_PROCESSES:
-        raise ScenarioError(f"a scenario has at most {MAX_PROCESSES} [[process]] tables")
     processes = tuple(
-        _process(_Table(f"process[{number}]", entry, _PROCESS_KEYS), gpus)
-        for number, entry in enumerate(entries)
+        _process(_table(entry, f"process[{number}]", _PROCESS_KEYS), gpus)
+        for number, entry in enumerate(top.tables("process", limit=MAX_PROCESSES))
     )
     return Scenario(
-        hostname=top.string("hostname", "sim-node"),
-        driver_version=top.string("driver_version", "580.95.05"),
-        cuda_driver_version=top.string("cuda_driver_version", "13.0"),
+        hostname=_text(top, "hostname", "sim-node"),
+        driver_version=_text(top, "driver_version", "580.95.05"),
+        cuda_driver_version=_text(top, "cuda_driver_version", "13.0"),
         seed=seed,
         gpus=tuple(gpus),
         processes=processes,
@@ -248,35 +240,40 @@ _GPU_KEYS = {
 }
 _MAX_MINOR = 255  # the driver's minor numbers for GPUs; 255 is /dev/nvidiactl
 _PROCESS_KEYS = {"gpu", "pid", "user", "command", "memory", "kind", "mig", "sm"}
+_TOP_KEYS = {"hostname", "driver_version", "cuda_driver_version", "seed", "gpu", "process"}
+_MAX_TEXT_CHARS = 4096
+_MAX_LIST = 64
+"""Far more than any list of a scenario holds (a GPU's MIG profiles, its unsupported
+metrics): the checks after it say what fits."""
 
 
-def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
-    model_name = entry.string("model", DEFAULT_MODEL)
+def _gpus(entry: Table, seed: int, first_index: int) -> list[SimGpu]:
+    model_name = _text(entry, "model", DEFAULT_MODEL)
     if model_name not in MODELS:
         raise ScenarioError(
             f"{entry.where}.model: unknown model {model_name!r}; known: {', '.join(MODELS)}"
         )
     base = MODELS[model_name]
-    total = entry.size("memory_total", base.memory_total_bytes, low=MIN_MEMORY_TOTAL_BYTES)
+    total = _size_of(entry, "memory_total", base.memory_total_bytes, low=MIN_MEMORY_TOTAL_BYTES)
     power_limit_w = entry.number("power_limit_w", base.power_limit_w, low=1, high=MAX_POWER_W)
     model = GpuModel(
-        name=entry.string("name", base.name),
+        name=_text(entry, "name", base.name),
         memory_total_bytes=total,
-        memory_reserved_bytes=entry.size(
-            "memory_reserved", min(base.memory_reserved_bytes, total), high=total
+        memory_reserved_bytes=_size_of(
+            entry, "memory_reserved", min(base.memory_reserved_bytes, total), high=total
         ),
         power_limit_w=power_limit_w,
         idle_power_w=min(base.idle_power_w, power_limit_w),
         max_sm_clock_mhz=base.max_sm_clock_mhz,
         has_fan=base.has_fan,
     )
-    unsupported = frozenset(entry.strings("unsupported"))
+    unsupported = frozenset(entry.strings("unsupported", limit=_MAX_LIST))
     if unknown := unsupported - OPTIONAL_METRICS:
         raise ScenarioError(
             f"{entry.where}.unsupported: {sorted(unknown)} are not optional "
             f"metrics; choose from {sorted(OPTIONAL_METRICS)}"
         )
-    fault = entry.string("fault", "") or None
+    fault = _text(entry, "fault", "") or None
     load = _load(entry)
     # Checked before any GPU is made: a count of a billion must fail now, not after the RAM.
     count = entry.integer("count", 1, low=1, high=max(1, MAX_GPUS - first_index))
@@ -286,7 +283,7 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
         raise ScenarioError(
             f"{entry.where}: a repeated GPU (count > 1) cannot set uuid, pci_bus_id or minor"
         )
-    minor = entry.integer("minor", 0, high=_MAX_MINOR) if "minor" in entry.data else None
+    minor = entry.integer("minor", 0, low=0, high=_MAX_MINOR) if "minor" in entry.data else None
     gpus = []
     for index in range(first_index, first_index + count):
         made = _default_gpu(index, load, seed)
@@ -298,27 +295,27 @@ def _gpus(entry: _Table, seed: int, first_index: int) -> list[SimGpu]:
                 load=load,
                 unsupported=unsupported,
                 fault="GPU is lost" if fault == "lost" else fault,
-                mig=sim_mig.check_profiles(entry.where, entry.strings("mig")),
+                mig=sim_mig.check_profiles(entry.where, entry.strings("mig", limit=_MAX_LIST)),
                 minor=minor,
             )
         )
     return gpus
 
 
-def _load(entry: _Table) -> Load:
+def _load(entry: Table) -> Load:
     try:
         shape = LoadShape(
-            entry.string("load", "constant" if "utilization_pct" in entry.data else "idle")
+            _text(entry, "load", "constant" if "utilization_pct" in entry.data else "idle")
         )
     except ValueError:
         raise ScenarioError(
             f"{entry.where}.load: choose one of {', '.join(shape.value for shape in LoadShape)}"
         ) from None
-    low, high = entry.span("utilization_pct", (0.0, 0.0))
+    low, high = _span(entry, "utilization_pct", (0.0, 0.0))
     if not 0 <= low <= high <= 100:
         raise ScenarioError(f"{entry.where}.utilization_pct: needs 0 <= low <= high <= 100")
     try:
-        period_s = parse_duration(entry.string("period", "60s"))
+        period_s = parse_duration(_text(entry, "period", "60s"))
     except InvalidValueError as error:
         raise ScenarioError(f"{entry.where}.period: {error}") from None
     shortest, longest = PERIOD_RANGE_S
@@ -327,8 +324,8 @@ def _load(entry: _Table) -> Load:
     return Load(shape, low, high, period_s)
 
 
-def _process(entry: _Table, gpus: list[SimGpu]) -> SimProcess:
-    gpu = entry.integer("gpu", None, low=-(1 << 63), high=1 << 63)  # range checked below
+def _process(entry: Table, gpus: list[SimGpu]) -> SimProcess:
+    gpu = entry.integer("gpu", REQUIRED, low=-(1 << 63), high=1 << 63)  # range checked below
     if not 0 <= gpu < len(gpus):
         raise ScenarioError(f"{entry.where}.gpu: no GPU {gpu} (the scenario has {len(gpus)})")
     memory = entry.data.get("memory", "0")
@@ -337,21 +334,21 @@ def _process(entry: _Table, gpus: list[SimGpu]) -> SimProcess:
     if low_bytes > high_bytes:
         raise ScenarioError(f"{entry.where}.memory: write [low, high], the lower first")
     try:
-        kind = ProcessKind(entry.string("kind", "compute"))
+        kind = ProcessKind(_text(entry, "kind", "compute"))
     except ValueError:
         raise ScenarioError(
             f"{entry.where}.kind: choose compute, graphics or compute+graphics"
         ) from None
     return SimProcess(
         gpu=gpu,
-        pid=entry.integer("pid", None, low=1, high=MAX_PID),
-        user=entry.string("user", "root"),
-        command=entry.string("command", "python"),
+        pid=entry.integer("pid", REQUIRED, low=1, high=MAX_PID),
+        user=_text(entry, "user", "root"),
+        command=_text(entry, "command", "python"),
         memory_low_bytes=low_bytes,
         memory_high_bytes=high_bytes,
         kind=kind,
         mig=sim_mig.check_process_mig(entry.where, entry.data.get("mig"), gpus[gpu].mig),
-        sm_util_pct=None if "sm" not in entry.data else entry.integer("sm", 0, high=100),
+        sm_util_pct=None if "sm" not in entry.data else entry.integer("sm", 0, low=0, high=100),
     )
 
 
@@ -369,9 +366,9 @@ def _default_gpu(index: int, load: Load, seed: int) -> SimGpu:
     )
 
 
-def _identifier(entry: _Table, key: str, default: str, prefix: str) -> str:
+def _identifier(entry: Table, key: str, default: str, prefix: str) -> str:
     """A uuid or bus id: it ends up in CUDA_VISIBLE_DEVICES, so no commas, spaces or escapes."""
-    value = entry.string(key, default)
+    value = _text(entry, key, default)
     allowed = value.startswith(prefix) and 0 < len(value) <= 80
     if not (allowed and value.isascii() and all(c.isalnum() or c in "-:." for c in value)):
         shown = f'"{prefix}..." of ' if prefix else ""
@@ -381,7 +378,7 @@ def _identifier(entry: _Table, key: str, default: str, prefix: str) -> str:
     return value
 
 
-def _size(entry: _Table, key: str, value: object, low: int = 0, high: int = MAX_SIZE_BYTES) -> int:
+def _size(entry: Table, key: str, value: object, low: int = 0, high: int = MAX_SIZE_BYTES) -> int:
     if not isinstance(value, str):
         raise ScenarioError(f'{entry.where}.{key}: write a size in quotes, e.g. "20GiB"')
     try:
@@ -395,72 +392,36 @@ def _size(entry: _Table, key: str, value: object, low: int = 0, high: int = MAX_
     return size
 
 
-def _pair(entry: _Table, key: str, value: object) -> tuple[Any, Any]:
+def _pair(entry: Table, key: str, value: object) -> tuple[Any, Any]:
     if not (isinstance(value, list | tuple) and len(value) == 2):
         raise ScenarioError(f"{entry.where}.{key}: give one value or a [low, high] pair")
     return value[0], value[1]
 
 
-class _Table(msgspec.Struct, frozen=True):
-    """One TOML table, with typed getters whose errors name the entry and key."""
+def _table(data: object, where: str, known: set[str]) -> Table:
+    return Table(data, where, known, ScenarioError)
 
-    where: str
-    data: dict[str, Any]
-    allowed: set[str]
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.data, dict):
-            raise ScenarioError(f"{self.where}: expected a table")
-        if unknown := set(self.data) - self.allowed:
-            raise ScenarioError(
-                f"{self.where}: unknown key {sorted(unknown)[0]!r}; "
-                f"known keys: {', '.join(sorted(self.allowed))}"
-            )
+def _text(entry: Table, key: str, default: str) -> str:
+    # A simulated process or GPU may carry any name, escapes included, as a real one may:
+    # whoever displays it makes it printable.
+    return entry.string(key, default, limit=_MAX_TEXT_CHARS, printable=False)
 
-    def _get(self, key: str, default: Any, kind: type | tuple[type, ...], what: str) -> Any:
-        if key not in self.data:
-            if default is None:
-                raise ScenarioError(f"{self.where}: {key} is required")
-            return default
-        value = self.data[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ScenarioError(f"{self.where}.{key}: expected {what}, got {value!r}")
-        return value
 
-    def string(self, key: str, default: str | None) -> str:
-        return str(self._get(key, default, str, "a string"))
+def _size_of(
+    entry: Table, key: str, default: int, *, low: int = 0, high: int = MAX_SIZE_BYTES
+) -> int:
+    return _size(entry, key, entry.data[key], low, high) if key in entry.data else default
 
-    def integer(self, key: str, default: int | None, *, low: int = 0, high: int = MAX_GPUS) -> int:
-        value = int(self._get(key, default, int, "a whole number"))
-        if not low <= value <= high:
-            raise ScenarioError(
-                f"{self.where}.{key}: {value} is out of range: give {low} to {high}"
-            )
-        return value
 
-    def number(self, key: str, default: float, *, low: float, high: float) -> float:
-        value = float(self._get(key, default, (int, float), "a number"))
-        if not (math.isfinite(value) and low <= value <= high):
-            raise ScenarioError(
-                f"{self.where}.{key}: {value} is out of range: give {low:g} to {high:g}"
-            )
-        return value
-
-    def size(self, key: str, default: int, *, low: int = 0, high: int = MAX_SIZE_BYTES) -> int:
-        return _size(self, key, self.data[key], low, high) if key in self.data else default
-
-    def strings(self, key: str) -> list[str]:
-        values = self._get(key, [], list, "a list of strings")
-        if not all(isinstance(value, str) for value in values):
-            raise ScenarioError(f"{self.where}.{key}: expected a list of strings")
-        return list(values)
-
-    def span(self, key: str, default: tuple[float, float]) -> tuple[float, float]:
-        value = self._get(key, default, (int, float, list, tuple), "a number or [low, high]")
-        low, high = (value, value) if isinstance(value, int | float) else _pair(self, key, value)
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)):
-            raise ScenarioError(f"{self.where}.{key}: expected numbers")
-        return float(low), float(high)
-
-    def tables(self, key: str) -> list[dict[str, Any]]:
-        return list(self._get(key, [], list, f"[[{key}]] tables"))
+def _span(entry: Table, key: str, default: tuple[float, float]) -> tuple[float, float]:
+    """One number, or a [low, high] pair of numbers."""
+    if key not in entry.data:
+        return default
+    value = entry.data[key]
+    low, high = (value, value) if isinstance(value, int | float) else _pair(entry, key, value)
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)):
+        raise ScenarioError(
+            f"{entry.where}.{key}: expected a number or [low, high], got {value!r:.40}"
+        )
+    return float(low), float(high)

@@ -21,6 +21,7 @@ from msgspec.structs import replace
 from gpuwatch.errors import ConfigFileError, InvalidValueError
 from gpuwatch.jobs.engines import ENGINES
 from gpuwatch.jobs.kubelet_places import DEFAULT_SOCKET
+from gpuwatch.record_fields import Table
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import format_duration, parse_duration
 
@@ -41,6 +42,7 @@ DEFAULT_IDLE_WINDOW_S = 600.0
 MIN_IDLE_WINDOW_S = 1.0
 MAX_IDLE_WINDOW_S = 7 * 86400.0
 MAX_NODE_NAME_CHARS = 253
+_MAX_TEXT_CHARS = 4096
 """As long as a DNS name may be: room for any host's fully qualified name."""
 _EXAMPLES = {
     "interval": '"1s"',
@@ -207,10 +209,7 @@ def with_config_file(settings: Settings) -> Settings:
         return settings
     except InvalidValueError as error:
         raise ConfigFileError(f"the config file {path}: {error}") from None
-    if unknown := set(data) - set(_EXAMPLES):
-        raise ConfigFileError(
-            f"{path}: unknown setting {sorted(unknown)[0]!r}; known: {', '.join(_EXAMPLES)}"
-        )
+    table = Table(data, "", _EXAMPLES, lambda bad: ConfigFileError(f"{path}: {bad}"))
     parsers = {
         "interval": ("interval_s", parse_interval),
         "history": ("history_s", parse_history),
@@ -224,11 +223,11 @@ def with_config_file(settings: Settings) -> Settings:
         "pod_resources_socket": ("pod_resources_socket", _pod_resources_socket),
     }
     changes: dict[str, Any] = {}
-    for key, value in data.items():
+    for key in table.data:
         if key in settings.fixed_by_flags:
             continue
-        if not isinstance(value, str):
-            raise ConfigFileError(f"{path}: {key} takes a string, e.g. {key} = {_EXAMPLES[key]}")
+        # Each setting's own parser says what its text may hold, as for its flag.
+        value = table.string(key, limit=_MAX_TEXT_CHARS, printable=False)
         field, parse = parsers[key]
         try:
             changes[field] = parse(value)

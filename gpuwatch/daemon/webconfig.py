@@ -39,7 +39,7 @@ import pwd
 import re
 import ssl
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ import msgspec
 
 from gpuwatch.daemon.basic_auth import BasicAuth, hash_cost
 from gpuwatch.errors import ConfigFileError
+from gpuwatch.record_fields import Table
 
 log = logging.getLogger("gpuwatch.daemon")
 
@@ -92,6 +93,7 @@ _HEADERS: dict[str, Callable[[str], bool]] = {
 }
 _BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
 _MAX_FILE_BYTES = 1 << 20
+_MAX_TEXT_CHARS = 1 << 16
 
 
 class WebConfig(msgspec.Struct, frozen=True):
@@ -176,57 +178,48 @@ def _read_yaml(path: str) -> Mapping[str, Any]:
 
 
 def _build(path: str, data: Mapping[str, Any]) -> WebConfig:
-    known = ("tls_server_config", "http_server_config", "basic_auth_users")
-    _check_keys(data, known, "")
+    top = _table(data, "", ("tls_server_config", "http_server_config", "basic_auth_users"))
     directory = Path(path).parent
-    tls = _tls_context(_section(data, "tls_server_config"), directory)
-    users = _section(data, "basic_auth_users")
+    tls = _tls_context(
+        _table(top.mapping("tls_server_config"), "tls_server_config", _TLS_KEYS), directory
+    )
+    users = top.mapping("basic_auth_users")
     if "basic_auth_users" in data and not users:
         raise _Bad(
             "basic_auth_users is empty: give user: bcrypt-hash lines, or leave the key out "
             "to ask for no password"
         )
+    headers = _table(top.mapping("http_server_config"), "http_server_config", ("http2", "headers"))
     web = WebConfig(
         tls=tls,
         auth=BasicAuth(_hashes(users)) if users else None,
-        headers=_headers(_section(data, "http_server_config")),
+        headers=_headers(headers),
     )
     if web == WebConfig():
         raise _Bad("it sets nothing; give tls_server_config or basic_auth_users")
     return web
 
 
-def _check_keys(data: Mapping[str, Any], known: tuple[str, ...] | set[str], within: str) -> None:
-    for key in data:
-        name = f"{within}{key}"
-        if key in _NOT_HERE:
-            raise _Bad(f"{name} is not supported by gpuwatch's daemon: {_NOT_HERE[key]}")
-        if key not in known:
-            raise _Bad(f"unknown key {name!r}; known here: {', '.join(sorted(known))}")
+def _table(data: object, within: str, known: Collection[str]) -> Table:
+    """`data` as a table of `known` keys; a key of the format this daemon does not implement
+    is named as such."""
+    for key in data.keys() & _NOT_HERE.keys() if isinstance(data, dict) else ():
+        name = f"{within}.{key}" if within else key
+        raise _Bad(f"{name} is not supported by gpuwatch's daemon: {_NOT_HERE[key]}")
+    return Table(data, within, known, _Bad)
 
 
-def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = data.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _Bad(f"{key} takes a mapping of settings, not {type(value).__name__}")
-    return value
-
-
-def _text(section: Mapping[str, Any], key: str, within: str) -> str | None:
-    value = section.get(key)
-    if value is None or value == "":
+def _text(section: Table, key: str) -> str | None:
+    """A text setting; `None` where absent, null or empty. Paths and PEM text, whatever
+    their characters: the file is the admin's own."""
+    if section.data.get(key) is None:
         return None
-    if not isinstance(value, str):
-        raise _Bad(f"{within}.{key} takes a string, not {value!r}"[:200])
-    return value
+    return section.string(key, limit=_MAX_TEXT_CHARS, printable=False) or None
 
 
-def _tls_context(section: Mapping[str, Any], directory: Path) -> ssl.SSLContext | None:
-    within = "tls_server_config"
-    _check_keys(section, _TLS_KEYS, f"{within}.")
-    text = {key: _text(section, key, within) for key in _TLS_KEYS - {"prefer_server_cipher_suites"}}
+def _tls_context(section: Table, directory: Path) -> ssl.SSLContext | None:
+    within = section.where
+    text = {key: _text(section, key) for key in _TLS_KEYS - {"prefer_server_cipher_suites"}}
     if not any(text.values()):
         return None
     files = {
@@ -242,10 +235,8 @@ def _tls_context(section: Mapping[str, Any], directory: Path) -> ssl.SSLContext 
     context.maximum_version = _version(text["max_version"] or "TLS13", "max_version")
     if context.minimum_version > context.maximum_version:
         raise _Bad(f"{within}.min_version is above max_version: no client could connect")
-    if section.get("prefer_server_cipher_suites", True) is True:
+    if section.boolean("prefer_server_cipher_suites", True):
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
-    elif section["prefer_server_cipher_suites"] is not False:
-        raise _Bad(f"{within}.prefer_server_cipher_suites takes true or false")
     for key, file in files.items():
         _check_file(file, f"{within}.{key}", secret=key == "key_file")
     try:
@@ -378,14 +369,10 @@ def _hashes(users: Mapping[Any, Any]) -> dict[str, bytes]:
     return hashes
 
 
-def _headers(section: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    within = "http_server_config"
-    _check_keys(section, {"http2", "headers"}, f"{within}.")
-    if section.get("http2", True) not in (True, False):
-        raise _Bad(f"{within}.http2 takes true or false")  # HTTP/1.1 is spoken either way
-    headers = section.get("headers") or {}
-    if not isinstance(headers, dict):
-        raise _Bad(f"{within}.headers takes a mapping of header: value")
+def _headers(section: Table) -> tuple[tuple[str, str], ...]:
+    within = section.where
+    section.boolean("http2", True)  # checked, not used: HTTP/1.1 is spoken either way
+    headers = section.mapping("headers")
     found: list[tuple[str, str]] = []
     for name, value in headers.items():
         if name not in _HEADERS:

@@ -29,6 +29,7 @@ from gpuwatch.fleet.names import safe_name, shown_address
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.scrape import ScrapeSource, Target, parse_target
 from gpuwatch.fleet.source import FleetSource, Needs
+from gpuwatch.record_fields import Table
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import parse_duration
 
@@ -38,6 +39,9 @@ ENV_PASSWORD = "GPUWATCH_FLEET_PASSWORD"
 MAX_SECRET_BYTES = 64 << 10
 MAX_NODES_FILE_BYTES = 1 << 20
 MAX_TIMEOUT_S = 600.0
+MAX_NODES = 100_000
+"""The most nodes a config file's `nodes` list names: ten times the largest fleet served."""
+_MAX_TEXT_CHARS = 4096
 HOW_TO_SET = (
     "no fleet to read: give --prometheus URL or --node HOST (or --nodes-file FILE), set "
     f'{ENV_PROMETHEUS}, or write prometheus = "http://HOST:9090" (or nodes = [...]) in '
@@ -219,30 +223,24 @@ def _from_file(path: str) -> SourceOptions:
         return SourceOptions()
     except InvalidValueError as error:
         raise InvalidValueError(f"{safe_name(path)}: {error}") from None
-    unknown = sorted(set(table) - _KEYS)
-    if unknown:
-        raise InvalidValueError(
-            f"{safe_name(path)}: unknown key {safe_name(unknown[0])!r}; "
-            f"known: {', '.join(sorted(_KEYS))}"
-        )
-    return _options(table, path)
-
-
-def _options(table: dict[str, Any], path: str) -> SourceOptions:
     where = safe_name(path)
+    return _options(Table(table, "", _KEYS, lambda bad: InvalidValueError(f"{where}: {bad}")), path)
+
+
+def _options(table: Table, path: str) -> SourceOptions:
     values: dict[str, Any] = {}
-    for key, value in table.items():
+    for key in table.data:
         if key == "nodes":
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise InvalidValueError(f'{where}: nodes must be a list of texts: ["node1", ...]')
-            values["nodes"] = tuple(value)
-        elif not isinstance(value, str) or not value:
-            raise InvalidValueError(f'{where}: {key} must be a text, e.g. {key} = "..."')
-        elif key == "timeout":
+            values["nodes"] = tuple(table.strings("nodes", limit=MAX_NODES))
+            continue
+        value = table.string(key, limit=_MAX_TEXT_CHARS)
+        if not value:
+            raise table.error(f'{key}: give a value, e.g. {key} = "..."')
+        if key == "timeout":
             try:
                 values["timeout_s"] = parse_duration(value, most_s=MAX_TIMEOUT_S)
             except InvalidValueError as error:
-                raise InvalidValueError(f"{where}: timeout {error}") from None
+                raise table.error(f"timeout: {error}") from None
         else:
             base = os.path.dirname(os.path.abspath(path))
             values[key] = os.path.join(base, os.path.expanduser(value)) if key in _PATHS else value

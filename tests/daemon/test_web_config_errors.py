@@ -23,7 +23,7 @@ CASES = {
     "unknown-key": ("tls_config:\n" + SERVER, "unknown key 'tls_config'"),
     "unknown-tls-key": (
         "tls_server_config:\n  cert_fle: server.crt\n",
-        "unknown key 'tls_server_config.cert_fle'",
+        "tls_server_config: unknown key 'cert_fle'",
     ),
     "missing-cert-file": (
         "tls_server_config:\n  cert_file: gone.crt\n  key_file: server.key\n",

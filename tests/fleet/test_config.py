@@ -73,7 +73,7 @@ def test_no_source_anywhere_says_how_to_set_one(tmp_path: Path) -> None:
     [
         ("prometheus = \n", "not valid TOML"),
         ('promethus = "http://p:9090"\n', "unknown key 'promethus'"),
-        ("nodes = 3\n", "nodes must be a list"),
+        ("nodes = 3\n", "nodes: expected a list"),
         ('prometheus = "http://p:9090"\ntimeout = "soon"\n', "timeout"),
         ('prometheus = "http://p:9090"\nnodes = ["n1"]\n', "not both"),
     ],

@@ -204,7 +204,7 @@ def test_bad_scenario_file_names_file_entry_and_fix(
         ("[[gpu]]\ncount = 0\n", "count: 0 is out of range: give 1 to 64"),
         ("[[gpu]]\npower_limit_w = nan\n", "power_limit_w: nan is out of range"),
         ("[[gpu]]\npower_limit_w = inf\n", "power_limit_w: inf is out of range"),
-        ("[[gpu]]\npower_limit_w = -5\n", "power_limit_w: -5.0 is out of range"),
+        ("[[gpu]]\npower_limit_w = -5\n", "power_limit_w: -5 is out of range"),
         ("[[gpu]]\nutilization_pct = nan\n", "utilization_pct: needs 0 <= low"),
         ("[[gpu]]\nutilization_pct = [-1, 50]\n", "utilization_pct: needs 0 <= low"),
         (
