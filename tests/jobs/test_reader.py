@@ -253,6 +253,8 @@ def test_a_process_is_placed_in_its_job(
     # GIVEN a process started with ENVIRON, and a /proc that puts it in CGROUP
     process = subprocess.Popen([SLEEP, "60"], env=environ)
     try:
+        # until it has exec'd, the child's /proc/PID/environ is still its parent's
+        wait_until(lambda: _execed(process.pid), f"pid {process.pid} to exec {SLEEP}")
         (tmp_path / str(process.pid)).mkdir()
         (tmp_path / str(process.pid) / "cgroup").write_text(cgroup)
         # WHEN its job is asked THEN the cgroup's word comes first, the environment second
@@ -278,3 +280,10 @@ def test_start_asks_slurm_ahead_so_table_needs_not_wait(tmp_path: Path, gres_con
     # THEN the answer started ahead is the one given, and squeue ran once
     assert table is not None and table.job("1") is not None
     assert calls(tmp_path, "squeue") == 1
+
+
+def _execed(pid: int) -> bool:
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(SLEEP)
+    except OSError:
+        return False
