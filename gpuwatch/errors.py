@@ -20,6 +20,8 @@
     │   └── LeaseDirError              GPUWATCH_LEASE_DIR names no directory gpuwatch can use
     │                                  (also an InvalidValueError: a usage error)
     ├── JobUnknownError                the scheduler knows no such job, or not its GPUs here
+    ├── UnreadableFileError            a file another may have written is not read: missing,
+    │                                  forbidden, no regular file, or over its cap
     ├── DaemonError                    the daemon cannot start (socket in use, bad settings)
     │   └── ConfigFileError            its --config file is unreadable or has a bad value
     │                                  (also an InvalidValueError: a usage error)
@@ -35,6 +37,8 @@ CLI maps each class to an exit code in one place (`gpuwatch.cli.exit_codes`).
 """
 
 from __future__ import annotations
+
+from errno import ENOENT, ENOTDIR
 
 
 class GpuwatchError(Exception):
@@ -128,6 +132,35 @@ class CudaAlreadyInitializedError(SelectionError):
 
 class AlreadySelectedError(SelectionError):
     """`select()` already chose GPUs for this process."""
+
+
+class UnreadableFileError(GpuwatchError):
+    """A file that `gpuwatch.regular_file` does not read, and why, in the message (without
+    the path, which the caller words into its own): the system's words ("Permission
+    denied"), "a FIFO, not a regular file", "larger than 1MiB".
+
+    Callers that word the reason their own way tell the cases apart by `errno` (the
+    system's error, where there was one), `kind` (what stands there instead of a regular
+    file: "a FIFO", "a symlink", ...) and `max_bytes` (the cap it is over).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errno: int | None = None,
+        kind: str | None = None,
+        max_bytes: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.kind = kind
+        self.max_bytes = max_bytes
+
+    @property
+    def missing(self) -> bool:
+        """Whether there is no such file (or a folder on its path is no folder)."""
+        return self.errno in (ENOENT, ENOTDIR)
 
 
 class LeaseError(GpuwatchError):
