@@ -2,17 +2,18 @@
 
 `tomllib` alone reads a file of any size, raises `RecursionError` on deeply
 nested arrays, and leaves decoding errors and special files (a FIFO blocks an
-`open()` forever) to the caller.
+`open()` forever) to the caller. The file is read by `gpuwatch.regular_file`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import stat
 import tomllib
 from typing import Any
 
-from gpuwatch.errors import InvalidValueError
+from gpuwatch.errors import InvalidValueError, UnreadableFileError
+from gpuwatch.regular_file import read_regular_file
 
 MAX_TOML_BYTES = 1 << 20
 
@@ -25,21 +26,11 @@ def read_toml(path: str | os.PathLike[str], *, max_bytes: int = MAX_TOML_BYTES) 
     being read as TOML.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as error:
-        raise InvalidValueError(f"cannot read it: {error.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidValueError("not a regular file")
-        data = os.read(fd, max_bytes + 1)
-    except OSError as error:
-        raise InvalidValueError(f"cannot read it: {error.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:
-        raise InvalidValueError(f"larger than {max_bytes >> 10}KiB; is it the right file?")
+        data = read_regular_file(path, max_bytes)
+    except UnreadableFileError as error:
+        if error.errno == errno.ENOENT:
+            raise FileNotFoundError(error.errno, str(error), os.fspath(path)) from None
+        raise InvalidValueError(_why(error)) from None
     try:
         return tomllib.loads(data.decode())
     except UnicodeDecodeError:
@@ -48,3 +39,11 @@ def read_toml(path: str | os.PathLike[str], *, max_bytes: int = MAX_TOML_BYTES) 
         raise InvalidValueError(f"not valid TOML: {error}") from None
     except RecursionError:
         raise InvalidValueError("not valid TOML: nested too deeply") from None
+
+
+def _why(error: UnreadableFileError) -> str:
+    if error.max_bytes is not None:
+        return f"larger than {error.max_bytes >> 10}KiB; is it the right file?"
+    if error.kind is not None:
+        return "not a regular file"
+    return f"cannot read it: {error}"
