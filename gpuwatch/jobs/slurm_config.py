@@ -29,23 +29,18 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
+from gpuwatch.errors import UnreadableFileError
+from gpuwatch.regular_file import read_regular_file
+
 MAX_TOTAL_BYTES = 1 << 20
 """The most bytes one configuration file and all it includes may hold (1 MiB)."""
 MAX_INCLUDE_DEPTH = 8
 MAX_FILES = 64
-_KINDS = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-}
 _PAIR = re.compile(r'\s*([A-Za-z0-9_.]+)\s*[-*+/]?=\s*(?:"([^"]*)"|(\S+))(?=\s|$)')
 _INCLUDE = re.compile(r"include\s", re.IGNORECASE)
 
@@ -160,47 +155,32 @@ class _Reader:
         )
 
     def _text_of(self, path: Path) -> str:
-        """The file's text, if it is a regular file within what is left of the byte cap."""
-        data = read_regular_file(path, self.bytes_left + 1)
-        if len(data) > self.bytes_left:
-            raise UnreadableConfig(
-                f"{path}: the configuration and its includes hold more than "
-                f"{MAX_TOTAL_BYTES} bytes, more than any Slurm cluster's"
-            )
+        """The file's text, if it is a regular file within what is left of the byte cap
+        (`gpuwatch.regular_file`: read without opening a device or waiting on a FIFO)."""
+        try:
+            data = read_regular_file(path, self.bytes_left)
+        except UnreadableFileError as error:
+            raise _refusal(path, error) from None
         self.bytes_left -= len(data)
         return data.decode(errors="replace")
 
 
-def read_regular_file(path: Path, max_bytes: int) -> bytes:
-    """At most `max_bytes` of the file at `path`; `SlurmConfigError` naming why where it
-    cannot be read, or is no regular file (checked before it is opened, so that no device
-    is opened, and again once it is, without waiting: a FIFO opened to read would wait for
-    a writer)."""
-    try:
-        kind = _kind(os.stat(path).st_mode)
-        if kind is None:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-            with open(fd, "rb") as file:
-                kind = _kind(os.fstat(fd).st_mode)
-                if kind is None:
-                    return file.read(max_bytes)
-    except (FileNotFoundError, NotADirectoryError) as error:
-        raise SlurmConfigError(f"cannot read {path}: {_why(error)}") from None
-    except OSError as error:
-        raise UnreadableConfig(f"cannot read {path}: {_why(error)}") from None
-    raise UnreadableConfig(f"cannot read {path}: it is {kind}, not a regular file")
+def _refusal(path: Path, error: UnreadableFileError) -> SlurmConfigError:
+    """Why `path` is not read: a plain `SlurmConfigError` where it is missing,
+    `UnreadableConfig` else."""
+    if error.max_bytes is not None:
+        return UnreadableConfig(
+            f"{path}: the configuration and its includes hold more than "
+            f"{MAX_TOTAL_BYTES} bytes, more than any Slurm cluster's"
+        )
+    wrong = SlurmConfigError if error.missing else UnreadableConfig
+    return wrong(f"cannot read {path}: {_why(error)}")
 
 
-def _kind(mode: int) -> str | None:
-    """What a file is, where it is no regular file; `None` for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    return _KINDS.get(stat.S_IFMT(mode), "no regular file")
-
-
-def _why(error: OSError) -> str:
-    """An error of the system in words: "permission denied", "no such file or directory"."""
-    return (error.strerror or str(error)).lower()
+def _why(error: UnreadableFileError) -> str:
+    """What is wrong with a file, in words: "permission denied", "it is a FIFO, not a
+    regular file"."""
+    return f"it is {error}" if error.kind is not None else str(error).lower()
 
 
 def _present(path: Path) -> bool:
