@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import base64
 import os
-import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 from msgspec.structs import fields, replace
 
-from gpuwatch.errors import InvalidValueError
+from gpuwatch.errors import InvalidValueError, UnreadableFileError
 from gpuwatch.fleet import promapi, prometheus, scrape
 from gpuwatch.fleet.fetch import Budget, HttpOptions
 from gpuwatch.fleet.names import safe_name, shown_address
@@ -30,6 +29,7 @@ from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.scrape import ScrapeSource, Target, parse_target
 from gpuwatch.fleet.source import FleetSource, Needs
 from gpuwatch.record_fields import Table
+from gpuwatch.regular_file import read_regular_file
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import parse_duration
 
@@ -177,8 +177,6 @@ def read_nodes_file(path: str, *, https: bool = False) -> list[Target]:
     """The nodes named in the file at `path`: one per line, `#` comments and blank lines
     skipped. A line that is not a node is an error naming `path:LINE`."""
     data = _read_file(path, "nodes file", MAX_NODES_FILE_BYTES)
-    if len(data) > MAX_NODES_FILE_BYTES:
-        raise InvalidValueError(f"nodes file {safe_name(path)}: larger than 1MiB")
     try:
         text = data.decode()
     except UnicodeDecodeError:
@@ -198,18 +196,13 @@ def read_nodes_file(path: str, *, https: bool = False) -> list[Target]:
 
 
 def _read_file(path: str, what: str, max_bytes: int) -> bytes:
-    """Up to `max_bytes` + 1 bytes of a regular file that another user may have written
-    (`O_NONBLOCK`: a FIFO planted there must not block the reader)."""
+    """All of a regular file that another user may have written, at most `max_bytes`
+    (`gpuwatch.regular_file`); `InvalidValueError` naming the file and why not."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        raise InvalidValueError(f"{what} {safe_name(path)}: {error.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidValueError(f"{what} {safe_name(path)}: not a regular file")
-        return os.read(fd, max_bytes + 1)
-    finally:
-        os.close(fd)
+        return read_regular_file(path, max_bytes)
+    except UnreadableFileError as error:
+        why = "not a regular file" if error.kind is not None else str(error)
+        raise InvalidValueError(f"{what} {safe_name(path)}: {why}") from None
 
 
 _KEYS = {f.name for f in fields(SourceOptions)} - {"timeout_s"} | {"timeout"}
