@@ -1,25 +1,23 @@
 """`gpuwatch torch-report FILE`: an OOM report, or a memory snapshot summed up, in the terminal.
 
-The file may come from anyone, and may be anything: it is opened without
-blocking, and refused at once unless it is a regular file of a size gpuwatch
-could have written. Its first bytes say what it is before the rest is read.
+The file may come from anyone, and may be anything: it is read by
+`gpuwatch.regular_file`, and refused at once unless it is a regular file of a size
+gpuwatch could have written. Its first bytes say what it is before the rest is read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import stat
 from collections.abc import Iterator
-from typing import BinaryIO
 
 import click
 
 from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command
-from gpuwatch.errors import InvalidValueError
+from gpuwatch.errors import InvalidValueError, UnreadableFileError
 from gpuwatch.record_fields import BadRecord
+from gpuwatch.regular_file import RegularFile, open_regular_file
 from gpuwatch.reports.memsnapshot import MAX_FILE_BYTES, NotASnapshot, load, summarize
 from gpuwatch.reports.oom import MAX_REPORT_BYTES, TEXT_START, read_text, render, report_from_dict
 from gpuwatch.reports.training import FORMAT as TRAINING_FORMAT
@@ -32,14 +30,14 @@ _WHAT_TO_GIVE = "give the .json or .pickle that gpuwatch.torch.watch() wrote"
 def torch_report(file: str) -> int:
     """Show an OOM report written by gpuwatch.torch.watch() (the .json, or its .txt copy), or
     summarise a CUDA memory snapshot (the .pickle for pytorch.org/memory_viz)."""
-    with _open_regular(file) as (stream, size_bytes):
-        head = stream.read(64)
+    with _open_regular(file) as opened:
+        head, size_bytes = opened.read_head(64), opened.status.st_size
         if head.startswith(b"\x80"):  # a pickle, protocol 2 or later: what torch writes
-            click.echo(_snapshot_summary(file, head + stream.read(size_bytes)))
+            click.echo(_snapshot_summary(file, head + opened.read()))
         elif head.lstrip().startswith(b"{"):
-            click.echo(_json_report(file, head + stream.read(MAX_REPORT_BYTES), size_bytes))
+            click.echo(_json_report(file, head, opened))
         elif head.startswith(TEXT_START.encode()) and size_bytes <= MAX_REPORT_BYTES:
-            click.echo(read_text(head + stream.read(MAX_REPORT_BYTES)), nl=False)
+            click.echo(read_text(head + opened.read(MAX_REPORT_BYTES - len(head))), nl=False)
         else:
             raise InvalidValueError(
                 f"{file} is neither a gpuwatch OOM report nor a memory snapshot; {_WHAT_TO_GIVE}"
@@ -48,31 +46,28 @@ def torch_report(file: str) -> int:
 
 
 @contextlib.contextmanager
-def _open_regular(path: str) -> Iterator[tuple[BinaryIO, int]]:
-    """`path` open for reading, and its size, if it is a regular file no larger than a
-    snapshot may be. O_NONBLOCK: opening a FIFO must not wait for a writer; the type is
-    read from the open file, so that nothing swapped in after a check is read."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+def _open_regular(path: str) -> Iterator[RegularFile]:
+    """`path` open for reading, if it is a regular file no larger than a snapshot may be
+    (`gpuwatch.regular_file`: a device is refused unopened, a FIFO without waiting); what
+    keeps it from being read, then or while it is, said in one line."""
     try:
-        fd = os.open(path, flags)
-    except OSError as error:
-        raise InvalidValueError(f"cannot read {path}: {error.strerror}") from error
-    with os.fdopen(fd, "rb") as stream:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise InvalidValueError(f"{path} is not a regular file; {_WHAT_TO_GIVE}")
-        if status.st_size > MAX_FILE_BYTES:
+        with open_regular_file(path, MAX_FILE_BYTES) as opened:
+            yield opened
+    except UnreadableFileError as error:
+        if error.kind is not None:
+            raise InvalidValueError(f"{path} is not a regular file; {_WHAT_TO_GIVE}") from None
+        if error.max_bytes == MAX_FILE_BYTES:
             raise InvalidValueError(
                 f"{path} is larger than any report or snapshot (4 GiB); {_WHAT_TO_GIVE}"
-            )
-        yield stream, status.st_size
+            ) from None
+        raise InvalidValueError(f"cannot read {path}: {error}") from None
 
 
-def _json_report(file: str, raw: bytes, size_bytes: int) -> str:
+def _json_report(file: str, head: bytes, opened: RegularFile) -> str:
     try:
-        if size_bytes > MAX_REPORT_BYTES:
+        if opened.status.st_size > MAX_REPORT_BYTES:
             raise BadRecord("larger than any OOM report gpuwatch writes")
-        data = json.loads(raw)
+        data = json.loads(head + opened.read(MAX_REPORT_BYTES - len(head)))
         if isinstance(data, dict) and data.get("format") == TRAINING_FORMAT:
             raise InvalidValueError(
                 f"{file} is a live training report, not an OOM report: `gpuwatch tui` shows "

@@ -9,8 +9,6 @@ come from anywhere. No torch here.
 from __future__ import annotations
 
 import json
-import os
-import stat
 import textwrap
 from typing import Any
 
@@ -26,6 +24,7 @@ from gpuwatch.record_fields import (
     text_field,
     time_field,
 )
+from gpuwatch.regular_file import read_regular_file
 from gpuwatch.reports.training import (
     ModuleMemory,
     RankMemory,
@@ -88,15 +87,9 @@ def report_from_dict(data: object) -> OomReport:
 
 
 def read_report(path: str) -> OomReport:
-    """Reads and checks an OOM report file; raises `BadRecord` or `OSError`."""
-    # O_NONBLOCK: a FIFO planted under a report's name must not block the reader.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BadRecord("not a regular file")
-        raw = file.read(MAX_REPORT_BYTES + 1)
-    if len(raw) > MAX_REPORT_BYTES:
-        raise BadRecord("larger than any OOM report gpuwatch writes")
+    """Reads and checks an OOM report file; raises `BadRecord`, or `UnreadableFileError`
+    where it is no regular file of at most `MAX_REPORT_BYTES` that can be read."""
+    raw = read_regular_file(path, MAX_REPORT_BYTES)
     try:
         return report_from_dict(json.loads(raw))
     except (ValueError, RecursionError) as error:
