@@ -46,8 +46,9 @@ from typing import Any
 import msgspec
 
 from gpuwatch.daemon.basic_auth import BasicAuth, hash_cost
-from gpuwatch.errors import ConfigFileError
+from gpuwatch.errors import ConfigFileError, UnreadableFileError
 from gpuwatch.record_fields import Table
+from gpuwatch.regular_file import open_regular_file
 
 log = logging.getLogger("gpuwatch.daemon")
 
@@ -153,13 +154,13 @@ def _read_yaml(path: str) -> Mapping[str, Any]:
     import yaml  # here: PyYAML's 20 ms of import stay off a daemon without a web config
 
     try:
-        with open(path, "rb") as file:
-            _refuse_if_others_may_write(os.fstat(file.fileno()), "it")
-            text = file.read(_MAX_FILE_BYTES + 1)
-    except OSError as error:
-        raise _Bad(f"cannot read it ({error.strerror or error})") from None
-    if len(text) > _MAX_FILE_BYTES:
-        raise _Bad(f"over {_MAX_FILE_BYTES >> 20} MiB: not a web config")
+        with open_regular_file(path, _MAX_FILE_BYTES) as file:
+            _refuse_if_others_may_write(file.status, "it")
+            text = file.read()
+    except UnreadableFileError as error:
+        if error.max_bytes is not None:
+            raise _Bad(f"over {_MAX_FILE_BYTES >> 20} MiB: not a web config") from None
+        raise _Bad(f"cannot read it ({error})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:

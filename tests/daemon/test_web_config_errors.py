@@ -142,6 +142,17 @@ def test_a_web_config_that_is_not_there_is_refused(tmp_path: Path) -> None:
     )
 
 
+def test_a_web_config_that_is_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
+    # GIVEN a FIFO nobody writes to where the web config should be (an open() would wait)
+    fifo = tmp_path / "web.yml"
+    os.mkfifo(fifo)
+    # WHEN the daemon starts with it
+    result = start_daemon(tmp_path, "--web-config", str(fifo))
+    # THEN it does not start, and says what stands there, in one line
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"the web config {fifo}: cannot read it (a FIFO, not a regular file)" in (result.stderr)
+
+
 def test_a_key_the_daemon_cannot_read_is_refused(tmp_path: Path, certs: Certs) -> None:
     # GIVEN a key file the daemon's user may not read (root reads every file: skip there)
     key = tmp_path / "server.key"
