@@ -21,9 +21,11 @@ import stat
 import time
 from collections.abc import Callable
 
+from gpuwatch.errors import UnreadableFileError
 from gpuwatch.jobs.job_table import MAX_WHY_CHARS, NodeJobs, table_from_record, table_record
 from gpuwatch.jobs.kubelet_places import ENV_SOCKET
 from gpuwatch.record_fields import BadRecord
+from gpuwatch.regular_file import open_regular_file
 
 FILE_NAME = "gpuwatch-jobs.json"
 FORMAT = 1
@@ -88,20 +90,14 @@ class JobsCache:
                 os.unlink(temporary)
 
     def _read(self) -> object:
+        """The cache's JSON, where it is this user's own private regular file (no symlink:
+        its writer could point it elsewhere), at most `MAX_FILE_BYTES`; `None` for any other."""
         try:
-            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return None
-        try:
-            info = os.fstat(descriptor)
-            if not _own_private_file(info):
-                return None
-            text = os.read(descriptor, MAX_FILE_BYTES + 1)
-        except OSError:
-            return None
-        finally:
-            os.close(descriptor)
-        if len(text) > MAX_FILE_BYTES:
+            with open_regular_file(self.path, MAX_FILE_BYTES, follow_symlinks=False) as file:
+                if not _own_private_file(file.status):
+                    return None
+                text = file.read()
+        except UnreadableFileError:
             return None
         try:
             return json.loads(text)
@@ -126,11 +122,7 @@ def _jobs_of(record: object) -> NodeJobs:
 
 
 def _own_private_file(info: os.stat_result) -> bool:
-    return (
-        stat.S_ISREG(info.st_mode)
-        and info.st_uid == os.geteuid()
-        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    )
+    return info.st_uid == os.geteuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _private(folder: str) -> bool:
