@@ -47,7 +47,7 @@ from typing import Any
 
 import msgspec
 
-from gpuwatch.errors import LeaseBusyError, LeaseDirError, LeaseError
+from gpuwatch.errors import LeaseBusyError, LeaseDirError, LeaseError, UnreadableFileError
 from gpuwatch.leases.locking import file_key, flock_holders, flock_within, process_uids
 from gpuwatch.leases.records import (
     MAX_COMMAND_CHARS,
@@ -59,6 +59,7 @@ from gpuwatch.leases.records import (
 from gpuwatch.models import Device, GpuSample, Lease
 from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
 from gpuwatch.record_fields import Malformed
+from gpuwatch.regular_file import open_regular_file
 from gpuwatch.request import Request, Waiter
 
 ENV_VARIABLE = "GPUWATCH_LEASE_DIR"
@@ -424,28 +425,30 @@ class LeaseDir:
         when it is gone or stale (and then removed, under the lock). Raises `Malformed` for
         anything else: not a regular file (a symlink), too large, not a JSON object."""
         try:
-            fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
-        except FileNotFoundError:
-            return None  # removed meanwhile
-        except OSError as error:
-            raise Malformed(path) from error  # a symlink, or unreadable
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_FILE_BYTES:
-                raise Malformed(path)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except OSError as error:
-                if error.errno != errno.EWOULDBLOCK:
-                    raise Malformed(path) from error
-                return record_from(os.read(fd, _MAX_FILE_BYTES), path), info
-            if self._locked:
-                # Another user's file in a sticky directory cannot go: harmless, since unlocked.
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-            return None
-        finally:
-            os.close(fd)
+            with open_regular_file(path, _MAX_FILE_BYTES, follow_symlinks=False) as file:
+                if _held(file.fd, path):
+                    return record_from(file.read(), path), file.status
+                if self._locked:
+                    # Another user's file in a sticky directory cannot go: harmless, unlocked.
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                return None
+        except UnreadableFileError as error:
+            if error.errno == errno.ENOENT:
+                return None  # removed meanwhile
+            raise Malformed(path) from error  # a symlink, no regular file, unreadable, too large
+
+
+def _held(fd: int, path: str) -> bool:
+    """Whether a live process holds the file open at `fd` (its lock, shared with no one);
+    `Malformed` where that cannot be told."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno != errno.EWOULDBLOCK:
+            raise Malformed(path) from error
+        return True
+    return False
 
 
 class Unleased(LeaseDir):
