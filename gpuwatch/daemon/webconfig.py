@@ -292,15 +292,14 @@ def _version(text: str, key: str) -> ssl.TLSVersion:
 
 
 def _check_file(file: str, key: str, *, secret: bool) -> None:
-    """Says which file cannot be read, and why, before OpenSSL says less; refuses one that
-    others may change, and warns of a secret one that others may read."""
+    """Says which file cannot be read, and why, before OpenSSL says less (and before it
+    waits on a FIFO); refuses one that others may change, and warns of a secret one that
+    others may read."""
     try:
-        with open(file, "rb") as opened:
-            info = os.fstat(opened.fileno())
-    except OSError as error:
-        raise _Bad(f"{key} {file}: cannot read it ({error.strerror or error})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise _Bad(f"{key} {file}: not a file")
+        with open_regular_file(file, _MAX_FILE_BYTES) as opened:
+            info = opened.status
+    except UnreadableFileError as error:
+        raise _Bad(f"{key} {file}: cannot read it ({error})") from None
     _refuse_if_others_may_write(info, f"{key} {file}")
     if secret and (reader := _other_readers(info)) is not None:
         log.warning(

@@ -142,15 +142,23 @@ def test_a_web_config_that_is_not_there_is_refused(tmp_path: Path) -> None:
     )
 
 
-def test_a_web_config_that_is_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
-    # GIVEN a FIFO nobody writes to where the web config should be (an open() would wait)
-    fifo = tmp_path / "web.yml"
+@pytest.mark.parametrize("where", ["web-config", "cert-file"])
+def test_a_fifo_for_a_file_of_the_web_config_is_refused_without_waiting(
+    tmp_path: Path, certs: Certs, where: str
+) -> None:
+    # GIVEN a FIFO nobody writes to where the web config, or its certificate, should be
+    # (an open() would wait for a writer, holding the daemon's start)
+    fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {fifo}\n  key_file: {certs.server_key}\n")
+    web = fifo if where == "web-config" else web
     # WHEN the daemon starts with it
-    result = start_daemon(tmp_path, "--web-config", str(fifo))
+    result = start_daemon(tmp_path, "--web-config", str(web))
     # THEN it does not start, and says what stands there, in one line
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert f"the web config {fifo}: cannot read it (a FIFO, not a regular file)" in (result.stderr)
+    named = "" if where == "web-config" else "tls_server_config.cert_file "
+    assert f"{named}{fifo}: cannot read it (a FIFO, not a regular file)" in result.stderr
 
 
 def test_a_key_the_daemon_cannot_read_is_refused(tmp_path: Path, certs: Certs) -> None:
