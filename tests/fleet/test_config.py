@@ -96,6 +96,16 @@ def test_a_token_file_becomes_a_bearer_header(tmp_path: Path) -> None:
     assert "s3cret" not in repr(options)
 
 
+def test_a_token_file_past_its_cap_is_refused_not_cut(tmp_path: Path) -> None:
+    # GIVEN a token file of a first line, and more than 64 KiB after it
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n" + "x" * (64 << 10))
+    # WHEN it is read THEN it is refused, naming the cap, never taken in part
+    with pytest.raises(InvalidValueError) as refused:
+        http_options(SourceOptions(token_file=str(token)), {})
+    assert str(refused.value) == f"token file {token}: larger than 64KiB"
+
+
 def test_basic_auth_takes_its_password_from_the_environment() -> None:
     options = http_options(SourceOptions(username="alice"), {"GPUWATCH_FLEET_PASSWORD": "pw"})
     assert options.authorization == "Basic " + base64.b64encode(b"alice:pw").decode()

@@ -4,7 +4,9 @@ hangs, refuses, drips or sends the wrong thing is down with why, and never hides
 from __future__ import annotations
 
 import gzip
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -107,6 +109,27 @@ def test_a_nodes_file_with_garbage_names_the_line(tmp_path: Path, content: str, 
 def test_a_missing_nodes_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(InvalidValueError, match=r"nodes file .*No such file"):
         read_nodes_file(str(tmp_path / "absent"))
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (os.mkfifo, "not a regular file"),
+        (lambda path: path.symlink_to("/dev/zero"), "not a regular file"),
+        (lambda path: path.write_text("node1\n" * (1 << 18)), "larger than 1MiB"),
+    ],
+    ids=["fifo", "device", "over-1MiB"],
+)
+def test_a_nodes_file_that_cannot_be_read_whole_is_refused_at_once(
+    tmp_path: Path, make: Callable[[Path], object], says: str
+) -> None:
+    # GIVEN a FIFO nobody writes to, a device (an endless one), or a file past the cap
+    path = tmp_path / "nodes"
+    make(path)
+    # WHEN it is read THEN it is refused in one line naming it, never read in part
+    with pytest.raises(InvalidValueError) as refused:
+        read_nodes_file(str(path))
+    assert str(refused.value) == f"nodes file {path}: {says}"
 
 
 def read(*targets: str, timeout_s: float = 2.0, **options: float) -> FleetState:

@@ -273,8 +273,9 @@ def test_out_of_range_scenario_values_are_refused_naming_them(
         (lambda path: path.write_bytes(bytes(range(256)) * 8), "not UTF-8 text"),
         (lambda path: path.write_text("# x\n" * 300_000), "larger than 1024KiB"),
         (os.mkfifo, "not a regular file"),
+        (lambda path: path.symlink_to("/dev/zero"), "not a regular file"),
     ],
-    ids=["binary", "oversized", "fifo"],
+    ids=["binary", "oversized", "fifo", "device"],
 )
 def test_a_file_that_is_not_a_scenario_is_refused_at_once(
     tmp_path: Path, make: Callable[[Path], object], message: str
