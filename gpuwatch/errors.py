@@ -135,9 +135,9 @@ class AlreadySelectedError(SelectionError):
 
 
 class UnreadableFileError(GpuwatchError):
-    """A file that `gpuwatch.regular_file` does not read, and why, in the message (without
-    the path, which the caller words into its own): the system's words ("Permission
-    denied"), "a FIFO, not a regular file", "larger than 1MiB".
+    """A file that `gpuwatch.paths.read_regular_file` does not read, and why, in the message
+    (without the path, which the caller words into its own): the system's words
+    ("Permission denied"), "a FIFO, not a regular file", "larger than 1MiB".
 
     Callers that word the reason their own way tell the cases apart by `errno` (the
     system's error, where there was one), `kind` (what stands there instead of a regular

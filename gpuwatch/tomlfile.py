@@ -2,7 +2,7 @@
 
 `tomllib` alone reads a file of any size, raises `RecursionError` on deeply
 nested arrays, and leaves decoding errors and special files (a FIFO blocks an
-`open()` forever) to the caller. The file is read by `gpuwatch.regular_file`.
+`open()` forever) to the caller. The file is read by `gpuwatch.paths.read_regular_file`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import tomllib
 from typing import Any
 
 from gpuwatch.errors import InvalidValueError, UnreadableFileError
-from gpuwatch.regular_file import read_regular_file
+from gpuwatch.paths import read_regular_file
 
 MAX_TOML_BYTES = 1 << 20
 

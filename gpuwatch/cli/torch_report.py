@@ -1,7 +1,7 @@
 """`gpuwatch torch-report FILE`: an OOM report, or a memory snapshot summed up, in the terminal.
 
 The file may come from anyone, and may be anything: it is read by
-`gpuwatch.regular_file`, and refused at once unless it is a regular file of a size
+`gpuwatch.paths.read_regular_file`, and refused at once unless it is a regular file of a size
 gpuwatch could have written. Its first bytes say what it is before the rest is read.
 """
 
@@ -16,8 +16,8 @@ import click
 from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command
 from gpuwatch.errors import InvalidValueError, UnreadableFileError
+from gpuwatch.paths import RegularFile, open_regular_file
 from gpuwatch.record_fields import BadRecord
-from gpuwatch.regular_file import RegularFile, open_regular_file
 from gpuwatch.reports.memsnapshot import MAX_FILE_BYTES, NotASnapshot, load, summarize
 from gpuwatch.reports.oom import MAX_REPORT_BYTES, TEXT_START, read_text, render, report_from_dict
 from gpuwatch.reports.training import FORMAT as TRAINING_FORMAT
@@ -48,7 +48,7 @@ def torch_report(file: str) -> int:
 @contextlib.contextmanager
 def _open_regular(path: str) -> Iterator[RegularFile]:
     """`path` open for reading, if it is a regular file no larger than a snapshot may be
-    (`gpuwatch.regular_file`: a device is refused unopened, a FIFO without waiting); what
+    (`gpuwatch.paths.read_regular_file`: a device is refused unopened, a FIFO without waiting); what
     keeps it from being read, then or while it is, said in one line."""
     try:
         with open_regular_file(path, MAX_FILE_BYTES) as opened:

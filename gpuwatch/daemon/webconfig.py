@@ -47,8 +47,8 @@ import msgspec
 
 from gpuwatch.daemon.basic_auth import BasicAuth, hash_cost
 from gpuwatch.errors import ConfigFileError, UnreadableFileError
+from gpuwatch.paths import open_regular_file
 from gpuwatch.record_fields import Table
-from gpuwatch.regular_file import open_regular_file
 
 log = logging.getLogger("gpuwatch.daemon")
 

@@ -28,8 +28,8 @@ from gpuwatch.fleet.names import safe_name, shown_address
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.scrape import ScrapeSource, Target, parse_target
 from gpuwatch.fleet.source import FleetSource, Needs
+from gpuwatch.paths import read_regular_file
 from gpuwatch.record_fields import Table
-from gpuwatch.regular_file import read_regular_file
 from gpuwatch.tomlfile import read_toml
 from gpuwatch.units import parse_duration
 
@@ -197,7 +197,7 @@ def read_nodes_file(path: str, *, https: bool = False) -> list[Target]:
 
 def _read_file(path: str, what: str, max_bytes: int) -> bytes:
     """All of a regular file that another user may have written, at most `max_bytes`
-    (`gpuwatch.regular_file`); `InvalidValueError` naming the file and why not."""
+    (`gpuwatch.paths.read_regular_file`); `InvalidValueError` naming the file and why not."""
     try:
         return read_regular_file(path, max_bytes)
     except UnreadableFileError as error:

@@ -35,7 +35,7 @@ from pathlib import Path
 import msgspec
 
 from gpuwatch.errors import UnreadableFileError
-from gpuwatch.regular_file import read_regular_file
+from gpuwatch.paths import read_regular_file
 
 MAX_TOTAL_BYTES = 1 << 20
 """The most bytes one configuration file and all it includes may hold (1 MiB)."""
@@ -156,7 +156,7 @@ class _Reader:
 
     def _text_of(self, path: Path) -> str:
         """The file's text, if it is a regular file within what is left of the byte cap
-        (`gpuwatch.regular_file`: read without opening a device or waiting on a FIFO)."""
+        (`gpuwatch.paths.read_regular_file`: read without opening a device or waiting on a FIFO)."""
         try:
             data = read_regular_file(path, self.bytes_left)
         except UnreadableFileError as error:

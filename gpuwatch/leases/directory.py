@@ -57,9 +57,8 @@ from gpuwatch.leases.records import (
     waiter_from,
 )
 from gpuwatch.models import Device, GpuSample, Lease
-from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir
+from gpuwatch.paths import MAKE_SHARED_LEASE_DIR, default_lease_dir, open_regular_file
 from gpuwatch.record_fields import Malformed
-from gpuwatch.regular_file import open_regular_file
 from gpuwatch.request import Request, Waiter
 
 ENV_VARIABLE = "GPUWATCH_LEASE_DIR"

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from gpuwatch.paths import read_regular_file
 from gpuwatch.record_fields import (
     BadRecord,
     bool_field,
@@ -24,7 +25,6 @@ from gpuwatch.record_fields import (
     text_field,
     time_field,
 )
-from gpuwatch.regular_file import read_regular_file
 from gpuwatch.reports.training import (
     ModuleMemory,
     RankMemory,

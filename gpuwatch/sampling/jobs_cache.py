@@ -24,8 +24,8 @@ from collections.abc import Callable
 from gpuwatch.errors import UnreadableFileError
 from gpuwatch.jobs.job_table import MAX_WHY_CHARS, NodeJobs, table_from_record, table_record
 from gpuwatch.jobs.kubelet_places import ENV_SOCKET
+from gpuwatch.paths import open_regular_file
 from gpuwatch.record_fields import BadRecord
-from gpuwatch.regular_file import open_regular_file
 
 FILE_NAME = "gpuwatch-jobs.json"
 FORMAT = 1

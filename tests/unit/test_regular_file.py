@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.errors import UnreadableFileError
-from gpuwatch.regular_file import open_regular_file, read_regular_file
+from gpuwatch.paths import open_regular_file, read_regular_file
 from tests.helpers.other_user import as_user, other_user_ids
 
 CAP_BYTES = 1 << 10
@@ -89,8 +89,8 @@ def test_a_symlink_is_followed_unless_the_caller_refuses_links(tmp_path: Path) -
     # WHEN a caller that refuses links reads it THEN it is refused as a symlink
     with pytest.raises(UnreadableFileError) as refused:
         read_regular_file(tmp_path / "link", CAP_BYTES, follow_symlinks=False)
-    assert str(refused.value) == "a symlink, not a regular file"
-    assert refused.value.kind == "a symlink"
+    assert str(refused.value) == "a symbolic link, not a regular file"
+    assert refused.value.kind == "a symbolic link"
 
 
 @pytest.mark.parametrize(
@@ -165,7 +165,7 @@ def test_a_file_another_user_may_not_read_is_permission_denied() -> None:
         # WHEN another user reads it
         code = (
             "from gpuwatch.errors import UnreadableFileError\n"
-            "from gpuwatch.regular_file import read_regular_file\n"
+            "from gpuwatch.paths import read_regular_file\n"
             f"try:\n    read_regular_file({str(public / 'private')!r}, 1024)\n"
             "except UnreadableFileError as error:\n    print(error, error.missing)\n"
         )
