@@ -66,6 +66,19 @@ def as_user(uid: int, gid: int, *command: str) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *command]
 
 
+def python_as(uid: int, gid: int, code: str) -> subprocess.CompletedProcess[str]:
+    """`code` run by this Python as the user `uid` (from `/`, which every user may enter);
+    what it printed, and how it ended."""
+    return subprocess.run(
+        as_user(uid, gid, sys.executable, "-c", code),
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+        timeout=60,
+    )
+
+
 def as_other_user(argv: Sequence[str]) -> list[str]:
     entry = other_user()
     return as_user(entry.pw_uid, entry.pw_gid, *argv)

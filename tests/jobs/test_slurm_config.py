@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
-import sys
 import tempfile
 import threading
 import tracemalloc
@@ -23,7 +21,7 @@ from gpuwatch.jobs.slurm_config import (
     logical_lines,
     read_config,
 )
-from tests.helpers.other_user import as_user, other_user_ids
+from tests.helpers.other_user import other_user_ids, python_as
 
 DEADLINE_S = 30.0  # generous: the test machine's cores are shared
 
@@ -206,14 +204,7 @@ def test_a_configuration_another_user_may_not_read_is_permission_denied(tmp_path
             "from gpuwatch.jobs.slurm_places import configured_slurm_conf\n"
             f"print(configured_slurm_conf({{}}, places=[{hidden!r}]))\n"
         )
-        found = subprocess.run(
-            as_user(uid, gid, sys.executable, "-c", code),
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd="/",
-            timeout=60,
-        )
+        found = python_as(uid, gid, code)
         # THEN it is taken as there (reading it will say why not), never as no Slurm at all
         assert found.stdout.strip() == hidden, found
         # WHEN the other user reads them THEN each says "permission denied", not "not found"
@@ -224,14 +215,7 @@ def test_a_configuration_another_user_may_not_read_is_permission_denied(tmp_path
                 f"try:\n    list(read_config(Path({str(path)!r})))\n"
                 "except SlurmConfigError as error:\n    print(error)\n"
             )
-            done = subprocess.run(
-                as_user(uid, gid, sys.executable, "-c", code),
-                capture_output=True,
-                text=True,
-                check=False,
-                cwd="/",
-                timeout=60,
-            )
+            done = python_as(uid, gid, code)
             assert "permission denied" in done.stdout, done
     finally:
         shutil.rmtree(public, ignore_errors=True)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 
 from gpuwatch.errors import UnreadableFileError
 from gpuwatch.paths import open_regular_file, read_regular_file
-from tests.helpers.other_user import as_user, other_user_ids
+from tests.helpers.other_user import other_user_ids, python_as
 
 CAP_BYTES = 1 << 10
 
@@ -169,14 +167,7 @@ def test_a_file_another_user_may_not_read_is_permission_denied() -> None:
             f"try:\n    read_regular_file({str(public / 'private')!r}, 1024)\n"
             "except UnreadableFileError as error:\n    print(error, error.missing)\n"
         )
-        done = subprocess.run(
-            as_user(uid, gid, sys.executable, "-c", code),
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd="/",
-            timeout=60,
-        )
+        done = python_as(uid, gid, code)
         # THEN it is refused as forbidden, never as missing
         assert done.stdout.strip() == "Permission denied False", done
     finally:
