@@ -30,14 +30,15 @@ Anything else is refused as Prometheus refuses a bad query (HTTP 400, `bad_data`
 `/pages/INSTANCE` serves a target's page (for a real Prometheus to scrape).
 
 Checked against a real Prometheus: `python bench/prom_standin.py --check 30` serves 30
-targets' pages (the same mix), lets Debian's `prometheus` scrape them (each target's
-`instance` the stand-in's), runs `gpuwatch where`, `fleet --json` and a `fleet --once`
-against the stand-in, recording every query, and sends each to both: the answers hold the
-same series with the same values, times aside (scrape times and a daemon's snapshot time
-differ between the two by when each scraped) and for the queries with `offset 10m`
-(idle holders), which a Prometheus that started a minute ago cannot answer yet. At 30
-nodes (27 gpuwatch, 2 dcgm-exporter, 1 down; nvidia_gpu_exporter from 50 up, so the
-check adds one) every query agreed.
+targets' pages (the same mix: 26 gpuwatch daemons, 2 dcgm-exporter, 1 nvidia_gpu_exporter,
+1 down), lets Debian's `prometheus` scrape them (each target's `instance` the stand-in's),
+records every query `gpuwatch where -n 2`, `where --max-util 50`, `fleet --json` and
+`fleet --once` send the stand-in, and sends each to both: the answers hold the same series
+with the same values, times aside (scrape times and a daemon's snapshot time differ between
+the two by when each scraped). Left out: the queries with `offset 10m` (idle holders),
+which a Prometheus that started a minute ago cannot answer yet, and the screen's narrowing
+to targets scraped since its last read (which targets those are depends on each server's
+scrape phases). Run on this machine: all 49 queries agreed.
 
 Run: python bench/prom_standin.py --nodes N [--scrape-interval 15] [--port 0]
      python bench/prom_standin.py --check 30
@@ -445,7 +446,8 @@ class Prometheus:
     targets: list[Target]
     interval_s: float
     started_at: float = field(default_factory=time.time)
-    _regexes: dict[str, re.Pattern[str]] = field(default_factory=dict)
+    _regexes: dict[str, Callable[[str], bool]] = field(default_factory=dict)
+    _index: dict[str, list[tuple[int, dict[str, str], float | None]]] = field(default_factory=dict)
     names: set[str] = field(init=False)
     """Every series name any target has."""
 
@@ -480,41 +482,54 @@ class Prometheus:
     def select(self, selector: Selector, at: float, only: set[tuple[str, str]] | None) -> Value:
         at -= selector.offset_s
         by_name = [m for m in selector.matchers if m[0] == "__name__"]
-        names = {n for n in self.names if all(self._matches(m, n) for m in by_name)}
-        rest = [m for m in selector.matchers if m[0] != "__name__"]
+        names = [n for n in sorted(self.names) if all(self._matches(m, n) for m in by_name)]
+        by_target = [m for m in selector.matchers if m[0] in ("job", "instance")]
+        rest = [m for m in selector.matchers if m[0] not in ("__name__", "job", "instance")]
+        allowed = None
+        if only is not None or by_target:
+            allowed = {
+                number
+                for number, target in enumerate(self.targets)
+                if (only is None or (target.job, target.instance) in only)
+                and all(self._matches(m, getattr(target, m[0])) for m in by_target)
+            }
         found: list[Element] = []
-        for target in self.targets:
-            if only is not None and (target.job, target.instance) not in only:
-                continue
-            scraped = self.scraped_at(target, at)
-            if scraped < self.started_at - _HISTORY_S:
-                continue
-            found += self._series(target, names, scraped, rest, keep_name=True)
+        append = found.append
+        scraped_at = self._scraped_at(at)
+        for name in names:
+            for number, labels, value in self._stored(name):
+                if allowed is not None and number not in allowed:
+                    continue
+                if rest and not all(self._matches(m, labels.get(m[0], "")) for m in rest):
+                    continue
+                scraped = scraped_at[number]
+                append((labels, scraped - 0.5 if value is None else value, scraped))
         return found
 
-    def _series(
-        self,
-        target: Target,
-        names: set[str],
-        scraped: float,
-        matchers: list[tuple[str, str, str]],
-        *,
-        keep_name: bool,
-    ) -> list[Element]:
-        found: list[Element] = []
-        own: list[tuple[str, dict[str, str], float]] = []
-        if "up" in names:
-            own.append(("up", {}, 1.0 if target.page is not None else 0.0))
-        if "scrape_duration_seconds" in names:
-            own.append(("scrape_duration_seconds", {}, 0.01))
-        if target.page is not None:
-            for name in names & target.page.series.keys():
-                for labels, value in target.page.series[name]:
-                    own.append((name, labels, scraped - 0.5 if name == STAMP else value))
-        for name, labels, value in own:
-            stored = {**target.labels(labels), "__name__": name}
-            if all(self._matches(m, stored.get(m[0], "")) for m in matchers):
-                found.append((stored, value, scraped))
+    def _scraped_at(self, at: float) -> list[float]:
+        """Each target's last scrape at `at`."""
+        return [self.scraped_at(target, at) for target in self.targets]
+
+    def _stored(self, name: str) -> list[tuple[int, dict[str, str], float | None]]:
+        """Every target's series of `name` as stored: (target, labels, value, `None` for
+        a daemon's snapshot time), built at the first query that reads them."""
+        found = self._index.get(name)
+        if found is not None:
+            return found
+        found = []
+        for number, target in enumerate(self.targets):
+            if name == "up":
+                found.append((number, target.labels({}), 1.0 if target.page else 0.0))
+            elif name == "scrape_duration_seconds":
+                found.append((number, target.labels({}), 0.01))
+            elif target.page is not None:
+                found += [
+                    (number, target.labels(labels), None if name == STAMP else value)
+                    for labels, value in target.page.series.get(name, ())
+                ]
+        for _, labels, _ in found:
+            labels["__name__"] = name
+        self._index[name] = found
         return found
 
     def _matches(self, matcher: tuple[str, str, str], value: str) -> bool:
@@ -525,8 +540,8 @@ class Prometheus:
             return value != wanted
         pattern = self._regexes.get(wanted)
         if pattern is None:
-            pattern = self._regexes[wanted] = re.compile(wanted)
-        hit = pattern.fullmatch(value) is not None
+            pattern = self._regexes[wanted] = _pattern(wanted)
+        hit = pattern(value)
         return hit if op == "=~" else not hit
 
     def call(self, call: Call, at: float, only: set[tuple[str, str]] | None) -> Value:
@@ -561,6 +576,19 @@ class Prometheus:
         return _binary(expr, lhs, rhs)
 
 
+_LITERAL = re.compile(r"(?:[^\\.+*?()|\[\]{}^$]|\\.)*")
+
+
+def _pattern(regex: str) -> Callable[[str], bool]:
+    """Whether a value matches `regex` whole; a list of literals (`a\\.b|c`, as
+    `gpuwatch.fleet.promql.instances` writes one) as a set, in one step."""
+    literals = re.split(r"(?<!\\)\|", regex)
+    if all(_LITERAL.fullmatch(part) for part in literals):
+        return {re.sub(r"\\(.)", r"\1", part) for part in literals}.__contains__
+    compiled = re.compile(regex)
+    return lambda value: compiled.fullmatch(value) is not None
+
+
 def _vector(value: Value) -> list[Element]:
     if not isinstance(value, list):
         raise PromQLError("expected an instant vector")
@@ -585,12 +613,17 @@ def _label_replace(
 
 
 def _aggregate(expr: Aggregation, vector: list[Element]) -> list[Element]:
-    groups: dict[tuple[tuple[str, str], ...], list[float]] = {}
-    times: dict[tuple[tuple[str, str], ...], float] = {}
+    groups: dict[tuple[str, ...], list[float]] = {}
+    times: dict[tuple[str, ...], float] = {}
+    by = sorted(expr.by)
     for labels, value, ts in vector:
-        key = tuple((k, labels[k]) for k in sorted(expr.by) if labels.get(k))
-        groups.setdefault(key, []).append(value)
-        times[key] = ts
+        key = tuple([labels.get(k, "") for k in by])
+        found = groups.get(key)
+        if found is None:
+            groups[key] = [value]
+            times[key] = ts
+        else:
+            found.append(value)
     combine: dict[str, Callable[[list[float]], float]] = {
         "max": max,
         "min": min,
@@ -599,7 +632,14 @@ def _aggregate(expr: Aggregation, vector: list[Element]) -> list[Element]:
         "group": lambda _: 1.0,
         "avg": lambda values: math.fsum(values) / len(values),
     }
-    return [(dict(k), float(combine[expr.op](v)), times[k]) for k, v in groups.items()]
+    return [
+        (
+            {k: v for k, v in zip(by, key, strict=True) if v},
+            float(combine[expr.op](values)),
+            times[key],
+        )
+        for key, values in groups.items()
+    ]
 
 
 def _signature(labels: dict[str, str], expr: Binary) -> tuple[tuple[str, str], ...]:
