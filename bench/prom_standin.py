@@ -448,6 +448,8 @@ class Prometheus:
     started_at: float = field(default_factory=time.time)
     _regexes: dict[str, Callable[[str], bool]] = field(default_factory=dict)
     _index: dict[str, list[tuple[int, dict[str, str], float | None]]] = field(default_factory=dict)
+    answers: dict[str, bytes] = field(default_factory=dict)
+    """The answers to queries that read no time, as JSON, their evaluation time `_AT`."""
     names: set[str] = field(init=False)
     """Every series name any target has."""
 
@@ -461,8 +463,26 @@ class Prometheus:
         phase = self.started_at - _HISTORY_S + target.phase_s * self.interval_s
         return phase + math.floor((at - phase) / self.interval_s) * self.interval_s
 
-    def query(self, text: str, at: float) -> Value:
-        return self.evaluate(Parser(text).parse(), at, None)
+    def query(self, text: str, at: float) -> tuple[Value, bool]:
+        """`text` evaluated at `at`, and whether the answer is the same at every time:
+        the pages do not change, so that a query that reads no time (a scrape's, a
+        snapshot's) is answered alike at every read."""
+        expr = Parser(text).parse()
+        return self.evaluate(expr, at, None), not self._timed(expr)
+
+    def _timed(self, expr: Expr) -> bool:
+        """Whether `expr` reads a time: `timestamp()`, or a series whose value is one."""
+        if isinstance(expr, Selector):
+            by_name = [m for m in expr.matchers if m[0] == "__name__"]
+            timed = ("up", "scrape_duration_seconds", STAMP)
+            return any(all(self._matches(m, name) for m in by_name) for name in timed)
+        if isinstance(expr, Call):
+            return expr.name == "timestamp" or any(self._timed(a) for a in expr.args)
+        if isinstance(expr, Aggregation):
+            return self._timed(expr.expr)
+        if isinstance(expr, Binary):
+            return self._timed(expr.lhs) or self._timed(expr.rhs)
+        return False
 
     def evaluate(self, expr: Expr, at: float, only: set[tuple[str, str]] | None) -> Value:
         """`only`: the (job, instance) whose series may be read (an `and on (job, instance)`
@@ -731,25 +751,39 @@ def format_value(value: float) -> str:
 # ---------------------------------------------------------------- HTTP
 
 
-def answer_query(prometheus: Prometheus, params: dict[str, str]) -> tuple[int, dict[str, object]]:
+_AT = "@evaluated@"
+
+
+def answer_query(prometheus: Prometheus, params: dict[str, str]) -> tuple[int, bytes]:
+    """The status and JSON of the API's answer. An answer the same at every time is
+    built once (the stand-in keeps up with a client as Prometheus would)."""
     at = float(params["time"]) if "time" in params else time.time()
-    try:
-        result = prometheus.query(params.get("query", ""), at)
-    except (PromQLError, AssertionError, KeyError, re.error) as error:
-        return 400, {"status": "error", "errorType": "bad_data", "error": str(error)}
+    text = params.get("query", "")
+    answer = prometheus.answers.get(text)
+    if answer is None:
+        try:
+            result, timeless = prometheus.query(text, at)
+        except (PromQLError, AssertionError, KeyError, re.error) as error:
+            refused = {"status": "error", "errorType": "bad_data", "error": str(error)}
+            return 400, json.dumps(refused).encode()
+        answer = json.dumps({"status": "success", "data": _data(result)}).encode()
+        if timeless:
+            prometheus.answers[text] = answer
+    return 200, answer.replace(f'"{_AT}"'.encode(), f"{at:.3f}".encode())
+
+
+def _data(result: Value) -> dict[str, object]:
     if isinstance(result, list):
-        data: dict[str, object] = {
+        return {
             "resultType": "vector",
             "result": [
-                {"metric": labels, "value": [round(at, 3), format_value(value)]}
+                {"metric": labels, "value": [_AT, format_value(value)]}
                 for labels, value, _ in result
             ],
         }
-    elif isinstance(result, float):
-        data = {"resultType": "scalar", "result": [round(at, 3), format_value(result)]}
-    else:
-        data = {"resultType": "string", "result": [round(at, 3), result]}
-    return 200, {"status": "success", "data": data}
+    if isinstance(result, float):
+        return {"resultType": "scalar", "result": [_AT, format_value(result)]}
+    return {"resultType": "string", "result": [_AT, result]}
 
 
 def targets_document(prometheus: Prometheus, params: dict[str, str]) -> dict[str, object]:
@@ -777,9 +811,16 @@ def targets_document(prometheus: Prometheus, params: dict[str, str]) -> dict[str
     }
 
 
+_NO_RANGE = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+
+
 class _Server(ThreadingHTTPServer):
     request_queue_size = 256
     daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 def serve(prometheus: Prometheus, port: int) -> _Server:
@@ -803,15 +844,14 @@ def serve(prometheus: Prometheus, port: int) -> _Server:
                 return self._send(200, body, "text/plain; version=0.0.4")
             if url.path == "/api/v1/query":
                 with one_at_a_time:
-                    status, document = answer_query(prometheus, params)
+                    status, body = answer_query(prometheus, params)
             elif url.path == "/api/v1/query_range":
-                status = 200
-                document = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+                status, body = 200, json.dumps(_NO_RANGE).encode()
             elif url.path == "/api/v1/targets":
-                status, document = 200, targets_document(prometheus, params)
+                status, body = 200, json.dumps(targets_document(prometheus, params)).encode()
             else:
                 return self._send(404, b"404 page not found", "text/plain")
-            self._send(status, json.dumps(document).encode(), "application/json")
+            self._send(status, body, "application/json")
 
         def _send(self, status: int, body: bytes, content_type: str) -> None:
             gzipped = "gzip" in (self.headers.get("Accept-Encoding") or "")
