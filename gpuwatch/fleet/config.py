@@ -38,6 +38,8 @@ ENV_PASSWORD = "GPUWATCH_FLEET_PASSWORD"
 MAX_SECRET_BYTES = 64 << 10
 MAX_NODES_FILE_BYTES = 1 << 20
 MAX_TIMEOUT_S = 600.0
+MORE_BYTES = "a larger fleet needs --max-bytes (e.g. 256MiB for 10,000 nodes)"
+"""What a command whose answers are over its cap of bytes says to do."""
 HOW_TO_SET = (
     "no fleet to read: give --prometheus URL or --node HOST (or --nodes-file FILE), set "
     f'{ENV_PROMETHEUS}, or write prometheus = "http://HOST:9090" (or nodes = [...]) in '
@@ -121,7 +123,7 @@ def resolved(
     if chosen.prometheus:
         timeout_s = chosen.timeout_s or prometheus.DEFAULT_TIMEOUT_S
         most = max_bytes or promapi.DEFAULT_MAX_BYTES
-        budget = Budget(timeout_s, most) if whole_command else None
+        budget = Budget(timeout_s, most, more=MORE_BYTES) if whole_command else None
         _warn_in_clear(http, [chosen.prometheus], warn)
         read = PrometheusSource(
             chosen.prometheus,
@@ -139,7 +141,7 @@ def resolved(
     timeout_s = chosen.timeout_s or scrape.DEFAULT_TIMEOUT_S
     _warn_in_clear(http, [target.url for target in targets], warn)
     most = max_bytes or scrape.DEFAULT_MAX_BYTES * len(targets)
-    budget = Budget(timeout_s, most, answer_bytes=scrape.DEFAULT_MAX_BYTES)
+    budget = Budget(timeout_s, most, answer_bytes=scrape.DEFAULT_MAX_BYTES, more=MORE_BYTES)
     scraped = ScrapeSource(
         targets, options=http, timeout_s=timeout_s, budget=budget if whole_command else None
     )

@@ -64,9 +64,12 @@ def test_answers_over_the_default_cap_fail_in_one_line_naming_it() -> None:
     with serving(_prometheus(_up_seen(_labelled_targets(), -EVALUATED_AT))) as url:
         # WHEN fleet --json reads it with the default cap
         done = _fleet_json(url)
-    # THEN it exits 6 in one line that says the answers are too large, and prints nothing
+    # THEN it exits 6 in one line that says the answers are too large and what to do, and
+    # prints nothing
     assert done.returncode == ExitCode.REMOTE, done.stderr
-    assert "answers too large (over 64MiB in all)" in done.stderr
+    assert "answers too large (over 64MiB in all): a larger fleet needs --max-bytes" in (
+        done.stderr
+    )
     assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
 
 
