@@ -38,8 +38,6 @@ ENV_PASSWORD = "GPUWATCH_FLEET_PASSWORD"
 MAX_SECRET_BYTES = 64 << 10
 MAX_NODES_FILE_BYTES = 1 << 20
 MAX_TIMEOUT_S = 600.0
-MORE_BYTES = "a larger fleet needs --max-bytes (e.g. 256MiB for 10,000 nodes)"
-"""What a command whose answers are over its cap of bytes says to do."""
 HOW_TO_SET = (
     "no fleet to read: give --prometheus URL or --node HOST (or --nodes-file FILE), set "
     f'{ENV_PROMETHEUS}, or write prometheus = "http://HOST:9090" (or nodes = [...]) in '
@@ -66,6 +64,10 @@ def config_path(env: Mapping[str, str]) -> str:
     """Where the user's fleet config lives."""
     base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(base, "gpuwatch", "fleet.toml")
+
+
+MORE_BYTES = "a larger fleet needs --max-bytes (e.g. 256MiB for 10,000 nodes)"
+"""What a command whose answers are over its cap of bytes says to do."""
 
 
 class Resolved(msgspec.Struct, frozen=True):
