@@ -9,9 +9,12 @@ import subprocess
 import urllib.parse
 
 import pytest
+from msgspec.structs import replace
 
+from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.cli.exit_codes import ExitCode
 from gpuwatch.fleet import promql
+from gpuwatch.fleet.document import document_text, fleet_document
 from tests.helpers.fleet.servers import Reply, Route, serving
 from tests.helpers.tmux import GPUWATCH
 
@@ -119,3 +122,16 @@ def test_timeout_bounds_the_work_after_the_answers_too() -> None:
     assert done.returncode == ExitCode.REMOTE, done.stderr
     assert "not done within 1s (--timeout bounds the whole command" in done.stderr
     assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
+
+
+@pytest.mark.parametrize("nodes", [0, 1, 20], ids=["none", "one", "twenty"])
+def test_the_document_written_a_node_at_a_time_is_the_whole_documents_text(nodes: int) -> None:
+    # GIVEN a simulated fleet's state (down and stale nodes, dcgm-exporter's, leases)
+    fleet = SimFleet(max(1, nodes)).read()
+    if nodes == 0:
+        fleet = replace(fleet, nodes=())
+    # WHEN its document is written in pieces
+    text = "".join(document_text(fleet))
+    # THEN it is the whole document's JSON text, one line
+    assert text == json.dumps(fleet_document(fleet), allow_nan=False) + "\n"
+    assert len(json.loads(text)["nodes"]) == nodes
