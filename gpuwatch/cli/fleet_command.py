@@ -9,7 +9,6 @@ else `GPUWATCH_PROMETHEUS` or fleet.toml).
 from __future__ import annotations
 
 import gc
-import json
 import sys
 from typing import Any
 
@@ -19,7 +18,7 @@ from gpuwatch.cli.fleet_source import open_fleet_source, source_options
 from gpuwatch.cli.group import short_help
 from gpuwatch.cli.options import Command, Duration
 from gpuwatch.cli.terminal import terminal_columns
-from gpuwatch.fleet.document import fleet_document
+from gpuwatch.fleet.document import document_text
 from gpuwatch.fleet.source import IDLE_AFTER_S, FleetSource, Needs
 from gpuwatch.fleet_model import NodeState
 from gpuwatch.text import printable
@@ -83,17 +82,15 @@ def fleet(
     idle = IDLE_AFTER_S if idle_after_s is None else idle_after_s
     needs = Needs(per_node=not as_json, idle_after_s=idle)
     opened = open_fleet_source(source_options, needs=needs, whole_command=once or as_json)
+    if as_json:
+        with opened as source:  # within --timeout: the reads and the document's text
+            text = document_text(source.read())
+        sys.stdout.writelines(text)  # at the reader's pace
+        return 0
     with opened as source:
-        if as_json:
-            return print_json(source)
         if once:
             return print_table(source)
         return run_screen(source, interval_s, idle_after_s)
-
-
-def print_json(source: FleetSource) -> int:
-    sys.stdout.write(json.dumps(fleet_document(source.read()), allow_nan=False) + "\n")
-    return 0
 
 
 def print_table(source: FleetSource) -> int:

@@ -70,6 +70,18 @@ def config_path(env: Mapping[str, str]) -> str:
     return os.path.join(base, "gpuwatch", "fleet.toml")
 
 
+MORE_BYTES = "a larger fleet needs --max-bytes (e.g. 256MiB for 10,000 nodes)"
+"""What a command whose answers are over its cap of bytes says to do."""
+
+
+class Resolved(msgspec.Struct, frozen=True):
+    """A source as `resolved` opens it, and how long its reads may take (all of them
+    together, for a whole command)."""
+
+    source: FleetSource
+    timeout_s: float
+
+
 def resolve(
     options: SourceOptions,
     env: Mapping[str, str] | None = None,
@@ -77,12 +89,29 @@ def resolve(
     needs: Needs | None = None,
     whole_command: bool = False,
     warn: Callable[[str], None] | None = None,
+    max_bytes: int | None = None,
 ) -> FleetSource:
+    """The source `options` name (see `resolved`)."""
+    return resolved(
+        options, env, needs=needs, whole_command=whole_command, warn=warn, max_bytes=max_bytes
+    ).source
+
+
+def resolved(
+    options: SourceOptions,
+    env: Mapping[str, str] | None = None,
+    *,
+    needs: Needs | None = None,
+    whole_command: bool = False,
+    warn: Callable[[str], None] | None = None,
+    max_bytes: int | None = None,
+) -> Resolved:
     """The source `options` name, else the environment's, else the config file's;
     `InvalidValueError` (one line) when none is set or one is wrong. `needs`: what the
     reader needs of the fleet; `whole_command`: the timeout bounds every read together
     (a one-shot command's), not each read; `warn` is told, once, where credentials
-    would go over plain http."""
+    would go over plain http; `max_bytes`: what the answers of one read (a whole
+    command's, with `whole_command`) may hold in all, else the source's default."""
     env = os.environ if env is None else env
     path = config_path(env)
     file = _from_file(path) if os.path.lexists(path) else None
@@ -99,22 +128,30 @@ def resolve(
     http = http_options(chosen, env)
     if chosen.prometheus:
         timeout_s = chosen.timeout_s or prometheus.DEFAULT_TIMEOUT_S
-        budget = Budget(timeout_s, promapi.DEFAULT_MAX_BYTES) if whole_command else None
+        most = max_bytes or promapi.DEFAULT_MAX_BYTES
+        budget = Budget(timeout_s, most, more=MORE_BYTES) if whole_command else None
         _warn_in_clear(http, [chosen.prometheus], warn)
-        return PrometheusSource(
-            chosen.prometheus, options=http, timeout_s=timeout_s, needs=needs, budget=budget
+        read = PrometheusSource(
+            chosen.prometheus,
+            options=http,
+            timeout_s=timeout_s,
+            max_bytes=most,
+            needs=needs,
+            budget=budget,
         )
+        return Resolved(read, timeout_s)
     https = bool(chosen.ca_file or chosen.client_cert)
     targets = [parse_target(node, https=https) for node in chosen.nodes]
     if chosen.nodes_file:
         targets += read_nodes_file(chosen.nodes_file, https=https)
     timeout_s = chosen.timeout_s or scrape.DEFAULT_TIMEOUT_S
     _warn_in_clear(http, [target.url for target in targets], warn)
-    most = scrape.DEFAULT_MAX_BYTES * len(targets)
-    budget = Budget(timeout_s, most, answer_bytes=scrape.DEFAULT_MAX_BYTES)
-    return ScrapeSource(
+    most = max_bytes or scrape.DEFAULT_MAX_BYTES * len(targets)
+    budget = Budget(timeout_s, most, answer_bytes=scrape.DEFAULT_MAX_BYTES, more=MORE_BYTES)
+    scraped = ScrapeSource(
         targets, options=http, timeout_s=timeout_s, budget=budget if whole_command else None
     )
+    return Resolved(scraped, timeout_s)
 
 
 def _warn_in_clear(http: HttpOptions, urls: list[str], warn: Callable[[str], None] | None) -> None:

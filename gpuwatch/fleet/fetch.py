@@ -80,11 +80,15 @@ class Budget:
     together, each at most `answer_bytes` (after decompression). Shared by the threads of
     a read, and by every read of a command (`within`)."""
 
-    def __init__(self, timeout_s: float, max_bytes: int, *, answer_bytes: int = 0) -> None:
+    def __init__(
+        self, timeout_s: float, max_bytes: int, *, answer_bytes: int = 0, more: str = ""
+    ) -> None:
+        """`more`: how to allow more bytes, said where a read is over them."""
         self.timeout_s = timeout_s
         self.deadline = time.monotonic() + timeout_s
         self.max_bytes = max_bytes
         self.answer_bytes = min(answer_bytes or max_bytes, max_bytes)
+        self.more = more
         self._tally = _Tally()
 
     def seconds_left(self) -> float:
@@ -95,7 +99,7 @@ class Budget:
         the bytes spent through either counted against both."""
         narrowed = Budget.__new__(Budget)
         narrowed.timeout_s, narrowed.deadline = self.timeout_s, self.deadline
-        narrowed.max_bytes = self.max_bytes
+        narrowed.max_bytes, narrowed.more = self.max_bytes, self.more
         narrowed.answer_bytes = min(answer_bytes, self.answer_bytes)
         narrowed._tally = self._tally
         return narrowed
@@ -103,7 +107,8 @@ class Budget:
     def spend(self, count: int) -> None:
         """Counts `count` bytes more; `TooLarge` once the read is over its bytes."""
         if self._tally.add(count) > self.max_bytes:
-            raise TooLarge(f"answers too large (over {self.max_bytes >> 20}MiB in all)")
+            more = f": {self.more}" if self.more else ""
+            raise TooLarge(f"answers too large (over {self.max_bytes >> 20}MiB in all){more}")
 
 
 class _Tally:

@@ -86,7 +86,10 @@ class PromClient:
         object per series would cost more than the decoding."""
         instant = {} if at is None else {"time": f"{at:.3f}"}
         answers = self._get([("query", {"query": q, **instant}) for q in queries], budget)
-        return [self._named(answer, name) for answer, name in zip(answers, names, strict=True)]
+        # Each answer let go once decoded: a large fleet's are tens of MiB, not to be held
+        # beside all of their samples.
+        answers.reverse()
+        return [self._named(answers.pop(), name) for name in names]
 
     def scrape_errors(
         self, jobs: Sequence[str], *, budget: Budget | None = None
