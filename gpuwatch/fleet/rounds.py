@@ -39,14 +39,15 @@ class Asked(msgspec.Struct, frozen=True):
         return "" if isinstance(self.query, str) else self.query.family
 
     def promql(self) -> str:
-        if self.query == UP:
-            return promql.UP_SEEN
         if self.query == NAMES:
             return promql.names()
         if self.query == PROBE:
             return summaries.PROBE
-        assert not isinstance(self.query, str)
-        text = self.query.promql(self.matcher)
+        if self.query == UP:
+            text = promql.UP_SEEN
+        else:
+            assert not isinstance(self.query, str)
+            text = self.query.promql(self.matcher)
         return text if self.since is None else promql.scraped_since(text, self.since)
 
 
@@ -99,6 +100,9 @@ def ask(
             }[item.role]
             for sample in vector:
                 filed[target_of(sample.labels)].append(sample)
+    # Where no answer holds a sample (each narrowed to targets none of which was scraped
+    # since), the round was evaluated at `at` all the same.
+    found.evaluated = found.evaluated or at
 
 
 def target_of(labels: dict[str, str]) -> Target:
