@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import Sample
+from gpuwatch.fleet.prom_nodes import KeptNodes
 from gpuwatch.fleet.promql import Query
 from gpuwatch.fleet.rounds import HELD, NAMES, PROBE, SLOW, UP, Asked, Found, Target
 from gpuwatch.fleet.summaries import Figures, SlowFigures
@@ -73,6 +74,8 @@ class TableMemory:
         self._down: frozenset[Target] | None = None
         self._errors: dict[Target, str] = {}
         self._read: dict[Target, tuple[list[Sample], list[Sample], Figures, SlowFigures]] = {}
+        self.nodes = KeptNodes()
+        """Each node as last built, while its series are the same."""
 
     def plan(self, exporters: Mapping[Exporter, Sequence[Query]]) -> list[Asked]:
         """The table's queries of this refresh: `up`, the daemons' figures and the other

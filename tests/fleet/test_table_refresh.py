@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import NamedTuple
 
 import pytest
 
@@ -54,22 +55,29 @@ def table_source(url: str, prometheus: FakePrometheus) -> PrometheusSource:
     return PrometheusSource(url, clock=lambda: prometheus.now + 1, needs=Needs(per_node=True))
 
 
-def refreshed(
-    change: Callable[[FakePrometheus], None], *, later_s: float
-) -> tuple[FleetState, FleetState, list[tuple[str, int]]]:
-    """A table source's refresh after `change`, `later_s` after its first read; a fresh
-    source's read at that time; the refresh's queries with the series each answered."""
+class Refreshed(NamedTuple):
+    refresh: FleetState
+    fresh: FleetState
+    """A fresh source's read at the refresh's time."""
+    queries: list[tuple[str, int]]
+    """The refresh's queries, with the series each answered."""
+    built: int
+    """The nodes the refresh built from their series (not kept from the first read)."""
+
+
+def refreshed(change: Callable[[FakePrometheus], None], *, later_s: float) -> Refreshed:
+    """A table source's refresh after `change`, `later_s` after its first read."""
     prometheus = FakePrometheus(fleet_targets())
     with serving(prometheus) as url:
         source = table_source(url, prometheus)
         source.read()
-        asked = len(prometheus.series_sent)
+        asked, built = len(prometheus.series_sent), source.nodes_built
         change(prometheus)
         prometheus.now = NOW + later_s
         refresh = source.read()
         queries = prometheus.series_sent[asked:]
         fresh = table_source(url, prometheus).read()
-    return refresh, fresh, queries
+    return Refreshed(refresh, fresh, queries, source.nodes_built - built)
 
 
 def scrape_again(instance: str, text: str) -> Callable[[FakePrometheus], None]:
@@ -96,7 +104,7 @@ def test_a_refresh_asks_each_exporter_only_of_the_targets_scraped_since(scraped:
     # WHEN Prometheus scrapes one node again (of dcgm-exporter or nvidia_gpu_exporter),
     # finding other GPUs, and the table refreshes
     instance, text = CHANGED[scraped]
-    refresh, fresh, queries = refreshed(scrape_again(instance, text), later_s=2)
+    refresh, fresh, queries, built = refreshed(scrape_again(instance, text), later_s=2)
     # THEN `up` and every exporter's families were asked of the targets scraped since
     # only, each answering that node's series alone
     exporters = [(q, n) for q, n in queries if "DCGM_FI_" in q or "nvidia_smi_" in q]
@@ -105,8 +113,10 @@ def test_a_refresh_asks_each_exporter_only_of_the_targets_scraped_since(scraped:
     assert all(NARROWED in q for q, _ in [*exporters, *ups])
     assert sum(n for q, n in exporters if ("DCGM_FI_" in q) == scraped.startswith("dcgm")) > 0
     assert sum(n for q, n in exporters if ("DCGM_FI_" in q) != scraped.startswith("dcgm")) == 0
-    # AND it shows what a source reading everything shows: the node as scraped again,
-    # the others as before, the target down with why, the twins as two nodes
+    # AND it built that node again only, and shows what a source reading everything
+    # shows: the node as scraped again, the others as before, the target down with why,
+    # the twins as two nodes
+    assert built == 1
     assert refresh.nodes == fresh.nodes
     assert [n.claims for n in refresh.nodes if n.name == "dgx-twin"] == [2, 2]
     assert [n.error for n in refresh.nodes if not n.up] == [
@@ -118,7 +128,7 @@ def test_mig_devices_and_pods_held_between_refreshes_stay_as_read() -> None:
     # GIVEN the table's source, having read a mixed fleet
     # WHEN Prometheus scrapes only the daemon again and the table refreshes
     daemon = with_node_figures(FakeTarget("gpuwatch", "", GPUWATCH.replace(repr(NOW - 6), "0")))
-    refresh, fresh, _ = refreshed(scrape_again("10.0.1.1:19400", daemon.exposition), later_s=2)
+    refresh, fresh, _, _ = refreshed(scrape_again("10.0.1.1:19400", daemon.exposition), later_s=2)
     # THEN the nodes not scraped since keep their MIG devices and the pods holding them,
     # and MIG devices an exporter does not tell stay unknown
     assert refresh.nodes == fresh.nodes
@@ -131,10 +141,11 @@ def test_mig_devices_and_pods_held_between_refreshes_stay_as_read() -> None:
 def test_a_node_not_scraped_for_long_turns_stale_without_new_samples() -> None:
     # GIVEN the table's source, having read a mixed fleet, every node up but one
     # WHEN no target is scraped for 200 s (beyond the 120 s limit) and the table refreshes
-    refresh, fresh, queries = refreshed(lambda prometheus: None, later_s=200)
-    # THEN no exporter's series came again, yet every node is stale by its age, as a
-    # source reading everything says
+    refresh, fresh, queries, built = refreshed(lambda prometheus: None, later_s=200)
+    # THEN no exporter's series came again and no node was built again, yet every node
+    # is stale by its age, as a source reading everything says
     assert all(n == 0 for q, n in queries if "DCGM_FI_" in q or "nvidia_smi_" in q)
+    assert built == 0
     assert refresh.nodes == fresh.nodes
     ages = {n.target: n.age_s for n in refresh.nodes}
     assert ages["10.0.0.1:9400"] == pytest.approx(205)
@@ -149,7 +160,7 @@ def test_a_node_whose_scrape_fails_since_is_down_not_its_held_gpus() -> None:
         target = prometheus.targets[1]
         prometheus.targets[1] = dataclasses.replace(target, up=False, scraped_at=NOW + 1)
 
-    refresh, fresh, _ = refreshed(fails, later_s=2)
+    refresh, fresh, _, _ = refreshed(fails, later_s=2)
     # THEN it is down under its last name, without its GPUs, as a fresh read says
     assert refresh.nodes == fresh.nodes
     (node,) = [n for n in refresh.nodes if n.target == "10.0.0.1:9400"]
