@@ -130,18 +130,21 @@ def nodes_of(judge: Judge, found: Found, now: float) -> dict[Target, NodeState]:
 
 
 def _inputs(target: Target, found: Found, several: frozenset[str]) -> Inputs:
-    series = (
-        found.samples.get(target),
-        found.details.get(target),
-        found.slow.get(target),
-        found.scraped_as.get(target),
-    )
+    """What `_node` reads of `target`. The labels Prometheus gives it are compared by
+    value (`up` read whole, with the names, brings new ones of the same), and a daemon's
+    last snapshot time of the names query only where the node is down (only there is it
+    read): a reading of the names builds no node again."""
+    samples = found.samples.get(target)
+    series = (samples, found.details.get(target), found.slow.get(target))
     names = found.names or {}
+    seen = found.seen.get(target)
+    down = seen is None or seen <= 0 or not samples
     values = (
-        found.seen.get(target),
+        seen,
         names.get(target),
-        found.last.get(target),
+        found.last.get(target) if down else None,
         target[1] in several,
+        found.scraped_as.get(target),
     )
     return Inputs(series, values)
 
