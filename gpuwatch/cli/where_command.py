@@ -21,7 +21,7 @@ from gpuwatch.cli.options import Command, WholeNumber
 from gpuwatch.cli.wish_options import wish_options
 from gpuwatch.errors import NotEnoughGpusError
 from gpuwatch.models import Device, GpuSample
-from gpuwatch.placement.where import Answer, NodeFit, NodeMiss, needs_of, where
+from gpuwatch.placement.where import Answer, NodeFit, NodeMiss, explained, needs_of, where
 from gpuwatch.request import Request, describe_wish
 from gpuwatch.units import format_size
 
@@ -87,7 +87,8 @@ def where_command(
     request = asked
     with open_fleet_source(options, needs=needs_of(request, errors=verbose)) as source:
         fleet = source.read()
-    answer = where(fleet, request, excluded_nodes=frozenset(exclude_node))
+    # Reasons only where they are shown: the closest misses, when nothing fits.
+    answer = where(fleet, request, excluded_nodes=frozenset(exclude_node), explain=False)
     if verbose:
         _explain(answer)
     fits = answer.fits[:limit]
@@ -96,9 +97,10 @@ def where_command(
     else:
         sys.stdout.writelines(f"{_line(fit)}\n" for fit in fits)
     if not fits:
+        shown = explained(fleet, request, answer.misses[:_CLOSEST_SHOWN])
         raise NotEnoughGpusError(
             f"no node can run {describe_wish(request)} now ({_counted_nodes(answer)})",
-            _closest(answer.misses),
+            _closest(shown, len(answer.misses)),
         )
     return 0
 
@@ -139,16 +141,17 @@ def _print_json(fits: tuple[NodeFit, ...]) -> None:
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
 
 
-def _closest(misses: tuple[NodeMiss, ...]) -> tuple[str, ...]:
-    """The closest nodes' reasons, as pick gives its GPUs': a line each, indented below."""
+def _closest(misses: tuple[NodeMiss, ...], count: int) -> tuple[str, ...]:
+    """The closest nodes' reasons (`misses`, of `count`), as pick gives its GPUs': a line
+    each, indented below."""
     lines: list[str] = []
-    for miss in misses[:_CLOSEST_SHOWN]:
+    for miss in misses:
         lines.append(f"{miss.node}: {miss.summary}")
         lines += [f"  {reason}" for reason in miss.reasons[:_REASONS_SHOWN]]
         if len(miss.reasons) > _REASONS_SHOWN:
             lines.append(f"  ... and {len(miss.reasons) - _REASONS_SHOWN} more")
-    if len(misses) > _CLOSEST_SHOWN:
-        lines.append(f"... and {len(misses) - _CLOSEST_SHOWN} more nodes (-v lists them)")
+    if count > len(misses):
+        lines.append(f"... and {count - len(misses)} more nodes (-v lists them)")
     return tuple(lines)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection
+from functools import partial
 
 import msgspec
 from msgspec.structs import replace
@@ -20,6 +21,7 @@ from gpuwatch.fleet.names import host_of, node_text, safe_name
 from gpuwatch.fleet.rounds import Found, Target
 from gpuwatch.fleet.series import (
     aged,
+    aged_again,
     host_named,
     judged,
     stale,
@@ -49,13 +51,63 @@ class Place(msgspec.Struct, frozen=True):
     job: str
 
 
+class KeptNodes:
+    """Each target's node as last built, with what it was built from and when: a node
+    whose series are the very ones held then (not scraped since) is not built again, only
+    judged by its age (`series.aged_again`). The fleet table's source keeps them."""
+
+    def __init__(self) -> None:
+        self._held: dict[Target, tuple[Inputs, NodeState, float]] = {}
+        self.built = 0
+        """Nodes built (not kept) so far, for the benches and tests."""
+
+    def node(
+        self,
+        target: Target,
+        inputs: Inputs,
+        now: float,
+        stale_after_s: float,
+        build: Callable[[], NodeState],
+    ) -> NodeState:
+        """The node `build` makes of `inputs`; as kept, aged to `now`, while they are
+        those it was built from."""
+        held = self._held.get(target)
+        if held is not None and held[0].same(inputs):
+            return aged_again(held[1], now - held[2], stale_after_s)
+        node = build()
+        self.built += 1
+        self._held[target] = (inputs, node, now)
+        return node
+
+    def keep_only(self, targets: Collection[Target]) -> None:
+        """Forgets the nodes of targets no longer in the fleet."""
+        if len(self._held) > len(targets) or not self._held.keys() <= set(targets):
+            self._held = {t: held for t, held in self._held.items() if t in targets}
+
+
+class Inputs(msgspec.Struct, frozen=True):
+    """What a target's node is built from: its series (lists and labels, held by the
+    table's source while not scraped since, so compared by identity) and the rest."""
+
+    series: tuple[object, ...]
+    values: tuple[object, ...]
+
+    def same(self, other: Inputs) -> bool:
+        return self.values == other.values and all(
+            mine is theirs or (not mine and not theirs)
+            for mine, theirs in zip(self.series, other.series, strict=True)
+        )
+
+
 class Judge(msgspec.Struct, frozen=True):
-    """How a read's nodes are made: what it needed, the staleness limit, and how a node's
-    figures are read (the table's memory keeps them while their series are the same)."""
+    """How a read's nodes are made: what it needed, the staleness limit, how a node's
+    figures are read (the table's memory keeps them while their series are the same),
+    and where nodes are kept between reads (the table's: `KeptNodes`)."""
 
     needs: Needs
     stale_after_s: float
     figures: Callable[[Target, list[Sample], list[Sample]], summaries.Figures] = read_figures
+    kept: KeptNodes | None = None
 
 
 def nodes_of(judge: Judge, found: Found, now: float) -> dict[Target, NodeState]:
@@ -65,7 +117,36 @@ def nodes_of(judge: Judge, found: Found, now: float) -> dict[Target, NodeState]:
     targets = {t for t in found.seen if t[0] in jobs or _exporter_port(t[1])}
     targets |= set(found.samples)
     several = _instances_in_several_jobs(targets)
-    return {t: _node(judge, t, found, now, several) for t in sorted(targets)}
+    kept = judge.kept
+    if kept is None:
+        return {t: _node(judge, t, found, now, several) for t in sorted(targets)}
+    kept.keep_only(targets)
+    nodes = {}
+    for target in sorted(targets):
+        inputs = _inputs(target, found, several)
+        build = partial(_node, judge, target, found, now, several)
+        nodes[target] = kept.node(target, inputs, now, judge.stale_after_s, build)
+    return nodes
+
+
+def _inputs(target: Target, found: Found, several: frozenset[str]) -> Inputs:
+    """What `_node` reads of `target`. The labels Prometheus gives it are compared by
+    value (`up` read whole, with the names, brings new ones of the same), and a daemon's
+    last snapshot time of the names query only where the node is down (only there is it
+    read): a reading of the names builds no node again."""
+    samples = found.samples.get(target)
+    series = (samples, found.details.get(target), found.slow.get(target))
+    names = found.names or {}
+    seen = found.seen.get(target)
+    down = seen is None or seen <= 0 or not samples
+    values = (
+        seen,
+        names.get(target),
+        found.last.get(target) if down else None,
+        target[1] in several,
+        found.scraped_as.get(target),
+    )
+    return Inputs(series, values)
 
 
 def _node(

@@ -81,13 +81,20 @@ class PrometheusSource:
         self._judge = (
             Judge(self.needs, stale_after_s)
             if self._memory is None
-            else Judge(self.needs, stale_after_s, self._memory.figures)
+            else Judge(self.needs, stale_after_s, self._memory.figures, self._memory.nodes)
         )
         self._targets: dict[str, Target] = {}
         self._uuids: dict[str, dict[str, int]] = {}
         self._focus: frozenset[str] = frozenset()
         self.queries_sent = 0
         """Instant queries sent so far, for the benches."""
+
+    @property
+    def nodes_built(self) -> int:
+        """Nodes built from their series so far, for the benches: the table's source builds
+        again only those scraped since its last read (the others it ages)."""
+        kept = self._judge.kept
+        return 0 if kept is None else kept.built
 
     @property
     def description(self) -> str:
@@ -134,20 +141,20 @@ class PrometheusSource:
         """Nothing stays open between reads."""
 
     def _round(self) -> list[Asked]:
-        """The queries of one read: targets (and their names, but where the table's
-        memory holds them), the gpuwatch daemons' as the reader needs them,
-        dcgm-exporter's and nvidia_gpu_exporter's; for the table, what of its memory is
-        due, and the nodes in focus GPU by GPU."""
+        """The queries of one read: targets and their names, the gpuwatch daemons' as the
+        reader needs them, dcgm-exporter's and nvidia_gpu_exporter's; for the table, what
+        its memory says is due (`TableMemory.plan`: of most, the targets scraped since the
+        last refresh), and the nodes in focus GPU by GPU."""
         needs = self.needs
-        runs = None if self._memory is None else self._memory.exporters()
-        asked = [Asked(UP)]
-        if runs is None or Exporter.DCGM in runs:
-            asked += [Asked(query) for query in promql.dcgm_values(placement=needs.placement)]
-        if runs is None or Exporter.NVIDIA_GPU_EXPORTER in runs:
-            asked += [Asked(query) for query in promql.smi_values(placement=needs.placement)]
+        exporters = {
+            Exporter.DCGM: promql.dcgm_values(placement=needs.placement),
+            Exporter.NVIDIA_GPU_EXPORTER: promql.smi_values(placement=needs.placement),
+        }
         if self._memory is None:
-            return [*asked, Asked(NAMES), *(Asked(query) for query in self._gpuwatch_plan())]
-        asked += self._memory.plan()
+            families = [query for queries in exporters.values() for query in queries]
+            plan = [*families, *self._gpuwatch_plan()]
+            return [Asked(UP), Asked(NAMES), *(Asked(query) for query in plan)]
+        asked = self._memory.plan(exporters)
         focused = {self._targets[key][1] for key in self._focus if key in self._targets}
         if focused:
             matcher = promql.instances(focused)

@@ -18,9 +18,10 @@ Target = tuple[str, str]
 """(job, instance): one scraped endpoint."""
 UP, NAMES, PROBE = "up", "names", "probe"
 """The queries that are not families': targets, their names, the rules' probe."""
-MAIN, FIGURES, DETAIL, SLOW = "main", "figures", "detail", "slow"
-"""Whose answer a query's is: the round's series, the table's per-node figures, the
-series of some targets GPU by GPU beside those, what changes slowly."""
+MAIN, HELD, DETAIL, SLOW = "main", "held", "detail", "slow"
+"""Whose answer a query's is: the round's series, the series the table holds between
+refreshes (each daemon's figures, the other exporters' GPUs: asked of the targets scraped
+since), the series of some targets GPU by GPU beside those, what changes slowly."""
 
 
 class Asked(msgspec.Struct, frozen=True):
@@ -38,14 +39,15 @@ class Asked(msgspec.Struct, frozen=True):
         return "" if isinstance(self.query, str) else self.query.family
 
     def promql(self) -> str:
-        if self.query == UP:
-            return promql.UP_SEEN
         if self.query == NAMES:
             return promql.names()
         if self.query == PROBE:
             return summaries.PROBE
-        assert not isinstance(self.query, str)
-        text = self.query.promql(self.matcher)
+        if self.query == UP:
+            text = promql.UP_SEEN
+        else:
+            assert not isinstance(self.query, str)
+            text = self.query.promql(self.matcher)
         return text if self.since is None else promql.scraped_since(text, self.since)
 
 
@@ -64,7 +66,7 @@ class Found(msgspec.Struct):
     last: dict[Target, float] = msgspec.field(default_factory=dict)
     """A gpuwatch daemon's last snapshot time, within the names query's hour."""
     samples: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
-    figures: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
+    held: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
     details: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
     slow: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
     rules: bool | None = None
@@ -92,12 +94,15 @@ def ask(
         else:
             filed = {
                 MAIN: found.samples,
-                FIGURES: found.figures,
+                HELD: found.held,
                 DETAIL: found.details,
                 SLOW: found.slow,
             }[item.role]
             for sample in vector:
                 filed[target_of(sample.labels)].append(sample)
+    # Where no answer holds a sample (each narrowed to targets none of which was scraped
+    # since), the round was evaluated at `at` all the same.
+    found.evaluated = found.evaluated or at
 
 
 def target_of(labels: dict[str, str]) -> Target:

@@ -165,6 +165,18 @@ def stale(age_s: float, stale_after_s: float) -> str | None:
     return f"stale: its newest data is {age_s:.0f}s old (the limit is {stale_after_s:g}s)"
 
 
+def aged_again(node: NodeState, elapsed_s: float, stale_after_s: float) -> NodeState:
+    """`node` judged `elapsed_s` after it was built, without new samples: older by that,
+    and stale where that makes it so (a reason of its own not to be up stays)."""
+    if node.age_s is None or elapsed_s == 0:
+        return node
+    age_s = node.age_s + elapsed_s
+    if node.error is not None and node.error != stale(node.age_s, stale_after_s):
+        return replace(node, age_s=age_s)
+    error = stale(age_s, stale_after_s)
+    return replace(node, up=error is None, age_s=age_s, error=error)
+
+
 def claimed(states: Iterable[NodeState]) -> tuple[NodeState, ...]:
     """Every target's node, sorted by name then target, each told how many targets claim
     its name: two daemons given one `--node-name`, exporters that all say `localhost`,

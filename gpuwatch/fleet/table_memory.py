@@ -9,7 +9,12 @@ took 0.7 s, 150 ms of CPU and 0.9 to 1.2 MiB of JSON a refresh (the bounds: 0.5 
 
 - each daemon's node figures were 541 KiB: the targets scraped since the last refresh are
   read again (Prometheus selects them, in the same round: `promql.scraped_since`), the
-  others' figures held;
+  others' figures held; so are dcgm-exporter's and nvidia_gpu_exporter's GPUs, and `up`
+  (whole with the names), which at 1,000 nodes of a mixed fleet (bench/fleet_refresh_cost.py)
+  took a refresh from 581 to 211 KiB;
+- each node as built from its series, kept while they are the very series held: a node
+  not scraped since is only judged by its age (`prom_nodes.KeptNodes`), which with the
+  above took that refresh from 29 to 15 ms of CPU;
 - why each target that is down is (`/api/v1/targets`) was 242 KiB: asked again only
   where the targets down change, or every `PROBE_EVERY` refreshes;
 - the names were 73 KiB: read every `SLOW_EVERY` refreshes, and at the next refresh for
@@ -28,10 +33,15 @@ took 0.7 s, 150 ms of CPU and 0.9 to 1.2 MiB of JSON a refresh (the bounds: 0.5 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from gpuwatch.fleet import promql, summaries
 from gpuwatch.fleet.exposition import Sample
-from gpuwatch.fleet.rounds import FIGURES, NAMES, PROBE, SLOW, Asked, Found, Target
+from gpuwatch.fleet.prom_nodes import KeptNodes
+from gpuwatch.fleet.promql import Query
+from gpuwatch.fleet.rounds import HELD, NAMES, PROBE, SLOW, UP, Asked, Found, Target
 from gpuwatch.fleet.summaries import Figures, SlowFigures
+from gpuwatch.fleet_model import Exporter
 
 PROBE_EVERY = 30
 """Refreshes between two probes of the recording rules, and between two readings of why
@@ -49,7 +59,14 @@ class TableMemory:
         self.reads = 0
         self.rules = False
         self._since: float | None = None
-        self._figures: dict[Target, list[Sample]] = {}
+        self._held: dict[Target, list[Sample]] = {}
+        """Each target's series of the families asked of the targets scraped since."""
+        self._seen: dict[Target, float] = {}
+        self._scraped_as: dict[Target, dict[str, str]] = {}
+        self._up_since: float | None = None
+        self._planned: frozenset[Exporter] = frozenset()
+        self._exporters_asked: frozenset[Exporter] = frozenset()
+        """The exporters whose families the last refresh asked (and held)."""
         self._names: Found | None = None
         self._new_targets = False
         self._slow: dict[int, dict[Target, list[Sample]]] = {}
@@ -62,16 +79,32 @@ class TableMemory:
         self._down: frozenset[Target] | None = None
         self._errors: dict[Target, str] = {}
         self._read: dict[Target, tuple[list[Sample], list[Sample], Figures, SlowFigures]] = {}
+        self.nodes = KeptNodes()
+        """Each node as last built, while its series are the same."""
 
-    def plan(self) -> list[Asked]:
-        """The table's queries of this refresh: the daemons' figures (of the targets
-        scraped since the last refresh, once one was read), the names where due, the
-        probe of the rules where due, and the parts of what changes slowly that are
-        due."""
+    def plan(self, exporters: Mapping[Exporter, Sequence[Query]]) -> list[Asked]:
+        """The table's queries of this refresh: `up`, the daemons' figures and the other
+        exporters' GPUs (`exporters`: each one's queries, asked where the fleet runs it),
+        of the targets scraped since the last refresh once one was read (all of them where
+        the names are due, or an exporter was not asked the last time); the names where
+        due, the probe of the rules where due, and the parts of what changes slowly that
+        are due."""
         self.reads += 1
-        figures = summaries.plan(self.idle_after_s)
-        asked = [Asked(query, FIGURES, since=self._since) for query in figures]
-        if self._names is None or self._new_targets or self.reads % SLOW_EVERY == 0:
+        names_due = self._names is None or self._new_targets or self.reads % SLOW_EVERY == 0
+        self._up_since = None if names_due else self._since
+        asked = [Asked(UP, since=self._up_since)]
+        runs = self.exporters()
+        families = {Exporter.GPUWATCH: summaries.plan(self.idle_after_s), **exporters}
+        planned = [
+            exporter
+            for exporter in families
+            if exporter is Exporter.GPUWATCH or runs is None or exporter in runs
+        ]
+        for exporter in planned:
+            since = self._since if exporter in self._exporters_asked else None
+            asked += [Asked(query, HELD, since=since) for query in families[exporter]]
+        self._planned = frozenset(planned)
+        if names_due:
             asked.append(Asked(NAMES))
         if self.reads % PROBE_EVERY == 1:
             asked.append(Asked(PROBE))
@@ -99,7 +132,11 @@ class TableMemory:
         changes slowly."""
         if found.rules is not None:
             self.rules = found.rules
-        self._keep_figures(found)
+        if self._up_since is not None:  # `up` narrowed: the targets not scraped since held
+            found.seen = {**self._seen, **found.seen}
+            found.scraped_as = {**self._scraped_as, **found.scraped_as}
+        self._seen, self._scraped_as = found.seen, found.scraped_as
+        self._keep_held(found)
         if found.names is None and self._names is not None:
             found.names = self._names.names
             found.exporters, found.last = self._names.exporters, self._names.last
@@ -135,7 +172,7 @@ class TableMemory:
             t
             for t, seen in found.seen.items()
             if seen > 0
-            and t in self._figures
+            and _figures_held(self._held.get(t))
             and not summaries.users_told(self._slow_lists.get(t, ()))
         )
 
@@ -171,21 +208,22 @@ class TableMemory:
             self._down, self._errors = down, errors
         return self._errors
 
-    def _keep_figures(self, found: Found) -> None:
-        """The figures read replace those held of each target scraped since; a target
+    def _keep_held(self, found: Found) -> None:
+        """The series read replace those held of each target scraped since; a target
         down has none (they went with its scrape)."""
         since = self._since
         if since is None:
-            self._figures = {}
+            self._held = {}
         for target, seen in found.seen.items():
             if seen <= 0 or since is None or seen > since - promql.STORED_WITHIN_S:
-                self._figures.pop(target, None)
-        self._figures.update((t, samples) for t, samples in found.figures.items() if samples)
-        self._figures = {t: s for t, s in self._figures.items() if t in found.seen}
-        for target, samples in self._figures.items():
+                self._held.pop(target, None)
+        self._held.update((t, samples) for t, samples in found.held.items() if samples)
+        self._held = {t: s for t, s in self._held.items() if t in found.seen}
+        for target, samples in self._held.items():
             other = found.samples.get(target)
             found.samples[target] = [*other, *samples] if other else samples
         self._since = found.evaluated or None
+        self._exporters_asked = self._planned
 
     def _slow_due(self) -> tuple[int, ...]:
         """All parts until every one is held, then each every `SLOW_EVERY` refreshes, at
@@ -196,3 +234,10 @@ class TableMemory:
         turn = self.reads % SLOW_EVERY
         due = turn // step
         return (due,) if turn % step == 0 and due < summaries.SLOW_GROUPS else ()
+
+
+def _figures_held(samples: list[Sample] | None) -> bool:
+    """Whether a target's held series are a daemon's figures (not another exporter's)."""
+    if not samples:
+        return False
+    return samples[0].name.startswith("gpuwatch_")

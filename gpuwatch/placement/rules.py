@@ -137,6 +137,7 @@ def place(
     waiting_ahead: Sequence[Waiter] = (),
     seed: int = 0,
     holders: Holders = NO_HOLDERS,
+    explain: bool = True,
 ) -> Choice:
     """Chooses `request.count` devices of `kind`, or says for each why it cannot be had.
 
@@ -149,6 +150,8 @@ def place(
     jobs started together over equal devices. `holders` says who the cluster says holds
     each device (a Slurm job, a Kubernetes pod, the asking job's own left out): a held
     device is never given, nor one whose holders are unknown unless the request allows it.
+    `explain=False` leaves `Choice.reasons` empty (a caller that shows none: `where`,
+    but for the nodes it explains), and the rest as it is.
     """
     recent = recent_util_pct or {}
     held = holders
@@ -162,13 +165,13 @@ def place(
             lease.gpu_uuid for lease in leases if lease.lease_id in mine and lease.exclusive
         )
         candidates = _candidates(kind, snapshot, others, own, alone, recent, held)
-    ranked, rejected, (busy, unknown) = _qualify(kind, candidates, request, kept, seed)
+    ranked, rejected, (busy, unknown) = _qualify(kind, candidates, request, kept, seed, explain)
     if len(ranked) >= request.count:
         best = ranked[: request.count]
         reasons = tuple(rejected[key] for key in sorted(rejected))
         free = tuple(candidate.free_bytes for candidate in best)
         return Choice(tuple(c.device for c in best), reasons, len(ranked), busy, unknown, free)
-    for candidate in ranked:
+    for candidate in ranked if explain else ():
         rejected[kind.order(candidate.device)] = (
             f"{kind.name(candidate.device)}: qualifies ({format_size(candidate.free_bytes)} free)"
         )
@@ -307,9 +310,10 @@ def _qualify(
     request: Request,
     kept: Mapping[tuple[int, ...], Waiter],
     seed: int,
+    explain: bool = True,
 ) -> tuple[list[Candidate], dict[tuple[int, ...], str], tuple[int, int]]:
-    """The candidates that qualify, best first; why each other does not; and how many of
-    those are in use, and of unknown holders."""
+    """The candidates that qualify, best first; why each other does not (where `explain`);
+    and how many of those are in use, and of unknown holders."""
     qualifying, rejected, busy, unknown = [], {}, 0, 0
     for candidate in candidates:
         reason = _reason_against(kind, candidate, request, kept)
@@ -318,7 +322,8 @@ def _qualify(
         else:
             busy += reason.startswith("in use")
             unknown += reason.startswith(HOLDERS_UNKNOWN)
-            rejected[kind.order(candidate.device)] = f"{kind.name(candidate.device)}: {reason}"
+            if explain:
+                rejected[kind.order(candidate.device)] = f"{kind.name(candidate.device)}: {reason}"
     qualifying.sort(key=lambda candidate: _rank(kind, candidate, request.strategy, seed))
     return qualifying, rejected, (busy, unknown)
 

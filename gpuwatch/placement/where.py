@@ -85,17 +85,25 @@ class Answer(msgspec.Struct, frozen=True):
     misses: tuple[NodeMiss, ...]
 
 
-def where(fleet: FleetState, request: Request, *, excluded_nodes: Collection[str] = ()) -> Answer:
+def where(
+    fleet: FleetState,
+    request: Request,
+    *,
+    excluded_nodes: Collection[str] = (),
+    explain: bool = True,
+) -> Answer:
     """The nodes of `fleet` that could run `request` now, ranked by `request.strategy`:
     `most-free`, the most free memory on the chosen devices together first; `pack`, the
     least that fits first; `least-util`, the least busy chosen GPUs first. Ties go by
-    node label. `excluded_nodes` names nodes by name (every target claiming it) or label."""
+    node label. `excluded_nodes` names nodes by name (every target claiming it) or label.
+    `explain=False`: a miss tells no device's reason (`explained` tells those of the few
+    misses shown), and costs no text per device."""
     fits: list[NodeFit] = []
     misses: list[NodeMiss] = []
     for node in fleet.nodes:
         if node.name in excluded_nodes or node.label in excluded_nodes:
             continue
-        outcome = _on_node(node, request)
+        outcome = _on_node(node, request, explain)
         if isinstance(outcome, NodeFit):
             fits.append(outcome)
         else:
@@ -105,7 +113,21 @@ def where(fleet: FleetState, request: Request, *, excluded_nodes: Collection[str
     return Answer(tuple(fits), tuple(misses))
 
 
-def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
+def explained(
+    fleet: FleetState, request: Request, misses: Iterable[NodeMiss]
+) -> tuple[NodeMiss, ...]:
+    """`misses` (of `where(fleet, request, explain=False)`) with their devices' reasons."""
+    by_label = {node.label: node for node in fleet.nodes}
+    return tuple(
+        outcome
+        if (node := by_label.get(miss.node)) is not None
+        and isinstance(outcome := _on_node(node, request, True), NodeMiss)
+        else miss
+        for miss in misses
+    )
+
+
+def _on_node(node: NodeState, request: Request, explain: bool) -> NodeFit | NodeMiss:
     known = node.leases is not None
     if node.snapshot is None or not node.up:
         age = "" if node.age_s is None else f", data {format_span(node.age_s)} old"
@@ -115,7 +137,8 @@ def _on_node(node: NodeState, request: Request) -> NodeFit | NodeMiss:
     if kind.mig and not node.mig_devices_known:
         return NodeMiss(node.label, _mig_unknown(node.snapshot), leases_known=known)
     holders = node.holders
-    choice = place(kind, node.snapshot, request, leases=node.leases or (), holders=holders)
+    leases = node.leases or ()
+    choice = place(kind, node.snapshot, request, leases=leases, holders=holders, explain=explain)
     if choice.satisfied:
         return NodeFit(node.label, choice.chosen, choice.free_bytes, known)
     if node.given_only:

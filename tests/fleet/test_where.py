@@ -8,12 +8,13 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from gpuwatch.choices import Strategy
 from gpuwatch.fleet.mapped import GpuFields
 from gpuwatch.fleet_model import Exporter, FleetState, GpuPod, NodeState, NodeSummary
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.placement.where import where
+from gpuwatch.placement.where import explained, where
 from gpuwatch.request import Request
 from tests.helpers.fleet.nodes import idle_gpu_node
 
@@ -161,6 +162,27 @@ def test_where_agrees_with_an_independent_reading_of_the_rules(
         assert len(fit.devices) == count
         assert fit.memory_free_bytes == expected[fit.node] * GIB
     assert {miss.node for miss in answer.misses} == {n.name for n in nodes} - set(expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(nodes=_nodes, count=st.integers(1, 3), min_free_gib=st.sampled_from([0, 40, 79]))
+def test_where_without_reasons_answers_alike_and_explains_the_misses_it_shows(
+    nodes: list[Node], count: int, min_free_gib: int
+) -> None:
+    # GIVEN any fleet and request
+    fleet, request = fleet_of(nodes), Request(count=count, min_free_bytes=min_free_gib * GIB)
+    # WHEN where answers without its devices' reasons (as the command asks it), and the
+    # misses it shows are explained afterwards
+    explaining = where(fleet, request)
+    lean = where(fleet, request, explain=False)
+    # THEN the fits and misses, in order, and each miss's summary are those of an answer
+    # with reasons; a miss carries no device's reason until explained, and then its own
+    assert lean.fits == explaining.fits
+    assert [replace(miss, reasons=()) for miss in explaining.misses] == [
+        replace(miss, reasons=()) for miss in lean.misses
+    ]
+    assert not any(miss.reasons for miss in lean.misses)
+    assert explained(fleet, request, lean.misses) == explaining.misses
 
 
 def _two_node_fleet() -> FleetState:

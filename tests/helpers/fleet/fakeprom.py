@@ -84,6 +84,10 @@ class FakePrometheus:
     answered: Callable[[str], None] | None = None
     """Called with each instant query once it is answered (a scrape stored between two
     queries of one read), one query at a time."""
+    now: float = NOW
+    """Its evaluation time, which every answer carries."""
+    series_sent: list[tuple[str, int]] = field(default_factory=list)
+    """Each instant query answered, with the number of series its answer held."""
     _one_at_a_time: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, path: str, headers: dict[str, str]) -> Reply:
@@ -103,6 +107,7 @@ class FakePrometheus:
         with self._one_at_a_time:
             self.asked.append(query)
             result = self._answer(query, float(params["time"]) if "time" in params else None)
+            self.series_sent.append((query, -1 if result is None else len(result)))
             if self.answered is not None:
                 self.answered(query)
         if result is None:
@@ -173,14 +178,14 @@ class FakePrometheus:
                 labels = {k: v for k, v in labels.items() if k in kept}
             key = tuple(sorted(labels.items()))
             found[key] = max(found.get(key, sample.value), sample.value)
-        return [{"metric": dict(key), "value": [NOW, repr(v)]} for key, v in found.items()]
+        return [{"metric": dict(key), "value": [self.now, repr(v)]} for key, v in found.items()]
 
     def _no_users(self, targets: list[FakeTarget]) -> list[dict[str, object]]:
         """`NO_USER` for each target scraped (with GPUs): nobody runs a process here."""
         scraped = {(t.job, t.instance) for t, _ in self._samples(targets, "gpuwatch_gpu_info")}
         value = repr(summaries.NO_USER)
         return [
-            {"metric": {"job": job, "instance": instance}, "value": [NOW, value]}
+            {"metric": {"job": job, "instance": instance}, "value": [self.now, value]}
             for job, instance in sorted(scraped)
         ]
 
@@ -204,7 +209,7 @@ class FakePrometheus:
                 if sample.name.startswith("DCGM_FI_"):
                     labels = self._stored(target, sample.labels)
                     found[tuple(sorted((k, v) for k, v in labels.items() if k in keep))] = 1.0
-        return [{"metric": dict(key), "value": [NOW, "1"]} for key in found]
+        return [{"metric": dict(key), "value": [self.now, "1"]} for key in found]
 
     def _targets(self) -> list[dict[str, object]]:
         return [
@@ -220,7 +225,7 @@ class FakePrometheus:
         return [
             {
                 "metric": self._target_labels(t) | self._host(t) | {"exporter": t.exporter},
-                "value": [NOW, repr(t.snapshot_at)],
+                "value": [self.now, repr(t.snapshot_at)],
             }
             for t in targets
             if t.exporter  # as the names query: targets with GPU series in the last hour
@@ -238,7 +243,7 @@ class FakePrometheus:
         return [
             {
                 "metric": self._scraped_labels(t),
-                "value": [NOW, repr(t.scraped_at if t.up else -t.scraped_at)],
+                "value": [self.now, repr(t.scraped_at if t.up else -t.scraped_at)],
             }
             for t in targets
         ]

@@ -85,5 +85,8 @@ def recorded_fleet(home: Path) -> Iterator[RecordedFleet]:
         targets += [Target(endpoint.address, "dcgm") for endpoint in never_up]
         prometheus = stack.enter_context(running_prometheus(home, targets))
         prometheus.wait_until_up([endpoint.address for endpoint in pages.values()])
+        # A page is one instance in several jobs: each job's target scraped, not only one.
+        up = len(targets) - len(never_up)
+        prometheus.wait_for("up == 1", lambda found: len(found) == up, f"{up} targets up")
         prometheus.wait_until_up([endpoint.address for endpoint in never_up], up=False)
         yield RecordedFleet(prometheus, pages, never_up)
