@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.errors import SourceError
@@ -93,6 +94,25 @@ async def test_the_filter_keeps_matching_nodes_and_esc_brings_all_back() -> None
         # WHEN Esc is pressed THEN every node is back
         await pilot.press("escape")
         assert len(shown(app)) == 20
+
+
+@synced
+async def test_a_filter_typed_applies_on_enter_and_the_sort_stays() -> None:
+    app = frozen_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await first_read(pilot)
+        # GIVEN the nodes sorted by name, last first
+        await pilot.click("#nodes", offset=(3, 0))
+        await pilot.press("r")
+        assert shown(app) == sorted(shown(app), reverse=True)
+        every = shown(app)
+        # WHEN a filter is typed THEN the table stays as it was until Enter
+        await pilot.press("slash", *"down")
+        assert shown(app) == every and app.view.filter_text == ""
+        # WHEN Enter is pressed THEN it applies, in the order chosen
+        await pilot.press("enter")
+        assert shown(app) == ["node-19", "node-09", "node-06"]
+        assert "filter: down  (3 of 20 nodes)" in str(app.query_one("#status", Static).render())
 
 
 @synced
