@@ -68,7 +68,12 @@ class RowTable(DataTable[Text], Generic[R]):
     of what the fleet screen cost). This table draws the lines of its rows itself (Textual's
     line API, `render_line`), as DataTable draws them (a test holds the two alike), keeping
     each line and each cell it drew by what it says: a refresh draws again only the cells
-    that changed. The header, and the lines under the cursor and the mouse, DataTable draws."""
+    that changed. The header, and the lines under the cursor and the mouse, DataTable draws.
+
+    DataTable measures every cell of every row added, so a row added off screen is added
+    blank (its DataTable cells empty) and gets its cells once it comes into view: a table
+    filled again (the first read, a filter cleared) makes and measures the text of the
+    rows on screen only."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = DataTable.COMPONENT_CLASSES | SPAN_CLASSES
     # DataTable scrolls sideways on Home and End; in a list of processes or nodes they
