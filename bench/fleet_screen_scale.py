@@ -11,6 +11,8 @@ every node's age moving. For each size:
   until the rows are on screen;
 - filter: a node's name typed in the filter field (the pilot waits for the screen after
   each key), then Enter, until that node alone is shown, then Esc, until every node is back;
+  then `/ z Backspace Esc`: a letter no node matches typed and taken back (where the filter
+  applies as it is typed, every node goes and comes back);
 - sort: `s` (the next column) and `r` (reversed), each until drawn;
 - scroll: PageDown and End, each until drawn.
 
@@ -64,6 +66,7 @@ async def keys(app: FleetApp, pilot: Pilot[int], word: str, tries: int) -> dict[
             ("filter typed", ("slash", *word)),
             ("Enter (filter applied)", ("enter",)),
             ("Esc (every node back)", ("escape",)),
+            ("/ z Backspace Esc", ("slash", "z", "backspace", "escape")),
             ("sort s", ("s",)),
             ("sort r", ("r",)),
             ("scroll PageDown", ("pagedown",)),
