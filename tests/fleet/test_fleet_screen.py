@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from gpuwatch.backends.sim_fleet import SimFleet
 from gpuwatch.errors import SourceError
@@ -22,6 +23,7 @@ from gpuwatch.fleet.source import Needs
 from gpuwatch.fleet_model import FleetState, NodeState
 from gpuwatch.tui.common.section import GRAPH_WINDOW_S
 from gpuwatch.tui.fleet.app import FleetApp
+from gpuwatch.tui.fleet.cells import cell_text
 from gpuwatch.tui.fleet.screens import NodeScreen, UsersScreen
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.fleet.daemons import SimNode
@@ -93,6 +95,25 @@ async def test_the_filter_keeps_matching_nodes_and_esc_brings_all_back() -> None
         # WHEN Esc is pressed THEN every node is back
         await pilot.press("escape")
         assert len(shown(app)) == 20
+
+
+@synced
+async def test_a_filter_typed_applies_on_enter_and_the_sort_stays() -> None:
+    app = frozen_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await first_read(pilot)
+        # GIVEN the nodes sorted by name, last first
+        await pilot.click("#nodes", offset=(3, 0))
+        await pilot.press("r")
+        assert shown(app) == sorted(shown(app), reverse=True)
+        every = shown(app)
+        # WHEN a filter is typed THEN the table stays as it was until Enter
+        await pilot.press("slash", *"down")
+        assert shown(app) == every and app.view.filter_text == ""
+        # WHEN Enter is pressed THEN it applies, in the order chosen
+        await pilot.press("enter")
+        assert shown(app) == ["node-19", "node-09", "node-06"]
+        assert "filter: down  (3 of 20 nodes)" in str(app.query_one("#status", Static).render())
 
 
 @synced
@@ -180,6 +201,29 @@ async def test_a_read_that_changes_one_node_redraws_that_row_and_keeps_the_other
         assert row_lines and all("6m" in after[i] for i in row_lines)
         assert all(after[i] == before[i] for i in range(len(after)) if i not in row_lines)
         assert app.selected_node() == changed
+
+
+@synced
+async def test_rows_far_below_the_screen_show_their_nodes_once_scrolled_to() -> None:
+    app = frozen_app(1000)
+    async with app.run_test(size=(80, 24)) as pilot:
+        # GIVEN a thousand nodes, the first rows on screen
+        await first_read(pilot)
+        last, before_last = shown(app)[-1], shown(app)[-2]
+        assert not any(last in line for line in drawn_lines(app))
+        # WHEN End is pressed
+        await pilot.press("end")
+        await pilot.pause()
+        # THEN the last rows show every cell of their nodes, the cursor's row too
+        lines = drawn_lines(app)
+        table = app.table()
+        for node in (last, before_last):
+            line = next(line for line in lines if node in line)
+            row = table.row(node)
+            assert row is not None
+            cells = [cell_text(row, column.key)[0] for column in table.columns_shown]
+            assert line.split() == " ".join(cells).split(), line
+        assert app.selected_node() == last
 
 
 def reads_a_minute_apart() -> tuple[SimFleet, FleetState, FleetState]:

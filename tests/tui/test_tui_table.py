@@ -68,9 +68,10 @@ async def test_every_line_of_rows_is_drawn_as_datatable_draws_it(
         app.redraw()
         await pilot.pause()
         table = app.table()
-        for keys, mouse in (((), False), (("down",) * 3, True), (("pagedown",) * 2, False)):
-            # GIVEN the table scrolled and its cursor moved (the first time: as it opens),
-            # with the mouse over a row or not
+        moves = (((), False), (("down",) * 3, True), (("pagedown",) * 2, False), (("end",), False))
+        for keys, mouse in moves:
+            # GIVEN the table scrolled and its cursor moved (the first time: as it opens; at
+            # the end, to rows added off screen), with the mouse over a row or not
             await pilot.press(*keys)
             if mouse:
                 await pilot.hover(RowTable, offset=(3, 5))

@@ -4,7 +4,7 @@ select and open a row, from keys, the mouse and the filter field."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from textual import on
 from textual.app import App
@@ -30,6 +30,11 @@ class TableApp(App[int], Generic[V, R]):
     Both apps read on threads of their own every `interval_s`, call a holder idle after
     `idle_after_s`, and measure time with `monotonic`; `sample=False` starts no thread, so
     data comes only from the app's `feed()` (as tests do)."""
+
+    FILTER_ON_ENTER: ClassVar[bool] = False
+    """Whether the filter applies when Enter is pressed in its field, not as it is typed:
+    a table of thousands of rows (a fleet's) would be filtered and filled again at each
+    keystroke (10,000 nodes: 2.2 s to type a node's name, bench/fleet_screen_scale.py)."""
 
     def __init__(
         self,
@@ -121,13 +126,20 @@ class TableApp(App[int], Generic[V, R]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self.view = self.view.filter(event.value)
-        self.redraw()
+        if not self.FILTER_ON_ENTER:
+            self._apply_filter(event.value)
 
     @on(Input.Submitted, "#filter")
-    def _filter_kept(self) -> None:
+    def _filter_kept(self, event: Input.Submitted) -> None:
         self.home.query_one("#filter", Input).display = False
         self.table().focus()
+        if self.FILTER_ON_ENTER:
+            self._apply_filter(event.value)
+
+    def _apply_filter(self, text: str) -> None:
+        if text != self.view.filter_text:
+            self.view = self.view.filter(text)
+            self.redraw()
 
     def action_clear(self) -> None:
         field = self.home.query_one("#filter", Input)

@@ -63,6 +63,7 @@ class FleetApp(TableApp[FleetView, NodeRow]):
 
     CSS_PATH = ["../common/common.tcss", "fleet.tcss"]  # noqa: RUF012 - Textual's declaration style
     TITLE = "gpuwatch fleet"
+    FILTER_ON_ENTER = True
 
     def __init__(
         self,
@@ -113,7 +114,10 @@ class FleetApp(TableApp[FleetView, NodeRow]):
         yield Painted([("reading the fleet…", "dim")], id="totals")
         yield RowTable[NodeRow](id="nodes")
         yield Static(id="status")
-        yield Input(placeholder="filter: user:NAME free down idle WORD   (Esc clears)", id="filter")
+        yield Input(
+            placeholder="filter: user:NAME free down idle WORD   (Enter applies, Esc clears)",
+            id="filter",
+        )
         yield Footer()
 
     def on_mount(self) -> None:

@@ -11,7 +11,7 @@ FLEET_KEYS: tuple[Key, ...] = (
     Key("enter", "node", "The selected node's GPUs, as cards with graphs", "Enter", footer="node"),
     Key("u", "users", "Users across the fleet (again: back to the nodes)", "u", footer="users"),
     *SORT_KEYS,
-    Key("slash", "filter", "Filter nodes: user:NAME free down idle WORD", "/", footer="filter"),
+    Key("slash", "filter", "Filter, on Enter: user:NAME free down idle WORD", "/", footer="filter"),
     Key("escape", "clear", "Clear the filter", "Esc"),
 )
 """Every key of `gpuwatch fleet`: bound by the app, listed by `?` and in the docs."""
