@@ -27,6 +27,13 @@ from pathlib import Path
 from typing import Any
 
 FLEET_NODES = Path(__file__).resolve().with_name("fleet_nodes.py")
+BARE_CLIENT = (  # the client to compare with: one query for free memory
+    "import json, sys, urllib.parse, urllib.request\n"
+    "query = urllib.parse.urlencode({'query': 'gpuwatch_memory_free_bytes'})\n"
+    "with urllib.request.urlopen(sys.argv[1] + '/api/v1/query?' + query, timeout=60) as r:\n"
+    "    series = json.load(r)['data']['result']\n"
+    "print(len(series))\n"
+)
 
 
 @dataclass(frozen=True)
@@ -47,14 +54,22 @@ def serving_nodes(count: int, **options: int | bool) -> Iterator[Nodes]:
     for name, value in options.items():
         flag = f"--{name.replace('_', '-')}"
         argv += [flag] if value is True else [] if value is False else [flag, str(value)]
+    with serving(argv) as ready:
+        nodes = {node["name"]: node["address"] for node in ready["nodes"]}
+        yield Nodes(nodes, tuple(ready["hanging"]), tuple(ready["refusing"]))
+
+
+@contextmanager
+def serving(argv: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """A server process that writes one JSON line when it serves (what it serves), until
+    the block ends: it stops when its standard input does."""
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as process:
         assert process.stdin is not None and process.stdout is not None
         try:
             ready = json.loads(process.stdout.readline() or "null")
             if ready is None:
-                raise SystemExit(f"{FLEET_NODES} ended before serving")
-            nodes = {node["name"]: node["address"] for node in ready["nodes"]}
-            yield Nodes(nodes, tuple(ready["hanging"]), tuple(ready["refusing"]))
+                raise SystemExit(f"{argv[1]} ended before serving")
+            yield ready
         finally:
             process.stdin.close()
             process.wait(timeout=60)

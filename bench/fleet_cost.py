@@ -57,6 +57,7 @@ from pathlib import Path
 
 from _common import REPO
 from _fleet import (
+    BARE_CLIENT,
     CountingProxy,
     Nodes,
     Prometheus,
@@ -75,13 +76,6 @@ from gpuwatch.fleet.source import Needs
 
 MIB = 1 << 20
 RULES = REPO / "examples" / "gpuwatch-fleet-rules.yml"
-BARE_CLIENT = (
-    "import json, sys, urllib.parse, urllib.request\n"
-    "query = urllib.parse.urlencode({'query': 'gpuwatch_memory_free_bytes'})\n"
-    "with urllib.request.urlopen(sys.argv[1] + '/api/v1/query?' + query, timeout=60) as r:\n"
-    "    series = json.load(r)['data']['result']\n"
-    "print(len(series))\n"
-)
 WHERE = ("where", "-n", "2", "--min-free", "40GiB")
 MODES = {
     "gpus": "every GPU's series (fleet --json; a fleet with other exporters)",

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import statistics
 import subprocess
@@ -40,32 +39,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from _fleet import Terminal, gpuwatch_command
+from _fleet import BARE_CLIENT, Terminal, gpuwatch_command, serving
 
 STANDIN = Path(__file__).resolve().with_name("prom_standin.py")
-BARE_CLIENT = (
-    "import json, sys, urllib.parse, urllib.request\n"
-    "query = urllib.parse.urlencode({'query': 'gpuwatch_memory_free_bytes'})\n"
-    "with urllib.request.urlopen(sys.argv[1] + '/api/v1/query?' + query, timeout=60) as r:\n"
-    "    series = json.load(r)['data']['result']\n"
-    "print(len(series))\n"
-)
 
 
 @contextmanager
 def standin(nodes: int) -> Iterator[str]:
     """The stand-in's URL, until the block ends (it stops when its standard input does)."""
-    argv = [sys.executable, str(STANDIN), "--nodes", str(nodes)]
-    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as process:
-        assert process.stdin is not None and process.stdout is not None
-        try:
-            ready = json.loads(process.stdout.readline() or "null")
-            if ready is None:
-                raise SystemExit(f"{STANDIN} ended before serving")
-            yield str(ready["url"])
-        finally:
-            process.stdin.close()
-            process.wait(timeout=60)
+    with serving([sys.executable, str(STANDIN), "--nodes", str(nodes)]) as ready:
+        yield str(ready["url"])
 
 
 def measured(argv: Sequence[str]) -> tuple[int, float, float, int, str]:

@@ -35,16 +35,9 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from _fleet import gpuwatch_command, median_wall_s, running_prometheus, serving_nodes
+from _fleet import BARE_CLIENT, gpuwatch_command, median_wall_s, running_prometheus, serving_nodes
 
 GPUWATCH_NODES, DCGM_NODES, DEAD = 300, 40, 5
-BARE_CLIENT = (
-    "import json, sys, urllib.parse, urllib.request\n"
-    "query = urllib.parse.urlencode({'query': 'gpuwatch_memory_free_bytes'})\n"
-    "with urllib.request.urlopen(sys.argv[1] + '/api/v1/query?' + query, timeout=60) as r:\n"
-    "    series = json.load(r)['data']['result']\n"
-    "print(len(series))\n"
-)
 WHERE = ("where", "-n", "4", "--min-free", "40GiB")
 PEAK_OF = (
     "import resource, subprocess, sys, time\n"

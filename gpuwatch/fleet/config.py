@@ -82,21 +82,6 @@ class Resolved(msgspec.Struct, frozen=True):
     timeout_s: float
 
 
-def resolve(
-    options: SourceOptions,
-    env: Mapping[str, str] | None = None,
-    *,
-    needs: Needs | None = None,
-    whole_command: bool = False,
-    warn: Callable[[str], None] | None = None,
-    max_bytes: int | None = None,
-) -> FleetSource:
-    """The source `options` name (see `resolved`)."""
-    return resolved(
-        options, env, needs=needs, whole_command=whole_command, warn=warn, max_bytes=max_bytes
-    ).source
-
-
 def resolved(
     options: SourceOptions,
     env: Mapping[str, str] | None = None,

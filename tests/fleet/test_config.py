@@ -4,14 +4,23 @@ files or the environment only; every mistake one line."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.errors import InvalidValueError
-from gpuwatch.fleet.config import SourceOptions, config_path, http_options, resolve
+from gpuwatch.fleet.config import SourceOptions, config_path, http_options, resolved
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.scrape import ScrapeSource
+from gpuwatch.fleet.source import FleetSource
+
+
+def resolve(
+    options: SourceOptions, env: dict[str, str], *, warn: Callable[[str], None] | None = None
+) -> FleetSource:
+    """The source `options` name in `env`, as a command opens it."""
+    return resolved(options, env, warn=warn).source
 
 
 def env_for(tmp_path: Path, **more: str) -> dict[str, str]:
