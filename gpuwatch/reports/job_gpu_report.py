@@ -8,7 +8,7 @@ from Slurm while it runs, or from the daemon's memory of the job after; it says 
 when none of them knows the job ("never seen") or its GPUs.
 
 Each sample stands for the time until the next one, but never for more than `gap_s` (three
-sampling intervals): a longer silence is a gap in the history (the daemon was down or
+sampling intervals, and at least two seconds): a longer silence is a gap in the history (the daemon was down or
 restarted), counted as not covered rather than filled in. The figures are the whole GPU's,
 as NVML reports them: on a GPU Slurm gave to this job alone, the job's.
 """
@@ -30,6 +30,10 @@ IDLE_MAX_PCT = 1
 """A sample at or below this utilisation counts as idle."""
 GAP_INTERVALS = 3
 """A silence longer than this many sampling intervals is a gap in the history."""
+GAP_MIN_S = 2.0
+"""Nor is a silence this short ever one: on a busy node (a Slurm node running jobs is one) a
+sample is late by a scheduling stall now and then, and three intervals of a fast daemon
+(0.6 s at 0.2 s) are shorter than such a stall."""
 
 
 class GpuJobUsage(msgspec.Struct, frozen=True):
@@ -61,7 +65,7 @@ def gpu_job_usage(
 ) -> GpuJobUsage:
     """`series` between the Unix times `start_s` and `end_s` (a job's run), sampled every
     `interval_s` (the daemon's interval)."""
-    gap_s = GAP_INTERVALS * max(interval_s, 1e-3)
+    gap_s = max(GAP_INTERVALS * interval_s, GAP_MIN_S)
     inside = [
         i for i, t in enumerate(series.taken_at) if start_s <= t <= end_s and math.isfinite(t)
     ]

@@ -68,6 +68,19 @@ def test_a_gap_is_not_filled_in() -> None:
     assert "1 gap" in shortfalls([usage])[0]
 
 
+def test_a_fast_daemons_late_sample_on_a_busy_node_is_not_a_gap() -> None:
+    # GIVEN a daemon sampling every 0.2 s whose samples came 1.5 s apart once (a stall),
+    # and 5 s apart once (it was down)
+    times = [START_S + 0.2 * i for i in range(10)]
+    times += [times[-1] + 1.5 + 0.2 * i for i in range(10)]
+    times += [times[-1] + 5 + 0.2 * i for i in range(10)]
+    end_s = times[-1] + 0.2
+    usage = gpu_job_usage(series(times, [50] * 30, [1] * 30), START_S, end_s, interval_s=0.2)
+    # THEN only the long silence is a gap
+    assert usage.gaps == 1
+    assert usage.covered_s == pytest.approx(end_s - START_S - 5 + 2)
+
+
 def test_a_history_that_stops_before_the_end_of_the_job_has_a_gap() -> None:
     # GIVEN a daemon that stopped sampling halfway through the job
     times = [START_S + i for i in range(50)]
