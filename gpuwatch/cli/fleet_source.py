@@ -76,9 +76,9 @@ def source_options(command: F) -> F:
             "--max-bytes",
             type=Parsed(_read_bytes, "size"),
             metavar="SIZE",
-            help="How much the answers of one read may hold in all, as JSON or text (e.g. "
-            "256MiB for a fleet of 10,000 nodes; 1MiB to 16GiB): more is an error, never "
-            "a partial fleet.  [default: 64MiB through Prometheus, 8MiB a node scraped]",
+            help="How much the answers of one read may hold in all, as JSON or text (about "
+            "10MiB per 1,000 nodes of 8 GPUs; 1MiB to 16GiB): more is an error, never a "
+            "partial fleet.  [default: 256MiB through Prometheus, 8MiB a node scraped]",
         ),
         click.option("--ca-file", metavar="FILE", help="Trust this CA for https."),
         click.option("--client-cert", metavar="FILE", help="Present this client certificate."),

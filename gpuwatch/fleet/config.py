@@ -70,7 +70,7 @@ def config_path(env: Mapping[str, str]) -> str:
     return os.path.join(base, "gpuwatch", "fleet.toml")
 
 
-MORE_BYTES = "a larger fleet needs --max-bytes (e.g. 256MiB for 10,000 nodes)"
+MORE_BYTES = "a larger fleet needs --max-bytes (about 10MiB per 1,000 nodes of 8 GPUs)"
 """What a command whose answers are over its cap of bytes says to do."""
 
 

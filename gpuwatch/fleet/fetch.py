@@ -107,8 +107,18 @@ class Budget:
     def spend(self, count: int) -> None:
         """Counts `count` bytes more; `TooLarge` once the read is over its bytes."""
         if self._tally.add(count) > self.max_bytes:
-            more = f": {self.more}" if self.more else ""
-            raise TooLarge(f"answers too large (over {self.max_bytes >> 20}MiB in all){more}")
+            raise self._over_all()
+
+    def answer_over(self) -> TooLarge:
+        """Why an answer over `answer_bytes` is refused; where one answer may take the
+        read's whole cap, as for all of them (with how to allow more)."""
+        if self.answer_bytes < self.max_bytes:
+            return TooLarge(f"answer too large (over {self.answer_bytes >> 20}MiB)")
+        return self._over_all()
+
+    def _over_all(self) -> TooLarge:
+        more = f": {self.more}" if self.more else ""
+        return TooLarge(f"answers too large (over {self.max_bytes >> 20}MiB in all){more}")
 
 
 class _Tally:
@@ -265,7 +275,7 @@ def _body(response: http.client.HTTPResponse, budget: Budget) -> bytes:
             chunk = inflate.decompress(chunk, most + 1 - size)
         size += len(chunk)
         if size > most:
-            raise TooLarge(f"answer too large (over {most >> 20}MiB)")
+            raise budget.answer_over()
         budget.spend(len(chunk))
         chunks.append(chunk)
     return b"".join(chunks)

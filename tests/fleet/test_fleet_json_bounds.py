@@ -4,6 +4,7 @@ bounding the whole command, the work after the answers included."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import urllib.parse
@@ -33,19 +34,22 @@ def _prometheus(up_seen: bytes) -> Route:
         if url.path == "/api/v1/targets":
             return Reply(_NO_TARGETS, content_type="application/json")
         query = dict(urllib.parse.parse_qsl(url.query)).get("query")
-        body = up_seen if query == promql.UP_SEEN else _EMPTY
-        return Reply(body, content_type="application/json")
+        if query != promql.UP_SEEN:
+            return Reply(_EMPTY, content_type="application/json")
+        # gzip, as a Prometheus answers it: the cap counts the JSON, not what the wire carried
+        headers = {"Content-Encoding": "gzip"}
+        return Reply(up_seen, content_type="application/json", headers=headers)
 
     return route
 
 
 def _up_seen(targets: list[dict[str, str]], scraped_at: float) -> bytes:
-    """`timestamp(up) * (2 * up - 1)` for `targets` (their labels): all scraped at
-    `scraped_at`, negative where the scrape failed."""
+    """`timestamp(up) * (2 * up - 1)` for `targets` (their labels), gzipped: all scraped
+    at `scraped_at`, negative where the scrape failed."""
     value = repr(scraped_at)
     result = [{"metric": labels, "value": [EVALUATED_AT, value]} for labels in targets]
     document = {"status": "success", "data": {"resultType": "vector", "result": result}}
-    return json.dumps(document).encode()
+    return gzip.compress(json.dumps(document).encode(), compresslevel=1)
 
 
 def _fleet_json(url: str, *options: str) -> subprocess.CompletedProcess[str]:
@@ -55,32 +59,32 @@ def _fleet_json(url: str, *options: str) -> subprocess.CompletedProcess[str]:
 
 def _labelled_targets() -> list[dict[str, str]]:
     """Two targets whose labels (as Kubernetes service discovery gives a target many)
-    make `up`'s answer 65 MiB: over the default cap of all of a read's answers."""
+    make `up`'s answer 257 MiB: over the default cap of all of a read's answers."""
     return [
-        {"job": "gpuwatch", "instance": "gpu-01:9400", "annotations": "x" * (65 * MIB)},
+        {"job": "gpuwatch", "instance": "gpu-01:9400", "annotations": "x" * (257 * MIB)},
         {"job": "gpuwatch", "instance": "gpu-02:9400"},
     ]
 
 
 def test_answers_over_the_default_cap_fail_in_one_line_naming_it() -> None:
-    # GIVEN a Prometheus whose answers to one read hold 65 MiB
+    # GIVEN a Prometheus whose answers to one read hold 257 MiB
     with serving(_prometheus(_up_seen(_labelled_targets(), -EVALUATED_AT))) as url:
         # WHEN fleet --json reads it with the default cap
         done = _fleet_json(url)
     # THEN it exits 6 in one line that says the answers are too large and what to do, and
     # prints nothing
     assert done.returncode == ExitCode.REMOTE, done.stderr
-    assert "answers too large (over 64MiB in all): a larger fleet needs --max-bytes" in (
+    assert "answers too large (over 256MiB in all): a larger fleet needs --max-bytes" in (
         done.stderr
     )
     assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
 
 
 def test_max_bytes_lets_a_read_of_more_than_the_default_cap_through() -> None:
-    # GIVEN the same Prometheus, 65 MiB of answers
+    # GIVEN the same Prometheus, 257 MiB of answers
     with serving(_prometheus(_up_seen(_labelled_targets(), -EVALUATED_AT))) as url:
-        # WHEN fleet --json reads it allowed 128 MiB
-        done = _fleet_json(url, "--max-bytes", "128MiB")
+        # WHEN fleet --json reads it allowed 300 MiB
+        done = _fleet_json(url, "--max-bytes", "300MiB")
     # THEN it prints the document: both targets, down (their scrapes failed)
     assert done.returncode == 0, done.stderr
     nodes = json.loads(done.stdout)["nodes"]

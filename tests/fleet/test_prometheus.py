@@ -160,6 +160,9 @@ def test_history_asks_one_range_query_for_the_nodes_target() -> None:
     assert float(asked["end"]) - float(asked["start"]) == pytest.approx(600)
 
 
+_VECTOR = b'{"status": "success", "data": {"resultType": "vector", "result": [%s]}}'
+
+
 def error_json(message: str) -> Reply:
     body = json.dumps({"status": "error", "errorType": "bad_data", "error": message})
     return Reply(body.encode(), status=400, content_type="application/json")
@@ -175,11 +178,23 @@ def error_json(message: str) -> Reply:
         (Reply(b"{not json", content_type="application/json"), "without JSON"),
         (Reply(b'["a list"]', content_type="application/json"), "not Prometheus's API"),
         (Reply(b'{"status": "success", "data": {"resultType": "matrix", "result": []}}'), "vector"),
+        (Reply(_VECTOR % b'{"metric": {"gpu": 0}, "value": [1, "2"]}'), "not of the API's shape"),
         (Reply(b"", status=401), "credentials"),
         (Reply(b"", endless_bytes=100 << 20, content_type="application/json"), "too large"),
         (Reply(b"{" * 10_000, drip_s=0.01, content_type="application/json"), "within 1s"),
     ],
-    ids=["html", "404", "status-error", "not-json", "json-list", "matrix", "401", "100MB", "drip"],
+    ids=[
+        "html",
+        "404",
+        "status-error",
+        "not-json",
+        "json-list",
+        "matrix",
+        "label-not-text",
+        "401",
+        "100MB",
+        "drip",
+    ],
 )
 def test_a_server_that_is_not_prometheus_is_one_clear_line(reply: Reply, says: str) -> None:
     with serving(always(reply)) as url:
@@ -189,6 +204,22 @@ def test_a_server_that_is_not_prometheus_is_one_clear_line(reply: Reply, says: s
     message = str(raised.value)
     assert says in message and url in message
     assert message.isprintable()
+
+
+def test_series_without_a_finite_value_are_left_out_and_the_others_kept() -> None:
+    # GIVEN an answer of four series, two of them NaN and +Inf, one not a number
+    series = [
+        b'{"metric": {"gpu": "0"}, "value": [1795472800.5, "NaN"]}',
+        b'{"metric": {"gpu": "1"}, "value": [1795472800.5, "+Inf"]}',
+        b'{"metric": {"gpu": "2"}, "value": [1795472800.5, "lots"]}',
+        b'{"metric": {"gpu": "3"}, "value": [1795472800.5, "4.5e9"]}',
+    ]
+    with serving(always(Reply(_VECTOR % b", ".join(series)))) as url:
+        # WHEN it is read
+        ((evaluated, samples),) = PrometheusSource(url).client.samples(["x"], ["x"])
+    # THEN only the finite one is a sample, with its evaluation time
+    assert [(s.labels["gpu"], s.value) for s in samples] == [("3", 4.5e9)]
+    assert evaluated == 1795472800.5
 
 
 def test_a_refused_connection_is_one_clear_line(refusing_endpoint: Endpoint) -> None:
