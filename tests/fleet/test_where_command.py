@@ -207,9 +207,10 @@ def test_a_prometheus_answering_60mib_a_query_costs_where_its_timeout_not_its_me
             [sys.executable, "-c", PEAK_OF, *where], capture_output=True, text=True, check=True
         )
         took_s = time.monotonic() - started
-    # THEN it exits 6 (the server cannot be read) in one line, within 6 s, under 200 MB
+    # THEN it exits 6 (the server cannot be read) in one line, within 6 s, in less memory
+    # than the answers to its nine queries (540 MiB): its cap of 256 MiB and the interpreter
     status, peak_kib = map(int, done.stdout.split())
     assert status == ExitCode.REMOTE, done.stderr
     assert "too large" in done.stderr and len(done.stderr.splitlines()) == 1
     assert took_s < 6.0
-    assert peak_kib * 1024 < 200_000_000
+    assert peak_kib * 1024 < 400_000_000
