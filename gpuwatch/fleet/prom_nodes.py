@@ -85,9 +85,10 @@ class KeptNodes:
             self._held = {t: held for t, held in self._held.items() if t in targets}
 
 
-class Inputs(msgspec.Struct, frozen=True):
+class Inputs(msgspec.Struct, frozen=True, gc=False):
     """What a target's node is built from: its series (lists and labels, held by the
-    table's source while not scraped since, so compared by identity) and the rest."""
+    table's source while not scraped since, so compared by identity) and the rest. Not
+    tracked by the garbage collector, as `NodeState` is not."""
 
     series: tuple[object, ...]
     values: tuple[object, ...]

@@ -163,10 +163,15 @@ def _figure(
     return FamilyQuery(name, keep, expression="" if recorded else expression)
 
 
-class Figures(msgspec.Struct, frozen=True):
-    """What a node's per-node series say, whenever it is judged."""
+class Figures(msgspec.Struct, frozen=True, gc=False):
+    """What a node's per-node series say, whenever it is judged. Not tracked by the
+    garbage collector (it holds texts, numbers and a `NodeSummary`): a table of 10,000
+    nodes keeps one a node, and each tracked object kept makes every full pass of the
+    collector longer."""
 
-    by_name: dict[str, list[Sample]]
+    error: str | None
+    """Why it is not up whatever its age (its daemon has no snapshot, its sampling is
+    not current, it has no GPU), or `None`."""
     stamp: float | None
     """Its daemon's newest snapshot time."""
     lease_waiters: int | None
@@ -174,7 +179,7 @@ class Figures(msgspec.Struct, frozen=True):
     summary: NodeSummary
 
 
-class SlowFigures(msgspec.Struct, frozen=True):
+class SlowFigures(msgspec.Struct, frozen=True, gc=False):
     """What a node's series of what changes slowly say (`slow_plan`)."""
 
     users: tuple[tuple[str, int, int], ...] | None
@@ -209,7 +214,8 @@ def figures(samples: Sequence[Sample], slow: SlowFigures) -> Figures:
     stamps = [s.value for s in by_name.get(STAMP, ())]
     waiters, longest_wait_s = node_work.waiting_line(by_name)
     stamp = max(stamps) if stamps else None
-    return Figures(by_name, stamp, waiters, longest_wait_s, _summary(by_name, slow))
+    error = _error(by_name, stamp)
+    return Figures(error, stamp, waiters, longest_wait_s, _summary(by_name, slow))
 
 
 def node_state(
@@ -225,7 +231,7 @@ def node_state(
     """One gpuwatch node from its per-node figures, up only when its daemon's snapshot is
     current (judged as for a node read GPU by GPU), scraped at `target` (and `job`)."""
     _, age_s = aged(seen_at, found.stamp, now)
-    error = _error(found.by_name, found.stamp) or stale(age_s, stale_after_s)
+    error = found.error or stale(age_s, stale_after_s)
     return NodeState(
         name,
         up=error is None,
