@@ -12,7 +12,7 @@ processes of this checkout's `gpuwatch`:
     same Python), medians of interleaved runs, and their ratio (the goal: 3x at 10,000);
 (b) `fleet --json`: CPU-s, wall time, peak RSS, exit status and the first line of its
     errors (the goal: it completes within its default timeout, in 1 GiB); where its
-    answers are over its default cap, again with `--max-bytes 256MiB`;
+    answers are over its default cap, again with `--max-bytes 1GiB`;
 (c) the screen, `gpuwatch fleet` at its default refresh in a tmux pane (120x40): the
     time from start to the first frame with nodes, its share of a core in steady state,
     and the time from a filter (`/` WORD Enter) and a sort (`s`) to the pane showing it
@@ -88,10 +88,10 @@ def where_ratio(url: str, runs: int) -> str:
 
 def fleet_json(url: str) -> list[str]:
     """`fleet --json`'s figures; where its answers are over its default cap, again with
-    `--max-bytes 256MiB` (where this checkout has it)."""
+    `--max-bytes 1GiB` (where this checkout has it)."""
     argv = [gpuwatch_command(), "fleet", "--json", "--prometheus", url]
     lines = []
-    for options in ([], ["--max-bytes", "256MiB"]):
+    for options in ([], ["--max-bytes", "1GiB"]):
         status, cpu_s, wall_s, rss, error = measured([*argv, *options])
         said = f"  {error!r}" if error else ""
         lines.append(
@@ -114,7 +114,7 @@ def warm(url: str) -> None:
     """Each command once, unmeasured: the stand-in builds its index of each family, and
     the answers that are the same at every read, at the first query that asks them."""
     options = ["--prometheus", url, "--timeout", "5m"]
-    options += ["--max-bytes", "256MiB"] if _has_max_bytes() else []
+    options += ["--max-bytes", "1GiB"] if _has_max_bytes() else []
     for command in (["where", "-n", "2"], ["fleet", "--once"], ["fleet", "--json"]):
         subprocess.run([gpuwatch_command(), *command, *options], capture_output=True, check=False)
 
