@@ -7,7 +7,7 @@ verdict on each GPU (`where` at pick's default limits), or GPU by GPU, as the re
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Callable, Collection
 from functools import partial
 
@@ -283,10 +283,9 @@ def _counts(gpus: float | None, given: float | None) -> NodeSummary:
 
 
 def _instances_in_several_jobs(targets: Collection[Target]) -> frozenset[str]:
-    jobs: dict[str, set[str]] = defaultdict(set)
-    for job, instance in targets:
-        jobs[instance].add(job)
-    return frozenset(instance for instance, found in jobs.items() if len(found) > 1)
+    """The instances of more than one target (each target is one job's instance)."""
+    counts = Counter(instance for _, instance in targets)
+    return frozenset(instance for instance, count in counts.items() if count > 1)
 
 
 def _figures_of(samples: list[Sample]) -> bool:

@@ -16,6 +16,7 @@ is range-checked (a bad one is `None`), and a name is escaped before anyone prin
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -181,7 +182,7 @@ def claimed(states: Iterable[NodeState]) -> tuple[NodeState, ...]:
     """Every target's node, sorted by name then target, each told how many targets claim
     its name: two daemons given one `--node-name`, exporters that all say `localhost`,
     or a node naming itself after another are as many nodes, none hiding another."""
-    nodes = sorted(states, key=lambda node: (node.name, node.target))
+    nodes = sorted(states, key=attrgetter("name", "target"))
     counts = Counter(node.name for node in nodes)
     return tuple(
         node if counts[node.name] == node.claims else replace(node, claims=counts[node.name])
