@@ -8,6 +8,7 @@ rows shown: a filter pass and one sort, so 1,000 nodes cost n log n, never n².
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import ClassVar, Self
 
 import msgspec
@@ -93,8 +94,9 @@ class FleetView(TableChoices, msgspec.Struct, frozen=True):
 
     def arrange(self, rows: Iterable[NodeRow]) -> list[NodeRow]:
         """`rows` filtered and sorted; ties by node name, so the order is stable."""
-        shown = [row for row in rows if self.node_filter.matches(row)]
-        shown.sort(key=lambda row: row.node)
+        node_filter = self.node_filter
+        shown = [row for row in rows if node_filter.matches(row)] if node_filter else list(rows)
+        shown.sort(key=attrgetter("node"))
         if self.sort_column == "node":
             return shown[::-1] if self.sort_reverse else shown
         value = BY_KEY[self.sort_column].sort_value
