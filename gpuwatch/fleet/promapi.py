@@ -265,8 +265,7 @@ def _samples(result: list[_Series], name: str) -> tuple[float, list[Sample]]:
             continue  # NaN or infinite
         metric = series.metric
         append(Sample(name or metric.get("__name__", ""), metric, value))
-        if at > evaluated:
-            evaluated = at
+        evaluated = max(evaluated, at)
     return float(evaluated), samples
 
 

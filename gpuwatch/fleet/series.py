@@ -16,9 +16,9 @@ is range-checked (a bad one is `None`), and a name is escaped before anyone prin
 from __future__ import annotations
 
 import re
-from operator import attrgetter
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 
 from msgspec.structs import replace
 

@@ -8,9 +8,10 @@ from Slurm while it runs, or from the daemon's memory of the job after; it says 
 when none of them knows the job ("never seen") or its GPUs.
 
 Each sample stands for the time until the next one, but never for more than `gap_s` (three
-sampling intervals, and at least two seconds): a longer silence is a gap in the history (the daemon was down or
-restarted), counted as not covered rather than filled in. The figures are the whole GPU's,
-as NVML reports them: on a GPU Slurm gave to this job alone, the job's.
+sampling intervals, and at least two seconds): a longer silence is a gap in the history
+(the daemon was down or restarted), counted as not covered rather than filled in. The
+figures are the whole GPU's, as NVML reports them: on a GPU Slurm gave to this job alone,
+the job's.
 """
 
 from __future__ import annotations
