@@ -103,7 +103,9 @@ def _aged(fleet: FleetState, i: int) -> FleetState:
     nodes = tuple(
         node
         if not node.up
-        else msgspec.structs.replace(node, age_s=(INTERVAL_S * i + k * 1.7) % SCRAPE_S + 0.2)
+        else msgspec.structs.replace(
+            node, data_at=fleet.taken_at - ((INTERVAL_S * i + k * 1.7) % SCRAPE_S + 0.2)
+        )
         for k, node in enumerate(fleet.nodes)
     )
     return msgspec.structs.replace(fleet, nodes=nodes)

@@ -106,16 +106,20 @@ class NodeState(msgspec.Struct, frozen=True, gc=False):
     host; two targets may claim one name (`claims`), and are then two nodes, told apart
     by `label`. `snapshot` holds its GPUs (and MIG devices where the exporter tells
     them) with `snapshot.hostname == name`; it is `None` when nothing was ever read.
-    `age_s` is how old its newest data is, judged by the data's own timestamps, not by
-    when it was fetched. A node is `up` only when its data is current (not older than
-    the source's staleness limit) and its exporter answered; a node that is not up is
-    shown with its age and `error`, and `where` never places a job on it.
+    `data_at` is when its newest data was taken, by the data's own timestamps, not when
+    it was fetched; its age is `age_at(fleet.taken_at)`. A node is `up` only when, at the
+    read's `taken_at`, its data is current (not older than the source's staleness limit)
+    and its exporter answered; a node that is not up is shown with its age and `error`,
+    and `where` never places a job on it. A node whose series did not change since a
+    source's last read is the very same object (only judged stale once its data grows
+    too old), so that its readers (the table's rows) can keep what they made of it.
     """
 
     name: str
     up: bool
     snapshot: Snapshot | None
-    age_s: float | None = None
+    data_at: float | None = None
+    """When its newest data was taken (Unix time); `None` where that is not known."""
     error: str | None = None
     exporter: Exporter | None = None
     leases: tuple[Lease, ...] | None = None
@@ -202,6 +206,11 @@ class NodeState(msgspec.Struct, frozen=True, gc=False):
         if self.snapshot is not None:
             return self.snapshot.simulated
         return self.summary is not None and self.summary.simulated
+
+    def age_at(self, now: float) -> float | None:
+        """How old its newest data is at `now` (its fleet's `taken_at`); `None` where
+        unknown."""
+        return None if self.data_at is None else max(0.0, now - self.data_at)
 
     def jobs_on(self, gpu_index: int) -> tuple[GpuJob, ...]:
         """The jobs holding this GPU (usually one), as far as they are known."""

@@ -141,7 +141,7 @@ class SimFleet:
             node.name,
             up,
             snapshot,
-            node.delay_s,
+            now - node.delay_s,
             error,
             node.exporter,
             node.leases,

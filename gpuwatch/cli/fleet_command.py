@@ -97,7 +97,7 @@ def print_table(source: FleetSource) -> int:
     state = source.read()
     rows = build_rows(state)
     width = max(80, terminal_columns()) if sys.stdout.isatty() else 80
-    lines = plain_table(FleetView().arrange(rows), totals(rows), width)
+    lines = plain_table(FleetView().arrange(rows), totals(rows), width, state.taken_at)
     lines += [_why_not_up(node) for node in state.nodes if not node.up]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

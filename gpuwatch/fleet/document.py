@@ -64,7 +64,7 @@ def fleet_document(fleet: FleetState) -> dict[str, Any]:
     return {
         "taken_at": fleet.taken_at,
         "source": fleet.source,
-        "nodes": [_node(node) for node in fleet.nodes],
+        "nodes": [_node(node, fleet.taken_at) for node in fleet.nodes],
     }
 
 
@@ -75,12 +75,15 @@ def document_text(fleet: FleetState) -> list[str]:
     encode = json.JSONEncoder(allow_nan=False).encode
     head = encode({"taken_at": fleet.taken_at, "source": fleet.source, "nodes": []})
     pieces = [head.removesuffix("]}")]
-    pieces += [("" if i == 0 else ", ") + encode(_node(n)) for i, n in enumerate(fleet.nodes)]
+    taken_at = fleet.taken_at
+    pieces += [
+        ("" if i == 0 else ", ") + encode(_node(n, taken_at)) for i, n in enumerate(fleet.nodes)
+    ]
     pieces.append("]}\n")
     return pieces
 
 
-def _node(node: NodeState) -> dict[str, Any]:
+def _node(node: NodeState, taken_at: float) -> dict[str, Any]:
     snapshot = node.snapshot
     gpus = snapshot.gpus if snapshot is not None else ()
     return {
@@ -90,7 +93,7 @@ def _node(node: NodeState) -> dict[str, Any]:
         "job": node.job,
         "claims": node.claims,
         "up": node.up,
-        "age_s": _finite(node.age_s),
+        "age_s": _finite(node.age_at(taken_at)),
         "error": node.error,
         "exporter": None if node.exporter is None else str(node.exporter),
         "simulated": node.simulated,

@@ -21,9 +21,9 @@ from gpuwatch.fleet.names import host_of, node_text, safe_name
 from gpuwatch.fleet.rounds import Found, Target
 from gpuwatch.fleet.series import (
     aged,
-    aged_again,
     host_named,
     judged,
+    judged_again,
     stale,
     target_mapping,
     target_state,
@@ -52,12 +52,13 @@ class Place(msgspec.Struct, frozen=True):
 
 
 class KeptNodes:
-    """Each target's node as last built, with what it was built from and when: a node
-    whose series are the very ones held then (not scraped since) is not built again, only
-    judged by its age (`series.aged_again`). The fleet table's source keeps them."""
+    """Each target's node as last built, with what it was built from: a node whose series
+    are the very ones held then (not scraped since) is not built again, and is the very
+    same node until its data grows too old (`series.judged_again`). The fleet table's
+    source keeps them."""
 
     def __init__(self) -> None:
-        self._held: dict[Target, tuple[Inputs, NodeState, float]] = {}
+        self._held: dict[Target, tuple[Inputs, NodeState]] = {}
         self.built = 0
         """Nodes built (not kept) so far, for the benches and tests."""
 
@@ -69,14 +70,17 @@ class KeptNodes:
         stale_after_s: float,
         build: Callable[[], NodeState],
     ) -> NodeState:
-        """The node `build` makes of `inputs`; as kept, aged to `now`, while they are
-        those it was built from."""
+        """The node `build` makes of `inputs`; as kept, judged again at `now`, while they
+        are those it was built from."""
         held = self._held.get(target)
         if held is not None and held[0].same(inputs):
-            return aged_again(held[1], now - held[2], stale_after_s)
+            node = judged_again(held[1], now, stale_after_s)
+            if node is not held[1]:
+                self._held[target] = (inputs, node)
+            return node
         node = build()
         self.built += 1
-        self._held[target] = (inputs, node, now)
+        self._held[target] = (inputs, node)
         return node
 
     def keep_only(self, targets: Collection[Target]) -> None:
@@ -186,7 +190,7 @@ def _down(target: Target, found: Found, now: float, seen: float, place: Place) -
     name = (found.names or {}).get(target)
     name = name if name and host_named(name, labels) else instance
     last = found.last.get(target, 0.0)
-    age_s = max(0.0, now - last) if last > 0 else None
+    data_at = last if last > 0 else None
     where = f"{safe_name(instance)} (job {safe_name(job)})"
     if seen > 0:
         why = f"{where} sends Prometheus no GPU series now"
@@ -196,7 +200,7 @@ def _down(target: Target, found: Found, now: float, seen: float, place: Place) -
         node_text(name),
         up=False,
         snapshot=None,
-        age_s=age_s,
+        data_at=data_at,
         error=why,
         target=place.target,
         job=place.job,
@@ -250,7 +254,7 @@ def _given(
         shown,
         up=error is None,
         snapshot=snapshot,
-        age_s=age_s,
+        data_at=taken_at,
         error=error,
         exporter=Exporter.GPUWATCH,
         leases=(),

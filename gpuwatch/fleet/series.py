@@ -138,7 +138,7 @@ def judged(
         name,
         up=error is None,
         snapshot=snapshot if mapped.gpus else None,
-        age_s=age_s,
+        data_at=data_at,
         error=error,
         exporter=exporter,
         leases=mapped.leases,
@@ -160,22 +160,19 @@ def aged(seen_at: float, data_at: float | None, now: float) -> tuple[float, floa
 
 
 def stale(age_s: float, stale_after_s: float) -> str | None:
-    """Why a node is not up when its data is older than `stale_after_s`, else `None`."""
+    """Why a node is not up when its data is older than `stale_after_s`, else `None`. It
+    names the limit, not the age, which a screen shows beside it as it grows."""
     if age_s <= stale_after_s:
         return None
-    return f"stale: its newest data is {age_s:.0f}s old (the limit is {stale_after_s:g}s)"
+    return f"stale: its newest data is older than the limit of {stale_after_s:g}s"
 
 
-def aged_again(node: NodeState, elapsed_s: float, stale_after_s: float) -> NodeState:
-    """`node` judged `elapsed_s` after it was built, without new samples: older by that,
-    and stale where that makes it so (a reason of its own not to be up stays)."""
-    if node.age_s is None or elapsed_s == 0:
+def judged_again(node: NodeState, now: float, stale_after_s: float) -> NodeState:
+    """`node` judged again at `now`, without new samples: the very same node while its
+    data is current at `now` (or it is not up for a reason of its own), else stale."""
+    if not node.up or node.data_at is None or now - node.data_at <= stale_after_s:
         return node
-    age_s = node.age_s + elapsed_s
-    if node.error is not None and node.error != stale(node.age_s, stale_after_s):
-        return replace(node, age_s=age_s)
-    error = stale(age_s, stale_after_s)
-    return replace(node, up=error is None, age_s=age_s, error=error)
+    return replace(node, up=False, error=stale(now - node.data_at, stale_after_s))
 
 
 def claimed(states: Iterable[NodeState]) -> tuple[NodeState, ...]:

@@ -230,13 +230,13 @@ def node_state(
 ) -> NodeState:
     """One gpuwatch node from its per-node figures, up only when its daemon's snapshot is
     current (judged as for a node read GPU by GPU), scraped at `target` (and `job`)."""
-    _, age_s = aged(seen_at, found.stamp, now)
+    data_at, age_s = aged(seen_at, found.stamp, now)
     error = found.error or stale(age_s, stale_after_s)
     return NodeState(
         name,
         up=error is None,
         snapshot=None,
-        age_s=age_s,
+        data_at=data_at,
         error=error,
         exporter=Exporter.GPUWATCH,
         lease_waiters=found.lease_waiters,

@@ -13,8 +13,9 @@ took 0.7 s, 150 ms of CPU and 0.9 to 1.2 MiB of JSON a refresh (the bounds: 0.5 
   (whole with the names), which at 1,000 nodes of a mixed fleet (bench/fleet_refresh_cost.py)
   took a refresh from 581 to 211 KiB;
 - each node as built from its series, kept while they are the very series held: a node
-  not scraped since is only judged by its age (`prom_nodes.KeptNodes`), which with the
-  above took that refresh from 29 to 15 ms of CPU;
+  not scraped since is the very same node, only judged stale once its data grows too old
+  (`prom_nodes.KeptNodes`), which with the above took that refresh from 29 to 15 ms of
+  CPU (and the screen keeps its row);
 - why each target that is down is (`/api/v1/targets`) was 242 KiB: asked again only
   where the targets down change, or every `PROBE_EVERY` refreshes;
 - the names were 73 KiB: read every `SLOW_EVERY` refreshes, and at the next refresh for

@@ -103,7 +103,7 @@ def where(
     for node in fleet.nodes:
         if node.name in excluded_nodes or node.label in excluded_nodes:
             continue
-        outcome = _on_node(node, request, explain)
+        outcome = _on_node(node, request, explain, fleet.taken_at)
         if isinstance(outcome, NodeFit):
             fits.append(outcome)
         else:
@@ -121,16 +121,17 @@ def explained(
     return tuple(
         outcome
         if (node := by_label.get(miss.node)) is not None
-        and isinstance(outcome := _on_node(node, request, True), NodeMiss)
+        and isinstance(outcome := _on_node(node, request, True, fleet.taken_at), NodeMiss)
         else miss
         for miss in misses
     )
 
 
-def _on_node(node: NodeState, request: Request, explain: bool) -> NodeFit | NodeMiss:
+def _on_node(node: NodeState, request: Request, explain: bool, now: float) -> NodeFit | NodeMiss:
     known = node.leases is not None
     if node.snapshot is None or not node.up:
-        age = "" if node.age_s is None else f", data {format_span(node.age_s)} old"
+        age_s = node.age_at(now)
+        age = "" if age_s is None else f", data {format_span(age_s)} old"
         why = node.error or "down"
         return NodeMiss(node.label, f"down: {why}{age}", leases_known=known)
     kind = kind_for(request)

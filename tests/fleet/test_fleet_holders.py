@@ -48,7 +48,7 @@ def test_two_targets_claiming_one_name_are_two_rows_both_marked() -> None:
     fleet = FleetState(0.0, "t", tuple(twins))
     # WHEN the rows and the plain table are made
     rows = build_rows(fleet, memory=RowMemory())
-    text = "\n".join(plain_table(rows, totals(rows), 200))
+    text = "\n".join(plain_table(rows, totals(rows), 200, fleet.taken_at))
     # THEN they are two rows apart, each marked as one of two claiming the name (the
     # table may cut the mark at its name column's width, never the label)
     assert [row.key for row in rows] == ["gpu-07@10.0.0.7:9400", "gpu-07@10.0.0.66:9400"]

@@ -61,7 +61,7 @@ def node(
 ) -> NodeState:
     snapshot = Snapshot(FROZEN_TIME, name, None, None, gpus, processes)
     error = None if up else "no new data for 5 min"
-    return NodeState(name, up, snapshot, 2.0, error, exporter, leases)
+    return NodeState(name, up, snapshot, FROZEN_TIME - 2.0, error, exporter, leases)
 
 
 def fleet(*nodes: NodeState) -> FleetState:
@@ -109,7 +109,7 @@ def test_a_simulated_fleet_has_named_nodes_some_down_stale_and_one_of_another_ex
     down = [n for n in state.nodes if not n.up and n.snapshot is None]
     stale = [n for n in state.nodes if not n.up and n.snapshot is not None]
     assert down and all(n.error for n in down)
-    assert stale and all(n.age_s == STALE_AGE_S for n in stale)
+    assert stale and all(n.age_at(state.taken_at) == STALE_AGE_S for n in stale)
     others = [n for n in state.nodes if n.exporter is Exporter.DCGM]
     assert len(others) == 1 and others[0].leases is None and not others[0].snapshot.processes  # type: ignore[union-attr]
     uuids = [g.uuid for n in state.nodes if n.snapshot for g in n.snapshot.gpus]
@@ -148,12 +148,13 @@ def test_free_gpus_are_those_a_plain_pick_would_take() -> None:
 
 def test_a_row_says_unknown_where_the_source_does_not_tell() -> None:
     rows = {row.node: row for row in build_rows(MIXED)}
-    assert cell_text(rows["beta"], "leases")[0] == "?"
-    assert cell_text(rows["alpha"], "leases")[0] == "1"
-    assert cell_text(rows["gone"], "free")[0] == "down"
-    assert cell_text(rows["gone"], "age") == ("down", "alarm")
-    assert cell_text(rows["stale"], "age") == ("2s stale", "alarm")
-    assert cell_text(rows["alpha"], "most_free")[0] == "80.0GiB"
+    now = MIXED.taken_at
+    assert cell_text(rows["beta"], "leases", now)[0] == "?"
+    assert cell_text(rows["alpha"], "leases", now)[0] == "1"
+    assert cell_text(rows["gone"], "free", now)[0] == "down"
+    assert cell_text(rows["gone"], "age", now) == ("down", "alarm")
+    assert cell_text(rows["stale"], "age", now) == ("2s stale", "alarm")
+    assert cell_text(rows["alpha"], "most_free", now)[0] == "80.0GiB"
 
 
 def test_an_up_nodes_age_moves_in_steps_and_a_stale_nodes_to_the_second() -> None:
@@ -161,7 +162,7 @@ def test_an_up_nodes_age_moves_in_steps_and_a_stale_nodes_to_the_second() -> Non
     alpha, stale = rows["alpha"], rows["stale"]
 
     def age(row: NodeRow, age_s: float) -> str:
-        return cell_text(msgspec.structs.replace(row, age_s=age_s), "age")[0]
+        return cell_text(row, "age", FROZEN_TIME - 2.0 + age_s)[0]
 
     # a node that is up: the same cell from one scrape to the next
     assert age(alpha, 2.0) == age(alpha, 13.9) == "<15s"
@@ -190,11 +191,11 @@ def test_free_gpus_follow_a_nodes_new_data_from_read_to_read() -> None:
 def test_a_row_read_as_figures_follows_its_users_from_read_to_read() -> None:
     # GIVEN a node read as its figures with one user, its rows kept from read to read
     summary = NodeSummary(8, 2, 40 << 30, 90 << 30, 12.5, 60, 900.0, 1, 0, (("ana", 1, 1 << 30),))
-    read = NodeState("gamma", up=True, snapshot=None, age_s=1.0, summary=summary)
+    read = NodeState("gamma", up=True, snapshot=None, data_at=FROZEN_TIME - 1.0, summary=summary)
     memory = fleet_rows.RowMemory()
     assert build_rows(fleet(read), memory=memory) == build_rows(fleet(read))
     # WHEN the next read has the same figures, and the one after another user too
-    older = msgspec.structs.replace(read, age_s=3.0)
+    older = msgspec.structs.replace(read, data_at=FROZEN_TIME - 3.0)
     joined = (*summary.users, ("bo", 2, 2 << 30))
     busier = msgspec.structs.replace(older, summary=msgspec.structs.replace(summary, users=joined))
     # THEN the rows are those built afresh: the second user joins the row
@@ -242,7 +243,7 @@ def test_users_are_counted_across_nodes_from_their_processes() -> None:
 def summarized(name: str, users: tuple[tuple[str, int, int], ...] | None) -> NodeState:
     """A node read through Prometheus as its figures, with its users as told (or not yet)."""
     summary = NodeSummary(2, 0, 0, 0, 50.0, 40, 300.0, leases=0, idle_held=0, users=users)
-    return NodeState(name, up=True, snapshot=None, age_s=5.0, summary=summary)
+    return NodeState(name, up=True, snapshot=None, data_at=FROZEN_TIME - 5.0, summary=summary)
 
 
 def test_a_node_whose_users_are_not_known_yet_is_said_so_never_counted_nor_hidden() -> None:
@@ -317,7 +318,7 @@ def test_the_plain_table_fits_the_width(width: int) -> None:
     long_name = node("gpu-node-with-a-very-long-name.cluster.example.org", (gpu(0),))
     state = fleet(*MIXED.nodes, long_name)
     rows = build_rows(state)
-    lines = plain_table(FleetView().arrange(rows), totals(rows), width)
+    lines = plain_table(FleetView().arrange(rows), totals(rows), width, state.taken_at)
     assert all(len(line) <= width for line in lines)
     assert len(lines) == 2 + len(rows)
     assert any(line.startswith("gpu-node-with") for line in lines), "long names are cut at the end"

@@ -57,7 +57,7 @@ def shown(row: NodeRow) -> tuple[object, ...]:
     """A row as the table shows it, less the moving figures, idle holders (the screen times
     those itself, the rules over 10 minutes: warming up until Prometheus holds them) and
     age."""
-    return astuple(replace(row, **dict.fromkeys((*MOVING, "idle_held", "age_s", "warming"))))
+    return astuple(replace(row, **dict.fromkeys((*MOVING, "idle_held", "data_at", "warming"))))
 
 
 def moving(row: NodeRow) -> list[float | None]:
@@ -159,7 +159,7 @@ SUMMARY = NodeSummary(
 @pytest.mark.parametrize("up", [True, False], ids=["up", "stale"])
 def test_a_node_read_from_the_rules_is_a_row_of_its_figures(up: bool) -> None:
     # GIVEN a node as the recording rules describe it, current or stale
-    node = NodeState("gpu-07", up=up, snapshot=None, age_s=5.0, summary=SUMMARY)
+    node = NodeState("gpu-07", up=up, snapshot=None, data_at=-5.0, summary=SUMMARY)
     fleet = FleetState(taken_at=0.0, source="prometheus x", nodes=(node,))
     # WHEN the table's row and the users view are built
     (row,) = build_rows(fleet)

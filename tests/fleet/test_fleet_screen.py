@@ -188,7 +188,9 @@ async def test_a_read_that_changes_one_node_redraws_that_row_and_keeps_the_other
         before = drawn_lines(app)
         # WHEN a read finds that node's data 400 s old (still up) and nothing else new
         nodes = tuple(
-            msgspec.structs.replace(node, age_s=400.0) if node.name == changed else node
+            msgspec.structs.replace(node, data_at=fleet.taken_at - 400.0)
+            if node.name == changed
+            else node
             for node in fleet.nodes
         )
         app.feed(msgspec.structs.replace(fleet, nodes=nodes))
@@ -221,7 +223,9 @@ async def test_rows_far_below_the_screen_show_their_nodes_once_scrolled_to() -> 
             line = next(line for line in lines if node in line)
             row = table.row(node)
             assert row is not None
-            cells = [cell_text(row, column.key)[0] for column in table.columns_shown]
+            assert app.fleet is not None
+            now = app.fleet.taken_at
+            cells = [cell_text(row, column.key, now)[0] for column in table.columns_shown]
             assert line.split() == " ".join(cells).split(), line
         assert app.selected_node() == last
 

@@ -34,10 +34,11 @@ def test_power_without_a_limit_is_the_draw_alone(limit_w: float | None, shown: s
 )
 def test_a_stale_nodes_age_is_shown_whole(age_s: float, shown: str) -> None:
     # GIVEN a node whose data is an hour (a day, two minutes) old
-    node = replace(idle_gpu_node("gpu-1"), up=False, age_s=age_s, error="stale")
-    rows = build_rows(FleetState(0.0, "t", (node,)))
+    now = 1_795_472_800.0
+    node = replace(idle_gpu_node("gpu-1"), up=False, data_at=now - age_s, error="stale")
+    rows = build_rows(FleetState(now, "t", (node,)))
     # WHEN the plain table is printed, at 80 columns and wide
     for width in (80, 200):
-        line = plain_table(rows, totals(rows), width)[-1]
+        line = plain_table(rows, totals(rows), width, now)[-1]
         # THEN its age is there whole, in its largest unit, never cut to "00m stale"
         assert line.endswith(f" {shown}")

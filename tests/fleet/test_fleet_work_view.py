@@ -36,7 +36,7 @@ def fleet_of(*texts: str) -> FleetState:
 
 def cells(node: NodeState, idle_after_s: float = TEN_MINUTES_S) -> dict[str, tuple[str, str]]:
     (row,) = build_rows(FleetState(0.0, "test", (node,)), None, idle_after_s)
-    return {key: cell_text(row, key) for key in ("leases", "wait", "jobs", "idle")}
+    return {key: cell_text(row, key, 0.0) for key in ("leases", "wait", "jobs", "idle")}
 
 
 def test_a_node_row_says_its_leases_its_line_and_its_jobs() -> None:
@@ -99,10 +99,10 @@ def test_the_filter_finds_the_node_of_a_users_job() -> None:
 
 def test_at_80_columns_the_plain_table_keeps_leases_and_jobs() -> None:
     rows = build_rows(fleet_of(WORK), None, TEN_MINUTES_S)
-    _, titles, line = plain_table(rows, totals(rows), 80)
+    _, titles, line = plain_table(rows, totals(rows), 80, TAKEN_AT + 1)
     assert "LEASES" in titles and "JOBS" in titles and "WAIT" not in titles
     assert "4+3w" in line.split()
-    wide = plain_table(rows, totals(rows), 160)
+    wide = plain_table(rows, totals(rows), 160, TAKEN_AT + 1)
     assert "WAIT" in wide[1]
 
 

@@ -32,7 +32,7 @@ def test_a_gpuwatch_daemon_tells_every_gpu_its_leases_and_mig_devices() -> None:
     node = state("gpuwatch_node.prom")
     # THEN the node is named by its hostname label, up, with its data's age
     assert (node.name, node.up, node.exporter) == ("gpu-node-07", True, Exporter.GPUWATCH)
-    assert node.age_s == pytest.approx(1.0)
+    assert node.age_at(GPUWATCH_TAKEN_AT + 1) == pytest.approx(1.0)
     assert node.snapshot is not None
     gpus = node.snapshot.gpus
     assert [gpu.index for gpu in gpus] == [0, 1, 2, 3]
@@ -76,7 +76,7 @@ def test_gpuwatch_mig_devices_and_processes_with_their_users() -> None:
 def test_a_daemon_snapshot_older_than_the_limit_is_stale_not_current() -> None:
     node = state("gpuwatch_node.prom", now=GPUWATCH_TAKEN_AT + 60, stale_after_s=15)
     assert node.up is False
-    assert node.age_s == pytest.approx(60)
+    assert node.age_at(GPUWATCH_TAKEN_AT + 60) == pytest.approx(60)
     assert node.error is not None and "stale" in node.error
     # Its GPUs are still shown, as they were: the screen marks them with the age.
     assert node.snapshot is not None and len(node.snapshot.gpus) == 4
@@ -134,7 +134,7 @@ def test_nvidia_gpu_exporter_joined_on_uuid_named_by_instance() -> None:
     assert [p.pid for p in node.snapshot.processes] == [11345]
     assert node.snapshot.processes[0].user is None
     # Its own collection time dates the data.
-    assert node.age_s == pytest.approx(2)
+    assert node.age_at(SMI_COLLECTED_AT + 2) == pytest.approx(2)
 
 
 def sample(name: str, value: float, **labels: str) -> Sample:

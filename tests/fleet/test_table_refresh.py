@@ -147,7 +147,7 @@ def test_a_node_not_scraped_for_long_turns_stale_without_new_samples() -> None:
     assert all(n == 0 for q, n in queries if "DCGM_FI_" in q or "nvidia_smi_" in q)
     assert built == 0
     assert refresh.nodes == fresh.nodes
-    ages = {n.target: n.age_s for n in refresh.nodes}
+    ages = {n.target: n.age_at(refresh.taken_at) for n in refresh.nodes}
     assert ages["10.0.0.1:9400"] == pytest.approx(205)
     stale = [n for n in refresh.nodes if n.error and n.error.startswith("stale")]
     assert len(stale) == len(refresh.nodes) - 1 and not any(n.up for n in refresh.nodes)

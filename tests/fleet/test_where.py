@@ -100,7 +100,7 @@ def _state(node: Node) -> NodeState:
         name=node.name,
         up=node.up,
         snapshot=snapshot,
-        age_s=1.0 if node.up else 120.0,
+        data_at=999.0 if node.up else 880.0,  # 1 s or 120 s before the fleet's 1000.0
         error=None if node.up else "stale",
         exporter=Exporter.GPUWATCH if node.gpuwatch else Exporter.DCGM,
         leases=tuple(leases) if node.gpuwatch else None,
@@ -262,9 +262,10 @@ def test_a_mig_request_runs_the_mig_rules_on_each_node() -> None:
 )
 def test_a_down_nodes_age_reads_as_a_human_duration(age_s: float, shown: str) -> None:
     # GIVEN a node down with data 14968.9 ms, an hour, a day old
-    node = NodeState("old", False, None, age_s, "connection refused")
+    now = 1_795_472_800.0
+    node = NodeState("old", False, None, now - age_s, "connection refused")
     # WHEN where explains it THEN its age reads as a duration, never in milliseconds
-    (miss,) = where(FleetState(0.0, "test", (node,)), Request()).misses
+    (miss,) = where(FleetState(now, "test", (node,)), Request()).misses
     assert miss.summary == f"down: connection refused, data {shown} old"
 
 

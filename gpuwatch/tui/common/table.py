@@ -227,9 +227,10 @@ class RowTable(DataTable[Text], Generic[R]):
     ) -> None:
         """Puts `rows` in the table, in their order, changing only the cells that changed;
         the cursor stays on the row `selected`. A row's `cells` (text and style name, one per
-        column of `columns`, `widths` wide) are made when it is new, or when it is another
-        row than last time (rows are frozen values) and on screen: a row off screen gets its
-        cells once it comes into view."""
+        column of `columns`, `widths` wide) are made when it is new, when it is another row
+        than last time (rows are frozen values) and on screen, and for every row on screen
+        (a cell may say how long ago something was): a row off screen gets its cells once
+        it comes into view."""
         if columns != self.columns_shown or tuple(widths) != self._widths:
             self._set_columns(columns, widths)
         wanted = {row.key for row in rows}
@@ -259,6 +260,8 @@ class RowTable(DataTable[Text], Generic[R]):
             self.sort(columns[0].key, key=lambda cell: rank.get(cell.row_key, 0))
             self.order = order
         self._restore_cursor(selected)
+        top = self.scroll_offset.y
+        self._stale.update(self.order[top : top + self.size.height])
         self._put_in_view()
 
     def _put_in_view(self) -> None:

@@ -218,9 +218,11 @@ class FleetApp(TableApp[FleetView, NodeRow]):
         shown = self.view.arrange(everything)
         longest = max((len(row.shown_name) for row in everything), default=0)
         name_width = node_width(columns, width, longest)
+        # Ages are of the read's time; before the first read nothing has one.
+        now = self.fleet.taken_at if self.fleet is not None else 0.0
         self.table().show(
             shown,
-            lambda row: [cell_text(row, column.key) for column in columns],
+            lambda row: [cell_text(row, column.key, now) for column in columns],
             columns,
             [name_width if c.key == "node" else c.width for c in columns],
             (self.view.sort_column, self.view.sort_reverse),

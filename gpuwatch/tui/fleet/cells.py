@@ -37,7 +37,8 @@ COLUMNS: tuple[Column[NodeRow], ...] = (
     ),
     _figure("jobs", "JOBS", 4, lambda r: (sortable(r.idle_allocated), sortable(r.jobs)), 2),
     _figure("idle", "IDLE", 4, lambda r: sortable(r.idle_held), 4),
-    _figure("age", "AGE", 9, lambda r: sortable(r.age_s), 0),
+    # Older first, descending: the earlier its data was taken, the older.
+    _figure("age", "AGE", 9, lambda r: sortable(None if r.data_at is None else -r.data_at), 0),
 )
 BY_KEY: Mapping[str, Column[NodeRow]] = {column.key: column for column in COLUMNS}
 
@@ -55,10 +56,10 @@ def node_width(columns: Sequence[Column[NodeRow]], width: int, longest_name: int
     return max(MIN_NODE_WIDTH, min(MAX_NODE_WIDTH, room, max(longest_name, MIN_NODE_WIDTH)))
 
 
-def cell_text(row: NodeRow, key: str) -> tuple[str, str]:
-    """What one cell says, and its style name: a stale node's figures are dim, never drawn
-    as current."""
-    text, style = _cell(row, key)
+def cell_text(row: NodeRow, key: str, now: float) -> tuple[str, str]:
+    """What one cell says at `now` (its fleet's `taken_at`: the age column's), and its
+    style name: a stale node's figures are dim, never drawn as current."""
+    text, style = _age(row, now) if key == "age" else _cell(row, key)
     if not row.up and key not in ("node", "age"):
         style = "dim"
     return text, style
@@ -67,7 +68,7 @@ def cell_text(row: NodeRow, key: str) -> tuple[str, str]:
 def _cell(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per column
     if key == "node":
         return row.shown_name, "title" if row.up else "alarm"
-    if not row.has_data and key not in ("age",):
+    if not row.has_data:
         return ("down" if key == "free" else render.MISSING), "dim"
     if key == "free":
         free = render.MISSING if row.gpus_free is None else str(row.gpus_free)
@@ -90,7 +91,7 @@ def _cell(row: NodeRow, key: str) -> tuple[str, str]:  # noqa: PLR0911 - one per
     if key == "idle":
         idle = row.idle_held
         return ("?" if idle is None else str(idle)), "warn" if idle else "dim"
-    return _age(row)
+    raise KeyError(key)
 
 
 def work_cell(row: NodeRow, key: str) -> tuple[str, str]:
@@ -125,14 +126,15 @@ FRESH_AGE_STEP_S = 15
 with every scrape, and a cell that changes on every read costs the screen a redraw."""
 
 
-def _age(row: NodeRow) -> tuple[str, str]:
+def _age(row: NodeRow, now: float) -> tuple[str, str]:
     """A node that is up: `<15s`, `30s`, `2m`; a node that is not: `down`, `1h down`,
-    `5m stale` (in its largest unit)."""
+    `5m stale` (in its largest unit), its age at `now`."""
+    age_s = None if row.data_at is None else max(0.0, now - row.data_at)
     if row.up:
-        return _fresh_age(row.age_s), "dim"
+        return _fresh_age(age_s), "dim"
     if not row.has_data:
-        return ("down" if row.age_s is None else f"{_largest_unit(row.age_s)} down"), "alarm"
-    return f"{_largest_unit(row.age_s)} stale", "alarm"
+        return ("down" if age_s is None else f"{_largest_unit(age_s)} down"), "alarm"
+    return f"{_largest_unit(age_s)} stale", "alarm"
 
 
 def _largest_unit(age_s: float | None) -> str:
@@ -170,9 +172,9 @@ def totals_line(totals: Totals) -> render.Line:
     return spans
 
 
-def plain_table(rows: Sequence[NodeRow], totals: Totals, width: int) -> list[str]:
-    """The table as `fleet --once` prints it: the totals, a header, a line per node, each
-    at most `width` characters."""
+def plain_table(rows: Sequence[NodeRow], totals: Totals, width: int, now: float) -> list[str]:
+    """The table as `fleet --once` prints it: the totals, a header, a line per node (ages
+    at `now`, its fleet's `taken_at`), each at most `width` characters."""
     columns = columns_for(width)
     name_width = node_width(columns, width, max((len(r.shown_name) for r in rows), default=0))
     widths = {c.key: name_width if c.key == "node" else c.width for c in columns}
@@ -180,7 +182,8 @@ def plain_table(rows: Sequence[NodeRow], totals: Totals, width: int) -> list[str
     lines = [render.fit(head, width).rstrip()]
     lines.append(_line([(c.title, c.key) for c in columns], widths, width))
     for row in rows:
-        lines.append(_line([(cell_text(row, c.key)[0], c.key) for c in columns], widths, width))
+        cells = [(cell_text(row, c.key, now)[0], c.key) for c in columns]
+        lines.append(_line(cells, widths, width))
     return lines
 
 

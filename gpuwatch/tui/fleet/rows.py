@@ -41,7 +41,8 @@ class NodeRow(msgspec.Struct, frozen=True):
     up: bool
     has_data: bool
     """False for a node never read: it has no GPUs to show."""
-    age_s: float | None
+    data_at: float | None
+    """When its newest data was taken (Unix time): its age is shown at each drawing."""
     error: str | None
     exporter: str | None
     gpus: int | None = None
@@ -122,13 +123,27 @@ class RowMemory:
     node's data changes when it is scraped, far less often than the screen reads. A node
     read GPU by GPU keeps its free GPUs by `pick`'s rule (most of what its row costs)
     while its GPUs and leases stay the same; a node read as its figures keeps the set of
-    its users while they are the very same. Only the nodes of the latest read are kept."""
+    its users while they are the very same; and a node that is the very same as at the
+    last read (not scraped since, `NodeState`) keeps its row, where the row does not
+    depend on what the screen saw of its GPUs over time. Only the nodes of the latest read
+    are kept."""
 
     def __init__(self) -> None:
         self._known: dict[str, _FreeHeld] = {}
         self._seen: dict[str, _FreeHeld] = {}
         self._users: dict[str, _UsersHeld] = {}
         self._users_seen: dict[str, _UsersHeld] = {}
+        self._rows: dict[str, tuple[NodeState, NodeRow]] = {}
+        self._rows_seen: dict[str, tuple[NodeState, NodeRow]] = {}
+
+    def row(self, node: NodeState, make: Callable[[], NodeRow]) -> NodeRow:
+        """`node`'s row: as made at the last read where `node` is the very same, else
+        made now."""
+        held = self._rows.get(node.label)
+        if held is None or held[0] is not node:
+            held = (node, make())
+        self._rows_seen[node.label] = held
+        return held[1]
 
     def free(self, node: NodeState, snapshot: Snapshot) -> int:
         known = self._known.get(node.label)
@@ -155,6 +170,7 @@ class RowMemory:
         """Keeps only the nodes seen since the last call."""
         self._known, self._seen = self._seen, {}
         self._users, self._users_seen = self._users_seen, {}
+        self._rows, self._rows_seen = self._rows_seen, {}
 
 
 def build_rows(
@@ -177,6 +193,20 @@ def node_row(
     idle_for: IdleFor | None,
     idle_after_s: float,
     memory: RowMemory | None = None,
+) -> NodeRow:
+    """`node`'s row. A row made of the node alone (its figures, or nothing read) is kept
+    by `memory` while the node is the very same; a row of its GPUs counts what the screen
+    saw of them over time (`idle_for`), and is made at every read."""
+    if memory is not None and (node.summary is not None or node.snapshot is None):
+        return memory.row(node, lambda: _node_row(node, idle_for, idle_after_s, memory))
+    return _node_row(node, idle_for, idle_after_s, memory)
+
+
+def _node_row(
+    node: NodeState,
+    idle_for: IdleFor | None,
+    idle_after_s: float,
+    memory: RowMemory | None,
 ) -> NodeRow:
     snapshot = node.snapshot
     if node.summary is not None:  # as every other row says it, though its GPUs were read
@@ -242,7 +272,7 @@ def _read_row(
         node.label,
         node.up,
         True,
-        node.age_s,
+        node.data_at,
         node.error,
         _exporter(node),
         gpus=figures.gpus,
@@ -276,7 +306,7 @@ def _never_read(node: NodeState) -> NodeRow:
         node.label,
         node.up,
         False,
-        node.age_s,
+        node.data_at,
         node.error,
         _exporter(node),
         simulated=node.simulated,
