@@ -203,6 +203,23 @@ def test_a_row_read_as_figures_follows_its_users_from_read_to_read() -> None:
     assert build_rows(fleet(busier), memory=memory)[0].users == {"ana", "bo"}
 
 
+def test_the_row_of_a_node_that_is_the_very_same_is_kept_and_shows_its_age_now() -> None:
+    # GIVEN a node read as its figures, its row made at one read
+    summary = NodeSummary(8, 2, 40 << 30, 90 << 30, 12.5, 60, 900.0, 1, 0, (("ana", 1, 1 << 30),))
+    read = NodeState("gamma", up=True, snapshot=None, data_at=FROZEN_TIME - 1.0, summary=summary)
+    memory = fleet_rows.RowMemory()
+    (first,) = build_rows(fleet(read), memory=memory)
+    # WHEN the next read, 40 s later, has the very same node, and the one after a new one
+    later = FleetState(FROZEN_TIME + 40, "test", (read,))
+    (kept,) = build_rows(later, memory=memory)
+    scraped = msgspec.structs.replace(read, data_at=FROZEN_TIME + 39.0)
+    (made,) = build_rows(FleetState(FROZEN_TIME + 40, "test", (scraped,)), memory=memory)
+    # THEN the row is kept whole, its age shown at the read's time; a new node, a new row
+    assert kept is first
+    assert cell_text(kept, "age", later.taken_at)[0] == "30s"
+    assert made is not first and made == build_rows(FleetState(0.0, "t", (scraped,)))[0]
+
+
 def test_totals_count_the_gpus_of_nodes_that_are_up() -> None:
     result = totals(build_rows(MIXED))
     assert (result.nodes_up, result.nodes_down) == (2, 2)

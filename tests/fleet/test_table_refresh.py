@@ -138,6 +138,26 @@ def test_mig_devices_and_pods_held_between_refreshes_stay_as_read() -> None:
     assert untold.up and not untold.mig_devices_known
 
 
+def test_a_node_not_scraped_since_is_the_very_same_node_its_data_older() -> None:
+    # GIVEN the table's source, having read a mixed fleet
+    prometheus = FakePrometheus(fleet_targets())
+    with serving(prometheus) as url:
+        source = table_source(url, prometheus)
+        first = source.read()
+        # WHEN it refreshes 30 s later, no target scraped since (within the 120 s limit)
+        prometheus.now = NOW + 30
+        second = source.read()
+    # THEN each node up is the very node of the first read (the screen keeps its row; a
+    # node whose name another target claims too is marked so again at each read), its
+    # data 30 s older at the second read's time
+    pairs = zip(first.nodes, second.nodes, strict=True)
+    up = [(a, b) for a, b in pairs if a.up and a.claims == 1]
+    assert up and all(a is b for a, b in up)
+    for node, _ in up:
+        grown = node.age_at(second.taken_at) - node.age_at(first.taken_at)  # type: ignore[operator]
+        assert grown == pytest.approx(30)
+
+
 def test_a_node_not_scraped_for_long_turns_stale_without_new_samples() -> None:
     # GIVEN the table's source, having read a mixed fleet, every node up but one
     # WHEN no target is scraped for 200 s (beyond the 120 s limit) and the table refreshes
