@@ -92,7 +92,7 @@ class PrometheusSource:
     @property
     def nodes_built(self) -> int:
         """Nodes built from their series so far, for the benches: the table's source builds
-        again only those scraped since its last read (the others it ages)."""
+        again only those scraped since its last read (the others it keeps)."""
         kept = self._judge.kept
         return 0 if kept is None else kept.built
 

@@ -94,7 +94,8 @@ class RowTable(DataTable[Text], Generic[R]):
         self._rows: dict[str, R] = {}
         """Each row as last shown."""
         self._stale: set[str] = set()
-        """The rows whose cells in the table may be older than the row (off screen)."""
+        """The rows whose cells are due again (each call of `show` makes them all so), made
+        when they are on screen."""
         self._cells_of: Callable[[R], Sequence[render.Span]] = lambda row: ()
         self._widths: tuple[int, ...] = ()
         self._sorted_by: tuple[str, bool] | None = None
@@ -226,11 +227,10 @@ class RowTable(DataTable[Text], Generic[R]):
         selected: str | None,
     ) -> None:
         """Puts `rows` in the table, in their order, changing only the cells that changed;
-        the cursor stays on the row `selected`. A row's `cells` (text and style name, one per
-        column of `columns`, `widths` wide) are made when it is new, when it is another row
-        than last time (rows are frozen values) and on screen, and for every row on screen
-        (a cell may say how long ago something was): a row off screen gets its cells once
-        it comes into view."""
+        the cursor stays on the row `selected`. Every row's `cells` (text and style name, one
+        per column of `columns`, `widths` wide) are due again at each call, the very same
+        row's too (a cell may say how long ago something was): they are made for the rows
+        on screen, and for a row off screen once it comes into view."""
         if columns != self.columns_shown or tuple(widths) != self._widths:
             self._set_columns(columns, widths)
         wanted = {row.key for row in rows}
@@ -241,16 +241,13 @@ class RowTable(DataTable[Text], Generic[R]):
             for key in gone:
                 self.remove_row(key)
                 del self._cells[key]
-        before, self._rows = self._rows, {row.key: row for row in rows}
+        self._rows = {row.key: row for row in rows}
         self._cells_of = cells
-        self._stale &= wanted
         top = self.scroll_offset.y
         in_view = range(top, top + self.size.height)
         for index, row in enumerate(rows):
             if row.key not in self._cells:
                 self._add(row.key, cells(row) if index in in_view else None)
-            elif before.get(row.key) is not row:
-                self._stale.add(row.key)
         order = [row.key for row in rows]
         relabelled = sorted_by != self._sorted_by
         if relabelled:
@@ -260,12 +257,11 @@ class RowTable(DataTable[Text], Generic[R]):
             self.sort(columns[0].key, key=lambda cell: rank.get(cell.row_key, 0))
             self.order = order
         self._restore_cursor(selected)
-        top = self.scroll_offset.y
-        self._stale.update(self.order[top : top + self.size.height])
+        self._stale = set(order)
         self._put_in_view()
 
     def _put_in_view(self) -> None:
-        """Puts the cells of the rows on screen that changed since they were put."""
+        """Puts the cells of the rows on screen that are due (those that changed)."""
         if not self._stale:
             return
         top = self.scroll_offset.y
@@ -283,7 +279,6 @@ class RowTable(DataTable[Text], Generic[R]):
         if shown is None:
             self.add_row(self._text(key, ("", ""), columns[0]), key=key)
             self._cells[key] = ()
-            self._stale.add(key)
             return
         cells = tuple(shown)
         texts = [self._text(key, cell, c) for cell, c in zip(cells, columns, strict=True)]
