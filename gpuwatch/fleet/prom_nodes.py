@@ -59,6 +59,8 @@ class KeptNodes:
 
     def __init__(self) -> None:
         self._held: dict[Target, tuple[Inputs, NodeState]] = {}
+        self._several: frozenset[str] = frozenset()
+        self._detailed: set[Target] = set()
         self.built = 0
         """Nodes built (not kept) so far, for the benches and tests."""
 
@@ -83,10 +85,32 @@ class KeptNodes:
         self._held[target] = (inputs, node)
         return node
 
-    def keep_only(self, targets: Collection[Target]) -> None:
-        """Forgets the nodes of targets no longer in the fleet."""
+    def again(self, target: Target, now: float, stale_after_s: float) -> NodeState | None:
+        """The node as kept, judged again at `now`, for a target nothing new was read of
+        (`Found.fresh`); `None` where none is kept."""
+        held = self._held.get(target)
+        if held is None:
+            return None
+        node = judged_again(held[1], now, stale_after_s)
+        if node is not held[1]:
+            self._held[target] = (held[0], node)
+        return node
+
+    def fresh(
+        self, found: Found, targets: Collection[Target], several: frozenset[str]
+    ) -> set[Target] | None:
+        """Forgets the nodes of targets no longer in the fleet; the targets whose nodes
+        must be looked at again (`None`: all): those that may have changed
+        (`Found.fresh`), and those read GPU by GPU now or the read before (their series
+        of that are not held). All where an instance is in more or fewer jobs than
+        before (its node's target is shown `job/instance` then)."""
         if len(self._held) > len(targets) or not self._held.keys() <= set(targets):
             self._held = {t: held for t, held in self._held.items() if t in targets}
+        detailed, self._detailed = self._detailed, found.details.keys() & targets
+        same, self._several = several == self._several, several
+        if found.fresh is None or not same:
+            return None
+        return found.fresh | detailed | self._detailed
 
 
 class Inputs(msgspec.Struct, frozen=True, gc=False):
@@ -125,12 +149,23 @@ def nodes_of(judge: Judge, found: Found, now: float) -> dict[Target, NodeState]:
     kept = judge.kept
     if kept is None:
         return {t: _node(judge, t, found, now, several) for t in sorted(targets)}
-    kept.keep_only(targets)
+    # Where the round read only the targets scraped since, the others' nodes are kept
+    # without a look at their inputs (the very ones held): at 10,000 nodes, an eighth of
+    # them scraped between two refreshes, looking at all cost as much as building that
+    # eighth (bench/fleet_read_parts.py).
+    fresh = kept.fresh(found, targets, several)
+    stale_after_s = judge.stale_after_s
     nodes = {}
     for target in sorted(targets):
-        inputs = _inputs(target, found, several)
-        build = partial(_node, judge, target, found, now, several)
-        nodes[target] = kept.node(target, inputs, now, judge.stale_after_s, build)
+        if (
+            fresh is None
+            or target in fresh
+            or (node := kept.again(target, now, stale_after_s)) is None
+        ):
+            inputs = _inputs(target, found, several)
+            build = partial(_node, judge, target, found, now, several)
+            node = kept.node(target, inputs, now, stale_after_s, build)
+        nodes[target] = node
     return nodes
 
 

@@ -86,6 +86,8 @@ class PrometheusSource:
         self._targets: dict[str, Target] = {}
         self._uuids: dict[str, dict[str, int]] = {}
         self._focus: frozenset[str] = frozenset()
+        self._older: set[Target] = set()
+        """The daemons too old to export what the read asks, as last worked out."""
         self.queries_sent = 0
         """Instant queries sent so far, for the benches."""
 
@@ -183,17 +185,20 @@ class PrometheusSource:
             marker = promql.NODE_GPUS
         else:
             return []
-        older = [
-            instance
-            for (job, instance), exporter in found.exporters.items()
-            if exporter == Exporter.GPUWATCH
-            and found.seen.get((job, instance), -1.0) > 0
-            and not summaries.told(found.samples.get((job, instance), []), marker)
-        ]
+        # The table's read: worked out again for the targets that may have changed only.
+        fresh = found.fresh
+        older = {
+            target
+            for target in (found.exporters if fresh is None else fresh | self._older)
+            if found.exporters.get(target) == Exporter.GPUWATCH
+            and found.seen.get(target, -1.0) > 0
+            and not summaries.told(found.samples.get(target, []), marker)
+        }
+        self._older = older
         if not older:
             return []
         queries = promql.gpuwatch_values(placement=needs.placement, mig=needs.mig)
-        matcher = promql.instances(older)
+        matcher = promql.instances(instance for _, instance in older)
         return [Asked(query, DETAIL, matcher) for query in queries]
 
     def _with_errors(

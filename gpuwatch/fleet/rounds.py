@@ -71,6 +71,12 @@ class Found(msgspec.Struct):
     slow: dict[Target, list[Sample]] = msgspec.field(default_factory=lambda: defaultdict(list))
     rules: bool | None = None
     """Whether the server records the fleet rules; `None`: not probed this round."""
+    fresh: set[Target] | None = None
+    """Where a round read only the targets scraped since the last (the table's, once its
+    memory filed the answers: `TableMemory.keep`), the targets that may have changed: any
+    answer told of them, or their series of what changes slowly were read anew. Every
+    other target's series and values are as held, the very ones of the round before.
+    `None`: any target may have changed."""
 
 
 def ask(

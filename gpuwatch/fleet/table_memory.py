@@ -132,14 +132,18 @@ class TableMemory:
     def keep(self, found: Found) -> None:
         """Files this refresh's answers into what is held, and what is held into `found`:
         figures of targets not scraped since, names not asked this time, the parts of what
-        changes slowly."""
+        changes slowly; and which targets may have changed (`found.fresh`), so that what
+        is worked out of each target anew is only theirs."""
         if found.rules is not None:
             self.rules = found.rules
-        if self._up_since is not None:  # `up` narrowed: the targets not scraped since held
+        # `up` narrowed: the targets it answers for are all that may have been scraped
+        # since, or appeared (a new target is scraped since); the others are as held.
+        answered = set(found.seen) if self._up_since is not None else None
+        if answered is not None:
             found.seen = {**self._seen, **found.seen}
             found.scraped_as = {**self._scraped_as, **found.scraped_as}
         self._seen, self._scraped_as = found.seen, found.scraped_as
-        self._keep_held(found)
+        self._keep_held(found, answered)
         if found.names is None and self._names is not None:
             found.names = self._names.names
             found.exporters, found.last = self._names.exporters, self._names.last
@@ -149,7 +153,21 @@ class TableMemory:
         # (node_exporter, Prometheus) is never named, and would cost every refresh the
         # names and every exporter's families.
         held = self._names.seen if self._names is not None else {}
-        self._new_targets = any(seen > 0 >= held.get(t, 0.0) for t, seen in found.seen.items())
+        self._new_targets = any(
+            found.seen[t] > 0 >= held.get(t, 0.0) for t in answered or found.seen
+        )
+        slow_changed = self._keep_slow(found)
+        found.slow = self._slow_lists
+        if answered is None:  # `up` read whole: a target may have gone
+            self._slow_read = {t: held for t, held in self._slow_read.items() if t in found.seen}
+            found.fresh = None
+        else:
+            found.fresh = answered | found.held.keys() | slow_changed
+        self._unknown_users = self._users_unknown(found)
+
+    def _keep_slow(self, found: Found) -> set[Target]:
+        """Files the parts of what changes slowly read this refresh; the targets whose
+        series of them are not the very lists held before."""
         for group in (*self._due, *self._narrowed):
             families = {q.family for q in summaries.slow_plan(recorded=True, group=group)}
             read = {
@@ -159,25 +177,34 @@ class TableMemory:
             if group in self._narrowed:  # a few targets' answers, over what is held
                 read = {**self._slow.get(group, {}), **{t: got for t, got in read.items() if got}}
             self._slow[group] = read
-        if self._due or self._narrowed:  # else the very lists of the last refresh: kept
-            joined: dict[Target, list[Sample]] = {}
-            for part in self._slow.values():
-                for target, samples in part.items():
-                    joined.setdefault(target, []).extend(samples)
-            # Mostly unchanged: the list held stays, and so do the figures read from it.
-            kept = self._slow_lists
-            self._slow_lists = {
-                t: kept[t] if kept.get(t) == samples else samples for t, samples in joined.items()
-            }
-        found.slow = self._slow_lists
-        self._slow_read = {t: held for t, held in self._slow_read.items() if t in found.seen}
-        self._unknown_users = frozenset(
+        if not (self._due or self._narrowed):  # the very lists of the last refresh: kept
+            return set()
+        joined: dict[Target, list[Sample]] = {}
+        for part in self._slow.values():
+            for target, samples in part.items():
+                joined.setdefault(target, []).extend(samples)
+        # Mostly unchanged: the list held stays, and so do the figures read from it.
+        kept = self._slow_lists
+        self._slow_lists = {
+            t: kept[t] if kept.get(t) == samples else samples for t, samples in joined.items()
+        }
+        changed = {t for t, samples in self._slow_lists.items() if kept.get(t) is not samples}
+        return changed | (kept.keys() - self._slow_lists.keys())
+
+    def _users_unknown(self, found: Found) -> frozenset[Target]:
+        """The targets up, read as figures, whose users are not known yet: worked out
+        again for the targets that may have changed, the others as they were."""
+        fresh = found.fresh
+        unknown = {
             t
-            for t, seen in found.seen.items()
-            if seen > 0
+            for t in (found.seen if fresh is None else fresh)
+            if found.seen.get(t, 0.0) > 0
             and _figures_held(self._held.get(t))
             and not summaries.users_told(self._slow_lists.get(t, ()))
-        )
+        }
+        if fresh is not None:
+            unknown.update(t for t in self._unknown_users if t not in fresh)
+        return frozenset(unknown)
 
     def figures(self, target: Target, fast: list[Sample], slow: list[Sample]) -> Figures:
         """What a node's figures say, read from its series; those of what changes slowly
@@ -208,20 +235,23 @@ class TableMemory:
             self._down, self._errors = down, errors
         return self._errors
 
-    def _keep_held(self, found: Found) -> None:
-        """The series read replace those held of each target scraped since; a target
-        down has none (they went with its scrape)."""
+    def _keep_held(self, found: Found, answered: set[Target] | None) -> None:
+        """The series read replace those held of each target scraped since (`answered`,
+        `None`: any target); a target down has none (they went with its scrape)."""
         since = self._since
         if since is None:
             self._held = {}
-        for target, seen in found.seen.items():
+        for target in found.seen if answered is None else answered:
+            seen = found.seen[target]
             if seen <= 0 or since is None or seen > since - promql.STORED_WITHIN_S:
                 self._held.pop(target, None)
         self._held.update((t, samples) for t, samples in found.held.items() if samples)
-        self._held = {t: s for t, s in self._held.items() if t in found.seen}
-        for target, samples in self._held.items():
-            other = found.samples.get(target)
-            found.samples[target] = [*other, *samples] if other else samples
+        if answered is None:  # `up` read whole: a target may have gone
+            self._held = {t: s for t, s in self._held.items() if t in found.seen}
+        # The round's own series of a target first, then those held.
+        own = {t: [*s, *self._held[t]] for t, s in found.samples.items() if t in self._held}
+        found.samples.update(self._held)
+        found.samples.update(own)
         self._since = found.evaluated or None
         self._exporters_asked = self._planned
 

@@ -185,3 +185,18 @@ def test_a_node_whose_scrape_fails_since_is_down_not_its_held_gpus() -> None:
     assert refresh.nodes == fresh.nodes
     (node,) = [n for n in refresh.nodes if n.target == "10.0.0.1:9400"]
     assert (node.name, node.up, node.snapshot) == ("dgx-a100-03", False, None)
+
+
+def test_a_new_target_whose_instance_another_job_scrapes_marks_both_as_a_fresh_read() -> None:
+    # GIVEN the table's source, having read a mixed fleet
+    # WHEN a second job starts scraping an instance the fleet has (a dcgm-exporter), and
+    # the table refreshes
+    def second_job(prometheus: FakePrometheus) -> None:
+        prometheus.targets.append(FakeTarget("dcgm-2", "10.0.0.1:9400", DCGM, scraped_at=NOW + 1))
+
+    refresh, fresh, _, _ = refreshed(second_job, later_s=2)
+    # THEN both targets are nodes told apart by their jobs, the one not scraped since too,
+    # as a source reading everything says
+    assert refresh.nodes == fresh.nodes
+    shown = sorted(n.target for n in refresh.nodes if n.target.endswith("10.0.0.1:9400"))
+    assert shown == ["dcgm-2/10.0.0.1:9400", "dcgm/10.0.0.1:9400"]
