@@ -243,6 +243,23 @@ def test_idle_holders_are_held_gpus_idle_for_the_time_given() -> None:
     assert build_rows(state)[0].idle_held == 1
 
 
+def test_a_row_of_gpus_is_kept_while_the_node_is_the_same_until_a_holder_idles_long() -> None:
+    # GIVEN a node read GPU by GPU, GPU 0 leased and idle, the screen watching since 100 s
+    state = fleet(node("n", (gpu(0), gpu(1, util=80)), (), (exclusive(0), exclusive(1))))
+    tracker, memory = IdleTracker(), fleet_rows.RowMemory()
+    tracker.observe(state, 100.0)
+    (first,) = build_rows(state, tracker.idle_for, 600.0, memory)
+    # WHEN the next reads bring the very same node, 5 minutes on, then 10
+    tracker.observe(state, 400.0)
+    (kept,) = build_rows(state, tracker.idle_for, 600.0, memory)
+    tracker.observe(state, 700.0)
+    (idled,) = build_rows(state, tracker.idle_for, 600.0, memory)
+    # THEN its row is kept while no holder has idled long enough, then made again with
+    # its idle holder, as a row made afresh says
+    assert kept is first and first.idle_held == 0
+    assert idled.idle_held == 1 and idled == build_rows(state, tracker.idle_for, 600.0)[0]
+
+
 def test_users_are_counted_across_nodes_from_their_processes() -> None:
     state = fleet(
         node("a", (gpu(0), gpu(1)), (process(0, "alice", 10), process(1, "alice", 5, pid=8))),

@@ -124,26 +124,26 @@ class RowMemory:
     read GPU by GPU keeps its free GPUs by `pick`'s rule (most of what its row costs)
     while its GPUs and leases stay the same; a node read as its figures keeps the set of
     its users while they are the very same; and a node that is the very same as at the
-    last read (not scraped since, `NodeState`) keeps its row, where the row does not
-    depend on what the screen saw of its GPUs over time. Only the nodes of the latest read
-    are kept."""
+    last read (not scraped since, `NodeState`) keeps its row; a row of its GPUs while as
+    many of them have been idle long enough by the screen's watch. Only the nodes of the
+    latest read are kept."""
 
     def __init__(self) -> None:
         self._known: dict[str, _FreeHeld] = {}
         self._seen: dict[str, _FreeHeld] = {}
         self._users: dict[str, _UsersHeld] = {}
         self._users_seen: dict[str, _UsersHeld] = {}
-        self._rows: dict[str, tuple[NodeState, NodeRow]] = {}
-        self._rows_seen: dict[str, tuple[NodeState, NodeRow]] = {}
+        self._rows: dict[str, tuple[NodeState, object, NodeRow]] = {}
+        self._rows_seen: dict[str, tuple[NodeState, object, NodeRow]] = {}
 
-    def row(self, node: NodeState, make: Callable[[], NodeRow]) -> NodeRow:
-        """`node`'s row: as made at the last read where `node` is the very same, else
-        made now."""
+    def row(self, node: NodeState, make: Callable[[], NodeRow], watched: object = None) -> NodeRow:
+        """`node`'s row: as made at the last read where `node` is the very same, and what
+        the screen `watched` of it over time is equal, else made now."""
         held = self._rows.get(node.label)
-        if held is None or held[0] is not node:
-            held = (node, make())
+        if held is None or held[0] is not node or held[1] != watched:
+            held = (node, watched, make())
         self._rows_seen[node.label] = held
-        return held[1]
+        return held[2]
 
     def free(self, node: NodeState, snapshot: Snapshot) -> int:
         known = self._known.get(node.label)
@@ -194,44 +194,53 @@ def node_row(
     idle_after_s: float,
     memory: RowMemory | None = None,
 ) -> NodeRow:
-    """`node`'s row. A row made of the node alone (its figures, or nothing read) is kept
-    by `memory` while the node is the very same; a row of its GPUs counts what the screen
-    saw of them over time (`idle_for`), and is made at every read."""
-    if memory is not None and (node.summary is not None or node.snapshot is None):
-        return memory.row(node, lambda: _node_row(node, idle_for, idle_after_s, memory))
-    return _node_row(node, idle_for, idle_after_s, memory)
-
-
-def _node_row(
-    node: NodeState,
-    idle_for: IdleFor | None,
-    idle_after_s: float,
-    memory: RowMemory | None,
-) -> NodeRow:
-    snapshot = node.snapshot
+    """`node`'s row, kept by `memory` while the node is the very same: a row made of the
+    node alone (its figures, or nothing read) as it is; a row of its GPUs, which counts
+    what the screen saw of them over time (`idle_for`), while as many of them have been
+    idle long enough."""
     if node.summary is not None:  # as every other row says it, though its GPUs were read
-        users = (
-            _summary_users(node.summary)
-            if memory is None
-            else memory.users(node.label, node.summary)
+        if memory is None:
+            return _summarized(node, node.summary, _summary_users(node.summary))
+        summary = node.summary
+        return memory.row(
+            node, lambda: _summarized(node, summary, memory.users(node.label, summary))
         )
-        return _summarized(node, node.summary, users)
+    snapshot = node.snapshot
     if snapshot is None:
-        return _never_read(node)
+        return _never_read(node) if memory is None else memory.row(node, lambda: _never_read(node))
     gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
-    free: int | None = None
-    if node.up and memory is not None:
-        free = memory.free(node, snapshot)
-    elif node.up:
-        free = free_gpus(node, snapshot)
+    idle = (
+        _idle_held(node, gpus, idle_for, idle_after_s),
+        _idle_allocated(node, gpus, idle_for, idle_after_s),
+    )
+    if memory is None:
+        return _gpus_row(node, snapshot, gpus, idle, free_gpus(node, snapshot) if node.up else None)
+    return memory.row(
+        node,
+        lambda: _gpus_row(
+            node, snapshot, gpus, idle, memory.free(node, snapshot) if node.up else None
+        ),
+        idle,
+    )
+
+
+def _gpus_row(
+    node: NodeState,
+    snapshot: Snapshot,
+    gpus: list[GpuSample],
+    idle: tuple[int | None, int | None],
+    free: int | None,
+) -> NodeRow:
+    """A node read GPU by GPU (`gpus`: those read without an error), `idle`: its held
+    GPUs and its jobs' GPUs idle long enough."""
     return _read_row(
         node,
         node_figures(snapshot.gpus),
         gpus_free=free,
         leases=None if node.leases is None else len(node.leases),
-        idle_held=_idle_held(node, gpus, idle_for, idle_after_s),
+        idle_held=idle[0],
         jobs=None if node.jobs is None else len({job.job_id for job in node.jobs}),
-        idle_allocated=_idle_allocated(node, gpus, idle_for, idle_after_s),
+        idle_allocated=idle[1],
         users=_users(node),
         models=" ".join(sorted({gpu.name for gpu in gpus if gpu.name})),
     )
@@ -473,25 +482,36 @@ class IdleTracker:
     kept is bounded by the fleet, whatever the run time."""
 
     def __init__(self) -> None:
-        self._clocks: dict[tuple[str, str], IdleClock] = {}
+        self._nodes: dict[str, tuple[NodeState, dict[str, IdleClock]]] = {}
+        """Each node's clocks by GPU, with the node last observed."""
         self._now = 0.0
 
     def observe(self, fleet: FleetState, now: float) -> None:
-        """Notes each GPU's utilization at `now` (a monotonic time)."""
-        seen: dict[tuple[str, str], IdleClock] = {}
+        """Notes each GPU's utilization at `now` (a monotonic time). A node that is the
+        very same as at the last read (not scraped since) tells nothing new: its clocks
+        stand as they are."""
+        seen: dict[str, tuple[NodeState, dict[str, IdleClock]]] = {}
         for node in fleet.nodes:
             if not node.up or node.snapshot is None:
                 continue
+            held = self._nodes.get(node.label)
+            if held is not None and held[0] is node:
+                seen[node.label] = held
+                continue
+            clocks = held[1] if held is not None else {}
+            observed: dict[str, IdleClock] = {}
             for gpu in node.snapshot.gpus:
-                key = (node.label, gpu.uuid or str(gpu.index))
-                clock = self._clocks.get(key) or IdleClock()
+                key = gpu.uuid or str(gpu.index)
+                clock = clocks.get(key) or IdleClock()
                 clock.observe(now, gpu.utilization_pct)
-                seen[key] = clock
-        self._clocks = seen
+                observed[key] = clock
+            seen[node.label] = (node, observed)
+        self._nodes = seen
         self._now = now
 
     def idle_for(self, node: str, gpu: GpuSample) -> float | None:
         """Seconds `gpu` of `node` has been idle, or `None` while it is busy or unseen."""
-        clock = self._clocks.get((node, gpu.uuid or str(gpu.index)))
+        held = self._nodes.get(node)
+        clock = held[1].get(gpu.uuid or str(gpu.index)) if held is not None else None
         idle = clock.idle_for(self._now) if clock is not None else None
         return None if idle is None else idle.seconds
