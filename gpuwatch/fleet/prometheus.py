@@ -24,6 +24,7 @@ for, for `history` and `focus`.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection
 
@@ -83,8 +84,7 @@ class PrometheusSource:
             if self._memory is None
             else Judge(self.needs, stale_after_s, self._memory.figures, self._memory.nodes)
         )
-        self._targets: dict[str, Target] = {}
-        self._uuids: dict[str, dict[str, int]] = {}
+        self._last = LastRead((), {})
         self._focus: frozenset[str] = frozenset()
         self._older: set[Target] = set()
         """The daemons too old to export what the read asks, as last worked out."""
@@ -116,7 +116,7 @@ class PrometheusSource:
         unscraped = frozenset(t for t, seen in found.seen.items() if seen <= 0)
         nodes = self._with_errors(nodes_of(self._judge, found, now), unscraped, budget)
         fleet = claimed(nodes.values())
-        self._remember(fleet, nodes)
+        self._last = LastRead(fleet, nodes)
         return FleetState(taken_at=now, source=self.description, nodes=fleet)
 
     def focus(self, nodes: Collection[str]) -> None:
@@ -131,13 +131,13 @@ class PrometheusSource:
         """The node's (by `NodeState.key`) GPUs over the last `duration_s`: memory used,
         utilization, temperature and power, `points` samples each (one `query_range`);
         empty for a node the last `read()` did not see."""
-        if (target := self._targets.get(node)) is None:
+        if (target := self._last.targets.get(node)) is None:
             return ()
         end = self._clock()
         step_s = max(1.0, duration_s / points)
         query = node_history.query(*target)
         matrix = self.client.query_range(query, end - duration_s, end, step_s)
-        return node_history.series(matrix, self._uuids.get(node, {}))
+        return node_history.series(matrix, self._last.uuids.get(node, {}))
 
     def close(self) -> None:
         """Nothing stays open between reads."""
@@ -157,7 +157,8 @@ class PrometheusSource:
             plan = [*families, *self._gpuwatch_plan()]
             return [Asked(UP), Asked(NAMES), *(Asked(query) for query in plan)]
         asked = self._memory.plan(exporters)
-        focused = {self._targets[key][1] for key in self._focus if key in self._targets}
+        focus, targets = self._focus, self._last.targets if self._focus else {}
+        focused = {targets[key][1] for key in focus if key in targets}
         if focused:
             matcher = promql.instances(focused)
             detail = promql.gpuwatch_values(placement=False)
@@ -216,18 +217,29 @@ class PrometheusSource:
         if memory is not None:
             errors = memory.errors(down, errors)
         found = errors or {}
-        return {
-            t: _with_error(node, found.get(t)) if t in down else node for t, node in nodes.items()
-        }
+        return nodes | {t: _with_error(nodes[t], found.get(t)) for t in down}
 
-    def _remember(self, fleet: tuple[NodeState, ...], nodes: dict[Target, NodeState]) -> None:
-        """Which target each node's key stands for, and its GPUs' indices, for `history`
-        and `focus`."""
-        by_place = {(node.job, node.target): target for target, node in nodes.items()}
-        self._targets = {node.key: by_place[(node.job, node.target)] for node in fleet}
-        self._uuids = {
+
+class LastRead:
+    """A read's nodes (by target, and as the fleet has them), and what `history` and
+    `focus` look up in them, worked out where first asked: the table's refresh does not
+    ask (a node's detail screen does, of one node)."""
+
+    def __init__(self, fleet: tuple[NodeState, ...], nodes: dict[Target, NodeState]) -> None:
+        self._fleet, self._nodes = fleet, nodes
+
+    @functools.cached_property
+    def targets(self) -> dict[str, Target]:
+        """Which target each node's key stands for."""
+        by_place = {(node.job, node.target): target for target, node in self._nodes.items()}
+        return {node.key: by_place[(node.job, node.target)] for node in self._fleet}
+
+    @functools.cached_property
+    def uuids(self) -> dict[str, dict[str, int]]:
+        """Each node's GPUs' indices by UUID, by the node's key."""
+        return {
             node.key: {gpu.uuid: gpu.index for gpu in node.snapshot.gpus if gpu.uuid}
-            for node in fleet
+            for node in self._fleet
             if node.snapshot is not None
         }
 

@@ -180,7 +180,7 @@ def claimed(states: Iterable[NodeState]) -> tuple[NodeState, ...]:
     its name: two daemons given one `--node-name`, exporters that all say `localhost`,
     or a node naming itself after another are as many nodes, none hiding another."""
     nodes = sorted(states, key=attrgetter("name", "target"))
-    counts = Counter(node.name for node in nodes)
+    counts = Counter(map(attrgetter("name"), nodes))
     return tuple(
         node if counts[node.name] == node.claims else replace(node, claims=counts[node.name])
         for node in nodes
