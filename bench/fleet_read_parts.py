@@ -14,8 +14,7 @@ the parts of it, each the CPU of one step of the read:
 - older: which daemons are too old for the round's queries;
 - nodes: a node per target (`prom_nodes.nodes_of`), of which build: the nodes built again
   from their series, inputs: what each was compared on;
-- claimed: the nodes sorted, each told how many claim its name; remember: which target
-  each node's key stands for.
+- claimed: the nodes sorted, each told how many claim its name.
 
 Run: python bench/fleet_read_parts.py [--nodes 1000,3000,10000] [--reads 10]
 """
@@ -95,7 +94,6 @@ def main() -> None:
     parts.timed(prom_nodes, "_node", "build")
     parts.timed(prom_nodes, "_inputs", "inputs")
     parts.timed(prometheus, "claimed", "claimed")
-    parts.timed(PrometheusSource, "_remember", "remember")
     for nodes in (int(n) for n in args.nodes.split(",")):
         with serving([sys.executable, str(STANDIN), "--nodes", str(nodes)]) as ready:
             print(f"{nodes} nodes: {measure(str(ready['url']), args.reads, parts)}", flush=True)

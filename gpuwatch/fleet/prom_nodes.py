@@ -148,7 +148,7 @@ def nodes_of(judge: Judge, found: Found, now: float) -> dict[Target, NodeState]:
     several = _instances_in_several_jobs(targets)
     kept = judge.kept
     if kept is None:
-        return {t: _node(judge, t, found, now, several) for t in targets}
+        return {t: _node(judge, t, found, now, several) for t in sorted(targets)}
     # Where the round read only the targets scraped since, the others' nodes are kept
     # without a look at their inputs (the very ones held): at 10,000 nodes, an eighth of
     # them scraped between two refreshes, looking at all cost as much as building that
@@ -156,7 +156,7 @@ def nodes_of(judge: Judge, found: Found, now: float) -> dict[Target, NodeState]:
     fresh = kept.fresh(found, targets, several)
     stale_after_s = judge.stale_after_s
     nodes = {}
-    for target in targets:
+    for target in sorted(targets):
         if (
             fresh is None
             or target in fresh
