@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection
 from functools import partial
+from operator import itemgetter
 
 import msgspec
 from msgspec.structs import replace
@@ -97,14 +98,14 @@ class KeptNodes:
         return node
 
     def fresh(
-        self, found: Found, targets: Collection[Target], several: frozenset[str]
+        self, found: Found, targets: set[Target], several: frozenset[str]
     ) -> set[Target] | None:
         """Forgets the nodes of targets no longer in the fleet; the targets whose nodes
         must be looked at again (`None`: all): those that may have changed
         (`Found.fresh`), and those read GPU by GPU now or the read before (their series
         of that are not held). All where an instance is in more or fewer jobs than
         before (its node's target is shown `job/instance` then)."""
-        if len(self._held) > len(targets) or not self._held.keys() <= set(targets):
+        if len(self._held) > len(targets) or not self._held.keys() <= targets:
             self._held = {t: held for t, held in self._held.items() if t in targets}
         detailed, self._detailed = self._detailed, found.details.keys() & targets
         same, self._several = several == self._several, several
@@ -142,7 +143,7 @@ class Judge(msgspec.Struct, frozen=True):
 def nodes_of(judge: Judge, found: Found, now: float) -> dict[Target, NodeState]:
     """Every target of a job with GPU series, and every target at a GPU exporter's
     own port (a job none of whose targets was ever up): a node each."""
-    jobs = {job for job, _ in found.exporters} | {job for job, _ in found.samples}
+    jobs = set(map(itemgetter(0), found.exporters)) | set(map(itemgetter(0), found.samples))
     targets = {t for t in found.seen if t[0] in jobs or _exporter_port(t[1])}
     targets |= set(found.samples)
     several = _instances_in_several_jobs(targets)
@@ -323,7 +324,7 @@ def _counts(gpus: float | None, given: float | None) -> NodeSummary:
 
 def _instances_in_several_jobs(targets: Collection[Target]) -> frozenset[str]:
     """The instances of more than one target (each target is one job's instance)."""
-    counts = Counter(instance for _, instance in targets)
+    counts = Counter(map(itemgetter(1), targets))
     return frozenset(instance for instance, count in counts.items() if count > 1)
 
 
