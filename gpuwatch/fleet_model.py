@@ -136,7 +136,8 @@ class NodeState(msgspec.Struct, frozen=True, gc=False):
     jobs unknown (another exporter, no scheduler there, or it did not answer in time)."""
     summary: NodeSummary | None = None
     """Its figures from recording rules, where the source read those instead of its GPUs
-    (then `snapshot` is `None`, unless `given_only`)."""
+    (then `snapshot` is `None`, unless the node is in focus), or its daemon's count of its
+    GPUs and of those it would give out, beside `offered`."""
     target: str = ""
     """Where it is scraped, which identifies it: the `instance` through Prometheus (with
     its `job` where one instance is in several jobs), `HOST:PORT` scraped directly."""
@@ -151,11 +152,12 @@ class NodeState(msgspec.Struct, frozen=True, gc=False):
     mig_devices_known: bool = True
     """False where its exporter tells a GPU is MIG-enabled but not its MIG devices
     (nvidia_gpu_exporter reading nvidia-smi): `snapshot.mig_devices` is then not all."""
-    given_only: bool = False
-    """True where `snapshot` holds only the GPUs its daemon would give a new job now (its
-    own verdict by pick's rules, with their free memory and utilization), read for
-    `gpuwatch where`: its other GPUs are not free, for reasons it does not tell;
-    `summary.gpus` counts them all where the daemon says."""
+    offered: Snapshot | None = None
+    """Where the node was read as its daemon's verdict (`gpuwatch where`, at pick's default
+    limits): the GPUs the daemon would give a new job now, with their free memory and
+    utilization. Its other GPUs are not free, for reasons it does not tell;
+    `summary.gpus` counts them all where the daemon says. `snapshot` is then `None`: its
+    GPUs were not read one by one."""
 
     @property
     def label(self) -> str:

@@ -278,23 +278,23 @@ def _given(
     judge: Judge, samples: list[Sample], now: float, seen: float, name: str, place: Place
 ) -> NodeState:
     """A gpuwatch daemon read as its verdict on each GPU: the GPUs it would give out,
-    and how many GPUs it has (`NodeState.given_only`)."""
+    and how many GPUs it has (`NodeState.offered`)."""
     mapped = series_gpuwatch.available_mapped(samples)
     shown = node_text(name)
     taken_at, age_s = aged(seen, mapped.data_at, now)
     error = mapped.error or stale(age_s, judge.stale_after_s)
-    snapshot = Snapshot(taken_at, shown, None, None, mapped.gpus, ())
+    offered = Snapshot(taken_at, shown, None, None, mapped.gpus, ())
     by_name = {s.name: s.value for s in samples}
     gpus, given = by_name.get(promql.NODE_GPUS), by_name.get(promql.AVAILABLE_GPUS)
     return NodeState(
         shown,
         up=error is None,
-        snapshot=snapshot,
+        snapshot=None,
         data_at=taken_at,
         error=error,
         exporter=Exporter.GPUWATCH,
         leases=(),
-        given_only=True,
+        offered=offered,
         summary=_counts(gpus, given),
         target=place.target,
         job=place.job,

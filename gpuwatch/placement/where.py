@@ -129,22 +129,24 @@ def explained(
 
 def _on_node(node: NodeState, request: Request, explain: bool, now: float) -> NodeFit | NodeMiss:
     known = node.leases is not None
-    if node.snapshot is None or not node.up:
+    # Its GPUs read one by one, or only those its daemon would give out.
+    gpus = node.snapshot if node.offered is None else node.offered
+    if gpus is None or not node.up:
         age_s = node.age_at(now)
         age = "" if age_s is None else f", data {format_span(age_s)} old"
         why = node.error or "down"
         return NodeMiss(node.label, f"down: {why}{age}", leases_known=known)
     kind = kind_for(request)
     if kind.mig and not node.mig_devices_known:
-        return NodeMiss(node.label, _mig_unknown(node.snapshot), leases_known=known)
+        return NodeMiss(node.label, _mig_unknown(gpus), leases_known=known)
     holders = node.holders
     leases = node.leases or ()
-    choice = place(kind, node.snapshot, request, leases=leases, holders=holders, explain=explain)
+    choice = place(kind, gpus, request, leases=leases, holders=holders, explain=explain)
     if choice.satisfied:
         return NodeFit(node.label, choice.chosen, choice.free_bytes, known)
-    if node.given_only:
+    if node.offered is not None:
         return _given_short(node, request, choice.qualifying)
-    if (hopeless := never(kind, node.snapshot, request)) is not None:
+    if (hopeless := never(kind, gpus, request)) is not None:
         return NodeMiss(node.label, _never(kind, hopeless, request), choice.reasons, 0, known)
     summary = f"{choice.qualifying} of {request.count} qualify"
     return NodeMiss(node.label, summary, choice.reasons, choice.qualifying, known)

@@ -401,7 +401,7 @@ def test_an_older_daemon_among_others_costs_one_round_more_narrowed_to_it() -> N
     older = promql.instances([nodes[1].instance])
     narrowed = [q for q in asked if older in q]
     assert narrowed and all("gpuwatch_" in q for q in narrowed)
-    assert [n.given_only for n in placed.nodes] == [True, False]
+    assert [n.offered is not None for n in placed.nodes] == [True, False]
     assert chosen(where(placed, Request())) == chosen(where(whole, Request()))
 
 

@@ -313,7 +313,7 @@ def test_a_node_read_by_its_daemons_verdict_says_why_it_falls_short() -> None:
     gpu = GpuSample(5, "GPU-v", None, None, memory_free_bytes=70 * GIB, utilization_pct=0)
     snapshot = Snapshot(1000.0, "v", None, None, (gpu,), ())
     summary = NodeSummary(8, 1, None, None, None, None, None, None, None)
-    node = NodeState("v", True, snapshot, 1.0, leases=(), summary=summary, given_only=True)
+    node = NodeState("v", True, None, 1.0, leases=(), summary=summary, offered=snapshot)
     fleet = FleetState(0.0, "t", (node,))
     # WHEN two GPUs, or nine, are asked for
     (two,) = where(fleet, Request(count=2, min_free_bytes=40 * GIB)).misses

@@ -71,7 +71,7 @@ def test_each_nodes_verdict_through_prometheus_gives_the_fits_of_a_whole_read(
         whole = PrometheusSource(prometheus.url).read()
         # THEN the server accepts every query, and both find the same GPUs on the nodes
         # whose GPUs no process holds
-        assert all(node.given_only for node in available.nodes)
+        assert all(node.offered is not None for node in available.nodes)
         chosen = {fit.node: [d.uuid for d in fit.devices] for fit in where(available, request).fits}
         assert sorted(chosen) == fitting
         assert chosen == {f.node: [d.uuid for d in f.devices] for f in where(whole, request).fits}
