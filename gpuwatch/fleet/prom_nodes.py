@@ -77,10 +77,7 @@ class KeptNodes:
         are those it was built from."""
         held = self._held.get(target)
         if held is not None and held[0].same(inputs):
-            node = judged_again(held[1], now, stale_after_s)
-            if node is not held[1]:
-                self._held[target] = (inputs, node)
-            return node
+            return self._judged_again(target, held, now, stale_after_s)
         node = build()
         self.built += 1
         self._held[target] = (inputs, node)
@@ -90,8 +87,12 @@ class KeptNodes:
         """The node as kept, judged again at `now`, for a target nothing new was read of
         (`Found.fresh`); `None` where none is kept."""
         held = self._held.get(target)
-        if held is None:
-            return None
+        return None if held is None else self._judged_again(target, held, now, stale_after_s)
+
+    def _judged_again(
+        self, target: Target, held: tuple[Inputs, NodeState], now: float, stale_after_s: float
+    ) -> NodeState:
+        """The node kept, judged again at `now`; kept as judged where that made it stale."""
         node = judged_again(held[1], now, stale_after_s)
         if node is not held[1]:
             self._held[target] = (held[0], node)

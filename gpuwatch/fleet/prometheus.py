@@ -157,8 +157,7 @@ class PrometheusSource:
             plan = [*families, *self._gpuwatch_plan()]
             return [Asked(UP), Asked(NAMES), *(Asked(query) for query in plan)]
         asked = self._memory.plan(exporters)
-        focus, targets = self._focus, self._last.targets if self._focus else {}
-        focused = {targets[key][1] for key in focus if key in targets}
+        focused = {self._last.targets[key][1] for key in self._focus if key in self._last.targets}
         if focused:
             matcher = promql.instances(focused)
             detail = promql.gpuwatch_values(placement=False)

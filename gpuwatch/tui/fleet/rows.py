@@ -181,40 +181,33 @@ def build_rows(
 ) -> list[NodeRow]:
     """One row per node, in the fleet's order. A held GPU is an idle holder when it is idle
     now, or, given `idle_for`, when the screen has seen it idle for `idle_after_s`.
-    `memory` keeps what the rows of nodes whose data did not change computed last read."""
+    `memory` keeps what the rows of nodes whose data did not change computed last read
+    (without it, everything is computed afresh)."""
+    memory = RowMemory() if memory is None else memory
     rows = [node_row(node, idle_for, idle_after_s, memory) for node in fleet.nodes]
-    if memory is not None:
-        memory.forget_unseen()
+    memory.forget_unseen()
     return rows
 
 
 def node_row(
-    node: NodeState,
-    idle_for: IdleFor | None,
-    idle_after_s: float,
-    memory: RowMemory | None = None,
+    node: NodeState, idle_for: IdleFor | None, idle_after_s: float, memory: RowMemory
 ) -> NodeRow:
     """`node`'s row, kept by `memory` while the node is the very same: a row made of the
     node alone (its figures, or nothing read) as it is; a row of its GPUs, which counts
     what the screen saw of them over time (`idle_for`), while as many of them have been
     idle long enough."""
-    if node.summary is not None:  # as every other row says it, though its GPUs were read
-        if memory is None:
-            return _summarized(node, node.summary, _summary_users(node.summary))
-        summary = node.summary
+    summary, snapshot = node.summary, node.snapshot
+    if summary is not None:  # as every other row says it, though its GPUs were read
         return memory.row(
             node, lambda: _summarized(node, summary, memory.users(node.label, summary))
         )
-    snapshot = node.snapshot
     if snapshot is None:
-        return _never_read(node) if memory is None else memory.row(node, lambda: _never_read(node))
+        return memory.row(node, lambda: _never_read(node))
     gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
     idle = (
         _idle_held(node, gpus, idle_for, idle_after_s),
         _idle_allocated(node, gpus, idle_for, idle_after_s),
     )
-    if memory is None:
-        return _gpus_row(node, snapshot, gpus, idle, free_gpus(node, snapshot) if node.up else None)
     return memory.row(
         node,
         lambda: _gpus_row(
