@@ -212,7 +212,7 @@ class NodeState(msgspec.Struct, frozen=True, gc=False):
     def age_at(self, now: float) -> float | None:
         """How old its newest data is at `now` (its fleet's `taken_at`); `None` where
         unknown."""
-        return None if self.data_at is None else max(0.0, now - self.data_at)
+        return data_age(self.data_at, now)
 
     def jobs_on(self, gpu_index: int) -> tuple[GpuJob, ...]:
         """The jobs holding this GPU (usually one), as far as they are known."""
@@ -230,3 +230,9 @@ class FleetState(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         printable_fields(self, "source")
+
+
+def data_age(data_at: float | None, now: float) -> float | None:
+    """How old data taken at `data_at` is at `now` (never less than 0: clocks differ);
+    `None` where `data_at` is not known."""
+    return None if data_at is None else max(0.0, now - data_at)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from gpuwatch.fleet_model import FleetState
+from gpuwatch.fleet_model import FleetState, data_age
 from gpuwatch.tui.common import render
 from gpuwatch.tui.common.columns import CELL_PADDING, Column, fitting, sortable
 from gpuwatch.tui.fleet.rows import NodeRow, Totals, UserRow, user_rows
@@ -129,7 +129,7 @@ with every scrape, and a cell that changes on every read costs the screen a redr
 def _age(row: NodeRow, now: float) -> tuple[str, str]:
     """A node that is up: `<15s`, `30s`, `2m`; a node that is not: `down`, `1h down`,
     `5m stale` (in its largest unit), its age at `now`."""
-    age_s = None if row.data_at is None else max(0.0, now - row.data_at)
+    age_s = data_age(row.data_at, now)
     if row.up:
         return _fresh_age(age_s), "dim"
     if not row.has_data:
