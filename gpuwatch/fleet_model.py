@@ -13,6 +13,7 @@ import msgspec
 
 from gpuwatch.holders import NO_HOLDERS, Holder, HolderKind, Holders
 from gpuwatch.models import Device, Lease, Snapshot
+from gpuwatch.node_figures import node_figures
 from gpuwatch.text import printable, printable_fields
 
 
@@ -47,6 +48,12 @@ class GpuPod(msgspec.Struct, frozen=True):
         """`namespace/pod`, as kubectl names it."""
         return f"{self.namespace}/{self.pod}"
 
+    @property
+    def user(self) -> str:
+        """The pod as a user of the node: `(namespace/pod)`, as the fleet's users view and
+        its filter name it."""
+        return f"({self.name})"
+
 
 class Exporter(enum.StrEnum):
     """Which exporter's series described a node."""
@@ -57,9 +64,10 @@ class Exporter(enum.StrEnum):
 
 
 class NodeSummary(msgspec.Struct, frozen=True):
-    """A node's figures as a Prometheus server's recording rules precompute them
-    (`examples/gpuwatch-fleet-rules.yml`): what the fleet table shows of it, without its
-    GPUs one by one. `None` is unknown."""
+    """A node's figures as a whole: what the fleet table shows of it (`NodeState.figures`),
+    as a Prometheus server's recording rules precompute them from its daemon's series
+    (`examples/gpuwatch-fleet-rules.yml`), or as worked out from its GPUs. `None` is
+    unknown."""
 
     gpus: int | None
     gpus_free: int | None
@@ -74,8 +82,10 @@ class NodeSummary(msgspec.Struct, frozen=True):
     """GPUs held (a lease, or a process holding memory) but idle for 10 minutes; `None`
     also while Prometheus holds less than 10 minutes of the node's data."""
     users: tuple[tuple[str, int, int], ...] | None = ()
-    """(user, GPUs, memory bytes) of each user with processes there; `None` while not
-    known yet (Prometheus has not evaluated them over a scrape of the node)."""
+    """(user, GPUs, memory bytes) of each user with processes there (with its GPUs at
+    hand, also of each user whose job holds a GPU, and each pod holding one, named
+    `GpuPod.user`); `""` where a process's user is not known; `None` while not known yet
+    (Prometheus has not evaluated them over a scrape of the node)."""
     models: tuple[str, ...] = ()
     jobs: int | None = None
     """The scheduler's jobs holding its GPUs; `None` where its jobs are unknown."""
@@ -104,8 +114,10 @@ class NodeState(msgspec.Struct, frozen=True, gc=False):
 
     `name` is the host its exporter names (its `hostname` label), else the target's
     host; two targets may claim one name (`claims`), and are then two nodes, told apart
-    by `label`. `snapshot` holds its GPUs (and MIG devices where the exporter tells
-    them) with `snapshot.hostname == name`; it is `None` when nothing was ever read.
+    by `label`. `snapshot` holds its GPUs one by one (and MIG devices where the exporter
+    tells them) with `snapshot.hostname == name`, where they were read; `figures` holds
+    what it is as a whole however it was read (its GPUs, or its daemon's figures), and is
+    `None` only when nothing was ever read: what the table shows of it.
     `data_at` is when its newest data was taken, by the data's own timestamps, not when
     it was fetched; its age is `age_at(fleet.taken_at)`. A node is `up` only when, at the
     read's `taken_at`, its data is current (not older than the source's staleness limit)
@@ -135,9 +147,10 @@ class NodeState(msgspec.Struct, frozen=True, gc=False):
     """The scheduler's job on each GPU a job holds; `()`: no GPU is held by a job; `None`:
     jobs unknown (another exporter, no scheduler there, or it did not answer in time)."""
     summary: NodeSummary | None = None
-    """Its figures from recording rules, where the source read those instead of its GPUs
-    (then `snapshot` is `None`, unless the node is in focus), or its daemon's count of its
-    GPUs and of those it would give out, beside `offered`."""
+    """Its figures as its exporter tells them of it as a whole: a gpuwatch daemon's, read
+    through recording rules instead of its GPUs (then `snapshot` is `None`, unless the
+    node is in focus), or its daemon's count of its GPUs and of those it would give out,
+    beside `offered`. Its readers read `figures`, which a node read GPU by GPU has too."""
     target: str = ""
     """Where it is scraped, which identifies it: the `instance` through Prometheus (with
     its `job` where one instance is in several jobs), `HOST:PORT` scraped directly."""
@@ -200,6 +213,44 @@ class NodeState(msgspec.Struct, frozen=True, gc=False):
 
     def __post_init__(self) -> None:
         printable_fields(self, "name", "error")
+
+    @property
+    def figures(self) -> NodeSummary | None:
+        """Its figures as a whole, however it was read: as its exporter tells them
+        (`summary`), else worked out from its GPUs (`snapshot`), by the daemon's own
+        definition (`gpuwatch.node_figures`); `None` where nothing was read. From its GPUs,
+        what only a watch over time or pick's rule can tell is `None`: the GPUs a plain
+        pick would take, and the held GPUs idle long enough."""
+        if self.summary is not None:
+            return self.summary
+        snapshot = self.snapshot
+        if snapshot is None:
+            return None
+        return NodeSummary(
+            **msgspec.structs.asdict(node_figures(snapshot.gpus, snapshot.mig_devices)),
+            gpus_free=None,
+            leases=None if self.leases is None else len(self.leases),
+            idle_held=None,
+            users=self._users(snapshot),
+            models=tuple(sorted({g.name for g in snapshot.gpus if g.error is None and g.name})),
+            jobs=None if self.jobs is None else len({job.job_id for job in self.jobs}),
+            simulated=snapshot.simulated,
+        )
+
+    def _users(self, snapshot: Snapshot) -> tuple[tuple[str, int, int], ...]:
+        """(user, GPUs, memory bytes) of whoever runs a process there, whose job holds a
+        GPU there, and of each pod holding one."""
+        gpus: dict[str, set[int]] = {}
+        memory: dict[str, int] = {}
+        for process in snapshot.processes:
+            user = process.user or ""
+            gpus.setdefault(user, set()).add(process.gpu_index)
+            memory[user] = memory.get(user, 0) + (process.memory_used_bytes or 0)
+        for job in self.jobs or ():
+            gpus.setdefault(job.user or "", set()).add(job.gpu_index)
+        for pod in self.pods:
+            gpus.setdefault(pod.user, set()).add(pod.gpu_index)
+        return tuple((user, len(held), memory.get(user, 0)) for user, held in sorted(gpus.items()))
 
     @property
     def simulated(self) -> bool:

@@ -106,7 +106,7 @@ def print_table(source: FleetSource) -> int:
 def _why_not_up(node: NodeState) -> str:
     """`gpu-07: down: HTTP 401: ...`: a line below the table for a node that is not up."""
     why = node.error or "no reason given"
-    state = "" if why.startswith("stale") or node.snapshot is not None else "down: "
+    state = "" if why.startswith("stale") or node.figures is not None else "down: "
     return f"{printable(node.label)}: {state}{why}"
 
 

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 import msgspec
 
+from gpuwatch import node_figures as f
 from gpuwatch.fleet import mapped as m
-from gpuwatch.fleet import node_figures as f
 from gpuwatch.fleet import node_work, series_gpuwatch
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.promql import FamilyQuery, NodeFamilies, Query

@@ -161,7 +161,8 @@ def _mig_unknown(snapshot: Snapshot) -> str:
 def _given_short(node: NodeState, request: Request, qualifying: int) -> NodeMiss:
     """A node read by its daemon's verdict that gives too few GPUs: the others are in
     use, leased, busy, MIG-enabled or short of memory, by pick's rules on the node."""
-    total = node.summary.gpus if node.summary is not None else None
+    figures = node.figures
+    total = figures.gpus if figures is not None else None
     if total is not None and total < request.count:
         return NodeMiss(node.label, f"never: it has {counted(total, 'GPU')}")
     others = "its other GPUs" if total is None else f"its other {total - qualifying} GPUs"

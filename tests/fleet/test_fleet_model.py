@@ -12,14 +12,16 @@ import pytest
 
 from gpuwatch.backends.sim_fleet import STALE_AGE_S, SimFleet
 from gpuwatch.fleet.document import fleet_document
-from gpuwatch.fleet_model import Exporter, FleetState, NodeState, NodeSummary
-from gpuwatch.models import GpuSample, Lease, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.fleet_model import Exporter, FleetState, GpuJob, GpuPod, NodeState, NodeSummary
+from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
+from gpuwatch.node_figures import node_figures
 from gpuwatch.tui.fleet import rows as fleet_rows
 from gpuwatch.tui.fleet.cells import cell_text, columns_for, plain_table
 from gpuwatch.tui.fleet.model import FleetView, NodeFilter
 from gpuwatch.tui.fleet.rows import IdleTracker, NodeRow, build_rows, totals, user_rows
 from tests.helpers.cli import FROZEN_TIME
 from tests.helpers.fleet.document import GPU_KEYS, NODE_KEYS
+from tests.helpers.fleet.nodes import idle_gpu_node
 
 GIB = 1 << 30
 
@@ -272,6 +274,53 @@ def test_users_are_counted_across_nodes_from_their_processes() -> None:
         ("alice", 2, 3, 16),
     ]
     assert silent == 1, "the dcgm node tells no processes"
+
+
+def test_users_read_gpu_by_gpu_and_read_as_figures_are_counted_alike() -> None:
+    # GIVEN node a read GPU by GPU: alice's process on GPU 0, her job holding GPU 1, and
+    # a pod holding GPU 1 (as dcgm-exporter labels it); node b read as its figures,
+    # telling alice on 2 GPUs with 60 GiB
+    pod = GpuPod(1, "ml", "trainer-0")
+    held = idle_gpu_node("a", pods=(pod,), jobs=(GpuJob(1, "4242", "alice"),))
+    snapshot = msgspec.structs.replace(held.snapshot, processes=(process(0, "alice", 10),))
+    read = msgspec.structs.replace(held, snapshot=snapshot)
+    state = fleet(read, summarized("b", (("alice", 2, 60 * GIB),)))
+    # WHEN the users view and the rows are made
+    users = user_rows(state)
+    rows = {row.node: row for row in build_rows(state)}
+    # THEN alice counts both nodes, 2 GPUs on each, her memory on both, her job; the pod
+    # is a user of its GPU; node a's row names both, its figures told by its GPUs
+    assert [(r.user, r.nodes, r.gpus, r.memory_bytes // GIB, r.jobs) for r in users.rows] == [
+        ("alice", 2, 4, 70, 1),
+        ("(ml/trainer-0)", 1, 1, 0, 0),
+    ]
+    assert users.silent == 0
+    assert rows["a"].users == {"alice", "(ml/trainer-0)"} and rows["a"].jobs == 1
+
+
+def test_a_node_read_gpu_by_gpu_has_the_figures_its_daemon_exports() -> None:
+    # GIVEN a node read GPU by GPU: a whole GPU with 10 GiB free, and a MIG-enabled one
+    # whose largest MIG device has 20 GiB free
+    gpus = (gpu(0, used_gib=70), gpu(1, used_gib=10, mig_enabled=True))
+    devices = tuple(
+        MigDevice(1, index, f"MIG-{index}", memory_free_bytes=size * GIB)
+        for index, size in enumerate((20, 20, 10))
+    )
+    snapshot = Snapshot(FROZEN_TIME, "mig", None, None, gpus, (), devices)
+    read = NodeState("mig", True, snapshot, FROZEN_TIME, exporter=Exporter.DCGM)
+    # WHEN its row is made
+    (row,) = build_rows(fleet(read))
+    # THEN its figures are the daemon's own definition: its most free is the MIG
+    # device's (a job is never given the split GPU whole), not 70 GiB
+    daemons = node_figures(gpus, devices)
+    assert row.most_free_bytes == daemons.most_free_bytes == 20 * GIB
+    assert (row.gpus, row.memory_free_bytes, row.hottest_c) == (
+        daemons.gpus,
+        daemons.memory_free_bytes,
+        daemons.hottest_c,
+    )
+    # AND the split GPU is not free by pick's rule: the whole one is busy with memory
+    assert row.gpus_free == 0
 
 
 def summarized(name: str, users: tuple[tuple[str, int, int], ...] | None) -> NodeState:

@@ -12,7 +12,8 @@ import pytest
 import yaml
 from msgspec.structs import astuple, replace
 
-from gpuwatch.fleet import node_figures, summaries
+from gpuwatch import node_figures
+from gpuwatch.fleet import summaries
 from gpuwatch.fleet.exposition import Sample
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.source import Needs
@@ -112,6 +113,13 @@ def test_the_fleet_table_from_per_node_figures_is_the_table_from_every_gpu(
     assert [shown(row) for row in build_rows(recorded)] == table
     assert [shown(row) for row in build_rows(evaluated)] == table
     assert user_rows(recorded) == user_rows(evaluated) == user_rows(raw)
+    # AND every node has its figures however it was read: from its GPUs, they are those
+    # its daemon exports but for what only pick's rule and a watch over time tell
+    told = {node.name: node.figures for node in recorded.nodes}
+    for node in raw.nodes:
+        figures = told[node.name]
+        assert figures is not None
+        assert node.figures == replace(figures, gpus_free=None, idle_held=None)
 
 
 @pytest.mark.slow

@@ -17,10 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 import msgspec
-from msgspec.structs import replace
 
-from gpuwatch.fleet.node_figures import NodeFigures, node_figures
-from gpuwatch.fleet_model import FleetState, GpuPod, NodeState, NodeSummary
+from gpuwatch.fleet_model import Exporter, FleetState, NodeState, NodeSummary
 from gpuwatch.holders import Holders
 from gpuwatch.models import GpuSample, Lease, Snapshot
 from gpuwatch.placement.gpus import choose
@@ -49,7 +47,7 @@ class NodeRow(msgspec.Struct, frozen=True):
     gpus_free: int | None = None
     """`None` on a node that is not up: nothing there counts as free."""
     most_free_bytes: int | None = None
-    """The most free memory on one of its GPUs."""
+    """The most free memory on one device a job could be given (a GPU, or a MIG device)."""
     memory_free_bytes: int | None = None
     utilization_pct: float | None = None
     """Its GPUs' mean utilization."""
@@ -122,10 +120,10 @@ class RowMemory:
     """What a read's rows computed, kept for the next read where a node did not change: a
     node's data changes when it is scraped, far less often than the screen reads. A node
     read GPU by GPU keeps its free GPUs by `pick`'s rule (most of what its row costs)
-    while its GPUs and leases stay the same; a node read as its figures keeps the set of
-    its users while they are the very same; and a node that is the very same as at the
-    last read (not scraped since, `NodeState`) keeps its row; a row of its GPUs while as
-    many of them have been idle long enough by the screen's watch. Only the nodes of the
+    while its GPUs and leases stay the same; a node keeps the set of its users while its
+    figures tell the very same; and a node that is the very same as at the last read (not
+    scraped since, `NodeState`) keeps its row; a row of its GPUs while as many of them
+    have been idle long enough by the screen's watch. Only the nodes of the
     latest read are kept."""
 
     def __init__(self) -> None:
@@ -159,10 +157,10 @@ class RowMemory:
         self._seen[node.label] = (snapshot, node.leases, node.holders, free)
         return free
 
-    def users(self, node: str, summary: NodeSummary) -> frozenset[str] | None:
+    def users(self, node: str, figures: NodeSummary) -> frozenset[str] | None:
         held = self._users.get(node)
-        if held is None or held[0] is not summary.users:
-            held = (summary.users, _summary_users(summary))
+        if held is None or held[0] is not figures.users:
+            held = (figures.users, _user_names(figures))
         self._users_seen[node] = held
         return held[1]
 
@@ -192,84 +190,53 @@ def build_rows(
 def node_row(
     node: NodeState, idle_for: IdleFor | None, idle_after_s: float, memory: RowMemory
 ) -> NodeRow:
-    """`node`'s row, kept by `memory` while the node is the very same: a row made of the
-    node alone (its figures, or nothing read) as it is; a row of its GPUs, which counts
-    what the screen saw of them over time (`idle_for`), while as many of them have been
-    idle long enough."""
-    summary, snapshot = node.summary, node.snapshot
-    if summary is not None:  # as every other row says it, though its GPUs were read
-        return memory.row(
-            node, lambda: _summarized(node, summary, memory.users(node.label, summary))
+    """`node`'s row from its figures (`NodeState.figures`), kept by `memory` while the node
+    is the very same. Where its GPUs are at hand, the screen works out what its figures
+    leave unknown: the GPUs a plain pick would take, by pick's rule, and its held GPUs
+    idle long enough, by what it saw of them over time (`idle_for`); its row is then kept
+    while as many of them have been idle long enough."""
+    snapshot = node.snapshot
+    watched = None
+    if snapshot is not None:
+        gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
+        watched = (
+            _idle_held(node, gpus, idle_for, idle_after_s),
+            _idle_allocated(node, gpus, idle_for, idle_after_s),
         )
-    if snapshot is None:
-        return memory.row(node, lambda: _never_read(node))
-    gpus = [gpu for gpu in snapshot.gpus if gpu.error is None]
-    idle = (
-        _idle_held(node, gpus, idle_for, idle_after_s),
-        _idle_allocated(node, gpus, idle_for, idle_after_s),
-    )
-    return memory.row(
-        node,
-        lambda: _gpus_row(
-            node, snapshot, gpus, idle, memory.free(node, snapshot) if node.up else None
-        ),
-        idle,
-    )
+    return memory.row(node, lambda: _made_row(node, watched, memory), watched)
 
 
-def _gpus_row(
-    node: NodeState,
-    snapshot: Snapshot,
-    gpus: list[GpuSample],
-    idle: tuple[int | None, int | None],
-    free: int | None,
+def _made_row(
+    node: NodeState, watched: tuple[int | None, int | None] | None, memory: RowMemory
 ) -> NodeRow:
-    """A node read GPU by GPU (`gpus`: those read without an error), `idle`: its held
-    GPUs and its jobs' GPUs idle long enough."""
-    return _read_row(
-        node,
-        node_figures(snapshot.gpus),
-        gpus_free=free,
-        leases=None if node.leases is None else len(node.leases),
-        idle_held=idle[0],
-        jobs=None if node.jobs is None else len({job.job_id for job in node.jobs}),
-        idle_allocated=idle[1],
-        users=_users(node),
-        models=" ".join(sorted({gpu.name for gpu in gpus if gpu.name})),
-    )
-
-
-def _summarized(node: NodeState, summary: NodeSummary, users: frozenset[str] | None) -> NodeRow:
-    """A node read as its figures (its daemon's, and Prometheus's): the same as its GPUs'."""
-    row = _read_row(
-        node,
-        summary,
-        gpus_free=summary.gpus_free if node.up else None,
-        leases=summary.leases,
-        idle_held=summary.idle_held,
-        jobs=summary.jobs,
-        idle_allocated=summary.idle_allocated,
-        users=users,
-        models=" ".join(summary.models),
-    )
-    if node.up and (summary.users is None or summary.idle_held is None):
-        return replace(row, warming=True)
-    return row
+    """The row made afresh: `watched`, the screen's own count of the held GPUs and of its
+    jobs' GPUs idle long enough, where its GPUs are at hand."""
+    figures = node.figures
+    if figures is None:
+        return _never_read(node)
+    idle = (figures.idle_held, figures.idle_allocated)
+    if watched is not None:
+        idle = (
+            watched[0] if idle[0] is None else idle[0],
+            watched[1] if idle[1] is None else idle[1],
+        )
+    free = None
+    if node.up:
+        free = figures.gpus_free
+        if free is None and node.snapshot is not None:
+            free = memory.free(node, node.snapshot)
+    return _read_row(node, figures, free, idle, memory.users(node.label, figures))
 
 
 def _read_row(
     node: NodeState,
-    figures: NodeFigures | NodeSummary,
-    *,
-    gpus_free: int | None,
-    leases: int | None,
-    idle_held: int | None,
-    jobs: int | None,
-    idle_allocated: int | None,
+    figures: NodeSummary,
+    free: int | None,
+    idle: tuple[int | None, int | None],
     users: frozenset[str] | None,
-    models: str,
 ) -> NodeRow:
-    """The row of a node that was read, from its GPUs' `figures` (or its own)."""
+    """The row of a node that was read: its `figures`, the GPUs a plain pick would take
+    there (`free`), its held GPUs and its jobs' GPUs idle long enough (`idle`)."""
     return NodeRow(
         node.label,
         node.up,
@@ -278,29 +245,31 @@ def _read_row(
         node.error,
         _exporter(node),
         gpus=figures.gpus,
-        gpus_free=gpus_free,
+        gpus_free=free,
         most_free_bytes=figures.most_free_bytes,
         memory_free_bytes=figures.memory_free_bytes,
         utilization_pct=figures.utilization_pct,
         hottest_c=figures.hottest_c,
         power_w=figures.power_w,
-        leases=leases,
-        idle_held=idle_held,
+        leases=figures.leases,
+        idle_held=idle[0],
         lease_waiters=node.lease_waiters,
         longest_wait_s=node.longest_wait_s,
-        jobs=jobs,
-        idle_allocated=idle_allocated,
+        jobs=figures.jobs,
+        idle_allocated=idle[1],
         users=users,
-        models=models,
-        simulated=node.simulated,
+        models=" ".join(figures.models),
+        # up, but Prometheus has not yet computed all it tells of the node
+        warming=node.up and (users is None or (idle[0] is None and node.snapshot is None)),
+        simulated=figures.simulated,
         claimed_by=node.claims,
     )
 
 
-def _summary_users(summary: NodeSummary) -> frozenset[str] | None:
-    if summary.users is None:
+def _user_names(figures: NodeSummary) -> frozenset[str] | None:
+    if figures.users is None:
         return None
-    return frozenset(user for user, _, _ in summary.users if user)
+    return frozenset(user for user, _, _ in figures.users if user)
 
 
 def _never_read(node: NodeState) -> NodeRow:
@@ -318,20 +287,6 @@ def _never_read(node: NodeState) -> NodeRow:
 
 def _exporter(node: NodeState) -> str | None:
     return None if node.exporter is None else str(node.exporter)
-
-
-def _users(node: NodeState) -> frozenset[str]:
-    """Who runs a process there, whose job holds a GPU there, and which pod, as
-    `(namespace/pod)`."""
-    assert node.snapshot is not None
-    users = {p.user for p in node.snapshot.processes if p.user}
-    users |= {pod_user(pod) for pod in node.pods}
-    return frozenset(users | {job.user for job in node.jobs or () if job.user})
-
-
-def pod_user(pod: GpuPod) -> str:
-    """A pod as the users view and the table name it: `(namespace/pod)`."""
-    return f"({pod.name})"
 
 
 def _idle_held(
@@ -427,30 +382,21 @@ def user_rows(fleet: FleetState) -> UsersSeen:
     jobs: dict[str, set[tuple[str, str]]] = {}
     silent = unknown = 0
     for node in fleet.nodes:
-        if node.up and node.summary is not None:
-            if node.summary.users is None:
-                unknown += 1
-                continue
-            for user, count, size in node.summary.users:
-                name = user or "?"
-                # GPUs by count alone: stand-ins that no GPU index can equal
-                gpus.setdefault(name, set()).update((node.label, -1 - n) for n in range(count))
-                memory[name] = memory.get(name, 0) + size
+        figures = node.figures
+        if not node.up or figures is None:
             continue
-        if not node.up or node.snapshot is None:
+        if figures.users is None:
+            unknown += 1
             continue
-        if node.leases is None and not node.snapshot.processes and not node.pods:
+        if node.exporter is not Exporter.GPUWATCH and not figures.users:
             silent += 1
-        for process in node.snapshot.processes:
-            user = process.user or "?"
-            gpus.setdefault(user, set()).add((node.label, process.gpu_index))
-            memory[user] = memory.get(user, 0) + (process.memory_used_bytes or 0)
+        for user, count, size in figures.users:
+            name = user or "?"
+            # GPUs by count alone: stand-ins that no GPU index can equal
+            gpus.setdefault(name, set()).update((node.label, -1 - n) for n in range(count))
+            memory[name] = memory.get(name, 0) + size
         for job in node.jobs or ():
-            user = job.user or "?"
-            gpus.setdefault(user, set()).add((node.label, job.gpu_index))
-            jobs.setdefault(user, set()).add((node.label, job.job_id))
-        for pod in node.pods:
-            gpus.setdefault(pod_user(pod), set()).add((node.label, pod.gpu_index))
+            jobs.setdefault(job.user or "?", set()).add((node.label, job.job_id))
     rows = [
         UserRow(
             user,

@@ -20,7 +20,8 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from gpuwatch.fleet import node_figures, node_work, promql, summaries
+from gpuwatch import node_figures
+from gpuwatch.fleet import node_work, promql, summaries
 from gpuwatch.fleet.exposition import Sample, parse_exposition
 from gpuwatch.fleet.promql import FamilyQuery
 from gpuwatch.fleet.series import PREFIXES, exporter_of, target_state
@@ -375,7 +376,7 @@ def with_node_figures(target: FakeTarget) -> FakeTarget:
     samples = list(parse_exposition(target.exposition, PREFIXES))
     node = target_state(samples, fallback_name="", seen_at=NOW, now=NOW, stale_after_s=60)
     assert node.snapshot is not None
-    figures = node_figures.node_figures(node.snapshot.gpus)
+    figures = node_figures.node_figures(node.snapshot.gpus, node.snapshot.mig_devices)
     ratio = None if figures.utilization_pct is None else figures.utilization_pct / 100
     values = {
         node_figures.GPUS: figures.gpus,

@@ -1,9 +1,10 @@
 """A node's figures from its GPUs: what the fleet table shows of it.
 
-One definition for both who compute them: the fleet screen, for a node read GPU by GPU,
-and the daemon, which exports them (`gpuwatch_node_*`, one series each per node) so that
-a fleet table read through Prometheus costs bytes per node, not per GPU, and the server
-no aggregation. A GPU the node cannot read counts among its GPUs and in no other figure.
+One definition for both who compute them: the fleet's model, for a node read GPU by GPU
+(`NodeState.figures`), and the daemon, which exports them (`gpuwatch_node_*`, one series
+each per node) so that a fleet table read through Prometheus costs bytes per node, not per
+GPU, and the server no aggregation. A GPU the node cannot read counts among its GPUs and
+in no other figure.
 """
 
 from __future__ import annotations
