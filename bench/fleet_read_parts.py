@@ -16,6 +16,9 @@ the parts of it, each the CPU of one step of the read:
   from their series, inputs: what each was compared on;
 - claimed: the nodes sorted, each told how many claim its name.
 
+Then the screen's own work on the read, apart: its watch of idle GPUs and the table's rows
+made (`IdleTracker.observe`, `build_rows`, the rows of nodes not scraped since kept).
+
 Run: python bench/fleet_read_parts.py [--nodes 1000,3000,10000] [--reads 10]
 """
 
@@ -36,6 +39,9 @@ from gpuwatch.fleet.promapi import PromClient
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.source import Needs
 from gpuwatch.fleet.table_memory import TableMemory
+from gpuwatch.fleet_model import FleetState
+from gpuwatch.tui.common.app import DEFAULT_IDLE_AFTER_S
+from gpuwatch.tui.fleet.rows import IdleTracker, RowMemory, build_rows
 
 STANDIN = Path(__file__).resolve().with_name("prom_standin.py")
 INTERVAL_S = 2.0
@@ -63,21 +69,34 @@ class Parts:
 
 def measure(url: str, reads: int, parts: Parts) -> str:
     source = PrometheusSource(url, needs=Needs(per_node=True))
+    idle, memory = IdleTracker(), RowMemory()
+
+    def rows(fleet: FleetState) -> None:
+        idle.observe(fleet, time.monotonic())
+        build_rows(fleet, idle.idle_for, DEFAULT_IDLE_AFTER_S, memory)
+
     for _ in range(3):
-        source.read()
+        rows(source.read())
         time.sleep(INTERVAL_S)
     totals: list[float] = []
     each: dict[str, list[float]] = {}
+    screen: list[float] = []
     for _ in range(reads):
         parts.cpu_s.clear()
         wall, cpu = time.perf_counter(), time.thread_time()
-        source.read()
+        fleet = source.read()
         totals.append(time.thread_time() - cpu)
+        cpu = time.thread_time()
+        rows(fleet)
+        screen.append(time.thread_time() - cpu)
         for label, spent in parts.cpu_s.items():
             each.setdefault(label, []).append(spent)
         time.sleep(max(0.0, wall + INTERVAL_S - time.perf_counter()))
     shown = ", ".join(f"{label} {statistics.median(s) * 1000:.0f}" for label, s in each.items())
-    return f"a refresh: {statistics.median(totals) * 1000:.0f} ms of CPU ({shown})"
+    return (
+        f"a refresh: {statistics.median(totals) * 1000:.0f} ms of CPU ({shown}); "
+        f"then its rows: {statistics.median(screen) * 1000:.0f} ms"
+    )
 
 
 def main() -> None:
