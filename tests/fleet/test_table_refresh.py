@@ -14,6 +14,7 @@ import pytest
 
 from gpuwatch.fleet.prometheus import PrometheusSource
 from gpuwatch.fleet.source import Needs
+from gpuwatch.fleet.table_memory import SLOW_EVERY
 from gpuwatch.fleet_model import FleetState
 from tests.helpers.fleet.fakeprom import NOW, FakePrometheus, FakeTarget, with_node_figures
 from tests.helpers.fleet.servers import fixture, serving
@@ -28,6 +29,7 @@ DCGM = fixture("dcgm_node.prom").decode()
 SMI = fixture("recorded/nvidia-gpu-exporter_h100_load.prom").decode()
 DCGM_MIG_PODS = fixture("recorded/dcgm-exporter-4x_pr736_mixed-mig-pod_excerpt.prom").decode()
 SMI_MIG = fixture("recorded/nvidia-gpu-exporter_h100-mig_load.prom").decode()
+GIB = 1 << 30
 NARROWED = "scrape_duration_seconds > "
 """What a query narrowed to the targets scraped since a time says (`promql.scraped_since`)."""
 
@@ -200,3 +202,35 @@ def test_a_new_target_whose_instance_another_job_scrapes_marks_both_as_a_fresh_r
     assert refresh.nodes == fresh.nodes
     shown = sorted(n.target for n in refresh.nodes if n.target.endswith("10.0.0.1:9400"))
     assert shown == ["dcgm-2/10.0.0.1:9400", "dcgm/10.0.0.1:9400"]
+
+
+def test_users_read_again_change_the_nodes_whose_users_changed_alone() -> None:
+    # GIVEN the table's source, having read two daemons, alice's and bob's processes on
+    # each, and a Prometheus that evaluates each user's GPUs and memory
+    targets = [
+        with_node_figures(
+            FakeTarget("gpuwatch", f"10.0.1.{n}:19400", GPUWATCH.replace("gpu-1", f"gpu-{n}"))
+        )
+        for n in (1, 2)
+    ]
+    prometheus = FakePrometheus(targets, users_evaluated=True)
+    with serving(prometheus) as url:
+        source = table_source(url, prometheus)
+        first = {node.name: node for node in source.read().nodes}
+        # WHEN gpu-1's process of alice is carol's at its next scrape, and the table
+        # refreshes until each part of what changes slowly was read again
+        carols = targets[0].exposition.replace('user="alice"', 'user="carol"')
+        prometheus.targets[0] = dataclasses.replace(
+            targets[0], exposition=carols, scraped_at=NOW + 1
+        )
+        prometheus.now = NOW + 2
+        reads = [{node.name: node for node in source.read().nodes} for _ in range(SLOW_EVERY)]
+        fresh = table_source(url, prometheus).read()
+    # THEN gpu-1's users are as they were until its users are read again, then carol is
+    # one, as a source reading everything says; gpu-2 stays the very node of the first read
+    users = [read["gpu-1"].figures.users for read in reads]  # type: ignore[union-attr]
+    before = (("alice", 1, 30 * GIB), ("bob", 1, 12 * GIB))
+    assert users[0] == first["gpu-1"].figures.users == before  # type: ignore[union-attr]
+    assert users[-1] == (("bob", 1, 12 * GIB), ("carol", 1, 30 * GIB))
+    assert list(fresh.nodes) == [reads[-1]["gpu-1"], reads[-1]["gpu-2"]]
+    assert [read["gpu-2"] is first["gpu-2"] for read in reads] == [True] * SLOW_EVERY

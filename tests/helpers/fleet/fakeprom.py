@@ -42,6 +42,8 @@ _USER_FIGURES = frozenset(
 )
 """Of those, each user's GPUs and memory: as Prometheus answers them where nobody runs a
 process, `NO_USER` for each node scraped."""
+_USER_GPUS_QUERY = summaries.slow_plan(recorded=False, group=0)[0].promql()
+"""Of those, each user's GPUs (the other, each user's memory)."""
 
 
 @dataclass
@@ -89,6 +91,9 @@ class FakePrometheus:
     """Its evaluation time, which every answer carries."""
     series_sent: list[tuple[str, int]] = field(default_factory=list)
     """Each instant query answered, with the number of series its answer held."""
+    users_evaluated: bool = False
+    """Whether it evaluates each user's GPUs and memory from the daemons' process series,
+    as Prometheus does; else it answers that nobody runs a process anywhere."""
     _one_at_a_time: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, path: str, headers: dict[str, str]) -> Reply:
@@ -127,7 +132,7 @@ class FakePrometheus:
             targets = [t for t in targets if pattern.fullmatch(t.instance)]
             query = _MATCHER.sub("", query).replace("{}", "").replace(", }", "}")
         if query in _USER_FIGURES:
-            return self._no_users(targets)
+            return self._users(targets, gpus=query == _USER_GPUS_QUERY)
         if query == summaries.PROBE or query in _SLOW_FIGURES:
             # It records no rules, and evaluates no other expression: none is idle.
             return []
@@ -189,6 +194,29 @@ class FakePrometheus:
             {"metric": {"job": job, "instance": instance}, "value": [self.now, value]}
             for job, instance in sorted(scraped)
         ]
+
+    def _users(self, targets: list[FakeTarget], *, gpus: bool) -> list[dict[str, object]]:
+        """Each user's GPUs (`gpus`) or memory on each node, by its processes' series where
+        it evaluates them (`users_evaluated`); `NO_USER` for a node scraped where nobody
+        runs one."""
+        gpus_of: dict[tuple[str, str, str], set[str]] = {}
+        memory_of: dict[tuple[str, str, str], float] = {}
+        processes = "gpuwatch_process_memory_bytes"
+        for target, sample in self._samples(targets, processes) if self.users_evaluated else ():
+            key = (target.job, target.instance, sample.labels.get("user", ""))
+            gpus_of.setdefault(key, set()).add(sample.labels.get("gpu", ""))
+            memory_of[key] = memory_of.get(key, 0.0) + sample.value
+        told: list[dict[str, object]] = [
+            {
+                "metric": {"job": job, "instance": instance, "user": user},
+                "value": [self.now, repr(float(len(held)) if gpus else memory_of[key])],
+            }
+            for key, held in sorted(gpus_of.items())
+            for job, instance, user in [key]
+        ]
+        users = {(job, instance) for job, instance, _ in gpus_of}
+        nobody = [s for s in self._no_users(targets) if _target_of(s) not in users]
+        return told + nobody
 
     def _samples(self, targets: list[FakeTarget], family: str) -> list[tuple[FakeTarget, Sample]]:
         return [
@@ -430,3 +458,7 @@ def _line(item: dict[str, Any]) -> str:
         f'{k}="{v}"' for k, v in sorted(metric.items()) if k not in ("__name__", "job", "instance")
     )
     return f"{metric['__name__']}{{{labels}}} {item['value'][1]}\n"
+
+
+def _target_of(series: dict[str, Any]) -> tuple[str, str]:
+    return series["metric"]["job"], series["metric"]["instance"]
