@@ -13,7 +13,7 @@ import msgspec
 
 from gpuwatch.holders import NO_HOLDERS, Holder, HolderKind, Holders
 from gpuwatch.models import Device, Lease, Snapshot
-from gpuwatch.node_figures import node_figures
+from gpuwatch.node_figures import leases_on, node_figures
 from gpuwatch.text import printable, printable_fields
 
 
@@ -229,7 +229,7 @@ class NodeState(msgspec.Struct, frozen=True, gc=False):
         return NodeSummary(
             **msgspec.structs.asdict(node_figures(snapshot.gpus, snapshot.mig_devices)),
             gpus_free=None,
-            leases=None if self.leases is None else len(self.leases),
+            leases=None if self.leases is None else leases_on(snapshot, self.leases),
             idle_held=None,
             users=self._users(snapshot),
             models=tuple(sorted({g.name for g in snapshot.gpus if g.error is None and g.name})),

@@ -8,7 +8,7 @@
     gpuwatch_node_power_watts{hostname}                their power draw together
     gpuwatch_node_leases{hostname}                     leases on its GPUs and MIG devices
 
-Computed by the screen's own code (`gpuwatch.node_figures`), as
+Computed by the fleet's own code (`gpuwatch.node_figures`, `NodeState.figures`), as
 `gpuwatch_gpus_available` is by pick's: a fleet table reads these instead of every GPU's
 series, and Prometheus aggregates nothing. Sent only while the snapshot is current, as
 every value of a sample is; a figure no readable GPU tells is left out.

@@ -14,7 +14,7 @@ from gpuwatch.backends.sim_fleet import STALE_AGE_S, SimFleet
 from gpuwatch.fleet.document import fleet_document
 from gpuwatch.fleet_model import Exporter, FleetState, GpuJob, GpuPod, NodeState, NodeSummary
 from gpuwatch.models import GpuSample, Lease, MigDevice, ProcessKind, ProcessUsage, Snapshot
-from gpuwatch.node_figures import node_figures
+from gpuwatch.node_figures import leases_on, node_figures
 from gpuwatch.tui.fleet import rows as fleet_rows
 from gpuwatch.tui.fleet.cells import cell_text, columns_for, plain_table
 from gpuwatch.tui.fleet.model import FleetView, NodeFilter
@@ -299,15 +299,17 @@ def test_users_read_gpu_by_gpu_and_read_as_figures_are_counted_alike() -> None:
 
 
 def test_a_node_read_gpu_by_gpu_has_the_figures_its_daemon_exports() -> None:
-    # GIVEN a node read GPU by GPU: a whole GPU with 10 GiB free, and a MIG-enabled one
-    # whose largest MIG device has 20 GiB free
+    # GIVEN a daemon's node read GPU by GPU: a whole GPU with 10 GiB free, and a
+    # MIG-enabled one whose largest MIG device has 20 GiB free; a lease on the first, and
+    # one its metrics tell on a GPU the node no longer has
     gpus = (gpu(0, used_gib=70), gpu(1, used_gib=10, mig_enabled=True))
     devices = tuple(
         MigDevice(1, index, f"MIG-{index}", memory_free_bytes=size * GIB)
         for index, size in enumerate((20, 20, 10))
     )
     snapshot = Snapshot(FROZEN_TIME, "mig", None, None, gpus, (), devices)
-    read = NodeState("mig", True, snapshot, FROZEN_TIME, exporter=Exporter.DCGM)
+    gone = Lease("GPU-gone", 7, 0, "", "", 0.0, lease_id="l7")
+    read = NodeState("mig", True, snapshot, FROZEN_TIME, leases=(exclusive(0), gone))
     # WHEN its row is made
     (row,) = build_rows(fleet(read))
     # THEN its figures are the daemon's own definition: its most free is the MIG
@@ -319,7 +321,9 @@ def test_a_node_read_gpu_by_gpu_has_the_figures_its_daemon_exports() -> None:
         daemons.memory_free_bytes,
         daemons.hottest_c,
     )
-    # AND the split GPU is not free by pick's rule: the whole one is busy with memory
+    # AND its leases are those on its GPUs, as the daemon counts them
+    assert row.leases == leases_on(snapshot, (exclusive(0), gone)) == 1
+    # AND the split GPU is not free by pick's rule: the whole one is busy and leased
     assert row.gpus_free == 0
 
 

@@ -123,8 +123,8 @@ class RowMemory:
     while its GPUs and leases stay the same; a node keeps the set of its users while its
     figures tell the very same; and a node that is the very same as at the last read (not
     scraped since, `NodeState`) keeps its row; a row of its GPUs while as many of them
-    have been idle long enough by the screen's watch. Only the nodes of the
-    latest read are kept."""
+    have been idle long enough by the screen's watch. Only the nodes of the latest read
+    are kept."""
 
     def __init__(self) -> None:
         self._known: dict[str, _FreeHeld] = {}
